@@ -1,0 +1,51 @@
+"""``scalescope`` command line: a thin dispatcher that turns errors into one line.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int``; this layer imports it lazily so that ``scalescope sweep --help`` or a
+config error does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from .errors import ScalescopeError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("scalescope.train", "train one configuration (one job; under srun, one task)"),
+    "sweep": ("scalescope.sweep", "submit a scaling sweep with submitit (Slurm or local)"),
+    "local-cluster": ("scalescope.local_cluster", "a real two-node Slurm cluster on this machine"),
+    "config-reference": ("scalescope.reference", "print every config key with type and default"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scalescope", description="How does your training scale on a SLURM cluster?"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except ScalescopeError as exc:
+        print(f"scalescope {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"scalescope {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Training config: file -> overrides -> validated :class:`TrainConfig`.
+
+Precedence is command line over file over defaults. Every field documents itself (see
+``scalescope config-reference``) and every problem is reported as one line naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from . import workloads
+from .errors import ConfigError
+from .schema import build, option, positive, set_dotted, to_dict
+
+DEFAULT_WORKLOAD = "spiral"
+Precision = Literal["32", "bf16-mixed", "16-mixed"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    scaling: Literal["strong", "weak"] = option(
+        "strong",
+        help="strong: batch_size is the global batch, split across ranks (must divide); "
+        "weak: batch_size is per device, the global batch grows with the world size",
+    )
+    batch_size: int = option(256, help="see scaling", check=positive)
+    max_epochs: int = option(10, help="epochs to train", check=positive)
+    max_steps: int | None = option(
+        None, help="stop after this many optimizer steps (null = run all epochs)", check=positive
+    )
+    precision: Precision = option("32", help="32, bf16-mixed or 16-mixed (16-mixed needs a GPU)")
+    seed: int = option(42, help="seed of model initialisation and shuffling")
+    accelerator: Literal["auto", "cpu", "gpu"] = option(
+        "auto", help="auto picks the GPU when CUDA is available, else the CPU"
+    )
+    devices: int | Literal["auto"] = option(
+        "auto",
+        help="processes (devices) per node; auto = from the Slurm allocation, else 1",
+        check=positive,
+    )
+    num_nodes: int | Literal["auto"] = option(
+        "auto", help="nodes; auto = from the Slurm allocation, else 1", check=positive
+    )
+    threads_per_process: int | Literal["auto"] = option(
+        "auto",
+        help="CPU threads per process; auto = SLURM_CPUS_PER_TASK, else cores / local processes",
+        check=positive,
+    )
+    log_every_n_steps: int = option(
+        50, help="training loss is read (a host sync) and logged every N steps", check=positive
+    )
+    val_every_n_epochs: int = option(1, help="validate every N epochs", check=positive)
+
+    def validate(self, where: str) -> None:
+        if self.precision == "16-mixed" and self.accelerator == "cpu":
+            raise ConfigError(
+                f"{where}.precision: 16-mixed needs a GPU; use bf16-mixed or 32 on the CPU"
+            )
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    mode: Literal["auto", "online", "offline", "off"] = option(
+        "auto",
+        help="auto: online when COMET_API_KEY is set, else off; offline: write archives to "
+        "offline_dir for a later `comet upload`",
+    )
+    project: str = option("scalescope", help="Comet project (one per sweep family)")
+    workspace: str | None = option(None, help="Comet workspace (null = the key's default)")
+    offline_dir: str | None = option(None, help="offline archives; null = <output_dir>/comet")
+    fallback_offline: bool = option(
+        True, help="online requested but server unreachable: write an offline archive instead"
+    )
+    on_rejected_key: Literal["continue", "stop"] = option(
+        "continue", help="the server rejects the API key: train untracked, or stop the job"
+    )
+    connect_timeout_s: float = option(
+        10.0, help="bound on any wait for the Comet server at start-up", check=positive
+    )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    name: str = option("spiral", help="configuration name, used in run directories and reports")
+    workload: dict[str, Any] = option(
+        {"name": DEFAULT_WORKLOAD}, help="`name` of a registered workload plus that workload's parameters"
+    )
+    trainer: TrainerConfig = option(TrainerConfig, help="how training runs")
+    tracking: TrackingConfig = option(TrackingConfig, help="Comet experiment tracking")
+    output_dir: str = option("outputs", help="where run directories, logs and archives go")
+    sweep_id: str | None = option(None, help="set by `scalescope sweep`; groups a sweep's runs")
+
+    def validate(self, where: str) -> None:
+        if not _NAME.match(self.name):
+            raise ConfigError(
+                f"name: use letters, digits, '.', '_' and '-' only (it names folders), got "
+                f"{self.name!r}"
+            )
+        if "name" not in self.workload:
+            raise ConfigError("workload.name: missing; registered: "
+                              + ", ".join(sorted(workloads.REGISTRY)))
+
+    @property
+    def workload_name(self) -> str:
+        return str(self.workload["name"])
+
+    def workload_params(self) -> Any:
+        params = {k: v for k, v in self.workload.items() if k != "name"}
+        return workloads.validate_params(self.workload_name, params)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = to_dict(self)
+        # The resolved config carries every workload parameter, defaults included.
+        out["workload"] = {"name": self.workload_name, **to_dict(self.workload_params())}
+        return out
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``key.sub=value`` pairs; values are read as YAML scalars/lists (``[64,32]``, ``true``)."""
+    data: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", key):
+            raise ConfigError(f"override {pair!r}: expected key=value, e.g. trainer.max_epochs=3")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        set_dotted(data, key, value)
+    return data
+
+
+def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge: ``extra`` wins; mappings merge key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | os.PathLike[str], what: str = "config") -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what} file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{p}: not valid YAML ({first})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of keys at the top level")
+    return data
+
+
+def load_train_config(
+    path: str | os.PathLike[str] | None,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+) -> TrainConfig:
+    """Defaults <- file <- overrides, validated. Errors name the file and the key."""
+    data = read_yaml(path) if path is not None else {}
+    extra = parse_overrides(overrides) if not isinstance(overrides, Mapping) else overrides
+    data = merge(merge({"workload": {"name": DEFAULT_WORKLOAD}}, data), extra)
+    try:
+        cfg = build(TrainConfig, data)
+        cfg.workload_params()
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if path is not None else str(exc)) from None
+    return cfg
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Batch sizes for one world size, derived from the scaling mode."""
+
+    per_device_batch_size: int
+    global_batch_size: int
+
+
+def resolve_batch(trainer: TrainerConfig, world_size: int) -> Resolved:
+    if trainer.scaling == "weak":
+        return Resolved(trainer.batch_size, trainer.batch_size * world_size)
+    if trainer.batch_size % world_size:
+        raise ConfigError(
+            f"trainer.batch_size: strong scaling splits the global batch {trainer.batch_size} "
+            f"across {world_size} ranks, which does not divide; pick a multiple of {world_size}"
+        )
+    return Resolved(trainer.batch_size // world_size, trainer.batch_size)
+
+

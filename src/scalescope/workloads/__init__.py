@@ -1,0 +1,66 @@
+"""Workload registry: a name maps to a params dataclass and a lazily imported builder.
+
+Params are validated without importing torch; :func:`build_workload` imports the
+Lightning module only inside the job. A new workload registers itself here and needs no
+change to the trainer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..schema import build
+from .params import SpiralParams
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    name: str
+    params: type
+    builder: str
+    """``module:function`` returning ``(LightningModule, LightningDataModule)``."""
+    description: str
+
+
+REGISTRY: dict[str, WorkloadSpec] = {}
+
+
+def register(spec: WorkloadSpec) -> None:
+    if spec.name in REGISTRY:
+        raise ValueError(f"workload {spec.name!r} is registered twice")
+    REGISTRY[spec.name] = spec
+
+
+register(
+    WorkloadSpec(
+        name="spiral",
+        params=SpiralParams,
+        builder="scalescope.workloads.spiral:build",
+        description="two interleaved spirals, MLP classifier; data held in device memory",
+    )
+)
+
+
+def get(name: str) -> WorkloadSpec:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ConfigError(
+            f"workload.name: unknown workload {name!r}; registered: {', '.join(sorted(REGISTRY))}"
+        ) from None
+
+
+def validate_params(name: str, params: Mapping[str, Any]) -> Any:
+    """The workload's params dataclass built from the config's ``workload`` section."""
+    return build(get(name).params, params, where="workload")
+
+
+def build_workload(name: str, params: Any, *, batch_size: int, seed: int) -> Any:
+    """Import the workload's module (torch, lightning) and build (module, datamodule)."""
+    module_name, func = get(name).builder.split(":")
+    builder = getattr(importlib.import_module(module_name), func)
+    return builder(params, batch_size=batch_size, seed=seed)
