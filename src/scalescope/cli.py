@@ -23,7 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """Only the selected command's module is imported (others may pull in heavy imports)."""
     parser = argparse.ArgumentParser(
         prog="scalescope", description="How does your training scale on a SLURM cluster?"
     )
@@ -31,12 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        if name == selected:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    selected = argv[0] if argv and argv[0] in COMMANDS else None
+    args = build_parser(selected).parse_args(argv)
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except ScalescopeError as exc:

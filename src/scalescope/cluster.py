@@ -27,12 +27,14 @@ class ClusterProfile:
     account: str | None = option(None, help="Slurm account to charge (null = none)")
     qos: str | None = option(None, help="Slurm QOS (null = none)")
     gpus_per_node: int = option(
-        0, help="GPUs per node to request; 0 = CPU tasks (the local test cluster)",
+        0,
+        help="GPUs per node to request; 0 = CPU tasks (the local test cluster)",
         check=non_negative,
     )
     cpus_per_task: int = option(1, help="CPU cores per task (per device)", check=positive)
-    mem_gb: int | None = option(None, help="memory per node in GiB (null = site default)",
-                                check=positive)
+    mem_gb: int | None = option(
+        None, help="memory per node in GiB (null = site default)", check=positive
+    )
     max_nodes: int = option(help="largest node count a sweep may ask for", check=positive)
     max_devices_per_node: int = option(
         help="largest tasks (GPUs, or CPU processes) per node", check=positive
@@ -40,9 +42,7 @@ class ClusterProfile:
     timeout_min: int = option(30, help="job time limit in minutes", check=positive)
     constraint: str | None = option(None, help="Slurm --constraint (e.g. a100)")
     setup: str = option("", help="shell lines run in the job before training (literal block)")
-    sbatch_extra: list[str] = option(
-        [], help="extra `#SBATCH` options, e.g. ['--exclusive']"
-    )
+    sbatch_extra: list[str] = option([], help="extra `#SBATCH` options, e.g. ['--exclusive']")
 
     def validate(self, where: str) -> None:
         if self.gpus_per_node and self.gpus_per_node > self.max_devices_per_node:

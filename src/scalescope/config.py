@@ -91,7 +91,8 @@ class TrackingConfig:
 class TrainConfig:
     name: str = option("spiral", help="configuration name, used in run directories and reports")
     workload: dict[str, Any] = option(
-        {"name": DEFAULT_WORKLOAD}, help="`name` of a registered workload plus that workload's parameters"
+        {"name": DEFAULT_WORKLOAD},
+        help="`name` of a registered workload plus that workload's parameters",
     )
     trainer: TrainerConfig = option(TrainerConfig, help="how training runs")
     tracking: TrackingConfig = option(TrackingConfig, help="Comet experiment tracking")
@@ -105,8 +106,9 @@ class TrainConfig:
                 f"{self.name!r}"
             )
         if "name" not in self.workload:
-            raise ConfigError("workload.name: missing; registered: "
-                              + ", ".join(sorted(workloads.REGISTRY)))
+            raise ConfigError(
+                "workload.name: missing; registered: " + ", ".join(sorted(workloads.REGISTRY))
+            )
 
     @property
     def workload_name(self) -> str:
@@ -198,5 +200,3 @@ def resolve_batch(trainer: TrainerConfig, world_size: int) -> Resolved:
             f"across {world_size} ranks, which does not divide; pick a multiple of {world_size}"
         )
     return Resolved(trainer.batch_size // world_size, trainer.batch_size)
-
-

@@ -92,7 +92,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
             return dict(value)
     elif is_dataclass(tp):
         if isinstance(value, Mapping):
-            return build(tp, value, where=where)
+            return build(tp, value, where=where)  # type: ignore[arg-type]
     elif tp is type(None):
         if value is None:
             return None
@@ -163,7 +163,7 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
         key = f"{prefix}{f.name}"
         tp = hints[f.name]
         if is_dataclass(tp):
-            rows.extend(describe(tp, f"{key}."))
+            rows.extend(describe(tp, f"{key}."))  # type: ignore[arg-type]
             continue
         if f.default is not MISSING:
             default = repr(f.default)
@@ -193,10 +193,10 @@ __all__ = [
     "build",
     "dataclass",
     "describe",
+    "fraction",
+    "non_negative",
     "option",
     "positive",
-    "non_negative",
-    "fraction",
     "set_dotted",
     "to_dict",
 ]

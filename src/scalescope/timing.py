@@ -1,0 +1,247 @@
+"""Honest timing of a Lightning fit, measured without changing what is measured.
+
+Rules this module follows:
+
+* The device is synchronised only at interval edges (train start, epoch start/end,
+  validation start/end), never per step, so queued GPU work is counted in the interval it
+  belongs to and the CPU may still run ahead within an epoch.
+* Every N steps (``log_every_n_steps``) rank 0 reads the loss (``.item()``, a host sync it
+  would pay for logging anyway) and stamps the clock right after it: consecutive stamps give
+  synchronised step-time windows without adding syncs.
+* Intervals are measured on every rank and reduced with MAX at the end: the job is as slow
+  as its slowest rank. Train start follows a barrier, so all ranks start the clock together.
+* Validation time is measured separately and excluded from the training time.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+
+
+def process_start_unix() -> float:
+    """Wall-clock time this process was created (Linux /proc), else now.
+
+    Setup time is measured from here, so interpreter start-up and imports are counted.
+    """
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            fields_after_comm = fh.read().rsplit(")", 1)[1].split()
+        start_ticks = int(fields_after_comm[19])  # field 22 of stat, 1-based after pid/comm
+        with open("/proc/stat", encoding="ascii") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
+        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+def peak_host_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+@dataclass
+class Timings:
+    """What one rank measured; :meth:`TimingCallback.agreed` reduces them over ranks."""
+
+    process_start_unix: float
+    train_start_unix: float = float("nan")
+    train_end_unix: float = float("nan")
+    epoch_times_s: list[float] = field(default_factory=list)
+    epoch_batches: list[int] = field(default_factory=list)
+    val_time_s: float = 0.0
+    step_windows: list[tuple[int, int, float]] = field(default_factory=list)
+    """(epoch, steps in window, seconds), rank 0 only."""
+
+
+class TimingCallback(L.Callback):
+    def __init__(
+        self,
+        *,
+        process_start: float,
+        log_every_n_steps: int,
+        on_loss: Callable[[float, int, int], None] | None = None,
+        on_epoch: Callable[[dict[str, float], int, int], None] | None = None,
+    ) -> None:
+        self.t = Timings(process_start_unix=process_start)
+        self.every = log_every_n_steps
+        self.on_loss = on_loss
+        self.on_epoch = on_epoch
+        self._epoch_start = 0.0
+        self._val_start = 0.0
+        self._epoch_val_s = 0.0
+        self._batches = 0
+        self._last_stamp: tuple[int, float] | None = None
+        self._sync: Callable[[], None] = lambda: None
+
+    # -- helpers -------------------------------------------------------------------------
+    def _now(self) -> float:
+        self._sync()
+        return time.perf_counter()
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        device = trainer.strategy.root_device
+        if device.type == "cuda":
+            self._sync = lambda: torch.cuda.synchronize(device)
+        _thin_sigterm_broadcast(trainer, self.every)
+
+    # -- train ---------------------------------------------------------------------------
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.strategy.barrier("scalescope-train-start")
+        self._sync()
+        self.t.train_start_unix = time.time()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_val_s = 0.0
+        self._batches = 0
+        self._epoch_start = self._now()
+        self._last_stamp = (trainer.global_step, self._epoch_start)
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        self._batches += 1
+        step = trainer.global_step
+        if step % self.every or trainer.global_rank != 0:
+            return
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        value = float(loss.detach().float().item())  # the one sync every N steps
+        now = time.perf_counter()
+        if self._last_stamp is not None and step > self._last_stamp[0]:
+            self.t.step_windows.append(
+                (trainer.current_epoch, step - self._last_stamp[0], now - self._last_stamp[1])
+            )
+        self._last_stamp = (step, now)
+        if self.on_loss is not None:
+            self.on_loss(value, step, trainer.current_epoch)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        self._val_start = self._now()
+        self._last_stamp = None  # a window must not span validation
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        elapsed = self._now() - self._val_start
+        self._epoch_val_s += elapsed
+        self.t.val_time_s += elapsed
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning runs the epoch's validation before this hook: subtract it.
+        epoch_s = self._now() - self._epoch_start - self._epoch_val_s
+        self.t.epoch_times_s.append(epoch_s)
+        self.t.epoch_batches.append(self._batches)
+        if self.on_epoch is not None and trainer.global_rank == 0:
+            metrics = {"epoch_time_s": epoch_s, "epoch_steps": float(self._batches)}
+            history = getattr(pl_module, "val_history", [])
+            if history and history[-1][0] == trainer.current_epoch:
+                metrics["val_loss"], metrics["val_acc"] = history[-1][1], history[-1][2]
+            self.on_epoch(metrics, trainer.global_step, trainer.current_epoch)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._sync()
+        self.t.train_end_unix = time.time()
+
+
+def _thin_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:
+    """Check for SIGTERM every N steps instead of every step.
+
+    Lightning 2.6 broadcasts a SIGTERM flag from rank 0 and reads it with ``.item()`` before
+    *every* training step when the world size is > 1: a collective plus a host-device sync
+    per step, which stops the CPU from running ahead of the GPU and taxes exactly the
+    multi-device runs this tool compares. Checking every N steps keeps graceful preemption
+    (at most N steps later) and removes the per-step sync. Other Lightning versions without
+    this method are left alone.
+    """
+    loop = trainer.fit_loop.epoch_loop
+    original = getattr(loop, "_broadcast_sigterm_tensor", None)
+    if original is None:
+        return
+    calls = 0
+
+    def every_n() -> None:
+        nonlocal calls
+        calls += 1
+        if calls % every == 0:
+            original()
+
+    loop._broadcast_sigterm_tensor = every_n  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """Timings every rank agrees on (max over ranks), plus per-rank lists."""
+
+    setup_time_s: float
+    job_time_s: float
+    epoch_times_s: list[float]
+    epoch_batches: list[int]
+    val_time_s: float
+    node_names: list[str]
+    peak_mem_gib: list[float] | None
+    peak_host_rss_gib: list[float]
+
+
+def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
+    """Reduce this rank's timings with every other rank's (call on all ranks)."""
+    device = trainer.strategy.root_device
+    peak_dev = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    mine = {
+        "start": t.process_start_unix,
+        "train_start": t.train_start_unix,
+        "end": t.train_end_unix,
+        "epochs": t.epoch_times_s,
+        "batches": t.epoch_batches,
+        "val": t.val_time_s,
+        "node": node_name,
+        "peak_dev": peak_dev,
+        "rss": peak_host_rss_gib(),
+    }
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+    else:
+        everyone = [mine]
+    start = min(r["start"] for r in everyone)
+    train_start = max(r["train_start"] for r in everyone)
+    end = max(r["end"] for r in everyone)
+    epochs = [max(vals) for vals in zip(*(r["epochs"] for r in everyone), strict=True)]
+    peaks = [r["peak_dev"] for r in everyone]
+    return Agreed(
+        setup_time_s=train_start - start,
+        job_time_s=end - start,
+        epoch_times_s=epochs,
+        epoch_batches=list(everyone[0]["batches"]),
+        val_time_s=max(r["val"] for r in everyone),
+        node_names=[r["node"] for r in everyone],
+        peak_mem_gib=None if any(p is None for p in peaks) else peaks,
+        peak_host_rss_gib=[r["rss"] for r in everyone],
+    )
+
+
+def median_step_time(windows: list[tuple[int, int, float]]) -> float | None:
+    """Median seconds per step over windows after the first epoch (warm-up excluded).
+
+    With a single epoch, its first window is dropped instead. None without windows.
+    """
+    later = [w for w in windows if w[0] > 0]
+    if not later:
+        later = windows[1:]
+    if not later:
+        return None
+    return statistics.median(seconds / steps for _, steps, seconds in later)

@@ -1,0 +1,465 @@
+"""``scalescope train`` / ``python -m scalescope.train``: one job, one result record.
+
+Data flow: validated config -> topology (from the launcher's environment) -> Lightning
+Trainer + TimingCallback -> timings agreed by all ranks -> one ResultRecord, printed by
+rank 0 behind the record marker and written atomically to the run directory.
+
+torch and lightning are imported inside :func:`run_training`, so ``--help`` and config
+errors answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__, record, topology
+from .config import TrainConfig, load_train_config, resolve_batch
+from .errors import TopologyError
+from .topology import Topology
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", help="train config YAML (default: built-in defaults)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="override config keys, e.g. trainer.max_epochs=3 workload.hidden_sizes=[128,64]",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_train_config(args.config, args.overrides)
+    run_training(cfg)
+    return 0
+
+
+def _say(topo: Topology, message: str) -> None:
+    """Human-readable log lines: rank 0 only, flushed so they interleave in order."""
+    if topo.is_rank_zero:
+        print(f"scalescope: {message}", flush=True)
+
+
+def _utc(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _unique_dir(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``...: never reuse an earlier run's directory."""
+    candidate, n = base, 1
+    while True:
+        try:
+            candidate.mkdir(parents=True, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = base.with_name(f"{base.name}-{n}")
+
+
+def _code_version() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+        commit = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{__version__}+g{commit}" if commit else __version__
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _threads(setting: int | str, topo: Topology) -> int:
+    if setting != "auto":
+        return int(setting)
+    if os.environ.get("SLURM_CPUS_PER_TASK"):
+        return max(1, int(os.environ["SLURM_CPUS_PER_TASK"]))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // topo.devices_per_node)
+
+
+def _accelerator(requested: str, topo: Topology) -> str:
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    if requested == "gpu" and not has_cuda:
+        raise TopologyError(
+            "trainer.accelerator=gpu but no CUDA GPU is visible (torch.cuda.is_available() is "
+            "False); use trainer.accelerator=cpu or request GPUs (--gpus-per-node)"
+        )
+    accelerator = "gpu" if requested == "gpu" or (requested == "auto" and has_cuda) else "cpu"
+    if accelerator == "gpu" and topo.launcher != "slurm":
+        visible = torch.cuda.device_count()
+        if topo.devices_per_node > visible:
+            raise TopologyError(
+                f"trainer.devices={topo.devices_per_node} but only {visible} GPU(s) are visible"
+            )
+    return accelerator
+
+
+def _versions() -> dict[str, str | None]:
+    import lightning
+    import torch
+
+    nccl = None
+    if torch.cuda.is_available():
+        try:
+            nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except (AttributeError, RuntimeError):
+            nccl = None
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "scalescope": _code_version(),
+    }
+
+
+def _experiment_name(cfg: TrainConfig, topo: Topology) -> str:
+    base = (
+        f"{topo.array_job_id}_{topo.array_task_id}"
+        if topo.array_job_id is not None
+        else topo.job_id
+    )
+    suffix = f"-r{topo.restart_count}" if topo.restart_count else ""
+    return f"{cfg.name}-{topo.num_nodes}n{topo.devices_per_node}d-{base}{suffix}"
+
+
+def _tracking_inputs(
+    cfg: TrainConfig,
+    topo: Topology,
+    ident: record.Identity,
+    versions: Mapping[str, Any],
+    node_list: str,
+) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    tags = [
+        f"world{topo.world_size}",
+        f"nodes{topo.num_nodes}",
+        cfg.trainer.precision,
+        cfg.trainer.scaling,
+        cfg.workload_name,
+    ]
+    if cfg.sweep_id:
+        tags.append(f"sweep:{cfg.sweep_id}")
+    resolved = cfg.to_dict()
+    params: dict[str, Any] = {
+        "world_size": topo.world_size,
+        "nodes": topo.num_nodes,
+        "devices_per_node": topo.devices_per_node,
+        "per_device_batch_size": ident.per_device_batch_size,
+        "global_batch_size": ident.global_batch_size,
+        "precision": cfg.trainer.precision,
+        "scaling_mode": cfg.trainer.scaling,
+        "max_epochs": cfg.trainer.max_epochs,
+        "max_steps": cfg.trainer.max_steps,
+        "seed": cfg.trainer.seed,
+        "accelerator": ident.accelerator,
+        "workload": cfg.workload_name,
+        "code_version": versions.get("scalescope"),
+    }
+    params.update({f"workload.{k}": v for k, v in resolved["workload"].items() if k != "name"})
+    others = {
+        "run_id": ident.run_id,
+        "job_id": ident.job_id,
+        "launcher": ident.launcher,
+        "node_list": node_list,
+        "sweep_id": cfg.sweep_id,
+        "run_dir": ident.run_dir,
+        **{f"version.{k}": v for k, v in versions.items()},
+    }
+    return tags, params, others
+
+
+def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
+    """Train ``cfg`` in this process (one rank). Returns the record on rank 0, else None."""
+    process_start = _process_start()
+    topo = topology.detect(cfg.trainer.devices, cfg.trainer.num_nodes)
+    batch = resolve_batch(cfg.trainer, topo.world_size)
+    params = cfg.workload_params()
+    topology.export_for_lightning(topo)
+
+    import lightning as L
+    import torch
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from .hardware import mfu
+    from .timing import TimingCallback, agree, median_step_time
+    from .tracking import start_tracking
+    from .workloads import build_workload
+
+    _quiet_known_noise(topo)
+    accelerator = _accelerator(cfg.trainer.accelerator, topo)
+    torch.set_num_threads(_threads(cfg.trainer.threads_per_process, topo))
+
+    # Lightning's own launcher re-executes this command for ranks 1..N-1; they inherit the
+    # job id so that every rank names the same run.
+    os.environ.setdefault("SCALESCOPE_JOB_ID", topo.job_id)
+    run_dir = Path(cfg.output_dir) / "runs" / cfg.name / topo.run_id
+    if topo.is_rank_zero:
+        run_dir = _unique_dir(run_dir)
+    ident = record.Identity(
+        run_id=topo.run_id,
+        job_id=topo.job_id,
+        array_job_id=topo.array_job_id,
+        array_task_id=topo.array_task_id,
+        restart_count=topo.restart_count,
+        launcher=topo.launcher,
+        config_name=cfg.name,
+        workload=cfg.workload_name,
+        scaling_mode=cfg.trainer.scaling,
+        precision=cfg.trainer.precision,
+        accelerator=accelerator,
+        nodes=topo.num_nodes,
+        devices_per_node=topo.devices_per_node,
+        world_size=topo.world_size,
+        per_device_batch_size=batch.per_device_batch_size,
+        global_batch_size=batch.global_batch_size,
+        sweep_id=cfg.sweep_id,
+        run_dir=str(run_dir),
+        started_at=_utc(process_start),
+    )
+    if topo.is_rank_zero:
+        print(record.encode(record.StartEvent(ident)), flush=True)
+    _say(
+        topo,
+        f"run {ident.run_id}: {cfg.name} on {topo.num_nodes} node(s) x "
+        f"{topo.devices_per_node} {accelerator} device(s) = world {topo.world_size}, "
+        f"batch {batch.per_device_batch_size}/device {batch.global_batch_size} global "
+        f"({cfg.trainer.scaling} scaling), precision {cfg.trainer.precision}, "
+        f"run dir {run_dir}",
+    )
+
+    versions = _versions()
+    tracker = None
+    if topo.is_rank_zero:
+        tags, tparams, others = _tracking_inputs(
+            cfg, topo, ident, versions, os.environ.get("SLURM_JOB_NODELIST", socket.gethostname())
+        )
+        tracker, line = start_tracking(
+            cfg.tracking,
+            output_dir=cfg.output_dir,
+            experiment_name=_experiment_name(cfg, topo),
+            tags=tags,
+            params=tparams,
+            others=others,
+        )
+        _say(topo, line)
+
+    try:
+        L.seed_everything(cfg.trainer.seed, workers=False, verbose=False)
+        model, datamodule = build_workload(
+            cfg.workload_name,
+            params,
+            batch_size=batch.per_device_batch_size,
+            seed=cfg.trainer.seed,
+        )
+        timing = TimingCallback(
+            process_start=process_start,
+            log_every_n_steps=cfg.trainer.log_every_n_steps,
+            on_loss=(
+                lambda v, step, ep: tracker.log_metrics({"train_loss": v}, step=step, epoch=ep)
+            )
+            if tracker
+            else None,
+            on_epoch=(
+                lambda m, step, ep: tracker.log_metrics(
+                    {**m, "samples_per_s": _epoch_rate(m, batch.global_batch_size)},
+                    step=step,
+                    epoch=ep,
+                )
+            )
+            if tracker
+            else None,
+        )
+        # Requeue has one owner: submitit or the sbatch script, never Lightning's USR1 handler.
+        plugins: Any = [SLURMEnvironment(auto_requeue=False)] if topo.launcher == "slurm" else None
+        strategy: Any = DDPStrategy(gradient_as_bucket_view=True) if topo.world_size > 1 else "auto"
+        trainer = L.Trainer(
+            accelerator=accelerator,
+            devices=topo.devices_per_node,
+            num_nodes=topo.num_nodes,
+            strategy=strategy,
+            plugins=plugins,
+            precision="32-true" if cfg.trainer.precision == "32" else cfg.trainer.precision,
+            max_epochs=cfg.trainer.max_epochs,
+            max_steps=cfg.trainer.max_steps or -1,
+            check_val_every_n_epoch=cfg.trainer.val_every_n_epochs,
+            num_sanity_val_steps=0,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            use_distributed_sampler=False,  # each rank's shard comes from the data module
+            default_root_dir=str(run_dir),
+            callbacks=[timing],
+        )
+        trainer.fit(model, datamodule=datamodule)
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        agreed = agree(trainer, timing.t, node)
+        if not topo.is_rank_zero:
+            return None
+        result = _result(
+            cfg,
+            ident,
+            agreed,
+            timing.t.step_windows,
+            median_step_time,
+            datamodule,
+            model,
+            versions,
+            mfu,
+            torch,
+            trainer,
+        )
+        assert tracker is not None
+        tracker.log_result(result.to_dict())
+        result = _with_tracking(result, tracker.info())
+        record.write_json_atomic(run_dir / "result.json", result.to_dict())
+        print(record.encode(result), flush=True)
+        _say(topo, _summary_line(result))
+        return result
+    finally:
+        if tracker is not None:
+            tracker.end()
+
+
+def _quiet_known_noise(topo: Topology) -> None:
+    """Silence messages that say nothing about this run, so real warnings stand out."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # The data module's batches already live on the device; the module's no-op transfer
+    # hook is the point, not an accident.
+    warnings.filterwarnings("ignore", message=r".*overridden `transfer_batch_to_device`.*")
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    if topo.launcher != "slurm":
+        # Slurm's client tools being installed does not mean this run is a Slurm job.
+        warnings.filterwarnings("ignore", message=r".*`srun` command is available.*")
+
+
+def _epoch_rate(metrics: Mapping[str, float], global_batch: int) -> float:
+    return record.rate(metrics["epoch_steps"] * global_batch, metrics["epoch_time_s"])
+
+
+def _with_tracking(result: record.ResultRecord, info: dict[str, Any]) -> record.ResultRecord:
+    from dataclasses import replace
+
+    return replace(result, tracking=info)
+
+
+def _result(
+    cfg, ident, agreed, windows, median_step_time, datamodule, model, versions, mfu, torch, trainer
+) -> record.ResultRecord:  # type: ignore[no-untyped-def]
+    steps = int(trainer.global_step)
+    train_time = sum(agreed.epoch_times_s)
+    samples = steps * ident.global_batch_size
+    rate = record.rate(samples, train_time)
+    per_device = rate / ident.world_size
+    steps_per_epoch = len(trainer.train_dataloader) if trainer.train_dataloader else 0
+    # Mean epoch times over complete epochs only (max_steps may cut the last one short).
+    full = [
+        t
+        for t, b in zip(agreed.epoch_times_s, agreed.epoch_batches, strict=True)
+        if b == steps_per_epoch
+    ] or agreed.epoch_times_s
+    step_time = median_step_time(windows)
+    history = getattr(model, "val_history", [])
+    device = trainer.strategy.root_device
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    flops = model.flops_per_sample() if hasattr(model, "flops_per_sample") else None
+    return record.ResultRecord(
+        identity=ident,
+        node_names=agreed.node_names,
+        device_name=device_name,
+        train_samples=datamodule.num_train,
+        val_samples=datamodule.num_val,
+        epochs=len(agreed.epoch_times_s),
+        steps=steps,
+        steps_per_epoch=steps_per_epoch,
+        setup_time_s=agreed.setup_time_s,
+        train_time_s=train_time,
+        val_time_s=agreed.val_time_s,
+        job_time_s=agreed.job_time_s,
+        epoch_times_s=agreed.epoch_times_s,
+        mean_epoch_time_s=sum(full) / len(full),
+        mean_epoch_time_excl_first_s=record.mean_excluding_first(full),
+        samples_per_s=rate,
+        samples_per_s_per_device=per_device,
+        step_time_s=step_time,
+        predicted_epoch_time_s=step_time * steps_per_epoch if step_time else None,
+        val_loss_final=history[-1][1] if history else None,
+        val_acc_final=history[-1][2] if history else None,
+        val_loss_best=min(h[1] for h in history) if history else None,
+        val_acc_best=max(h[2] for h in history) if history else None,
+        peak_mem_gib=agreed.peak_mem_gib,
+        peak_host_rss_gib=agreed.peak_host_rss_gib,
+        model_flops_per_sample=flops,
+        mfu=mfu(flops, per_device, device_name, ident.precision),
+        versions=dict(versions),
+        config=cfg.to_dict(),
+        finished_at=_utc(time.time()),
+    )
+
+
+def _summary_line(r: record.ResultRecord) -> str:
+    excl = (
+        f", {r.mean_epoch_time_excl_first_s:.3f} s excl. first"
+        if r.mean_epoch_time_excl_first_s is not None
+        else ""
+    )
+    val = (
+        f"; val loss {r.val_loss_final:.4f} acc {r.val_acc_final:.4f}"
+        if r.val_loss_final is not None and r.val_acc_final is not None
+        else ""
+    )
+    mem = f"; peak mem {max(r.peak_mem_gib):.2f} GiB" if r.peak_mem_gib else ""
+    return (
+        f"trained {r.epochs} epoch(s), {r.steps} steps in {r.train_time_s:.3f} s "
+        f"(mean epoch {r.mean_epoch_time_s:.3f} s{excl}); {r.samples_per_s:,.0f} samples/s "
+        f"({r.samples_per_s_per_device:,.0f} per device); setup {r.setup_time_s:.2f} s, "
+        f"job {r.job_time_s:.2f} s{val}{mem}"
+    )
+
+
+def _process_start() -> float:
+    from .timing import process_start_unix
+
+    return process_start_unix()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .cli import main as cli_main
+
+    return cli_main(["train", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
