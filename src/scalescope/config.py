@@ -70,8 +70,10 @@ class TrainerConfig:
 class TrackingConfig:
     mode: Literal["auto", "online", "offline", "off"] = option(
         "auto",
-        help="auto: online when COMET_API_KEY is set, else off; offline: write archives to "
-        "offline_dir for a later `comet upload`",
+        help="auto: online when COMET_API_KEY is set, else off; online: like auto, but say so "
+        "when the key is missing; offline: write an archive to offline_dir for a later "
+        "`comet upload`; off: nothing. COMET_START_ONLINE=false in the environment turns "
+        "auto/online into offline. The key is read from the environment only (docs/comet.md)",
     )
     project: str = option("scalescope", help="Comet project (one per sweep family)")
     workspace: str | None = option(None, help="Comet workspace (null = the key's default)")
@@ -80,10 +82,18 @@ class TrackingConfig:
         True, help="online requested but server unreachable: write an offline archive instead"
     )
     on_rejected_key: Literal["continue", "stop"] = option(
-        "continue", help="the server rejects the API key: train untracked, or stop the job"
+        "continue",
+        help="the server rejects the API key: continue = one error line, train untracked; "
+        "stop = the job stops before training",
     )
     connect_timeout_s: float = option(
         10.0, help="bound on any wait for the Comet server at start-up", check=positive
+    )
+    end_timeout_s: float = option(
+        60.0,
+        help="bound on finishing the experiment at the end (sending queued data online, "
+        "writing the archive offline)",
+        check=positive,
     )
 
 
