@@ -1,0 +1,26 @@
+"""Read scalescope results and measure how training scales.
+
+For notebooks::
+
+    import analysis
+    runs = analysis.load("outputs/")                      # one row per finished job
+    runs, failures, problems = analysis.load_all("outputs/")
+    result = analysis.analyze(runs)                       # .groups, .scaling, .amdahl, .notes
+
+From a shell: ``python -m analysis.summarize outputs/``. Nothing here imports torch,
+lightning, submitit or comet_ml: results can be summarised on a laptop or a login node.
+"""
+
+from .frame import Loaded, load, load_all
+from .metrics import Analysis, BaselineSpec, analyze, group_stats, scaling_table
+
+__all__ = [
+    "Analysis",
+    "BaselineSpec",
+    "Loaded",
+    "analyze",
+    "group_stats",
+    "load",
+    "load_all",
+    "scaling_table",
+]

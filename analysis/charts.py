@@ -1,0 +1,333 @@
+"""Charts: each function takes a DataFrame from :mod:`analysis.metrics` and returns a Figure.
+
+They build ``matplotlib.figure.Figure`` objects directly (no pyplot, so no global state and
+no display is needed); they never save, show or print. The command line saves them.
+
+* :func:`speedup_chart`, :func:`efficiency_chart` and :func:`val_loss_chart` take the
+  scaling frame (:func:`analysis.metrics.scaling_table`);
+* :func:`throughput_chart` and :func:`epoch_time_chart` take the groups frame
+  (:func:`analysis.metrics.group_stats`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, LogLocator, NullLocator
+
+from .metrics import DEFAULT_LOSS_TOLERANCE
+from .tables import devices_header
+
+_SIZE = (7.5, 4.8)
+_EFFICIENCY_REFERENCE = 0.75
+
+
+def _figure() -> tuple[Figure, Any]:
+    fig = Figure(figsize=_SIZE, dpi=110, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _colors(n: int) -> list[Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return [cmap(i % 10) for i in range(n)]
+
+
+def _errors(mid: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray:
+    """Asymmetric error bar lengths; zero where there is no interval."""
+    lo = (mid - low).to_numpy(dtype=float)
+    hi = (high - mid).to_numpy(dtype=float)
+    return np.nan_to_num(np.vstack([lo, hi]), nan=0.0).clip(min=0.0)
+
+
+def _log2_x(ax: Any, values: Sequence[float]) -> None:
+    """Log base 2 x axis with a tick at every measured value, labelled as plain integers."""
+    ax.set_xscale("log", base=2)
+    axis = ax.xaxis
+    ticks = sorted({float(v) for v in values if v and v > 0})
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(lambda v, _pos: f"{v:g}")
+
+
+def _mode_columns(part: pd.DataFrame) -> tuple[str, str]:
+    weak = (part["scaling_mode"] == "weak").all()
+    return (
+        ("throughput_speedup", "per_device_throughput_efficiency")
+        if weak
+        else ("speedup", "parallel_efficiency")
+    )
+
+
+def _legend(ax: Any, n: int) -> None:
+    if n > 4:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize="small")
+
+
+def _legend_below(ax: Any, n: int) -> None:
+    """Under the axes: bars reach every corner of the plot area."""
+    ax.legend(
+        fontsize="small",
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2),
+        ncol=min(3, max(1, n)),
+        frameon=False,
+    )
+
+
+def speedup_chart(scaling: pd.DataFrame) -> Figure:
+    """Speedup vs devices per configuration with 95% CI error bars and the ideal line
+    (strong scaling: from train time; weak scaling: throughput speedup). Log2 axes."""
+    fig, ax = _figure()
+    series = list(dict.fromkeys(scaling["series"]))
+    worlds: list[float] = []
+    ys: list[float] = []
+    for color, name in zip(_colors(len(series)), series, strict=True):
+        part = scaling[scaling["series"] == name].sort_values("world_size")
+        col, _ = _mode_columns(part)
+        x = part["world_size"].astype(float)
+        y = part[col].astype(float)
+        ax.errorbar(
+            x,
+            y,
+            yerr=_errors(y, part[f"{col}_ci_low"], part[f"{col}_ci_high"]),
+            marker="o",
+            capsize=3,
+            color=color,
+            label=name + (" (throughput)" if col != "speedup" else ""),
+        )
+        worlds += x.tolist()
+        ys += y.tolist()
+    for color, name in zip(_colors(len(series)), series, strict=True):
+        part = scaling[scaling["series"] == name]
+        base = float(part["baseline_world_size"].iloc[0])
+        xs = np.array([float(part["world_size"].min()), float(part["world_size"].max())])
+        if xs[1] > xs[0]:
+            ax.plot(xs, xs / base, linestyle="--", color=color, alpha=0.6, linewidth=1)
+            ys += (xs / base).tolist()
+    ax.plot([], [], linestyle="--", color="0.4", label="ideal (linear from the baseline)")
+    _log2_x(ax, worlds)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}")
+    ax.set_xlabel(f"{devices_header(scaling['accelerator'].tolist())} (log2)")
+    ax.set_ylabel("Speedup vs baseline (log2)")
+    ax.set_title("Speedup")
+    ax.grid(True, which="major", alpha=0.3)
+    _legend(ax, len(series) + 1)
+    return fig
+
+
+def _grouped_bars(
+    ax: Any,
+    frame: pd.DataFrame,
+    value: str,
+    low: str | None,
+    high: str | None,
+    scale: float = 1.0,
+) -> list[str]:
+    """Bars per world size (x), one per series; returns the x tick labels."""
+    series = list(dict.fromkeys(frame["series"]))
+    scales = sorted(
+        {(int(w), int(n)) for w, n in zip(frame["world_size"], frame["nodes"], strict=True)}
+    )
+    width = 0.8 / max(1, len(series))
+    for i, (color, name) in enumerate(zip(_colors(len(series)), series, strict=True)):
+        part = frame[frame["series"] == name]
+        xs, ys, errs = [], [], []
+        for _, r in part.iterrows():
+            xs.append(
+                scales.index((int(r["world_size"]), int(r["nodes"])))
+                + (i - (len(series) - 1) / 2) * width
+            )
+            ys.append(float(r[value]) * scale)
+            if low and high:
+                lo, hi = float(r[low]) * scale, float(r[high]) * scale
+                e = [ys[-1] - lo, hi - ys[-1]]
+                errs.append([0.0 if math.isnan(v) else max(0.0, v) for v in e])
+            else:
+                errs.append([0.0, 0.0])
+        ax.bar(
+            xs,
+            ys,
+            width=width * 0.95,
+            color=color,
+            label=name,
+            yerr=np.array(errs).T if errs else None,
+            capsize=3,
+            ecolor="0.2",
+        )
+    ax.set_xticks(range(len(scales)))
+    labels = [f"{w}\n({n} node{'s' if n > 1 else ''})" for w, n in scales]
+    ax.set_xticklabels(labels)
+    return labels
+
+
+def efficiency_chart(scaling: pd.DataFrame) -> Figure:
+    """Parallel efficiency (weak scaling: per-device throughput efficiency) per configuration
+    and scale, 95% CI error bars, with a 75% reference line."""
+    fig, ax = _figure()
+    frame = scaling.copy()
+    cols = [_mode_columns(frame[frame["series"] == s]) for s in frame["series"]]
+    frame["_eff"] = [r[c[1]] for (_, r), c in zip(frame.iterrows(), cols, strict=True)]
+    frame["_lo"] = [r[f"{c[1]}_ci_low"] for (_, r), c in zip(frame.iterrows(), cols, strict=True)]
+    frame["_hi"] = [r[f"{c[1]}_ci_high"] for (_, r), c in zip(frame.iterrows(), cols, strict=True)]
+    _grouped_bars(ax, frame, "_eff", "_lo", "_hi", scale=100.0)
+    ax.axhline(
+        100 * _EFFICIENCY_REFERENCE,
+        color="tab:red",
+        linestyle="--",
+        linewidth=1,
+        label=f"{_EFFICIENCY_REFERENCE:.0%} reference",
+    )
+    ax.axhline(100, color="0.5", linewidth=0.8)
+    top = np.nanmax(np.concatenate([frame["_eff"].to_numpy(float), frame["_hi"].to_numpy(float)]))
+    ax.set_ylim(0, max(110.0, 100 * float(top) * 1.08))
+    ax.set_xlabel(devices_header(scaling["accelerator"].tolist()))
+    ax.set_ylabel("Efficiency (%)")
+    modes = set(scaling["scaling_mode"])
+    ax.set_title(
+        "Parallel efficiency (from train time)"
+        if modes == {"strong"}
+        else "Weak-scaling efficiency (per-device throughput)"
+        if modes == {"weak"}
+        else "Efficiency (strong: from train time; weak: per-device throughput)"
+    )
+    ax.grid(True, axis="y", alpha=0.3)
+    _legend_below(ax, frame["series"].nunique() + 1)
+    return fig
+
+
+def throughput_chart(groups: pd.DataFrame) -> Figure:
+    """Mean training throughput vs devices (95% CI of the mean), with the ideal line from
+    each configuration's smallest scale. Log2 axes."""
+    fig, ax = _figure()
+    series = list(dict.fromkeys(groups["series"]))
+    worlds: list[float] = []
+    for color, name in zip(_colors(len(series)), series, strict=True):
+        part = groups[groups["series"] == name].sort_values(["world_size", "nodes"])
+        x = part["world_size"].astype(float)
+        y = part["samples_per_s_mean"].astype(float)
+        ax.errorbar(
+            x,
+            y,
+            yerr=_errors(y, part["samples_per_s_ci_low"], part["samples_per_s_ci_high"]),
+            marker="o",
+            capsize=3,
+            color=color,
+            label=name,
+        )
+        x0, y0 = float(x.iloc[0]), float(y.iloc[0])
+        xs = np.array([x0, float(x.max())])
+        if xs[1] > xs[0]:
+            ax.plot(xs, y0 * xs / x0, linestyle="--", color=color, alpha=0.5, linewidth=1)
+        worlds += x.tolist()
+    ax.plot([], [], linestyle="--", color="0.4", label="ideal (linear from smallest scale)")
+    _log2_x(ax, worlds)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.0f}" if v >= 10 else f"{v:g}")
+    ax.set_xlabel(f"{devices_header(groups['accelerator'].tolist())} (log2)")
+    ax.set_ylabel("Throughput (samples/s, log scale)")
+    ax.set_title("Training throughput")
+    ax.grid(True, which="major", alpha=0.3)
+    _legend(ax, len(series) + 1)
+    return fig
+
+
+def epoch_time_chart(groups: pd.DataFrame) -> Figure:
+    """Mean time per epoch (training part) per configuration and scale, 95% CI error bars."""
+    fig, ax = _figure()
+    _grouped_bars(
+        ax,
+        groups,
+        "mean_epoch_time_s_mean",
+        "mean_epoch_time_s_ci_low",
+        "mean_epoch_time_s_ci_high",
+    )
+    ax.set_xlabel(devices_header(groups["accelerator"].tolist()))
+    ax.set_ylabel("Time per epoch (s)")
+    ax.set_title("Time per epoch (training, validation excluded; 95% CI)")
+    ax.grid(True, axis="y", alpha=0.3)
+    _legend_below(ax, groups["series"].nunique())
+    return fig
+
+
+def val_loss_chart(scaling: pd.DataFrame, loss_tolerance: float = DEFAULT_LOSS_TOLERANCE) -> Figure:
+    """Final validation loss per configuration and scale (mean, min-max whiskers) against
+    each configuration's baseline, with the parity tolerance band above it: the check that
+    a speedup did not cost model quality."""
+    fig, ax = _figure()
+    frame = scaling[scaling["val_loss_final_mean"].notna()]
+    if frame.empty:
+        ax.text(
+            0.5,
+            0.5,
+            "no validation loss recorded",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        ax.set_axis_off()
+        return fig
+    series = list(dict.fromkeys(frame["series"]))
+    scales = sorted(
+        {(int(w), int(n)) for w, n in zip(frame["world_size"], frame["nodes"], strict=True)}
+    )
+    step = 0.6 / max(1, len(series))
+    for i, (color, name) in enumerate(zip(_colors(len(series)), series, strict=True)):
+        part = frame[frame["series"] == name]
+        offset = (i - (len(series) - 1) / 2) * step
+        xs = [
+            scales.index((int(w), int(n))) + offset
+            for w, n in zip(part["world_size"], part["nodes"], strict=True)
+        ]
+        y = part["val_loss_final_mean"].astype(float)
+        ax.errorbar(
+            xs,
+            y,
+            yerr=_errors(y, part["val_loss_final_min"], part["val_loss_final_max"]),
+            fmt="o",
+            capsize=3,
+            color=color,
+            label=name,
+        )
+        base = part[part["is_baseline"]]
+        if len(base):
+            b = float(base["val_loss_final_mean"].iloc[0])
+            ax.axhline(b, color=color, linestyle="--", linewidth=0.8)
+            ax.axhspan(b, b * (1 + loss_tolerance), color=color, alpha=0.12, linewidth=0)
+    ax.set_xticks(range(len(scales)))
+    ax.set_xticklabels([f"{w}\n({n} node{'s' if n > 1 else ''})" for w, n in scales])
+    ax.set_xlim(-0.6, len(scales) - 0.4)
+    ax.plot(
+        [],
+        [],
+        linestyle="--",
+        color="0.4",
+        label=f"baseline (band: +{loss_tolerance:.0%} tolerance)",
+    )
+    ax.set_xlabel(devices_header(scaling["accelerator"].tolist()))
+    ax.set_ylabel("Final validation loss")
+    ax.set_title("Validation loss vs baseline (whiskers: min–max over repeats)")
+    ax.grid(True, axis="y", alpha=0.3)
+    _legend_below(ax, len(series) + 1)
+    return fig
+
+
+CHARTS = {
+    "speedup": ("scaling", speedup_chart),
+    "efficiency": ("scaling", efficiency_chart),
+    "throughput": ("groups", throughput_chart),
+    "epoch_time": ("groups", epoch_time_chart),
+    "val_loss": ("scaling", val_loss_chart),
+}
+"""Chart name -> (which frame it takes, function)."""

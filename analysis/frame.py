@@ -1,0 +1,232 @@
+"""Parsed records as pandas DataFrames: one row per job, typed columns, units in the names.
+
+``runs`` has one row per finished job (a requeued job once, with ``restart_count``);
+``failures`` one row per job that left no result. Column names follow the record schema
+(:mod:`scalescope.record`); list-valued fields are reduced to what a table needs
+(``peak_mem_gib_max``) and kept whole where a notebook may want them (``epoch_times_s``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from scalescope.record import Identity
+
+from .parse import Failure, ParseResult, Problem, Run, parse
+
+PathArg = str | os.PathLike[str]
+
+_IDENTITY_COLUMNS: dict[str, str] = {
+    "job_id": "str",
+    "run_id": "str",
+    "array_job_id": "str",
+    "array_task_id": "Int64",
+    "restart_count": "Int64",
+    "launcher": "str",
+    "config_name": "str",
+    "workload": "str",
+    "scaling_mode": "str",
+    "precision": "str",
+    "accelerator": "str",
+    "nodes": "Int64",
+    "devices_per_node": "Int64",
+    "world_size": "Int64",
+    "per_device_batch_size": "Int64",
+    "global_batch_size": "Int64",
+    "sweep_id": "str",
+    "run_dir": "str",
+}
+
+RUN_COLUMNS: dict[str, str] = {
+    **_IDENTITY_COLUMNS,
+    "held_batch_size": "Int64",
+    "started_at": "datetime",
+    "finished_at": "datetime",
+    "device_name": "str",
+    "node_names": "str",
+    "train_samples": "Int64",
+    "val_samples": "Int64",
+    "epochs": "Int64",
+    "steps": "Int64",
+    "steps_per_epoch": "Int64",
+    "setup_time_s": "float64",
+    "train_time_s": "float64",
+    "val_time_s": "float64",
+    "job_time_s": "float64",
+    "mean_epoch_time_s": "float64",
+    "mean_epoch_time_excl_first_s": "float64",
+    "step_time_s": "float64",
+    "predicted_epoch_time_s": "float64",
+    "samples_per_s": "float64",
+    "samples_per_s_per_device": "float64",
+    "val_loss_final": "float64",
+    "val_acc_final": "float64",
+    "val_loss_best": "float64",
+    "val_acc_best": "float64",
+    "peak_mem_gib_max": "float64",
+    "peak_host_rss_gib_max": "float64",
+    "model_flops_per_sample": "float64",
+    "mfu": "float64",
+    "epoch_times_s": "object",
+    "versions": "object",
+    "restart_reasons": "str",
+    "sources": "str",
+}
+"""Column -> dtype of the runs frame; ``version_<package>`` columns follow, one per package."""
+
+FAILURE_COLUMNS: dict[str, str] = {
+    **_IDENTITY_COLUMNS,
+    "reason": "str",
+    "reason_label": "str",
+    "detail": "str",
+    "evidence": "str",
+    "evidence_file": "str",
+    "evidence_line": "Int64",
+    "also_seen": "str",
+    "files": "str",
+}
+
+
+@dataclass
+class Loaded:
+    """What :func:`load_all` returns; unpacks as ``runs, failures, problems``."""
+
+    runs: pd.DataFrame
+    failures: pd.DataFrame
+    problems: list[Problem]
+    files_read: int = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.runs, self.failures, self.problems))
+
+
+def held_batch_size(scaling_mode: str | None, global_bs: int | None, per_device: int | None) -> Any:
+    """The batch size the scaling mode keeps constant: global (strong), per device (weak)."""
+    return per_device if scaling_mode == "weak" else global_bs
+
+
+def _identity_row(identity: Identity | None) -> dict[str, Any]:
+    if identity is None:
+        return {k: None for k in _IDENTITY_COLUMNS}
+    return {k: getattr(identity, k) for k in _IDENTITY_COLUMNS}
+
+
+def _max(values: Sequence[float] | None) -> float | None:
+    finite = [v for v in values or () if v is not None]
+    return max(finite) if finite else None
+
+
+def _run_row(run: Run) -> dict[str, Any]:
+    r = run.record
+    i = r.identity
+    row = _identity_row(i)
+    row.update(
+        held_batch_size=held_batch_size(
+            i.scaling_mode, i.global_batch_size, i.per_device_batch_size
+        ),
+        started_at=i.started_at,
+        finished_at=r.finished_at,
+        device_name=r.device_name,
+        node_names=",".join(r.node_names),
+        peak_mem_gib_max=_max(r.peak_mem_gib),
+        peak_host_rss_gib_max=_max(r.peak_host_rss_gib),
+        epoch_times_s=tuple(r.epoch_times_s),
+        versions=dict(r.versions),
+        restart_reasons="; ".join(run.restart_reasons),
+        sources=";".join(run.sources),
+    )
+    for col in RUN_COLUMNS:
+        if col not in row:
+            row[col] = getattr(r, col)
+    for package, version in sorted(r.versions.items()):
+        row[f"version_{package}"] = version
+    return row
+
+
+def _failure_row(failure: Failure) -> dict[str, Any]:
+    row = _identity_row(failure.identity)
+    d = failure.diagnosis
+    row.update(
+        job_id=failure.job_id,
+        restart_count=failure.restart_count,
+        reason=d.code,
+        reason_label=d.label,
+        detail=d.detail,
+        evidence=d.evidence.line if d.evidence else None,
+        evidence_file=d.evidence.file if d.evidence else None,
+        evidence_line=d.evidence.line_no if d.evidence else None,
+        also_seen=",".join(d.also_seen),
+        files=";".join(failure.files),
+    )
+    return row
+
+
+def _column(values: list[Any], dtype: str) -> pd.Series:
+    """Values as ``dtype``; anything of the wrong type becomes missing, never an error (a
+    record is checked for presence of its fields, not their types)."""
+    if dtype.startswith("datetime"):
+        return pd.to_datetime(pd.Series(values, dtype="object"), utc=True, errors="coerce")
+    if dtype == "object":
+        return pd.Series(values, dtype="object")
+    if dtype == "str":
+        return pd.Series([None if v is None else str(v) for v in values], dtype="str")
+    if dtype == "Int64":
+        return pd.Series(
+            [v if isinstance(v, int) and not isinstance(v, bool) else None for v in values],
+            dtype="Int64",
+        )
+    return pd.Series(
+        [
+            float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+            for v in values
+        ],
+        dtype=dtype,
+    )
+
+
+def _typed(rows: list[dict[str, Any]], columns: dict[str, str]) -> pd.DataFrame:
+    extra = sorted({k for row in rows for k in row} - set(columns))
+    specs = {**columns, **dict.fromkeys(extra, "str")}
+    data = {col: _column([row.get(col) for row in rows], dtype) for col, dtype in specs.items()}
+    return pd.DataFrame(data, index=pd.RangeIndex(len(rows)))
+
+
+def runs_frame(result: ParseResult) -> pd.DataFrame:
+    return _typed([_run_row(r) for r in result.runs], RUN_COLUMNS)
+
+
+def failures_frame(result: ParseResult) -> pd.DataFrame:
+    return _typed([_failure_row(f) for f in result.failures], FAILURE_COLUMNS)
+
+
+def load_all(
+    path: PathArg | Sequence[PathArg],
+    *,
+    jobs: int | None = None,
+    exclude: Sequence[PathArg] = (),
+) -> Loaded:
+    """Runs, failures and problems under ``path`` (a folder, a file, or a list of them)."""
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    result = parse(paths, jobs=jobs, exclude=exclude)
+    return Loaded(runs_frame(result), failures_frame(result), result.problems, result.files_read)
+
+
+def load(path: PathArg | Sequence[PathArg], *, jobs: int | None = None) -> pd.DataFrame:
+    """One row per finished job; problems become one warning (``load_all`` lists them)."""
+    loaded = load_all(path, jobs=jobs)
+    serious = [p for p in loaded.problems if p.severity == "warning"]
+    if serious:
+        first = serious[0]
+        warnings.warn(
+            f"{len(serious)} problem(s) while reading, first: {first.file}: {first.message} "
+            "(analysis.load_all returns them all)",
+            stacklevel=2,
+        )
+    return loaded.runs

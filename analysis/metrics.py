@@ -1,0 +1,577 @@
+"""Scaling metrics: pure functions from the runs frame to tables of numbers.
+
+Vocabulary
+----------
+series
+    Runs that differ only in scale: same ``config_name``, workload, scaling mode, precision,
+    accelerator, the batch size the scaling mode holds constant (global for strong scaling,
+    per device for weak) and number of epochs.
+group
+    One scale of a series (``nodes`` x ``devices_per_node``): its repetitions are aggregated.
+baseline
+    The group every other group of its series is compared with: the 1-device group, else
+    the smallest world size present (fewest nodes first), unless one is chosen explicitly.
+p
+    Relative scale ``world_size / baseline world_size``.
+
+Formulas (means over repetitions; T = ``train_time_s``, X = ``samples_per_s``)
+-------------------------------------------------------------------------------
+* speedup S = mean T_baseline / mean T; parallel efficiency E = S / p
+* job-time speedup and efficiency: the same from ``job_time_s`` (start-up included)
+* throughput speedup = mean X / mean X_baseline
+* per-device throughput efficiency (the weak-scaling efficiency) =
+  mean (X / world_size) / mean (X_baseline / baseline world_size)
+* Karp-Flatt serial fraction e = (1/S - 1/p) / (1 - 1/p), for p > 1 (strong scaling)
+* Amdahl: 1/S = f + (1 - f)/p, fitted by least squares (see :func:`amdahl_fit`)
+
+Intervals: a group's mean has a two-sided Student-t interval (n >= 2). A ratio of two
+group means (speedup, efficiency, throughput ratios) has a delta-method interval on its
+logarithm with Welch-Satterthwaite degrees of freedom (:func:`analysis.stats.ratio_ci`);
+both groups need n >= 2, otherwise no interval is given. The baseline's own speedup is 1
+by definition and carries no interval.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from .stats import Summary, ratio_ci, summarize
+
+SERIES_KEYS = (
+    "config_name",
+    "workload",
+    "scaling_mode",
+    "precision",
+    "accelerator",
+    "held_batch_size",
+    "epochs",
+)
+SCALE_KEYS = ("nodes", "devices_per_node", "world_size")
+STAT_COLUMNS = (
+    "train_time_s",
+    "job_time_s",
+    "mean_epoch_time_s",
+    "samples_per_s",
+    "samples_per_s_per_device",
+    "val_loss_final",
+    "val_acc_final",
+)
+STATS = ("mean", "median", "std", "min", "max", "ci_low", "ci_high", "cv")
+
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_CV_THRESHOLD = 0.10
+DEFAULT_LOSS_TOLERANCE = 0.05
+"""Relative: a group's final validation loss more than 5 % above the baseline's is flagged."""
+DEFAULT_ACC_TOLERANCE = 0.01
+"""Absolute: a final validation accuracy more than 1 point below the baseline's is flagged."""
+PREDICT_FACTORS = (2, 4)
+
+
+# --- labels -----------------------------------------------------------------------------------
+
+
+def precision_label(precision: Any) -> str:
+    text = str(precision)
+    return f"fp{text}" if text.isdigit() else text
+
+
+def _key_value(value: Any) -> Any:
+    return (
+        None
+        if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+        else value
+    )
+
+
+def series_key(row: pd.Series | dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(_key_value(row[k]) for k in SERIES_KEYS)
+
+
+def series_labels(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]:
+    """A short readable name per series key: ``spiral · strong · fp32``; accelerator, batch
+    size and epochs are appended only where they tell two series apart."""
+    base: dict[tuple[Any, ...], str] = {}
+    for key in keys:
+        k = dict(zip(SERIES_KEYS, key, strict=True))
+        name = str(k["config_name"])
+        if k["workload"] is not None and k["workload"] != k["config_name"]:
+            name += f" [{k['workload']}]"
+        base[key] = f"{name} · {k['scaling_mode']} · {precision_label(k['precision'])}"
+    labels: dict[tuple[Any, ...], str] = {}
+    for key, label in base.items():
+        clash = [other for other, lab in base.items() if lab == label]
+        extra = []
+        for field_name, fmt in (
+            ("accelerator", "{}"),
+            ("held_batch_size", "batch {}"),
+            ("epochs", "{} epochs"),
+        ):
+            i = SERIES_KEYS.index(field_name)
+            if len({c[i] for c in clash}) > 1:
+                extra.append(fmt.format(key[i]))
+        labels[key] = " · ".join([label, *extra])
+    return labels
+
+
+def natural_key(text: Any) -> tuple[Any, ...]:
+    """Sort job ids as numbers where they are numbers: 9 before 10, ``12_3`` after ``12_2``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(text)))
+
+
+# --- grouping ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    series_key: tuple[Any, ...]
+    nodes: int
+    devices_per_node: int
+    world_size: int
+    rows: pd.DataFrame
+    stats: dict[str, Summary] = field(default_factory=dict)
+
+
+def _groups(runs: pd.DataFrame, confidence: float) -> list[_Group]:
+    """Groups in a canonical order (series key, world size, nodes) whatever the row order."""
+    out: list[_Group] = []
+    if runs.empty:
+        return out
+    for (key, nodes, dpn, world), rows in _grouped(runs):
+        g = _Group(key, nodes, dpn, world, rows)
+        for col in STAT_COLUMNS:
+            values = rows[col].tolist() if col in rows else []
+            g.stats[col] = summarize(values, confidence)
+        out.append(g)
+    return out
+
+
+def _grouped(runs: pd.DataFrame) -> list[tuple[tuple[Any, int, int, int], pd.DataFrame]]:
+    buckets: dict[tuple[Any, int, int, int], list[int]] = {}
+    for idx, row in runs.iterrows():
+        if any(pd.isna(row[k]) for k in SCALE_KEYS):
+            continue  # a record with a mistyped scale cannot be placed on any axis
+        scale = tuple(int(row[k]) for k in SCALE_KEYS)
+        buckets.setdefault((series_key(row), *scale), []).append(idx)  # type: ignore[arg-type]
+
+    def order(item: tuple[tuple[Any, int, int, int], list[int]]) -> tuple[Any, ...]:
+        (key, nodes, dpn, world), _ = item
+        return (tuple(str(v) for v in key), world, nodes, dpn)
+
+    return [(k, runs.loc[idx]) for k, idx in sorted(buckets.items(), key=order)]
+
+
+def group_stats(
+    runs: pd.DataFrame,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cv_threshold: float = DEFAULT_CV_THRESHOLD,
+) -> pd.DataFrame:
+    """One row per group: n, the job ids and, per measured column, ``<col>_<stat>`` for stat
+    in mean, median, std, min, max, ci_low, ci_high (t-interval of the mean), cv (std/mean).
+    ``high_variance`` flags a training-time CV above ``cv_threshold``."""
+    groups = _groups(runs, confidence)
+    labels = series_labels([g.series_key for g in groups])
+    rows = []
+    for g in groups:
+        row: dict[str, Any] = {"series": labels[g.series_key]}
+        row.update(zip(SERIES_KEYS, g.series_key, strict=True))
+        row.update(nodes=g.nodes, devices_per_node=g.devices_per_node, world_size=g.world_size)
+        row["n"] = g.stats["train_time_s"].n
+        row["job_ids"] = ",".join(sorted(g.rows["job_id"].astype(str), key=natural_key))
+        for col in STAT_COLUMNS:
+            s = g.stats[col]
+            for stat in STATS:
+                row[f"{col}_{stat}"] = getattr(s, stat)
+        cv = g.stats["train_time_s"].cv
+        row["high_variance"] = bool(cv > cv_threshold) if not math.isnan(cv) else False
+        rows.append(row)
+    return pd.DataFrame(rows, columns=_group_columns())
+
+
+def _group_columns() -> list[str]:
+    cols = ["series", *SERIES_KEYS, *SCALE_KEYS, "n", "job_ids"]
+    cols += [f"{c}_{s}" for c in STAT_COLUMNS for s in STATS]
+    return [*cols, "high_variance"]
+
+
+# --- baseline ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BaselineSpec:
+    """A requested baseline scale: a world size, or nodes x devices per node."""
+
+    world_size: int | None = None
+    nodes: int | None = None
+    devices_per_node: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> BaselineSpec:
+        """``4`` (world size 4) or ``1x4`` (1 node x 4 devices)."""
+        m = re.fullmatch(r"\s*(\d+)\s*(?:[xX×]\s*(\d+))?\s*", text)
+        if not m or int(m.group(1)) < 1 or (m.group(2) and int(m.group(2)) < 1):
+            raise ValueError(
+                f"baseline {text!r}: expected a world size (4) or nodes x devices (1x4)"
+            )
+        if m.group(2):
+            nodes, dpn = int(m.group(1)), int(m.group(2))
+            return cls(nodes * dpn, nodes, dpn)
+        return cls(world_size=int(m.group(1)))
+
+    def matches(self, g: _Group) -> bool:
+        if self.nodes is not None:
+            return g.nodes == self.nodes and g.devices_per_node == self.devices_per_node
+        return g.world_size == self.world_size
+
+    def __str__(self) -> str:
+        if self.nodes is not None:
+            return f"{self.nodes}x{self.devices_per_node}"
+        return f"world size {self.world_size}"
+
+
+def _pick_baseline(groups: Sequence[_Group], spec: BaselineSpec | None) -> tuple[_Group, str]:
+    """The baseline group of one series and a sentence saying how it was chosen."""
+    ordered = sorted(groups, key=lambda g: (g.world_size, g.nodes))
+    if spec is not None:
+        chosen = [g for g in ordered if spec.matches(g)]
+        if chosen:
+            return chosen[0], f"baseline chosen with --baseline {spec}"
+        fallback = "1-device run" if ordered[0].world_size == 1 else "smallest world size present"
+        return ordered[0], f"--baseline {spec} not measured here; baseline is the {fallback}"
+    if ordered[0].world_size == 1:
+        return ordered[0], "1-device run"
+    return ordered[0], (
+        f"no 1-device run; baseline is the smallest world size present "
+        f"({ordered[0].world_size}), so speedups are relative to it"
+    )
+
+
+# --- scaling ----------------------------------------------------------------------------------
+
+
+def karp_flatt(speedup: float, p: float) -> float:
+    """Experimentally determined serial fraction e = (1/S - 1/p) / (1 - 1/p).
+
+    0 for perfect scaling (S = p), 1 when adding processors gains nothing (S = 1); NaN where
+    undefined (p <= 1, or S not positive).
+    """
+    if not (p > 1 and speedup > 0) or math.isnan(speedup):
+        return math.nan
+    return (1.0 / speedup - 1.0 / p) / (1.0 - 1.0 / p)
+
+
+def _parity(
+    loss: float, loss_b: float, acc: float, acc_b: float, loss_tol: float, acc_tol: float
+) -> tuple[float, float, str]:
+    loss_delta = (loss - loss_b) / abs(loss_b) if loss_b and not math.isnan(loss_b) else math.nan
+    acc_delta = acc - acc_b
+    worse = []
+    if loss_delta > loss_tol:
+        worse.append("loss")
+    if acc_delta < -acc_tol:
+        worse.append("accuracy")
+    if worse:
+        verdict = "worse " + " and ".join(worse)
+    elif math.isnan(loss_delta) and math.isnan(acc_delta):
+        verdict = "n/a"
+    else:
+        verdict = "ok"
+    return loss_delta, acc_delta, verdict
+
+
+def scaling_table(
+    runs: pd.DataFrame,
+    *,
+    baseline: BaselineSpec | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cv_threshold: float = DEFAULT_CV_THRESHOLD,
+    loss_tolerance: float = DEFAULT_LOSS_TOLERANCE,
+    acc_tolerance: float = DEFAULT_ACC_TOLERANCE,
+) -> pd.DataFrame:
+    """One row per group with its baseline and every scaling metric (see the module doc).
+
+    Columns: series, the series keys, nodes, devices_per_node, world_size, n,
+    baseline_nodes, baseline_devices_per_node, baseline_world_size, baseline_n,
+    baseline_note, is_baseline, relative_scale, train_time_s_mean, job_time_s_mean,
+    samples_per_s_mean, speedup(+_ci_low/_ci_high), parallel_efficiency(+CI), karp_flatt,
+    job_time_speedup, job_time_efficiency, throughput_speedup(+CI),
+    per_device_throughput_efficiency(+CI), val_loss_final_mean (+_min, _max),
+    val_loss_delta_rel,
+    val_acc_final_mean, val_acc_delta, parity, high_variance, train_time_s_cv.
+    """
+    groups = _groups(runs, confidence)
+    labels = series_labels([g.series_key for g in groups])
+    by_series: dict[tuple[Any, ...], list[_Group]] = {}
+    for g in groups:
+        by_series.setdefault(g.series_key, []).append(g)
+    rows = []
+    for key, members in by_series.items():
+        base, note = _pick_baseline(members, baseline)
+        bt, bj = base.stats["train_time_s"], base.stats["job_time_s"]
+        bx, bxd = base.stats["samples_per_s"], base.stats["samples_per_s_per_device"]
+        for g in members:
+            p = g.world_size / base.world_size
+            is_base = g is base
+            t, j = g.stats["train_time_s"], g.stats["job_time_s"]
+            if is_base:
+                speed = thr = pde = (1.0, math.nan, math.nan)
+                job_speed = 1.0
+            else:
+                speed = ratio_ci(bt, t, confidence)
+                thr = ratio_ci(g.stats["samples_per_s"], bx, confidence)
+                pde = ratio_ci(g.stats["samples_per_s_per_device"], bxd, confidence)
+                job_speed = bj.mean / j.mean if j.mean else math.nan
+            loss_delta, acc_delta, parity = _parity(
+                g.stats["val_loss_final"].mean,
+                base.stats["val_loss_final"].mean,
+                g.stats["val_acc_final"].mean,
+                base.stats["val_acc_final"].mean,
+                loss_tolerance,
+                acc_tolerance,
+            )
+            cv = t.cv
+            row: dict[str, Any] = {"series": labels[key]}
+            row.update(zip(SERIES_KEYS, key, strict=True))
+            row.update(
+                nodes=g.nodes,
+                devices_per_node=g.devices_per_node,
+                world_size=g.world_size,
+                n=t.n,
+                baseline_nodes=base.nodes,
+                baseline_devices_per_node=base.devices_per_node,
+                baseline_world_size=base.world_size,
+                baseline_n=bt.n,
+                baseline_note=note,
+                is_baseline=is_base,
+                relative_scale=p,
+                train_time_s_mean=t.mean,
+                job_time_s_mean=j.mean,
+                samples_per_s_mean=g.stats["samples_per_s"].mean,
+                speedup=speed[0],
+                speedup_ci_low=speed[1],
+                speedup_ci_high=speed[2],
+                parallel_efficiency=speed[0] / p,
+                parallel_efficiency_ci_low=speed[1] / p,
+                parallel_efficiency_ci_high=speed[2] / p,
+                karp_flatt=karp_flatt(speed[0], p) if key[2] != "weak" else math.nan,
+                job_time_speedup=job_speed,
+                job_time_efficiency=job_speed / p,
+                throughput_speedup=thr[0],
+                throughput_speedup_ci_low=thr[1],
+                throughput_speedup_ci_high=thr[2],
+                per_device_throughput_efficiency=pde[0],
+                per_device_throughput_efficiency_ci_low=pde[1],
+                per_device_throughput_efficiency_ci_high=pde[2],
+                val_loss_final_mean=g.stats["val_loss_final"].mean,
+                val_loss_final_min=g.stats["val_loss_final"].min,
+                val_loss_final_max=g.stats["val_loss_final"].max,
+                val_loss_delta_rel=loss_delta,
+                val_acc_final_mean=g.stats["val_acc_final"].mean,
+                val_acc_delta=acc_delta,
+                parity=parity,
+                high_variance=bool(cv > cv_threshold) if not math.isnan(cv) else False,
+                train_time_s_cv=cv,
+            )
+            rows.append(row)
+    return pd.DataFrame(rows, columns=SCALING_COLUMNS)
+
+
+SCALING_COLUMNS = [
+    "series",
+    *SERIES_KEYS,
+    *SCALE_KEYS,
+    "n",
+    "baseline_nodes",
+    "baseline_devices_per_node",
+    "baseline_world_size",
+    "baseline_n",
+    "baseline_note",
+    "is_baseline",
+    "relative_scale",
+    "train_time_s_mean",
+    "job_time_s_mean",
+    "samples_per_s_mean",
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "parallel_efficiency",
+    "parallel_efficiency_ci_low",
+    "parallel_efficiency_ci_high",
+    "karp_flatt",
+    "job_time_speedup",
+    "job_time_efficiency",
+    "throughput_speedup",
+    "throughput_speedup_ci_low",
+    "throughput_speedup_ci_high",
+    "per_device_throughput_efficiency",
+    "per_device_throughput_efficiency_ci_low",
+    "per_device_throughput_efficiency_ci_high",
+    "val_loss_final_mean",
+    "val_loss_final_min",
+    "val_loss_final_max",
+    "val_loss_delta_rel",
+    "val_acc_final_mean",
+    "val_acc_delta",
+    "parity",
+    "high_variance",
+    "train_time_s_cv",
+]
+
+
+# --- Amdahl -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AmdahlFit:
+    """Serial fraction f of Amdahl's law 1/S = f + (1 - f)/p fitted to measured speedups."""
+
+    serial_fraction: float
+    stderr: float
+    """Standard error of f from the residuals; NaN with fewer than two scaled points."""
+    points: int
+
+    def speedup(self, p: float, f: float | None = None) -> float:
+        f = self.serial_fraction if f is None else f
+        return 1.0 / (f + (1.0 - f) / p)
+
+
+def amdahl_fit(p: Sequence[float], speedup: Sequence[float]) -> AmdahlFit:
+    """Least squares of y = 1/S on x = 1/p under the constraint S(1) = 1.
+
+    With the constraint, y - x = f (1 - x): a regression through the origin, so
+    f = sum((1 - x)(y - x)) / sum((1 - x)^2) and, over the m points with p != 1,
+    SE(f) = sqrt(sum(residual^2) / (m - 1) / sum((1 - x)^2)). Points at p = 1 carry no
+    information and are ignored. f < 0 means better than linear scaling (caches, a smaller
+    per-device problem); it is reported as fitted, not clipped.
+    """
+    pts = [
+        (1.0 / pi, 1.0 / si)
+        for pi, si in zip(p, speedup, strict=True)
+        if pi > 0 and si > 0 and math.isfinite(si) and pi != 1
+    ]
+    m = len(pts)
+    if m == 0:
+        return AmdahlFit(math.nan, math.nan, 0)
+    sxx = math.fsum((1 - x) ** 2 for x, _ in pts)
+    f = math.fsum((1 - x) * (y - x) for x, y in pts) / sxx
+    if m < 2:
+        return AmdahlFit(f, math.nan, m)
+    ssr = math.fsum((y - x - f * (1 - x)) ** 2 for x, y in pts)
+    return AmdahlFit(f, math.sqrt(ssr / (m - 1) / sxx), m)
+
+
+def amdahl_table(scaling: pd.DataFrame) -> pd.DataFrame:
+    """Per strong-scaling series: the fit and predictions at 2x and 4x the largest measured
+    world size (speedup and efficiency relative to the baseline, with the range that
+    f -/+ one standard error, kept within [0, 1], gives)."""
+    rows = []
+    if not scaling.empty:
+        for series, part in scaling.groupby("series", sort=False):
+            if (part["scaling_mode"] == "weak").all():
+                continue
+            fit = amdahl_fit(part["relative_scale"].tolist(), part["speedup"].tolist())
+            base_world = int(part["baseline_world_size"].iloc[0])
+            max_world = int(part["world_size"].max())
+            row: dict[str, Any] = {
+                "series": series,
+                "baseline_world_size": base_world,
+                "max_world_size": max_world,
+                "points": fit.points,
+                "serial_fraction": fit.serial_fraction,
+                "serial_fraction_se": fit.stderr,
+            }
+            for k in PREDICT_FACTORS:
+                world = k * max_world
+                p = world / base_world
+                s = fit.speedup(p) if fit.points else math.nan
+                if fit.points and not math.isnan(fit.stderr):
+                    lo_f = min(1.0, fit.serial_fraction + fit.stderr)
+                    hi_f = max(0.0, fit.serial_fraction - fit.stderr)
+                    low, high = fit.speedup(p, lo_f), fit.speedup(p, hi_f)
+                else:
+                    low = high = math.nan
+                row[f"world_size_{k}x"] = world
+                row[f"predicted_speedup_{k}x"] = s
+                row[f"predicted_speedup_{k}x_low"] = low
+                row[f"predicted_speedup_{k}x_high"] = high
+                row[f"predicted_efficiency_{k}x"] = s / p
+            rows.append(row)
+    cols = [
+        "series",
+        "baseline_world_size",
+        "max_world_size",
+        "points",
+        "serial_fraction",
+        "serial_fraction_se",
+    ]
+    for k in PREDICT_FACTORS:
+        cols += [
+            f"world_size_{k}x",
+            f"predicted_speedup_{k}x",
+            f"predicted_speedup_{k}x_low",
+            f"predicted_speedup_{k}x_high",
+            f"predicted_efficiency_{k}x",
+        ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# --- everything at once -----------------------------------------------------------------------
+
+
+@dataclass
+class Analysis:
+    groups: pd.DataFrame
+    scaling: pd.DataFrame
+    amdahl: pd.DataFrame
+    notes: list[str]
+
+
+def analyze(
+    runs: pd.DataFrame,
+    *,
+    baseline: BaselineSpec | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cv_threshold: float = DEFAULT_CV_THRESHOLD,
+    loss_tolerance: float = DEFAULT_LOSS_TOLERANCE,
+    acc_tolerance: float = DEFAULT_ACC_TOLERANCE,
+) -> Analysis:
+    """Groups, scaling and Amdahl tables, plus sentences for what a reader must not miss."""
+    groups = group_stats(runs, confidence=confidence, cv_threshold=cv_threshold)
+    scaling = scaling_table(
+        runs,
+        baseline=baseline,
+        confidence=confidence,
+        cv_threshold=cv_threshold,
+        loss_tolerance=loss_tolerance,
+        acc_tolerance=acc_tolerance,
+    )
+    amdahl = amdahl_table(scaling)
+    notes: list[str] = []
+    for series, part in scaling.groupby("series", sort=False):
+        note = part["baseline_note"].iloc[0]
+        if note != "1-device run":
+            notes.append(f"{series}: {note}.")
+    for _, row in groups[groups["high_variance"]].iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: training time varies "
+            f"{row['train_time_s_cv']:.0%} between repeats (CV > {cv_threshold:.0%}); "
+            "treat its speedup with care."
+        )
+    for _, row in scaling[scaling["parity"].str.startswith("worse")].iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: {row['parity']} than "
+            "the baseline beyond tolerance; faster but worse is not a speedup."
+        )
+    single = groups[groups["n"] < 2]
+    if len(single):
+        notes.append(
+            f"{len(single)} of {len(groups)} configuration(s) ran once: no confidence interval "
+            "without repeats."
+        )
+    return Analysis(groups, scaling, amdahl, notes)

@@ -1,0 +1,527 @@
+"""Find result records and failed jobs in Slurm logs and run directories.
+
+Reading happens in two phases, both per file (so across processes when there are many):
+
+1. every file is scanned in binary for the record marker (``bytes.find``, no decoding of
+   the noise lines); marker lines are decoded through :mod:`scalescope.record`. A file whose
+   start event has no result in the same file is also scanned for failure evidence.
+2. logs that carry no event but whose name gives a job id (submitit's ``*_log.err``, a
+   rank's own log) are scanned for evidence only when that job has no result.
+
+Then :func:`assemble` turns events into jobs: duplicates of one run (its log and its
+``result.json``) collapse into one, a requeued job that finished counts once with its
+restart count, and a job with a start event (or a job log with a failure message) but no
+result becomes a failure with the evidence line that explains it. Nothing here raises on
+a bad file: every problem is returned, with its file name, next to the records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import BinaryIO, TypeVar
+
+from scalescope.record import (
+    MARKER,
+    Identity,
+    RecordError,
+    ResultRecord,
+    StartEvent,
+    decode_line,
+    read_result_json,
+)
+
+from .classify import KEYWORDS, Diagnosis, Evidence, EvidenceCollector, diagnose, with_attempt
+
+MARKER_BYTES = MARKER.encode()
+SUMMARY_MARKER = ".scalescope-summary"
+"""A summary output folder holds this file; the walker never descends into such a folder."""
+RESULT_JSON = "result.json"
+
+CHUNK_BYTES = 1 << 20
+MAX_LINE_BYTES = 8 << 20
+"""A line longer than this cannot be an event line (those are a few kB); it is skipped."""
+_BINARY_PROBE = 8192
+
+# Files that are never logs: checked by suffix before opening, skipped without a word.
+SKIP_SUFFIXES = frozenset(
+    {
+        # checkpoints, arrays, archives, images
+        *(".ckpt", ".pt", ".pth", ".bin", ".safetensors", ".pkl", ".pickle", ".npy", ".npz"),
+        *(".h5", ".hdf5", ".parquet", ".arrow", ".zip", ".gz", ".bz2", ".xz", ".zst", ".tar"),
+        *(".tgz", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".so", ".pyc", ".whl"),
+        # structured text that is not a job log (metrics.csv, hparams.yaml, sources)
+        *(".db", ".sqlite", ".json", ".yaml", ".yml", ".toml", ".csv", ".tsv", ".md", ".rst"),
+        *(".html", ".ipynb", ".py", ".sh", ".cfg", ".ini", ".lock"),
+    }
+)
+_SKIP_DIRS = frozenset({"__pycache__", "node_modules"})
+
+_SUBMITIT_NAME = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_log\.(?:out|err)$")
+_SLURM_NAME = re.compile(r"^slurm-(?P<job>\d+(?:_\d+)?)\.out$")
+_GENERIC_NAME = re.compile(r"(?:^|[^\d_])(?P<job>\d+(?:_\d+)?)\.(?:out|err)$")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong with one input file; never fatal."""
+
+    file: str
+    message: str
+    severity: str = "warning"
+    """``warning`` (data lost or doubtful) or ``info`` (worth knowing, nothing lost)."""
+
+
+@dataclass(frozen=True)
+class FileScan:
+    path: str
+    display: str
+    events: tuple[tuple[int, StartEvent | ResultRecord], ...] = ()
+    """(line number, event); line 0 for a result.json."""
+    evidence: tuple[Evidence, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    hint: str | None = None
+    """Job id read from the file name (``1234`` or array ``1234_5``), if any."""
+    evidence_scanned: bool = False
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished job: its final result and where it was read from."""
+
+    record: ResultRecord
+    sources: tuple[str, ...]
+    restart_reasons: tuple[str, ...] = ()
+    """Why earlier attempts of a requeued job stopped, where their logs say so."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A job with no result: what it was (if a start event says) and why it stopped."""
+
+    job_id: str
+    identity: Identity | None
+    restart_count: int
+    diagnosis: Diagnosis
+    files: tuple[str, ...]
+
+
+@dataclass
+class ParseResult:
+    runs: list[Run] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    files_read: int = 0
+
+
+# --- finding files ------------------------------------------------------------------------
+
+
+def job_hint(name: str) -> str | None:
+    """The job id a log's file name carries (Slurm, submitit or ``name-<id>.out``)."""
+    for pattern in (_SUBMITIT_NAME, _SLURM_NAME, _GENERIC_NAME):
+        m = pattern.search(name)
+        if m:
+            return m.group("job")
+    return None
+
+
+def _skip_file(name: str) -> bool:
+    if name.startswith("."):
+        return True
+    if name == RESULT_JSON:
+        return False
+    if ".tfevents." in name:
+        return True
+    return os.path.splitext(name)[1].lower() in SKIP_SUFFIXES
+
+
+def discover(
+    paths: Sequence[str | os.PathLike[str]], exclude: Iterable[str | os.PathLike[str]] = ()
+) -> tuple[list[tuple[str, str]], list[Problem]]:
+    """(path, display name) of every candidate file, in a stable order, plus problems.
+
+    Directories are walked recursively without following links; hidden folders, summary
+    output folders (they hold :data:`SUMMARY_MARKER`) and ``exclude`` are skipped. The
+    display name is relative to the parent of the argument it was found under.
+    """
+    excluded = {os.path.realpath(p) for p in exclude}
+    found: list[tuple[str, str]] = []
+    problems: list[Problem] = []
+    seen: set[str] = set()
+
+    def add(path: str, display: str) -> None:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            found.append((path, display))
+
+    for arg in paths:
+        root = os.fspath(arg)
+        if os.path.isfile(root):
+            add(root, os.path.basename(root))
+            continue
+        if not os.path.isdir(root):
+            problems.append(Problem(root, "no such file or folder"))
+            continue
+        base = os.path.dirname(os.path.abspath(root))
+
+        def onerror(exc: OSError, root: str = root, base: str = base) -> None:
+            where = os.path.relpath(exc.filename or root, base)
+            problems.append(Problem(where, f"cannot read: {exc.strerror}"))
+
+        for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
+            dirnames[:] = sorted(
+                d
+                for d in dirnames
+                if not d.startswith(".")
+                and d not in _SKIP_DIRS
+                and os.path.realpath(os.path.join(dirpath, d)) not in excluded
+                and not os.path.exists(os.path.join(dirpath, d, SUMMARY_MARKER))
+            )
+            if SUMMARY_MARKER in filenames:
+                dirnames[:] = []
+                continue
+            for name in sorted(filenames):
+                if not _skip_file(name):
+                    full = os.path.join(dirpath, name)
+                    add(full, os.path.relpath(os.path.abspath(full), base))
+    return found, problems
+
+
+# --- phase 1: events ------------------------------------------------------------------------
+
+
+def _marker_lines(fh: BinaryIO, first: bytes) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, line) of every line holding the marker; (line number, None) for a line
+    too long to be an event. Reads in chunks: memory stays bounded whatever the file size."""
+    carry = b""
+    line_base = 1  # line number of the first line in ``buf``
+    chunk = first
+    skipping = False  # inside an over-long line, dropping bytes up to its end
+    while True:
+        eof = not chunk
+        buf = carry + chunk if carry else chunk
+        if not buf:
+            return
+        end = len(buf) if eof else buf.rfind(b"\n") + 1
+        if end == 0:  # no line end in this chunk
+            if len(buf) > MAX_LINE_BYTES:
+                if not skipping and MARKER_BYTES in buf:
+                    yield line_base, None
+                skipping, carry = True, b""
+            else:
+                carry = buf
+            chunk = fh.read(CHUNK_BYTES)
+            continue
+        start = 0
+        if skipping:
+            # the over-long line ends at the first newline of this chunk
+            start = buf.find(b"\n") + 1
+            skipping = False
+        pos = buf.find(MARKER_BYTES, start, end)
+        while pos >= 0:
+            ls = buf.rfind(b"\n", 0, pos) + 1
+            le = buf.find(b"\n", pos, end)
+            le = end if le < 0 else le
+            yield line_base + buf.count(b"\n", 0, ls), buf[ls:le]
+            pos = buf.find(MARKER_BYTES, le, end)
+        line_base += buf.count(b"\n", 0, end)
+        carry = buf[end:]
+        if eof:
+            return
+        chunk = fh.read(CHUNK_BYTES)
+
+
+def scan_file(item: tuple[str, str]) -> FileScan:
+    """Phase 1 for one file: its events, problems and (if it needs them) failure evidence."""
+    path, display = item
+    name = os.path.basename(path)
+    if name == RESULT_JSON:
+        try:
+            return FileScan(path, display, events=((0, read_result_json(path)),))
+        except RecordError as exc:
+            return FileScan(path, display, problems=(Problem(display, str(exc)),))
+    hint = job_hint(name)
+    events: list[tuple[int, StartEvent | ResultRecord]] = []
+    problems: list[Problem] = []
+    try:
+        with open(path, "rb") as fh:
+            first = fh.read(CHUNK_BYTES)
+            if b"\0" in first[:_BINARY_PROBE]:
+                return FileScan(path, display, problems=(Problem(display, "binary file, skipped"),))
+            for line_no, raw in _marker_lines(fh, first):
+                if raw is None:
+                    problems.append(
+                        Problem(
+                            display,
+                            f"line {line_no}: event line longer than "
+                            f"{MAX_LINE_BYTES >> 20} MiB, skipped",
+                        )
+                    )
+                    continue
+                try:
+                    event = decode_line(raw.decode("utf-8", errors="replace"))
+                except RecordError as exc:
+                    problems.append(Problem(display, f"line {line_no}: {exc}"))
+                    continue
+                if event is not None:
+                    events.append((line_no, event))
+    except OSError as exc:
+        return FileScan(path, display, problems=(Problem(display, f"cannot read: {exc}"),))
+    scan = FileScan(path, display, tuple(events), problems=tuple(problems), hint=hint)
+    finished = {e.identity.run_id for _, e in events if isinstance(e, ResultRecord)}
+    if any(isinstance(e, StartEvent) and e.identity.run_id not in finished for _, e in events):
+        return _with_evidence(scan)
+    return scan
+
+
+# --- phase 2: evidence ----------------------------------------------------------------------
+
+
+def _keyword_lines(fh: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of each line with a failure keyword, in order, each line once."""
+    carry = b""
+    line_base = 1
+    while True:
+        chunk = fh.read(CHUNK_BYTES)
+        eof = not chunk
+        buf = carry + chunk if carry else chunk
+        if not buf:
+            return
+        end = len(buf) if eof else buf.rfind(b"\n") + 1
+        if end == 0:
+            carry = buf[-MAX_LINE_BYTES:]
+            continue
+        last_le = -1
+        for m in KEYWORDS.finditer(buf, 0, end):
+            if m.start() < last_le:
+                continue
+            ls = buf.rfind(b"\n", 0, m.start()) + 1
+            le = buf.find(b"\n", m.start(), end)
+            le = end if le < 0 else le
+            last_le = le
+            yield line_base + buf.count(b"\n", 0, ls), buf[ls:le]
+        line_base += buf.count(b"\n", 0, end)
+        carry = buf[end:]
+        if eof:
+            return
+
+
+def scan_evidence(path: str, display: str) -> tuple[list[Evidence], list[Problem]]:
+    collector = EvidenceCollector(display)
+    try:
+        with open(path, "rb") as fh:
+            for line_no, raw in _keyword_lines(fh):
+                collector.feed(raw.decode("utf-8", errors="replace"), line_no)
+    except OSError as exc:
+        return [], [Problem(display, f"cannot read: {exc}")]
+    return collector.evidence(), []
+
+
+def _with_evidence(scan: FileScan) -> FileScan:
+    evidence, problems = scan_evidence(scan.path, scan.display)
+    # Attribute each line to the attempt whose start event precedes it in this file.
+    starts = sorted(
+        (no, e.identity.restart_count) for no, e in scan.events if isinstance(e, StartEvent)
+    )
+    attributed = []
+    for ev in evidence:
+        attempt = None
+        for no, restart in starts:
+            if no < ev.line_no:
+                attempt = restart
+        attributed.append(with_attempt(ev, attempt))
+    return FileScan(
+        scan.path,
+        scan.display,
+        scan.events,
+        tuple(attributed),
+        scan.problems + tuple(problems),
+        scan.hint,
+        evidence_scanned=True,
+    )
+
+
+def evidence_scan(scan: FileScan) -> FileScan:
+    """Phase 2 for one file (a picklable entry point for the process pool)."""
+    return scan if scan.evidence_scanned else _with_evidence(scan)
+
+
+# --- assembling jobs ------------------------------------------------------------------------
+
+
+def _comparable(record: ResultRecord) -> dict[str, object]:
+    data = record.to_dict()
+    data.pop("tracking", None)
+    return data
+
+
+def _array_alias(identity: Identity) -> str | None:
+    if identity.array_job_id and identity.array_task_id is not None:
+        return f"{identity.array_job_id}_{identity.array_task_id}"
+    return None
+
+
+class _Assembler:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.results: dict[str, tuple[ResultRecord, list[str]]] = {}
+        self.starts: dict[str, dict[int, StartEvent]] = defaultdict(dict)
+        self.evidence: dict[str, list[Evidence]] = defaultdict(list)
+        self.job_files: dict[str, set[str]] = defaultdict(set)
+        self.alias: dict[str, str] = {}
+        self.hinted: list[FileScan] = []
+
+    def _key(self, identity: Identity) -> str:
+        key = identity.job_id
+        self.alias[key] = key
+        alias = _array_alias(identity)
+        if alias:
+            self.alias[alias] = key
+        return key
+
+    def add(self, scan: FileScan) -> None:
+        self.problems.extend(scan.problems)
+        # result.json first: it is written atomically, a log line may have been interleaved
+        for _, event in scan.events:
+            key = self._key(event.identity)
+            self.job_files[key].add(scan.display)
+            if isinstance(event, StartEvent):
+                self.starts[key].setdefault(event.identity.restart_count, event)
+                continue
+            run_id = event.identity.run_id
+            if run_id not in self.results:
+                self.results[run_id] = (event, [scan.display])
+                continue
+            kept, sources = self.results[run_id]
+            sources.append(scan.display)
+            if _comparable(kept) != _comparable(event):
+                a, b = _comparable(kept), _comparable(event)
+                differing = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+                self.problems.append(
+                    Problem(
+                        scan.display,
+                        f"run {run_id} also in {sources[0]} with different values "
+                        f"({', '.join(differing[:5])}); kept the one from {sources[0]}",
+                    )
+                )
+        if scan.evidence_scanned:
+            keys = {self._key(e.identity) for _, e in scan.events}
+            for key in keys:
+                self.evidence[key].extend(scan.evidence)
+        if not scan.events and scan.hint is not None:
+            self.hinted.append(scan)
+
+    def finished_keys(self) -> set[str]:
+        return {
+            self.alias.get(r.identity.job_id, r.identity.job_id) for r, _ in self.results.values()
+        }
+
+    def pending(self) -> list[FileScan]:
+        """Hinted logs without events whose job has no result: they need an evidence scan."""
+        done = self.finished_keys()
+        return [s for s in self.hinted if self.alias.get(s.hint or "", s.hint) not in done]
+
+    def add_evidence(self, scan: FileScan) -> None:
+        self.problems.extend(p for p in scan.problems if p not in self.problems)
+        key = self.alias.get(scan.hint or "", scan.hint or "")
+        self.job_files[key].add(scan.display)
+        self.evidence[key].extend(scan.evidence)
+        if not scan.evidence and key not in self.starts:
+            self.problems.append(
+                Problem(
+                    scan.display,
+                    "job log without scalescope events: not a scalescope job, or it stopped "
+                    "before printing its start event",
+                    severity="info",
+                )
+            )
+
+    def finish(self) -> ParseResult:
+        out = ParseResult(problems=self.problems)
+        by_job: dict[str, list[tuple[ResultRecord, list[str]]]] = defaultdict(list)
+        for record, sources in self.results.values():
+            by_job[self._key(record.identity)].append((record, sources))
+        for key, results in by_job.items():
+            results.sort(key=lambda rs: rs[0].identity.restart_count)
+            record, sources = results[-1]
+            if len(results) > 1:
+                self.problems.append(
+                    Problem(
+                        sources[0],
+                        f"job {key} reported results for restarts "
+                        f"{', '.join(str(r.identity.restart_count) for r, _ in results)}; "
+                        "kept the last",
+                        severity="info",
+                    )
+                )
+            final = record.identity.restart_count
+            earlier = [
+                e for e in self.evidence.get(key, []) if e.attempt is not None and e.attempt < final
+            ]
+            reasons = tuple(dict.fromkeys(e.label for e in earlier if e.code != "exit_code"))
+            out.runs.append(Run(record, tuple(sorted(set(sources))), reasons))
+        for key in sorted(set(self.starts) | set(self.evidence)):
+            if key in by_job:
+                continue
+            starts = self.starts.get(key, {})
+            evidence = self.evidence.get(key, [])
+            if not starts and not evidence:
+                continue
+            final = max(starts) if starts else 0
+            current = [e for e in evidence if e.attempt is None or e.attempt == final]
+            identity = starts[final].identity if starts else None
+            out.failures.append(
+                Failure(
+                    job_id=key,
+                    identity=identity,
+                    restart_count=final,
+                    diagnosis=diagnose(current or evidence),
+                    files=tuple(sorted(self.job_files.get(key, ()))),
+                )
+            )
+        out.runs.sort(key=lambda r: (r.record.identity.job_id, r.record.identity.run_id))
+        return out
+
+
+def _map(func: Callable[[T], R], items: Sequence[T], jobs: int | None) -> list[R]:
+    """func over items, in order; across processes when there are enough items to pay off."""
+    workers = jobs if jobs is not None else (os.cpu_count() or 1)
+    if workers <= 1 or len(items) < 64:
+        return [func(item) for item in items]
+    workers = min(workers, max(1, len(items) // 32))
+    chunksize = max(1, min(256, len(items) // (workers * 8)))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(func, items, chunksize=chunksize))
+
+
+def parse(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    exclude: Iterable[str | os.PathLike[str]] = (),
+    jobs: int | None = None,
+) -> ParseResult:
+    """Read every record and failed job under ``paths`` (folders, walked, or files).
+
+    ``jobs`` bounds the worker processes (default: one per CPU; 1 reads in this process).
+    """
+    files, problems = discover(paths, exclude)
+    # result.json files go first so that a run's atomic record wins over its log line.
+    files.sort(key=lambda f: (os.path.basename(f[0]) != RESULT_JSON, f[1]))
+    assembler = _Assembler()
+    assembler.problems.extend(problems)
+    for scan in _map(scan_file, files, jobs):
+        assembler.add(scan)
+    for scan in _map(evidence_scan, assembler.pending(), jobs):
+        assembler.add_evidence(scan)
+    result = assembler.finish()
+    result.files_read = len(files)
+    return result

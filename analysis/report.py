@@ -1,0 +1,187 @@
+"""The JSON summary document and ``report.md``: everything shown, in two durable forms.
+
+Both are deterministic functions of the inputs (no generation time, paths relative to the
+inputs' parent folder), so they can be golden-tested and diffed between two summaries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
+
+from .metrics import Analysis
+from .parse import Problem
+from .tables import DisplayTable, markdown
+
+SUMMARY_SCHEMA_VERSION = 1
+"""Version of the summary JSON layout (independent of the record schema it reads)."""
+
+METHODS = {
+    "group_ci": "two-sided Student-t interval of the mean over repetitions (n >= 2)",
+    "ratio_ci": (
+        "delta-method interval of a ratio of means on the log scale with Welch-Satterthwaite "
+        "degrees of freedom (n >= 2 on both sides)"
+    ),
+    "speedup": "baseline mean train_time_s / mean train_time_s",
+    "parallel_efficiency": "speedup / (world_size / baseline world_size)",
+    "karp_flatt": "(1/S - 1/p) / (1 - 1/p), p = world_size / baseline world_size",
+    "amdahl": "least squares of 1/S = f + (1 - f)/p through S(1) = 1; SE of f from residuals",
+    "weak_scaling_efficiency": "mean per-device throughput / baseline mean per-device throughput",
+    "parity": "final val loss relative change > loss tolerance, or val accuracy drop > tolerance",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    baseline: str | None
+    confidence: float
+    cv_threshold: float
+    loss_tolerance: float
+    acc_tolerance: float
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: NaN/NA -> None, numpy scalars -> Python, timestamps -> ISO-8601."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, (pd.Timestamp, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def records(frame: pd.DataFrame, drop: Sequence[str] = ()) -> list[dict[str, Any]]:
+    cols = [c for c in frame.columns if c not in drop]
+    return [{c: _plain(row[c]) for c in cols} for _, row in frame.iterrows()]
+
+
+def environment(runs: pd.DataFrame) -> dict[str, Any]:
+    """What the runs ran on: devices, nodes, versions (every distinct value), dates."""
+    if runs.empty:
+        return {}
+    versions: dict[str, list[str]] = {}
+    for v in runs["versions"]:
+        for package, version in (v or {}).items():
+            versions.setdefault(package, [])
+            if version is not None and str(version) not in versions[package]:
+                versions[package].append(str(version))
+    nodes = sorted({n for names in runs["node_names"].dropna() for n in str(names).split(",") if n})
+    devices = Counter(
+        f"{d} ({a})" for d, a in zip(runs["device_name"], runs["accelerator"], strict=True)
+    )
+    started = runs["started_at"].dropna()
+    finished = runs["finished_at"].dropna()
+    return {
+        "devices": dict(sorted(devices.items())),
+        "node_names": nodes,
+        "launchers": sorted(runs["launcher"].dropna().unique().tolist()),
+        "versions": {k: sorted(v) for k, v in sorted(versions.items())},
+        "first_start": _plain(started.min()) if len(started) else None,
+        "last_finish": _plain(finished.max()) if len(finished) else None,
+        "sweep_ids": sorted(runs["sweep_id"].dropna().unique().tolist()),
+    }
+
+
+def document(
+    *,
+    inputs: Sequence[str],
+    files_read: int,
+    runs: pd.DataFrame,
+    failures: pd.DataFrame,
+    problems: Sequence[Problem],
+    analysis: Analysis,
+    settings: Settings,
+) -> dict[str, Any]:
+    """The summary JSON: every number shown anywhere, plus how it was computed."""
+    return {
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "kind": "scalescope-summary",
+        "record_schema_version": RECORD_SCHEMA_VERSION,
+        "inputs": list(inputs),
+        "files_read": files_read,
+        "settings": asdict(settings),
+        "methods": METHODS,
+        "environment": environment(runs),
+        "notes": analysis.notes,
+        "runs": records(runs, drop=("versions",)),
+        "groups": records(analysis.groups),
+        "scaling": records(analysis.scaling),
+        "amdahl": records(analysis.amdahl),
+        "failures": records(failures),
+        "problems": [asdict(p) for p in problems],
+    }
+
+
+def _environment_md(env: dict[str, Any]) -> list[str]:
+    if not env:
+        return ["No finished run: nothing to say about hardware."]
+    lines = ["| | |", "|---|---|"]
+    devices = ", ".join(f"{k} x {v} run(s)" for k, v in env["devices"].items())
+    lines.append(f"| Devices | {devices} |")
+    lines.append(f"| Nodes | {', '.join(env['node_names']) or '—'} |")
+    lines.append(f"| Launchers | {', '.join(env['launchers'])} |")
+    for package, values in env["versions"].items():
+        mixed = " **(differs between runs)**" if len(values) > 1 else ""
+        lines.append(f"| {package} | {', '.join(values)}{mixed} |")
+    lines.append(f"| Runs between | {env['first_start']} and {env['last_finish']} |")
+    if env["sweep_ids"]:
+        lines.append(f"| Sweeps | {', '.join(env['sweep_ids'])} |")
+    return lines
+
+
+def report_markdown(
+    *,
+    doc: dict[str, Any],
+    tables: Sequence[DisplayTable],
+    charts: Sequence[tuple[str, str]],
+) -> str:
+    """``report.md``: context, notes, charts (relative links), tables, method."""
+    n_runs, n_fail = len(doc["runs"]), len(doc["failures"])
+    series = len({r["series"] for r in doc["groups"]})
+    out = [
+        "# Scaling report",
+        "",
+        f"{n_runs} finished job(s) in {series} configuration series, {n_fail} failed or "
+        f"incomplete; read from {', '.join(f'`{i}`' for i in doc['inputs'])} "
+        f"({doc['files_read']} file(s)).",
+        "",
+        "## Hardware and software",
+        "",
+        *_environment_md(doc["environment"]),
+        "",
+    ]
+    if doc["notes"]:
+        out += ["## Read this first", "", *(f"- {n}" for n in doc["notes"]), ""]
+    if charts:
+        out += ["## Charts", ""]
+        out += [f"![{title}]({path})" for title, path in charts]
+        out.append("")
+    for table in tables:
+        out.append(markdown(table))
+    out += [
+        "## Method",
+        "",
+        *(f"- **{k}**: {v}" for k, v in doc["methods"].items()),
+        f"- confidence level {doc['settings']['confidence']:.0%}; high-variance flag at CV > "
+        f"{doc['settings']['cv_threshold']:.0%}; parity tolerances: loss "
+        f"{doc['settings']['loss_tolerance']:.0%} relative, accuracy "
+        f"{100 * doc['settings']['acc_tolerance']:g} points.",
+        "",
+    ]
+    return "\n".join(out)

@@ -1,0 +1,443 @@
+"""Summarise scaling runs: ``python -m analysis.summarize PATH [PATH...]``.
+
+Reads every result record and failed job under the given folders or files, prints the
+summary (``--format table|markdown|json|csv``) and writes all tables, charts, the JSON
+document and ``report.md`` to ``--out`` (default ``<first PATH>/summary``), replacing a
+previous summary there all at once.
+
+``python -m analysis.summarize compare A B`` compares two result folders.
+
+Exit status: 0 when something usable was found (finished or failed jobs), 1 when nothing
+was, 2 for a usage error or an output folder that must not be replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .compare import COMPARABLE, DEFAULT_ALPHA, DEFAULT_TOLERANCE, compare_runs
+from .frame import Loaded, load_all
+from .metrics import (
+    DEFAULT_ACC_TOLERANCE,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_CV_THRESHOLD,
+    DEFAULT_LOSS_TOLERANCE,
+    Analysis,
+    BaselineSpec,
+    analyze,
+)
+from .outdir import OutputError, check_replaceable, write_atomically
+from .parse import Problem
+from .report import Settings, document, report_markdown
+from .tables import MISSING, DisplayTable, all_tables, devices_header, markdown, rich_table, sig
+
+PROG = "python -m analysis.summarize"
+FORMATS = ("table", "markdown", "json", "csv")
+CSV_TABLES = ("runs", "groups", "scaling", "amdahl", "failures", "problems")
+LOOKED_FOR = (
+    "looked for ':::SCALESCOPE' event lines in job logs (slurm-*.out, submitit *_log.out / "
+    "*_log.err, any other text file) and for result.json files in run directories"
+)
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected a number between 0 and 1")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected an integer >= 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Summarise scaling runs: tables, speedup analysis, failed jobs, charts. "
+        f"Use '{PROG} compare A B' to compare two result folders.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="result folders (walked) or files")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="what to print on stdout (default: table)",
+    )
+    p.add_argument(
+        "--table",
+        choices=CSV_TABLES,
+        default="runs",
+        help="which table --format csv prints (all are written to --out)",
+    )
+    out = p.add_mutually_exclusive_group()
+    out.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write every table, chart, summary.json and report.md here "
+        "(default: <first PATH>/summary)",
+    )
+    out.add_argument("--no-write", action="store_true", help="print only, write nothing")
+    p.add_argument("--no-charts", action="store_true", help="skip the charts (faster)")
+    p.add_argument(
+        "--baseline",
+        metavar="N|NxD",
+        help="baseline scale: a world size (4) or nodes x devices per node (1x4); "
+        "default: the 1-device run, else the smallest world size",
+    )
+    p.add_argument(
+        "--confidence",
+        type=_fraction,
+        default=DEFAULT_CONFIDENCE,
+        help="confidence level of the intervals (default 0.95)",
+    )
+    p.add_argument(
+        "--cv-threshold",
+        type=_fraction,
+        default=DEFAULT_CV_THRESHOLD,
+        help="flag a configuration whose training time CV exceeds this (0.10)",
+    )
+    p.add_argument(
+        "--loss-tolerance",
+        type=float,
+        default=DEFAULT_LOSS_TOLERANCE,
+        help="relative final val loss increase flagged as worse (0.05)",
+    )
+    p.add_argument(
+        "--acc-tolerance",
+        type=float,
+        default=DEFAULT_ACC_TOLERANCE,
+        help="absolute final val accuracy drop flagged as worse (0.01)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=None,
+        help="worker processes for reading files (default: one per CPU)",
+    )
+    return p
+
+
+def build_compare_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{PROG} compare",
+        description="Compare two result folders. A change is marked only when it is larger "
+        "than the tolerance AND significant by Welch's t-test; with fewer than two repeats "
+        "per side the verdict is 'not enough repeats'.",
+    )
+    p.add_argument("a", metavar="A", help="reference results (folder or file)")
+    p.add_argument("b", metavar="B", help="results compared with A")
+    p.add_argument("--metric", choices=COMPARABLE, default="train_time_s")
+    p.add_argument(
+        "--tolerance",
+        type=_fraction,
+        default=DEFAULT_TOLERANCE,
+        help="relative change below which results count as the same (0.05)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=_fraction,
+        default=DEFAULT_ALPHA,
+        help="significance level of Welch's t-test (0.05)",
+    )
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--jobs", type=_positive_int, default=None)
+    return p
+
+
+# --- printing -------------------------------------------------------------------------------
+
+
+def _console(stream: Any) -> Any:
+    from rich.console import Console
+
+    width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def _warn(problems: Sequence[Problem]) -> None:
+    for p in problems:
+        word = "warning" if p.severity == "warning" else "note"
+        print(f"{PROG}: {word}: {p.file}: {p.message}", file=sys.stderr)
+
+
+def _csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
+    runs = loaded.runs.drop(columns=["versions"]).copy()
+    runs["epoch_times_s"] = [";".join(f"{t:.6g}" for t in ts) for ts in runs["epoch_times_s"]]
+    problems = pd.DataFrame(
+        [(p.file, p.severity, p.message) for p in loaded.problems],
+        columns=["file", "severity", "message"],
+    )
+    return {
+        "runs": runs,
+        "groups": analysis.groups,
+        "scaling": analysis.scaling,
+        "amdahl": analysis.amdahl,
+        "failures": loaded.failures,
+        "problems": problems,
+    }
+
+
+def _markdown_all(tables: Sequence[DisplayTable], notes: Sequence[str]) -> str:
+    parts = [markdown(t) for t in tables]
+    if notes:
+        parts.append("## Read this first\n\n" + "".join(f"- {n}\n" for n in notes))
+    return "\n".join(parts)
+
+
+def _print_tables(tables: Sequence[DisplayTable], notes: Sequence[str]) -> None:
+    console = _console(sys.stdout)
+    for t in tables:
+        if t.name != "problems":  # already on stderr as warnings
+            console.print(rich_table(t))
+            console.print()
+    if notes:
+        console.print("[bold]Read this first[/bold]")
+        for n in notes:
+            console.print(f"  • {n}", markup=False)
+
+
+# --- writing --------------------------------------------------------------------------------
+
+
+def _save_charts(
+    directory: Path, analysis: Analysis, loss_tolerance: float
+) -> list[tuple[str, str]]:
+    from . import charts
+
+    frames = {"scaling": analysis.scaling, "groups": analysis.groups}
+    titles = {
+        "speedup": "Speedup vs devices",
+        "efficiency": "Parallel efficiency",
+        "throughput": "Throughput vs devices",
+        "epoch_time": "Time per epoch",
+        "val_loss": "Validation loss",
+    }
+    directory.mkdir()
+    out = []
+    for name, (frame_name, func) in charts.CHARTS.items():
+        extra = {"loss_tolerance": loss_tolerance} if name == "val_loss" else {}
+        fig = func(frames[frame_name], **extra)
+        for ext in ("png", "svg"):
+            # No timestamps in the files: a summary of the same inputs is byte-identical.
+            meta = {"Date": None} if ext == "svg" else {"Software": None}
+            fig.savefig(directory / f"{name}.{ext}", metadata=meta)
+        out.append((titles[name], f"charts/{name}.png"))
+    return out
+
+
+def _write_outputs(
+    target: Path,
+    loaded: Loaded,
+    analysis: Analysis,
+    tables: Sequence[DisplayTable],
+    doc: dict[str, Any],
+    with_charts: bool,
+) -> Path:
+    tolerance = float(doc["settings"]["loss_tolerance"])
+
+    def fill(tmp: Path) -> None:
+        for name, frame in _csv_frames(loaded, analysis).items():
+            frame.to_csv(tmp / f"{name}.csv", index=False)
+        (tmp / "summary.json").write_text(
+            json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        chart_links = (
+            _save_charts(tmp / "charts", analysis, tolerance)
+            if with_charts and len(loaded.runs)
+            else []
+        )
+        (tmp / "report.md").write_text(
+            report_markdown(doc=doc, tables=tables, charts=chart_links), encoding="utf-8"
+        )
+
+    return write_atomically(target, fill)
+
+
+def _default_out(first: str) -> Path:
+    path = Path(first)
+    return (path if path.is_dir() else path.parent) / "summary"
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def summarize(args: argparse.Namespace) -> int:
+    try:
+        baseline = BaselineSpec.parse(args.baseline) if args.baseline else None
+    except ValueError as exc:
+        print(f"{PROG}: error: --baseline: {exc}", file=sys.stderr)
+        return 2
+    target = None if args.no_write else Path(args.out) if args.out else _default_out(args.paths[0])
+    if target is not None:
+        check_replaceable(target.absolute())
+    loaded = load_all(args.paths, jobs=args.jobs, exclude=[target] if target else [])
+    _warn(loaded.problems)
+    if loaded.runs.empty and loaded.failures.empty:
+        print(
+            f"{PROG}: nothing usable in {', '.join(args.paths)}: no result record and no "
+            f"failed job; {LOOKED_FOR}.",
+            file=sys.stderr,
+        )
+        return 1
+    analysis = analyze(
+        loaded.runs,
+        baseline=baseline,
+        confidence=args.confidence,
+        cv_threshold=args.cv_threshold,
+        loss_tolerance=args.loss_tolerance,
+        acc_tolerance=args.acc_tolerance,
+    )
+    tables = all_tables(loaded.runs, loaded.failures, loaded.problems, analysis)
+    settings = Settings(
+        args.baseline, args.confidence, args.cv_threshold, args.loss_tolerance, args.acc_tolerance
+    )
+    doc = document(
+        inputs=args.paths,
+        files_read=loaded.files_read,
+        runs=loaded.runs,
+        failures=loaded.failures,
+        problems=loaded.problems,
+        analysis=analysis,
+        settings=settings,
+    )
+    if args.format == "table":
+        _print_tables(tables, analysis.notes)
+    elif args.format == "markdown":
+        sys.stdout.write(_markdown_all(tables, analysis.notes))
+    elif args.format == "json":
+        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    else:
+        _csv_frames(loaded, analysis)[args.table].to_csv(sys.stdout, index=False)
+    if target is not None:
+        written = _write_outputs(target, loaded, analysis, tables, doc, not args.no_charts)
+        print(
+            f"{PROG}: wrote {written} (report.md, summary.json, CSV tables"
+            f"{', charts' if not args.no_charts and len(loaded.runs) else ''})",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _compare_table(
+    frame: pd.DataFrame, metric: str, tolerance: float, alpha: float
+) -> DisplayTable:
+    dev = devices_header(frame["accelerator"].tolist() if len(frame) else [])
+    rows = []
+    for _, r in frame.iterrows():
+        change = MISSING if pd.isna(r["change_rel"]) else f"{100 * r['change_rel']:+.1f}%"
+        p = MISSING if pd.isna(r["p_value"]) else f"{r['p_value']:.3g}"
+        rows.append(
+            [
+                r["series"],
+                str(r["world_size"]),
+                str(r["nodes"]),
+                str(r["n_a"]),
+                str(r["n_b"]),
+                sig(r["mean_a"]),
+                sig(r["mean_b"]),
+                change,
+                p,
+                r["verdict"],
+            ]
+        )
+    cols = [
+        "Configuration",
+        dev,
+        "Nodes",
+        "n A",
+        "n B",
+        f"A mean {metric}",
+        f"B mean {metric}",
+        "Change",
+        "p (Welch)",
+        "Verdict",
+    ]
+    return DisplayTable(
+        "compare",
+        f"Comparison of {metric}: B against A",
+        pd.DataFrame(rows, columns=cols, dtype="object"),
+        caption=[
+            f"Marked better/worse only when |change| > {tolerance:.0%} and Welch's t-test "
+            f"p < {alpha:g}; change = (B - A) / A."
+        ],
+        right={
+            dev,
+            "Nodes",
+            "n A",
+            "n B",
+            f"A mean {metric}",
+            f"B mean {metric}",
+            "Change",
+            "p (Welch)",
+        },
+    )
+
+
+def compare(args: argparse.Namespace) -> int:
+    sides = []
+    for path in (args.a, args.b):
+        loaded = load_all(path, jobs=args.jobs)
+        _warn(loaded.problems)
+        if loaded.runs.empty:
+            print(f"{PROG} compare: no finished run in {path}; {LOOKED_FOR}.", file=sys.stderr)
+            return 1
+        sides.append(loaded.runs)
+    frame = compare_runs(
+        sides[0], sides[1], metric=args.metric, tolerance=args.tolerance, alpha=args.alpha
+    )
+    table = _compare_table(frame, args.metric, args.tolerance, args.alpha)
+    if args.format == "table":
+        _console(sys.stdout).print(rich_table(table))
+    elif args.format == "markdown":
+        sys.stdout.write(markdown(table))
+    elif args.format == "json":
+        from .report import SUMMARY_SCHEMA_VERSION, records
+
+        doc = {
+            "schema_version": SUMMARY_SCHEMA_VERSION,
+            "kind": "scalescope-compare",
+            "a": args.a,
+            "b": args.b,
+            "metric": args.metric,
+            "tolerance": args.tolerance,
+            "alpha": args.alpha,
+            "test": "Welch's unequal-variances t-test, two-sided",
+            "rows": records(frame),
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        frame.to_csv(sys.stdout, index=False)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    is_compare = bool(argv) and argv[0] == "compare"
+    parser = build_compare_parser() if is_compare else build_parser()
+    args = parser.parse_args(argv[1:] if is_compare else argv)
+    try:
+        return compare(args) if is_compare else summarize(args)
+    except OutputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

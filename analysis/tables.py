@@ -1,0 +1,484 @@
+"""Display tables: numbers from :mod:`analysis.metrics` formatted for people.
+
+A :class:`DisplayTable` is a frame of strings with a title and caption; the same tables
+render as Markdown (report, ``--format markdown``) and as rich tables (terminal). Machine
+formats (CSV, JSON) use the numeric frames, never these strings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from .metrics import SERIES_KEYS, Analysis, natural_key, precision_label, series_labels
+from .parse import Problem
+
+MISSING = "—"
+
+
+@dataclass
+class DisplayTable:
+    name: str
+    """Machine name (``summary``, ``speedup``...), also the CSV file stem of its numbers."""
+    title: str
+    frame: pd.DataFrame
+    caption: list[str] = field(default_factory=list)
+    right: set[str] = field(default_factory=set)
+    """Columns aligned right (numbers)."""
+
+
+# --- number formatting ------------------------------------------------------------------------
+
+
+def _nan(x: Any) -> bool:
+    return x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x))
+
+
+def num(x: Any, digits: int = 2) -> str:
+    if _nan(x):
+        return MISSING
+    return f"{float(x):,.{digits}f}"
+
+
+def sig(x: Any, digits: int = 4) -> str:
+    """Four significant digits, no exponent for the sizes met here."""
+    if _nan(x):
+        return MISSING
+    x = float(x)
+    if x == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"
+
+
+def pct(x: Any, digits: int = 1) -> str:
+    return MISSING if _nan(x) else f"{100 * float(x):.{digits}f}%"
+
+
+def with_ci(x: Any, lo: Any, hi: Any, kind: str = "x") -> str:
+    """``3.57x [3.42, 3.73]`` or ``89.3% [85.4, 93.3]``; the value alone without an interval."""
+    if _nan(x):
+        return MISSING
+    if kind == "%":
+        core = pct(x)
+        ci = f" [{100 * lo:.1f}, {100 * hi:.1f}]" if not (_nan(lo) or _nan(hi)) else ""
+    else:
+        core = f"{float(x):.2f}x"
+        ci = f" [{lo:.2f}, {hi:.2f}]" if not (_nan(lo) or _nan(hi)) else ""
+    return core + ci
+
+
+def devices_header(accelerators: Sequence[Any]) -> str:
+    """ "GPUs" only when every run used GPUs; CPU processes are not GPUs."""
+    values = {str(a) for a in accelerators if not _nan(a)}
+    return "GPUs" if values == {"gpu"} else "Devices"
+
+
+def _label_map(frame: pd.DataFrame) -> dict[tuple[Any, ...], str]:
+    keys = [tuple(None if _nan(r[k]) else r[k] for k in SERIES_KEYS) for _, r in frame.iterrows()]
+    return series_labels(keys)
+
+
+def _row_key(row: pd.Series) -> tuple[Any, ...]:
+    return tuple(None if _nan(row[k]) else row[k] for k in SERIES_KEYS)
+
+
+# --- the tables ---------------------------------------------------------------------------------
+
+
+def summary_table(runs: pd.DataFrame) -> DisplayTable:
+    """One row per job, in series / scale / job-id order."""
+    dev = devices_header(runs["accelerator"].tolist() if len(runs) else [])
+    restarts = bool(len(runs)) and bool((runs["restart_count"].fillna(0) > 0).any())
+    columns = [
+        "Job ID",
+        "Configuration",
+        dev,
+        "Nodes",
+        "Train time (s)",
+        "Time/epoch (s)",
+        "Throughput (samples/s)",
+        "Val loss",
+        "Val acc",
+    ]
+    if restarts:
+        columns.append("Restarts")
+    labels = _label_map(runs)
+    rows = []
+    for _, r in runs.iterrows():
+        row = [
+            str(r["job_id"]),
+            labels[_row_key(r)],
+            str(r["world_size"]),
+            str(r["nodes"]),
+            num(r["train_time_s"]),
+            num(r["mean_epoch_time_s"], 3),
+            sig(r["samples_per_s"]),
+            num(r["val_loss_final"], 4),
+            num(r["val_acc_final"], 4),
+        ]
+        if restarts:
+            reasons = r["restart_reasons"] if not _nan(r["restart_reasons"]) else ""
+            row.append(f"{r['restart_count']}" + (f" ({reasons})" if reasons else ""))
+        order = (labels[_row_key(r)], r["world_size"], r["nodes"], natural_key(r["job_id"]))
+        rows.append((order, row))
+    rows.sort(key=lambda x: x[0])
+    frame = pd.DataFrame([r for _, r in rows], columns=columns, dtype="object")
+    return DisplayTable(
+        "runs",
+        "Benchmark results",
+        frame,
+        caption=[
+            "Train time: training part of all epochs, validation excluded (max over ranks); "
+            "Time/epoch: its mean per epoch; Val loss/acc: final epoch's."
+        ],
+        right={
+            dev,
+            "Nodes",
+            "Train time (s)",
+            "Time/epoch (s)",
+            "Throughput (samples/s)",
+            "Val loss",
+            "Val acc",
+        },
+    )
+
+
+def variability_table(analysis: Analysis) -> DisplayTable:
+    g = analysis.groups
+    dev = devices_header(g["accelerator"].tolist() if len(g) else [])
+    columns = [
+        "Configuration",
+        dev,
+        "Nodes",
+        "n",
+        "Median (s)",
+        "Mean (s)",
+        "Std (s)",
+        "95% CI of mean (s)",
+        "CV",
+        "Min–max (s)",
+        "Flag",
+    ]
+    rows = []
+    for _, r in g.iterrows():
+        ci = (
+            f"{r['train_time_s_ci_low']:.2f} – {r['train_time_s_ci_high']:.2f}"
+            if not _nan(r["train_time_s_ci_low"])
+            else MISSING
+        )
+        rows.append(
+            [
+                r["series"],
+                str(r["world_size"]),
+                str(r["nodes"]),
+                str(r["n"]),
+                num(r["train_time_s_median"]),
+                num(r["train_time_s_mean"]),
+                num(r["train_time_s_std"]),
+                ci,
+                pct(r["train_time_s_cv"]),
+                f"{num(r['train_time_s_min'])} – {num(r['train_time_s_max'])}",
+                "high variance" if r["high_variance"] else "",
+            ]
+        )
+    return DisplayTable(
+        "groups",
+        "Repeatability of training time per configuration",
+        pd.DataFrame(rows, columns=columns, dtype="object"),
+        caption=["95% CI: Student-t interval of the mean (needs n >= 2). CV: std / mean."],
+        right={dev, "Nodes", "n", "Median (s)", "Mean (s)", "Std (s)", "CV"},
+    )
+
+
+def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
+    """One table per series: each scale against the series' baseline."""
+    out = []
+    s = analysis.scaling
+    for series, part in s.groupby("series", sort=False):
+        weak = (part["scaling_mode"] == "weak").all()
+        dev = devices_header(part["accelerator"].tolist())
+        base = part[part["is_baseline"]].iloc[0]
+        if weak:
+            columns = [
+                dev,
+                "Nodes",
+                "n",
+                "Throughput (samples/s)",
+                "Throughput speedup [95% CI]",
+                "Weak-scaling efficiency [95% CI]",
+                "Train time (s)",
+                "Job-time speedup",
+                "Val loss vs base",
+                "Val acc vs base",
+                "Parity",
+            ]
+        else:
+            columns = [
+                dev,
+                "Nodes",
+                "n",
+                "Train time (s)",
+                "Speedup [95% CI]",
+                "Parallel efficiency [95% CI]",
+                "Karp-Flatt e",
+                "Job-time speedup",
+                "Job-time efficiency",
+                "Val loss vs base",
+                "Val acc vs base",
+                "Parity",
+            ]
+        rows = []
+        for _, r in part.iterrows():
+            loss = (
+                MISSING
+                if _nan(r["val_loss_delta_rel"])
+                else f"{100 * r['val_loss_delta_rel']:+.1f}%"
+            )
+            acc = MISSING if _nan(r["val_acc_delta"]) else f"{100 * r['val_acc_delta']:+.2f} pt"
+            mark = " (baseline)" if r["is_baseline"] else ""
+            if weak:
+                rows.append(
+                    [
+                        f"{r['world_size']}{mark}",
+                        str(r["nodes"]),
+                        str(r["n"]),
+                        sig(r["samples_per_s_mean"]),
+                        with_ci(
+                            r["throughput_speedup"],
+                            r["throughput_speedup_ci_low"],
+                            r["throughput_speedup_ci_high"],
+                        ),
+                        with_ci(
+                            r["per_device_throughput_efficiency"],
+                            r["per_device_throughput_efficiency_ci_low"],
+                            r["per_device_throughput_efficiency_ci_high"],
+                            "%",
+                        ),
+                        num(r["train_time_s_mean"]),
+                        f"{r['job_time_speedup']:.2f}x",
+                        loss,
+                        acc,
+                        r["parity"],
+                    ]
+                )
+            else:
+                kf = MISSING if _nan(r["karp_flatt"]) else f"{r['karp_flatt']:.3f}"
+                rows.append(
+                    [
+                        f"{r['world_size']}{mark}",
+                        str(r["nodes"]),
+                        str(r["n"]),
+                        num(r["train_time_s_mean"]),
+                        with_ci(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
+                        with_ci(
+                            r["parallel_efficiency"],
+                            r["parallel_efficiency_ci_low"],
+                            r["parallel_efficiency_ci_high"],
+                            "%",
+                        ),
+                        kf,
+                        f"{r['job_time_speedup']:.2f}x",
+                        pct(r["job_time_efficiency"]),
+                        loss,
+                        acc,
+                        r["parity"],
+                    ]
+                )
+        caption = [
+            f"Baseline: {base['nodes']} node(s) x {base['devices_per_node']} device(s) "
+            f"({base['baseline_note']}), mean train time {num(base['train_time_s_mean'])} s "
+            f"over {base['n']} run(s)."
+        ]
+        if weak:
+            caption.append(
+                "Weak scaling: efficiency = per-device throughput / baseline per-device "
+                "throughput; Karp-Flatt and Amdahl apply to strong scaling only."
+            )
+        else:
+            caption.append(
+                "Speedup = baseline mean train time / mean train time; efficiency = speedup / "
+                "(devices / baseline devices); Karp-Flatt e = (1/S - 1/p) / (1 - 1/p). Job-time "
+                "columns use the whole job time, start-up included."
+            )
+        caption.append(
+            "95% CI: delta-method interval of the ratio of means (log scale, Welch df); "
+            "needs n >= 2 on both sides."
+        )
+        out.append(
+            DisplayTable(
+                "scaling",
+                f"Speedup analysis: {series}",
+                pd.DataFrame(rows, columns=columns, dtype="object"),
+                caption,
+                right={
+                    dev,
+                    "Nodes",
+                    "n",
+                    "Train time (s)",
+                    "Throughput (samples/s)",
+                    "Karp-Flatt e",
+                    "Job-time speedup",
+                    "Job-time efficiency",
+                    "Val loss vs base",
+                    "Val acc vs base",
+                },
+            )
+        )
+    return out
+
+
+def amdahl_table(analysis: Analysis) -> DisplayTable | None:
+    a = analysis.amdahl
+    if a.empty:
+        return None
+    columns = ["Configuration", "Serial fraction f (± SE)", "Points"]
+    for k in (2, 4):
+        columns += [f"Predicted speedup at {k}x", f"Predicted efficiency at {k}x"]
+    rows = []
+    for _, r in a.iterrows():
+        f = MISSING if _nan(r["serial_fraction"]) else f"{r['serial_fraction']:.4f}"
+        if not _nan(r["serial_fraction_se"]):
+            f += f" ± {r['serial_fraction_se']:.4f}"
+        elif r["points"] == 1:
+            f += " (1 point: exact, no SE)"
+        row = [r["series"], f, str(r["points"])]
+        for k in (2, 4):
+            s = r[f"predicted_speedup_{k}x"]
+            rng = ""
+            if not _nan(r[f"predicted_speedup_{k}x_low"]):
+                rng = (
+                    f" [{r[f'predicted_speedup_{k}x_low']:.2f}, "
+                    f"{r[f'predicted_speedup_{k}x_high']:.2f}]"
+                )
+            world = r[f"world_size_{k}x"]
+            row += [
+                MISSING if _nan(s) else f"{s:.2f}x{rng} ({world} devices)",
+                pct(r[f"predicted_efficiency_{k}x"]),
+            ]
+        rows.append(row)
+    return DisplayTable(
+        "amdahl",
+        "Amdahl fit and extrapolation (strong scaling)",
+        pd.DataFrame(rows, columns=columns, dtype="object"),
+        caption=[
+            "Least squares of 1/S = f + (1 - f)/p through S(1) = 1; the range in brackets comes "
+            "from f -/+ one standard error. Extrapolation assumes nothing new (network, "
+            "topology) appears at the larger scale."
+        ],
+        right={"Points"},
+    )
+
+
+def failure_label(row: pd.Series) -> str:
+    if _nan(row["config_name"]):
+        return "unknown (no start event)"
+    return f"{row['config_name']} · {row['scaling_mode']} · {precision_label(row['precision'])}"
+
+
+def failures_table(failures: pd.DataFrame) -> DisplayTable:
+    dev = devices_header(failures["accelerator"].tolist() if len(failures) else [])
+    columns = ["Job ID", "Configuration", dev, "Nodes", "Restarts", "Reason", "Detail", "Evidence"]
+    rows = []
+    for _, r in failures.sort_values(
+        "job_id", key=lambda s: s.map(natural_key), kind="stable"
+    ).iterrows():
+        where = (
+            MISSING if _nan(r["evidence_file"]) else f"{r['evidence_file']}:{r['evidence_line']}"
+        )
+        detail = r["detail"]
+        if not _nan(r["also_seen"]) and r["also_seen"]:
+            detail += f" (also: {r['also_seen'].replace(',', ', ')})"
+        rows.append(
+            [
+                str(r["job_id"]),
+                failure_label(r),
+                MISSING if _nan(r["world_size"]) else str(r["world_size"]),
+                MISSING if _nan(r["nodes"]) else str(r["nodes"]),
+                str(r["restart_count"]),
+                r["reason_label"],
+                detail,
+                where,
+            ]
+        )
+    return DisplayTable(
+        "failures",
+        "Failed or incomplete jobs",
+        pd.DataFrame(rows, columns=columns, dtype="object"),
+        caption=[
+            "Jobs with a start event or a job log but no result; the evidence line is "
+            "what the classifier matched."
+        ],
+        right={dev, "Nodes", "Restarts"},
+    )
+
+
+def problems_table(problems: Sequence[Problem]) -> DisplayTable:
+    rows = [[p.file, p.severity, p.message] for p in problems]
+    return DisplayTable(
+        "problems",
+        "Problems while reading",
+        pd.DataFrame(rows, columns=["File", "Severity", "Problem"], dtype="object"),
+    )
+
+
+def all_tables(
+    runs: pd.DataFrame, failures: pd.DataFrame, problems: Sequence[Problem], analysis: Analysis
+) -> list[DisplayTable]:
+    """Every table in reading order; empty ones left out."""
+    tables: list[DisplayTable] = []
+    if len(runs):
+        tables.append(summary_table(runs))
+        tables.extend(speedup_tables(analysis))
+        amdahl = amdahl_table(analysis)
+        if amdahl is not None:
+            tables.append(amdahl)
+        tables.append(variability_table(analysis))
+    if len(failures):
+        tables.append(failures_table(failures))
+    if problems:
+        tables.append(problems_table(problems))
+    return tables
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+def _md_cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(table: DisplayTable, level: int = 2) -> str:
+    """GitHub-flavoured Markdown: heading, table, caption in italics."""
+    cols = list(table.frame.columns)
+    lines = [f"{'#' * level} {table.title}", ""]
+    lines.append("| " + " | ".join(_md_cell(c) for c in cols) + " |")
+    lines.append("|" + "|".join("---:" if c in table.right else "---" for c in cols) + "|")
+    for _, row in table.frame.iterrows():
+        lines.append("| " + " | ".join(_md_cell(row[c]) for c in cols) + " |")
+    if table.caption:
+        lines.append("")
+        lines.extend(f"*{_md_cell(c)}*" for c in table.caption)
+    return "\n".join(lines) + "\n"
+
+
+def rich_table(table: DisplayTable) -> Any:
+    """A ``rich.table.Table`` (imported here: only the terminal output needs rich)."""
+    from rich.table import Table
+
+    t = Table(
+        title=table.title,
+        title_justify="left",
+        caption="\n".join(table.caption),
+        caption_justify="left",
+        header_style="bold",
+    )
+    for c in table.frame.columns:
+        t.add_column(str(c), justify="right" if c in table.right else "left", overflow="fold")
+    for _, row in table.frame.iterrows():
+        t.add_row(*(str(v) for v in row))
+    return t
