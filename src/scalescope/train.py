@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, record, topology
-from .config import TrainConfig, load_train_config, resolve_batch
+from .config import TrainConfig, TrainerConfig, load_train_config, resolve_batch
 from .errors import TopologyError
 from .topology import Topology
 
@@ -208,8 +208,6 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
 
     import lightning as L
     import torch
-    from lightning.pytorch.plugins.environments import SLURMEnvironment
-    from lightning.pytorch.strategies import DDPStrategy
 
     from .hardware import mfu
     from .timing import TimingCallback, agree, median_step_time
@@ -300,27 +298,8 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             if tracker
             else None,
         )
-        # Requeue has one owner: submitit or the sbatch script, never Lightning's USR1 handler.
-        plugins: Any = [SLURMEnvironment(auto_requeue=False)] if topo.launcher == "slurm" else None
-        strategy: Any = DDPStrategy(gradient_as_bucket_view=True) if topo.world_size > 1 else "auto"
-        trainer = L.Trainer(
-            accelerator=accelerator,
-            devices=topo.devices_per_node,
-            num_nodes=topo.num_nodes,
-            strategy=strategy,
-            plugins=plugins,
-            precision="32-true" if cfg.trainer.precision == "32" else cfg.trainer.precision,
-            max_epochs=cfg.trainer.max_epochs,
-            max_steps=cfg.trainer.max_steps or -1,
-            check_val_every_n_epoch=cfg.trainer.val_every_n_epochs,
-            num_sanity_val_steps=0,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            use_distributed_sampler=False,  # each rank's shard comes from the data module
-            default_root_dir=str(run_dir),
-            callbacks=[timing],
+        trainer = build_trainer(
+            cfg.trainer, topo, accelerator=accelerator, run_dir=run_dir, callbacks=[timing]
         )
         trainer.fit(model, datamodule=datamodule)
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -356,13 +335,56 @@ def _quiet_known_noise(topo: Topology) -> None:
     """Silence messages that say nothing about this run, so real warnings stand out."""
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    # The data module's batches already live on the device; the module's no-op transfer
-    # hook is the point, not an accident.
-    warnings.filterwarnings("ignore", message=r".*overridden `transfer_batch_to_device`.*")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     if topo.launcher != "slurm":
         # Slurm's client tools being installed does not mean this run is a Slurm job.
         warnings.filterwarnings("ignore", message=r".*`srun` command is available.*")
+
+
+def build_trainer(
+    trainer_cfg: TrainerConfig,
+    topo: Topology,
+    *,
+    accelerator: str,
+    run_dir: Path,
+    callbacks: list[Any],
+    **overrides: Any,
+) -> Any:
+    """The Lightning Trainer scalescope trains with (also timed by benchmarks/overhead.py).
+
+    Everything that costs per step and measures nothing is off: logger, progress bar,
+    checkpointing, model summary, sanity validation, the distributed sampler (each rank's
+    slice comes from the data module).
+    """
+    import lightning as L
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+    from lightning.pytorch.strategies import DDPStrategy
+
+    # Requeue has one owner: submitit or the sbatch script, never Lightning's USR1 handler.
+    plugins: Any = [SLURMEnvironment(auto_requeue=False)] if topo.launcher == "slurm" else None
+    strategy: Any = DDPStrategy(gradient_as_bucket_view=True) if topo.world_size > 1 else "auto"
+    precision = trainer_cfg.precision
+    kwargs: dict[str, Any] = {
+        "accelerator": accelerator,
+        "devices": topo.devices_per_node,
+        "num_nodes": topo.num_nodes,
+        "strategy": strategy,
+        "plugins": plugins,
+        "precision": "32-true" if precision == "32" else precision,
+        "max_epochs": trainer_cfg.max_epochs,
+        "max_steps": trainer_cfg.max_steps or -1,
+        "check_val_every_n_epoch": trainer_cfg.val_every_n_epochs,
+        "num_sanity_val_steps": 0,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "use_distributed_sampler": False,
+        "default_root_dir": str(run_dir),
+        "callbacks": callbacks,
+    }
+    kwargs.update(overrides)
+    return L.Trainer(**kwargs)
 
 
 def _epoch_rate(metrics: Mapping[str, float], global_batch: int) -> float:

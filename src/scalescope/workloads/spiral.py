@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .base import WorkloadModule
 from .params import SpiralParams
 
 VAL_BATCH_SIZE = 4096
@@ -133,6 +134,9 @@ class SpiralDataModule(L.LightningDataModule):
             shuffle=True,
         )
 
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):  # type: ignore[no-untyped-def]
+        return batch  # the data set already lives on the device
+
     def val_dataloader(self) -> ShardedBatches:
         rank, world = self._rank_world()
         return ShardedBatches(
@@ -146,10 +150,11 @@ class SpiralDataModule(L.LightningDataModule):
         )
 
 
-class SpiralMLP(L.LightningModule):
+class SpiralMLP(WorkloadModule):
     def __init__(self, hidden_sizes: list[int], dropout: float, lr: float) -> None:
         super().__init__()
         self.lr = lr
+        self.automatic_optimization = False
         layers: list[nn.Module] = []
         width = 2
         for h in hidden_sizes:
@@ -171,12 +176,16 @@ class SpiralMLP(L.LightningModule):
         macs = sum(m.in_features * m.out_features for m in self.net if isinstance(m, nn.Linear))
         return 6.0 * macs
 
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):  # type: ignore[no-untyped-def]
-        return batch  # the data set already lives on the device
-
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
-        return F.cross_entropy(self(x), y)
+        loss = F.cross_entropy(self(x), y)
+        # Manual optimization: the same zero_grad/backward/step as Lightning's automatic loop
+        # (DDP still all-reduces gradients in backward), without its per-step closure.
+        opt = self.optimizers()
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        opt.step()
+        return loss.detach()
 
     def on_validation_epoch_start(self) -> None:
         self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
