@@ -20,7 +20,7 @@ from .errors import ConfigError
 from .schema import build, non_negative, option, positive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterProfile:
     name: str = option(help="short name of the site, shown in reports")
     partition: str | None = option(None, help="Slurm partition (null = the site default)")
