@@ -1,0 +1,10 @@
+module purge
+module load python/3.11 cuda/12.4 nccl/2.21
+source "$HOME/venvs/scalescope/bin/activate"
+
+# NCCL: warnings only; the fabric's interface (see `ip link` on a compute node).
+export NCCL_DEBUG=WARN
+export NCCL_SOCKET_IFNAME=ib0
+export NCCL_IB_DISABLE=0
+export NCCL_ASYNC_ERROR_HANDLING=1
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-8}

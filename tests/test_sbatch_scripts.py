@@ -1,0 +1,219 @@
+"""The sbatch scripts in slurm_jobs/, submitted for real to the local cluster (CPU tasks).
+
+Also checks, without Slurm, what the scripts read from the cluster profiles (golden files in
+tests/golden/; refresh with SCALESCOPE_UPDATE_GOLDEN=1) and their small shell helpers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from slurm_helpers import REPO, job_env, make_submit_dir, wait_for_job
+
+from scalescope.record import ResultRecord, decode_line
+
+JOBS = REPO / "slurm_jobs"
+GOLDEN = Path(__file__).parent / "golden"
+PROFILES = sorted((REPO / "configs" / "clusters").glob("*.yaml"))
+# A few CPU seconds per rank: enough steps to exercise DDP, nothing to measure.
+TINY = "trainer.max_epochs=2 workload.num_samples=2000 trainer.batch_size=64"
+
+
+def _bash(snippet: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``snippet`` after sourcing common.sh, in a clean Slurm-free environment."""
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "MASTER_", "SCALESCOPE_"))
+    }
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; source {JOBS}/common.sh; {snippet}"],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=60,
+    )
+
+
+# --- without Slurm ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.stem)
+def test_setup_block_read_by_awk_equals_the_profile(profile: Path) -> None:
+    out = _bash(f'scalescope_setup_block "{profile}"')
+    assert out.returncode == 0, out.stderr
+    golden = GOLDEN / f"setup_{profile.stem}.sh"
+    if os.environ.get("SCALESCOPE_UPDATE_GOLDEN") == "1":
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(out.stdout)
+    assert golden.exists(), f"{golden} missing: run with SCALESCOPE_UPDATE_GOLDEN=1"
+    assert out.stdout == golden.read_text()
+    from scalescope.cluster import load_profile
+
+    assert out.stdout == load_profile(profile).setup
+
+
+def test_every_golden_file_has_its_profile() -> None:
+    stems = {p.stem for p in PROFILES}
+    for golden in GOLDEN.glob("setup_*.sh"):
+        assert golden.stem.removeprefix("setup_") in stems, f"{golden} is stale: remove it"
+
+
+@pytest.mark.parametrize(
+    ("script", "nodes", "tasks"),
+    [
+        ("single_gpu.sh", 1, 1),
+        ("multi_gpu_single_node.sh", 1, 4),
+        ("multi_node_multi_gpu.sh", 2, 4),
+    ],
+)
+def test_script_headers(script: str, nodes: int, tasks: int) -> None:
+    text = (JOBS / script).read_text()
+    directives = re.findall(r"^#SBATCH (\S+)", text, re.MULTILINE)
+    assert f"--nodes={nodes}" in directives
+    assert f"--ntasks-per-node={tasks}" in directives
+    assert "--output=outputs/slurm-%j.out" in directives
+    # No GPUs on the local cluster; partition and account belong to the command line.
+    assert not any(
+        d.startswith(("--gpus", "--gres", "--partition", "--account")) for d in directives
+    )
+    # sbatch stops reading directives at the first command.
+    first_command = min(
+        i for i, line in enumerate(text.splitlines()) if line and not line.startswith("#")
+    )
+    last_directive = max(
+        i for i, line in enumerate(text.splitlines()) if line.startswith("#SBATCH")
+    )
+    assert last_directive < first_command
+
+
+@pytest.mark.parametrize(
+    ("env", "ok"),
+    [
+        ({"SLURM_GPUS_ON_NODE": "4", "SLURM_NTASKS_PER_NODE": "4"}, True),
+        ({"SLURM_GPUS_PER_NODE": "a100:4", "SLURM_TASKS_PER_NODE": "4(x2)"}, True),
+        ({"SLURM_NTASKS_PER_NODE": "2"}, True),  # CPU tasks
+        ({"SLURM_GPUS_ON_NODE": "4", "SLURM_NTASKS_PER_NODE": "1"}, False),
+        ({"SLURM_GPUS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "4"}, False),
+        ({"SLURM_TASKS_PER_NODE": "2,1"}, False),  # uneven nodes
+    ],
+)
+def test_gpus_per_node_must_equal_tasks_per_node(env: dict[str, str], ok: bool) -> None:
+    out = _bash("scalescope_check_gpus", env)
+    assert (out.returncode == 0) == ok, out.stderr
+    if not ok:
+        assert out.stderr.startswith("scalescope job: error: ")
+        assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_master_port_comes_from_the_job_id_unless_set() -> None:
+    a = _bash("scalescope_master_port", {"SLURM_JOB_ID": "1234"}).stdout.strip()
+    b = _bash("scalescope_master_port", {"SLURM_JOB_ID": "11234"}).stdout.strip()
+    # Lightning's default gives both 16234; one of them would fail to rendezvous.
+    assert a != b
+    assert all(25000 <= int(p) < 32000 for p in (a, b))
+    kept = _bash("scalescope_master_port", {"SLURM_JOB_ID": "1", "MASTER_PORT": "29500"})
+    assert kept.stdout.strip() == "29500"
+
+
+def test_script_outside_sbatch_says_how_to_submit() -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    out = subprocess.run(
+        ["bash", str(JOBS / "single_gpu.sh")], capture_output=True, text=True, env=base, timeout=60
+    )
+    assert out.returncode != 0
+    assert "submit with sbatch from the repository root" in out.stderr
+
+
+# --- real jobs on the local cluster -----------------------------------------------------------
+
+
+def _results(log: Path) -> list[ResultRecord]:
+    events = (decode_line(line) for line in log.read_text(errors="replace").splitlines())
+    return [e for e in events if isinstance(e, ResultRecord)]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "shape", "nodes", "tasks_per_node"),
+    [
+        ("single_gpu.sh", [], 1, 1),
+        ("multi_gpu_single_node.sh", ["--ntasks-per-node=2"], 1, 2),
+        ("multi_node_multi_gpu.sh", ["--nodes=2", "--ntasks-per-node=1"], 2, 1),
+    ],
+    ids=["1x1", "1x2", "2x1"],
+)
+def test_script_trains_and_reports_one_result(
+    sbatch, tmp_path: Path, script: str, shape: list[str], nodes: int, tasks_per_node: int
+) -> None:
+    repo = make_submit_dir(tmp_path / "repo")
+    job_id = sbatch(
+        *shape,
+        "--time=10",
+        f"slurm_jobs/{script}",
+        cwd=repo,
+        env={**job_env(), "SCALESCOPE_OVERRIDES": TINY},
+    )
+    job = wait_for_job(job_id)
+    log = repo / "outputs" / f"slurm-{job_id}.out"
+    text = log.read_text(errors="replace")
+    assert job.state == "COMPLETED", f"{job.state} {job.exit_code}\n{text[-3000:]}"
+    assert job.exit_code == "0:0"
+
+    results = _results(log)
+    assert len(results) == 1, text[-3000:]
+    result = results[0]
+    assert result.identity.job_id == job_id
+    assert result.identity.launcher == "slurm"
+    assert result.identity.nodes == nodes
+    assert result.identity.devices_per_node == tasks_per_node
+    assert result.identity.world_size == nodes * tasks_per_node
+    assert len(set(result.node_names)) == nodes
+    assert result.epochs == 2
+    assert f"scalescope job {job_id}: {nodes} node(s)" in text
+    assert f"scalescope job {job_id}: training exited with status 0" in text
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_crash_in_training_fails_the_job_with_its_error_in_the_log(sbatch, tmp_path: Path) -> None:
+    """A valid config that breaks at run time (an output_dir nobody can create)."""
+    repo = make_submit_dir(tmp_path / "repo")
+    bad_dir = "/proc/scalescope-cannot-create-this"
+    job_id = sbatch(
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--time=10",
+        "slurm_jobs/multi_node_multi_gpu.sh",
+        f"output_dir={bad_dir}",  # an argument after the script: one more override
+        cwd=repo,
+        env={**job_env(), "SCALESCOPE_OVERRIDES": TINY},
+    )
+    job = wait_for_job(job_id)
+    text = (repo / "outputs" / f"slurm-{job_id}.out").read_text(errors="replace")
+    assert job.state == "FAILED", f"{job.state}\n{text[-3000:]}"
+    assert job.exit_code != "0:0"
+    assert bad_dir in text  # the error names what went wrong
+    assert re.search(rf"scalescope job {job_id}: training exited with status [1-9]", text)
+    assert not _results(repo / "outputs" / f"slurm-{job_id}.out")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_missing_config_fails_the_job(sbatch, tmp_path: Path) -> None:
+    repo = make_submit_dir(tmp_path / "repo")
+    job_id = sbatch(
+        "--time=5",
+        "slurm_jobs/single_gpu.sh",
+        cwd=repo,
+        env={**job_env(), "SCALESCOPE_CONFIG": "configs/no-such-config.yaml"},
+    )
+    job = wait_for_job(job_id)
+    text = (repo / "outputs" / f"slurm-{job_id}.out").read_text(errors="replace")
+    assert job.state == "FAILED", text
+    assert "configs/no-such-config.yaml" in text
