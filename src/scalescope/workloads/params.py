@@ -24,6 +24,14 @@ class SpiralParams:
     dropout: float = option(0.0, help="dropout after each hidden layer (0 = none)")
     lr: float = option(3e-3, help="Adam learning rate", check=positive)
 
+    @property
+    def val_samples(self) -> int:
+        return max(1, round(self.num_samples * self.val_fraction))
+
+    @property
+    def train_samples(self) -> int:
+        return self.num_samples - self.val_samples
+
     def validate(self, where: str) -> None:
         from ..errors import ConfigError
 

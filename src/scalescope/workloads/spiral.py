@@ -104,11 +104,11 @@ class SpiralDataModule(L.LightningDataModule):
 
     @property
     def num_train(self) -> int:
-        return self.params.num_samples - self.num_val
+        return self.params.train_samples
 
     @property
     def num_val(self) -> int:
-        return max(1, round(self.params.num_samples * self.params.val_fraction))
+        return self.params.val_samples
 
     def setup(self, stage: str) -> None:
         x, y = make_spirals(self.params)
