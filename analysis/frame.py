@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import warnings
@@ -47,6 +48,7 @@ _IDENTITY_COLUMNS: dict[str, str] = {
 RUN_COLUMNS: dict[str, str] = {
     **_IDENTITY_COLUMNS,
     "held_batch_size": "Int64",
+    "workload_params": "str",
     "started_at": "datetime",
     "finished_at": "datetime",
     "device_name": "str",
@@ -112,6 +114,15 @@ def held_batch_size(scaling_mode: str | None, global_bs: int | None, per_device:
     return per_device if scaling_mode == "weak" else global_bs
 
 
+def workload_params(config: Any) -> str:
+    """The workload's parameters as compact sorted JSON: runs of one series share them."""
+    workload = config.get("workload") if isinstance(config, dict) else None
+    if not isinstance(workload, dict):
+        return ""
+    params = {k: v for k, v in workload.items() if k != "name"}
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+
+
 def _identity_row(identity: Identity | None) -> dict[str, Any]:
     if identity is None:
         return {k: None for k in _IDENTITY_COLUMNS}
@@ -131,6 +142,7 @@ def _run_row(run: Run) -> dict[str, Any]:
         held_batch_size=held_batch_size(
             i.scaling_mode, i.global_batch_size, i.per_device_batch_size
         ),
+        workload_params=workload_params(r.config),
         started_at=i.started_at,
         finished_at=r.finished_at,
         device_name=r.device_name,

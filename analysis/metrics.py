@@ -33,6 +33,7 @@ by definition and carries no interval.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -51,6 +52,7 @@ SERIES_KEYS = (
     "accelerator",
     "held_batch_size",
     "epochs",
+    "workload_params",
 )
 SCALE_KEYS = ("nodes", "devices_per_node", "world_size")
 STAT_COLUMNS = (
@@ -95,7 +97,7 @@ def series_key(row: pd.Series | dict[str, Any]) -> tuple[Any, ...]:
 
 def series_labels(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]:
     """A short readable name per series key: ``spiral · strong · fp32``; accelerator, batch
-    size and epochs are appended only where they tell two series apart."""
+    size, epochs and workload parameters are appended only where they tell series apart."""
     base: dict[tuple[Any, ...], str] = {}
     for key in keys:
         k = dict(zip(SERIES_KEYS, key, strict=True))
@@ -115,8 +117,31 @@ def series_labels(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]
             i = SERIES_KEYS.index(field_name)
             if len({c[i] for c in clash}) > 1:
                 extra.append(fmt.format(key[i]))
+        extra += _param_differences(key, clash)
         labels[key] = " · ".join([label, *extra])
     return labels
+
+
+def _param_differences(key: tuple[Any, ...], clash: Sequence[tuple[Any, ...]]) -> list[str]:
+    """``num_samples=4000`` for each workload parameter that differs within ``clash``."""
+    i = SERIES_KEYS.index("workload_params")
+    if len({c[i] for c in clash}) < 2:
+        return []
+
+    def params(k: tuple[Any, ...]) -> dict[str, Any]:
+        try:
+            value = json.loads(k[i] or "{}")
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    mine = params(key)
+    others = [params(c) for c in clash]
+    names = sorted({n for p in others for n in p})
+    differing = [
+        n for n in names if len({json.dumps(p.get(n), sort_keys=True) for p in others}) > 1
+    ]
+    return [f"{n}={json.dumps(mine.get(n), separators=(',', ':'))}" for n in differing]
 
 
 def natural_key(text: Any) -> tuple[Any, ...]:
@@ -486,14 +511,24 @@ def amdahl_table(scaling: pd.DataFrame) -> pd.DataFrame:
                 "serial_fraction": fit.serial_fraction,
                 "serial_fraction_se": fit.stderr,
             }
+            # Amdahl's law describes a serial fraction in [0, 1]; a negative fit means
+            # better-than-linear scaling, which it cannot extrapolate.
+            usable = fit.points > 0 and 0.0 <= fit.serial_fraction <= 1.0
+            if fit.points == 0:
+                row["fit_note"] = "no scaled point"
+            elif fit.serial_fraction < 0:
+                row["fit_note"] = "superlinear speedup (f < 0): Amdahl's law does not apply"
+            elif fit.points == 1:
+                row["fit_note"] = "one scaled point: exact fit, no standard error"
+            else:
+                row["fit_note"] = ""
             for k in PREDICT_FACTORS:
                 world = k * max_world
                 p = world / base_world
-                s = fit.speedup(p) if fit.points else math.nan
-                if fit.points and not math.isnan(fit.stderr):
-                    lo_f = min(1.0, fit.serial_fraction + fit.stderr)
-                    hi_f = max(0.0, fit.serial_fraction - fit.stderr)
-                    low, high = fit.speedup(p, lo_f), fit.speedup(p, hi_f)
+                s = fit.speedup(p) if usable else math.nan
+                if usable and not math.isnan(fit.stderr):
+                    low = fit.speedup(p, min(1.0, fit.serial_fraction + fit.stderr))
+                    high = fit.speedup(p, max(0.0, fit.serial_fraction - fit.stderr))
                 else:
                     low = high = math.nan
                 row[f"world_size_{k}x"] = world
@@ -509,6 +544,7 @@ def amdahl_table(scaling: pd.DataFrame) -> pd.DataFrame:
         "points",
         "serial_fraction",
         "serial_fraction_se",
+        "fit_note",
     ]
     for k in PREDICT_FACTORS:
         cols += [

@@ -22,7 +22,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO, TypeVar
 
 from scalescope.record import (
@@ -63,6 +63,7 @@ _SKIP_DIRS = frozenset({"__pycache__", "node_modules"})
 
 _SUBMITIT_NAME = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_log\.(?:out|err)$")
 _SLURM_NAME = re.compile(r"^slurm-(?P<job>\d+(?:_\d+)?)\.out$")
+_TRAILING_NUMBER = re.compile(r"(?:^|\D)(\d+)$")
 _GENERIC_NAME = re.compile(r"(?:^|[^\d_])(?P<job>\d+(?:_\d+)?)\.(?:out|err)$")
 
 T = TypeVar("T")
@@ -379,6 +380,7 @@ class _Assembler:
         self.job_files: dict[str, set[str]] = defaultdict(set)
         self.alias: dict[str, str] = {}
         self.hinted: list[FileScan] = []
+        self.broken_files: set[str] = set()
 
     def _key(self, identity: Identity) -> str:
         key = identity.job_id
@@ -386,6 +388,10 @@ class _Assembler:
         alias = _array_alias(identity)
         if alias:
             self.alias[alias] = key
+        # submitit's local jobs are named by pid in file names and "local-<pid>" in records
+        m = _TRAILING_NUMBER.search(key)
+        if m:
+            self.alias.setdefault(m.group(1), key)
         return key
 
     def add(self, scan: FileScan) -> None:
@@ -417,7 +423,9 @@ class _Assembler:
             keys = {self._key(e.identity) for _, e in scan.events}
             for key in keys:
                 self.evidence[key].extend(scan.evidence)
-        if not scan.events and scan.hint is not None:
+        if scan.problems:
+            self.broken_files.add(scan.display)
+        if not scan.events and not scan.problems and scan.hint is not None:
             self.hinted.append(scan)
 
     def finished_keys(self) -> set[str]:
@@ -467,7 +475,13 @@ class _Assembler:
             earlier = [
                 e for e in self.evidence.get(key, []) if e.attempt is not None and e.attempt < final
             ]
-            reasons = tuple(dict.fromkeys(e.label for e in earlier if e.code != "exit_code"))
+            reasons = tuple(
+                dict.fromkeys(
+                    "requeued" if e.code == "requeue" else e.label
+                    for e in earlier
+                    if e.code not in ("exit_code", "exception")
+                )
+            )
             out.runs.append(Run(record, tuple(sorted(set(sources))), reasons))
         for key in sorted(set(self.starts) | set(self.evidence)):
             if key in by_job:
@@ -479,15 +493,15 @@ class _Assembler:
             final = max(starts) if starts else 0
             current = [e for e in evidence if e.attempt is None or e.attempt == final]
             identity = starts[final].identity if starts else None
-            out.failures.append(
-                Failure(
-                    job_id=key,
-                    identity=identity,
-                    restart_count=final,
-                    diagnosis=diagnose(current or evidence),
-                    files=tuple(sorted(self.job_files.get(key, ()))),
+            files = tuple(sorted(self.job_files.get(key, ())))
+            diagnosis = diagnose(current or evidence)
+            broken = [f for f in files if f in self.broken_files]
+            if diagnosis.code == "unknown" and broken:
+                diagnosis = replace(
+                    diagnosis,
+                    detail=f"no valid result; {broken[0]} has a broken event line (see problems)",
                 )
-            )
+            out.failures.append(Failure(key, identity, final, diagnosis, files))
         out.runs.sort(key=lambda r: (r.record.identity.job_id, r.record.identity.run_id))
         return out
 

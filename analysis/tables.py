@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from .classify import REASONS
 from .metrics import SERIES_KEYS, Analysis, natural_key, precision_label, series_labels
 from .parse import Problem
 
@@ -344,8 +345,8 @@ def amdahl_table(analysis: Analysis) -> DisplayTable | None:
         f = MISSING if _nan(r["serial_fraction"]) else f"{r['serial_fraction']:.4f}"
         if not _nan(r["serial_fraction_se"]):
             f += f" ± {r['serial_fraction_se']:.4f}"
-        elif r["points"] == 1:
-            f += " (1 point: exact, no SE)"
+        if r["fit_note"]:
+            f += f" ({r['fit_note']})"
         row = [r["series"], f, str(r["points"])]
         for k in (2, 4):
             s = r[f"predicted_speedup_{k}x"]
@@ -375,9 +376,13 @@ def amdahl_table(analysis: Analysis) -> DisplayTable | None:
 
 
 def failure_label(row: pd.Series) -> str:
+    """Like a series label, without what only a result knows (epochs, workload parameters)."""
     if _nan(row["config_name"]):
         return "unknown (no start event)"
-    return f"{row['config_name']} · {row['scaling_mode']} · {precision_label(row['precision'])}"
+    name = str(row["config_name"])
+    if not _nan(row["workload"]) and row["workload"] != row["config_name"]:
+        name += f" [{row['workload']}]"
+    return f"{name} · {row['scaling_mode']} · {precision_label(row['precision'])}"
 
 
 def failures_table(failures: pd.DataFrame) -> DisplayTable:
@@ -387,12 +392,14 @@ def failures_table(failures: pd.DataFrame) -> DisplayTable:
     for _, r in failures.sort_values(
         "job_id", key=lambda s: s.map(natural_key), kind="stable"
     ).iterrows():
-        where = (
-            MISSING if _nan(r["evidence_file"]) else f"{r['evidence_file']}:{r['evidence_line']}"
-        )
+        if not _nan(r["evidence_file"]):
+            where = f"{r['evidence_file']}:{r['evidence_line']}"
+        else:  # no matching line: name the log that was read
+            where = str(r["files"]).split(";")[0] if not _nan(r["files"]) else MISSING
         detail = r["detail"]
         if not _nan(r["also_seen"]) and r["also_seen"]:
-            detail += f" (also: {r['also_seen'].replace(',', ', ')})"
+            also = ", ".join(REASONS.get(c, c) for c in r["also_seen"].split(","))
+            detail += f" (also seen: {also})"
         rows.append(
             [
                 str(r["job_id"]),
