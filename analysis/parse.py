@@ -412,11 +412,14 @@ class _Assembler:
             if _comparable(kept) != _comparable(event):
                 a, b = _comparable(kept), _comparable(event)
                 differing = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+                # the headline quantities first: they are what a reader compares
+                differing.sort(key=lambda k: (k != "train_time_s", k != "job_time_s"))
+                shown = ", ".join(differing[:6]) + (", ..." if len(differing) > 6 else "")
                 self.problems.append(
                     Problem(
                         scan.display,
-                        f"run {run_id} also in {sources[0]} with different values "
-                        f"({', '.join(differing[:5])}); kept the one from {sources[0]}",
+                        f"run {run_id} also in {sources[0]} with {len(differing)} different "
+                        f"value(s) ({shown}); kept the one from {sources[0]}",
                     )
                 )
         if scan.evidence_scanned:

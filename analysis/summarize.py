@@ -435,8 +435,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # stdout closed early (| head): not an error
         return 0
+    except OSError as exc:  # writing the summary: disk full, permissions...
+        print(f"{PROG}: error: cannot write the summary: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,234 @@
+"""The failure classifier on each real wording, with older and newer variants."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.classify import REASONS, classify_line, diagnose, scan_lines
+
+CASES = [
+    # time limit: Slurm 20+, older Slurm ("on <host>" after the reason), step line, srun label
+    (
+        "time_limit",
+        "slurmstepd: error: *** JOB 867816 ON c0700a-s1 CANCELLED AT "
+        "2021-05-11T12:06:17 DUE TO TIME LIMIT ***",
+    ),
+    (
+        "time_limit",
+        "slurmstepd: *** JOB 1234 CANCELLED AT 2015-04-09T14:22:09 DUE TO TIME LIMIT "
+        "on nid00042 ***",
+    ),
+    (
+        "time_limit",
+        "srun: error: *** STEP 494583.0 ON host CANCELLED AT 2023-01-01T00:00:00 "
+        "DUE TO TIME LIMIT ***",
+    ),
+    (
+        "time_limit",
+        "0: slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2024-02-02T02:02:02 DUE "
+        "TO TIME LIMIT ***",
+    ),
+    (
+        "time_limit",
+        "submitit WARNING (2025-03-01 12:50:00,000) - Caught signal SIGUSR2 on "
+        "gpu-a01: this job is timed-out.",
+    ),
+    # preemption
+    (
+        "preemption",
+        "slurmstepd: error: *** JOB 32391783 ON cn119 CANCELLED AT "
+        "2021-06-18T13:05:36 DUE TO PREEMPTION ***",
+    ),
+    (
+        "preemption",
+        "submitit WARNING (2024-01-01 10:00:00,000) - Caught signal SIGUSR2 on "
+        "node7: this job is preempted.",
+    ),
+    # node failure
+    (
+        "node_failure",
+        "slurmstepd: error: *** JOB 5003 ON gpu-a01 CANCELLED AT "
+        "2025-03-01T09:30:00 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+    ),
+    ("node_failure", "srun: error: Node failure on gpu-a02"),
+    # requeue
+    (
+        "requeue",
+        "slurmstepd: error: *** JOB 5004 ON gpu-a01 CANCELLED AT 2025-03-01T09:20:00 "
+        "DUE TO JOB REQUEUE ***",
+    ),
+    ("requeue", "Requeued SLURM job: 5004"),
+    # cancelled (scancel): job and step
+    (
+        "cancelled",
+        "slurmstepd: error: *** JOB 5005 ON gpu-a01 CANCELLED AT 2025-03-01T09:05:00 ***",
+    ),
+    (
+        "cancelled",
+        "slurmstepd: error: *** STEP 494583.0 ON host CANCELLED AT 2023-06-01T10:00:00 ***",
+    ),
+    # host OOM: cgroup message old and new step formats, srun task line, old memory limit
+    (
+        "host_oom",
+        "slurmstepd: error: Detected 1 oom-kill event(s) in step 3495064.0 cgroup. Some "
+        "of your processes may have been killed by the cgroup out-of-memory handler.",
+    ),
+    (
+        "host_oom",
+        "slurmstepd: error: Detected 2 oom_kill events in StepId=3495064.batch. Some of "
+        "your processes may have been killed by the cgroup out-of-memory handler.",
+    ),
+    ("host_oom", "srun: error: host: task 4: Out Of Memory"),
+    ("host_oom", "slurmstepd: error: Exceeded job memory limit"),
+    # CUDA OOM: torch >= 2.5, 1.13-2.4, older RuntimeError, CUDA runtime error, rank prefix
+    (
+        "cuda_oom",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 6 "
+        "has a total capacity of 94.97 GiB of which 1.21 GiB is free.",
+    ),
+    (
+        "cuda_oom",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB "
+        "(GPU 0; 15.78 GiB total capacity)",
+    ),
+    (
+        "cuda_oom",
+        "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB "
+        "total capacity; 14.5 GiB already allocated)",
+    ),
+    ("cuda_oom", "RuntimeError: CUDA error: out of memory"),
+    ("cuda_oom", "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.5 GiB"),
+    # collective timeouts: NCCL 1.x and 2.x formats, gloo on CPU
+    (
+        "collective_timeout",
+        "[Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=20585, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+        "for 600000 milliseconds before timing out.",
+    ),
+    (
+        "collective_timeout",
+        "[E ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=5, OpType=BROADCAST, Timeout(ms)=1800000) ran for "
+        "1800513 milliseconds before timing out.",
+    ),
+    (
+        "collective_timeout",
+        "[rank0]:[E1121 10:00:00.000000 123 ProcessGroupNCCL.cpp:632] [PG ID 0 "
+        "PG GUID 0(default_pg) Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+        "600026 milliseconds before timing out.",
+    ),
+    (
+        "collective_timeout",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/"
+        "unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
+    ),
+    # rendezvous: DistStoreError (2.2+), the store-based barrier (older), client socket
+    (
+        "rendezvous_timeout",
+        "torch.distributed.DistStoreError: Timed out after 16 seconds waiting "
+        "for clients. 1/2 clients joined.",
+    ),
+    (
+        "rendezvous_timeout",
+        "RuntimeError: Timed out initializing process group in store based "
+        "barrier on rank: 0, for key: store_based_barrier_key:1 (world_size=2, worker_count=1, "
+        "timeout=0:30:00)",
+    ),
+    (
+        "rendezvous_timeout",
+        "torch.distributed.DistNetworkError: The client socket has timed out "
+        "after 1800000ms while trying to connect to (node1, 15123).",
+    ),
+    # task exit codes
+    ("exit_code", "srun: error: host: task 3: Exited with exit code 1"),
+    ("exit_code", "srun: error: host: tasks 2,4-5,7: Terminated"),
+    ("exit_code", "srun: error: gpu-a02: tasks 4-7: Killed"),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "line"), CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(CASES)]
+)
+def test_each_wording_is_classified(code: str, line: str) -> None:
+    codes = [c for c, _ in classify_line(line)]
+    assert code in codes, f"{line!r} gave {codes}"
+    # and the diagnosis of that line alone names it
+    assert diagnose(scan_lines([(1, line)], "f.out")).code == code
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch 3: 100%|██████████| 20/20 [00:01<00:00, 12.9it/s, v_num=0]",
+        "node1:1:1 [0] NCCL INFO Channel 00/02 : 0 1",
+        "The 'train_dataloader' does not have many workers which may be a bottleneck.",
+        "submitit INFO (2025-01-01) - Job has not timed out. Ran 3 minutes out of requested 10.",
+        "scalescope: trained 3 epoch(s), 93 steps in 1.992 s",
+        "warnings.warn(  # UserWarning: error handling is deprecated",
+    ],
+)
+def test_noise_is_not_a_failure(line: str) -> None:
+    assert classify_line(line) == []
+
+
+def test_details_carry_the_useful_numbers() -> None:
+    details = dict(classify_line(CASES[0][1]))
+    assert "2021-05-11T12:06:17" in details["time_limit"]
+    (detail,) = [d for c, d in classify_line(CASES[22][1]) if c == "collective_timeout"]
+    assert detail == "ALLREDUCE timed out after 600 s"
+    (detail,) = [d for c, d in classify_line(CASES[26][1]) if c == "rendezvous_timeout"]
+    assert "1/2" in detail
+    assert (
+        dict(classify_line("srun: error: n2: task 3: Exited with exit code 137"))["exit_code"]
+        == "task 3 on n2: exit code 137"
+    )
+
+
+def test_last_exception_after_a_traceback_is_reported() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "a.py", line 1, in <module>',
+        "KeyError: 'x'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "a.py", line 3, in <module>',
+        "    raise ValueError('batch does not divide')",
+        "ValueError: batch does not divide",
+        "srun: error: n1: task 0: Exited with exit code 1",
+    ]
+    d = diagnose(scan_lines(enumerate(lines, 1), "job.out"))
+    assert d.code == "exception"
+    assert d.detail == "ValueError: batch does not divide"
+    assert d.evidence is not None and d.evidence.line_no == 10
+    assert d.also_seen == ("exit_code",)
+
+
+def test_exception_needs_a_traceback_and_rank_prefixes_are_stripped() -> None:
+    assert diagnose(scan_lines([(1, "ValueError: printed, not raised")], "f")).code == "unknown"
+    lines = ["[rank1]: Traceback (most recent call last):", "[rank1]: SystemExit: 3"]
+    d = diagnose(scan_lines(enumerate(lines, 1), "f"))
+    assert (d.code, d.detail) == ("exception", "SystemExit: 3")
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        # a CUDA OOM on one rank makes the others time out and srun report exits: root cause
+        ([CASES[17][1], CASES[22][1], CASES[29][1]], "cuda_oom"),
+        # a job hung in a collective until the time limit: Slurm's reason comes first
+        ([CASES[22][1], CASES[0][1]], "time_limit"),
+        ([CASES[26][1], CASES[29][1]], "rendezvous_timeout"),
+        ([CASES[13][1], CASES[29][1]], "host_oom"),
+    ],
+)
+def test_root_cause_wins_over_its_symptoms(lines: list[str], expected: str) -> None:
+    assert diagnose(scan_lines(enumerate(lines, 1), "f")).code == expected
+
+
+def test_no_evidence_is_unknown_or_still_running() -> None:
+    d = diagnose([])
+    assert d.code == "unknown" and d.evidence is None
+    assert list(REASONS)[-1] == "unknown"

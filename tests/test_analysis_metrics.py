@@ -1,0 +1,224 @@
+"""Scaling math: properties (hypothesis) and a few worked examples."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from analysis_helpers import make_result
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from analysis.compare import compare_runs
+from analysis.frame import runs_frame
+from analysis.metrics import (
+    BaselineSpec,
+    amdahl_fit,
+    amdahl_table,
+    analyze,
+    group_stats,
+    karp_flatt,
+    scaling_table,
+)
+from analysis.parse import ParseResult, Run
+from analysis.stats import ratio_ci, summarize, t_ppf, t_sf, welch_test
+
+WORLDS = {1: (1, 1), 2: (1, 2), 4: (1, 4), 8: (2, 4), 16: (4, 4)}
+SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def frame(times: dict[int, list[float]], mode: str = "strong") -> pd.DataFrame:
+    """A runs frame from {world size: [train_time_s per repeat]}, built through records."""
+    runs = []
+    for world, values in times.items():
+        for i, t in enumerate(values):
+            rec = make_result(
+                f"{world}-{i}",
+                world=WORLDS[world],
+                train_time_s=t,
+                scaling_mode=mode,
+                global_batch_size=256,
+            )
+            runs.append(Run(rec, ("x",)))
+    return runs_frame(ParseResult(runs=runs))
+
+
+worlds = st.sets(st.sampled_from([2, 4, 8, 16]), min_size=1).map(lambda s: sorted({1, *s}))
+positive = st.floats(min_value=1e-2, max_value=1e5, allow_nan=False, allow_infinity=False)
+
+
+@SLOW
+@given(
+    worlds=worlds, base=positive, reps=st.integers(1, 4), mode=st.sampled_from(["strong", "weak"])
+)
+def test_perfect_scaling_gives_efficiency_one_and_zero_serial_fraction(
+    worlds: list[int], base: float, reps: int, mode: str
+) -> None:
+    s = scaling_table(frame({w: [base / w] * reps for w in worlds}, mode))
+    assert s["speedup"].to_numpy() == pytest.approx([float(w) for w in worlds], rel=1e-9)
+    assert s["parallel_efficiency"].to_numpy() == pytest.approx([1.0] * len(worlds), rel=1e-9)
+    assert s["per_device_throughput_efficiency"].to_numpy() == pytest.approx(
+        [1.0] * len(worlds), rel=1e-9
+    )
+    scaled = s[~s["is_baseline"]]
+    if mode == "strong":
+        assert scaled["karp_flatt"].to_numpy() == pytest.approx([0.0] * len(scaled), abs=1e-9)
+        fit = amdahl_table(s)
+        assert fit["serial_fraction"].iloc[0] == pytest.approx(0.0, abs=1e-9)
+    else:
+        assert scaled["karp_flatt"].isna().all()  # Karp-Flatt is a strong-scaling measure
+
+
+times_by_world = st.fixed_dictionaries(
+    {w: st.lists(positive, min_size=1, max_size=4) for w in (1, 2, 4)}
+)
+RATIO_COLUMNS = [
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "parallel_efficiency",
+    "parallel_efficiency_ci_low",
+    "parallel_efficiency_ci_high",
+    "karp_flatt",
+    "throughput_speedup",
+    "per_device_throughput_efficiency",
+    "job_time_speedup",
+]
+
+
+@SLOW
+@given(times=times_by_world, factor=st.floats(min_value=1e-3, max_value=1e3))
+def test_scaling_every_time_by_a_constant_changes_no_ratio(
+    times: dict[int, list[float]], factor: float
+) -> None:
+    a = scaling_table(frame(times))
+    b = scaling_table(frame({w: [t * factor for t in ts] for w, ts in times.items()}))
+    for col in RATIO_COLUMNS[:7]:
+        pd.testing.assert_series_equal(a[col], b[col], rtol=1e-7, check_names=False)
+
+
+@SLOW
+@given(times=times_by_world, seed=st.randoms(use_true_random=False))
+def test_row_order_does_not_matter(times: dict[int, list[float]], seed: object) -> None:
+    runs = frame(times)
+    shuffled = runs.sample(frac=1.0, random_state=seed.randint(0, 2**31)).reset_index(drop=True)  # type: ignore[attr-defined]
+    pd.testing.assert_frame_equal(scaling_table(runs), scaling_table(shuffled))
+    pd.testing.assert_frame_equal(group_stats(runs), group_stats(shuffled))
+
+
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=30))
+def test_summary_order_and_interval(values: list[float]) -> None:
+    s = summarize(values)
+    assert s.min <= s.median <= s.max
+    assert s.min <= s.mean <= s.max
+    if s.n >= 2:
+        assert s.ci_low <= s.mean <= s.ci_high
+    else:
+        assert math.isnan(s.ci_low) and math.isnan(s.std)
+
+
+@given(st.lists(positive, min_size=1, max_size=6), st.lists(positive, min_size=1, max_size=6))
+def test_ratio_interval_contains_the_ratio(a: list[float], b: list[float]) -> None:
+    ratio, low, high = ratio_ci(summarize(a), summarize(b))
+    assert ratio == pytest.approx(summarize(a).mean / summarize(b).mean)
+    if len(a) >= 2 and len(b) >= 2:
+        assert low <= ratio * (1 + 1e-12) and ratio <= high * (1 + 1e-12)
+    else:
+        assert math.isnan(low) and math.isnan(high)
+
+
+@given(
+    f=st.floats(min_value=0.0, max_value=0.9),
+    ps=st.lists(
+        st.sampled_from([2.0, 3.0, 4.0, 8.0, 16.0, 64.0]), min_size=1, max_size=5, unique=True
+    ),
+)
+def test_amdahl_fit_recovers_the_serial_fraction_and_matches_karp_flatt(
+    f: float, ps: list[float]
+) -> None:
+    speedups = [1.0 / (f + (1.0 - f) / p) for p in ps]
+    fit = amdahl_fit([1.0, *ps], [1.0, *speedups])
+    assert fit.serial_fraction == pytest.approx(f, abs=1e-9)
+    assert fit.points == len(ps)
+    if len(ps) >= 2:
+        assert fit.stderr == pytest.approx(0.0, abs=1e-7)
+    for p, s in zip(ps, speedups, strict=True):
+        assert karp_flatt(s, p) == pytest.approx(f, abs=1e-9)
+
+
+def test_worked_example_from_the_old_tutorial() -> None:
+    """362.45 s on 1 GPU, 95.23 s on 4, 57.14 s on 8: the tutorial's own numbers."""
+    s = scaling_table(frame({1: [362.45], 4: [95.23], 8: [57.14]}))
+    assert s["speedup"].round(2).tolist() == [1.0, 3.81, 6.34]
+    assert s["parallel_efficiency"].round(3).tolist() == [1.0, 0.952, 0.793]
+    assert s["speedup_ci_low"].isna().all()  # one run each: no interval
+    assert s["karp_flatt"].iloc[2] == pytest.approx((1 / 6.3432 - 1 / 8) / (1 - 1 / 8), rel=1e-3)
+
+
+def test_baseline_falls_back_to_the_smallest_world_and_says_so() -> None:
+    s = scaling_table(frame({2: [50.0, 52.0], 4: [26.0, 27.0]}))
+    assert s["baseline_world_size"].tolist() == [2, 2]
+    assert s["relative_scale"].tolist() == [1.0, 2.0]
+    assert "no 1-device run" in s["baseline_note"].iloc[0]
+    assert any("no 1-device run" in n for n in analyze(frame({2: [50.0], 4: [26.0]})).notes)
+
+
+def test_explicit_baseline() -> None:
+    runs = frame({1: [100.0], 2: [50.0], 4: [26.0]})
+    s = scaling_table(runs, baseline=BaselineSpec.parse("1x2"))
+    assert s["speedup"].tolist() == pytest.approx([0.5, 1.0, 50 / 26])
+    assert BaselineSpec.parse("4") == BaselineSpec(world_size=4)
+    with pytest.raises(ValueError, match="nodes x devices"):
+        BaselineSpec.parse("two")
+
+
+def test_high_variance_and_parity_flags() -> None:
+    runs = frame({1: [100.0, 101.0, 99.0], 2: [40.0, 60.0, 50.0]})
+    worse = make_result("bad", world=(1, 2), train_time_s=50.0, val_loss=0.2, val_acc=0.9)
+    runs = pd.concat([runs, runs_frame(ParseResult(runs=[Run(worse, ("x",))]))], ignore_index=True)
+    a = analyze(runs)
+    g = a.groups.set_index("world_size")
+    assert not g.loc[1, "high_variance"] and g.loc[2, "high_variance"]
+    s = a.scaling.set_index("world_size")
+    assert s.loc[2, "parity"] == "worse loss and accuracy"
+    assert any("faster but worse" in n for n in a.notes)
+
+
+def test_superlinear_fit_is_not_extrapolated() -> None:
+    table = amdahl_table(scaling_table(frame({1: [100.0], 2: [20.0]})))
+    assert table["serial_fraction"].iloc[0] < 0
+    assert table["predicted_speedup_2x"].isna().all()
+    assert "superlinear" in table["fit_note"].iloc[0]
+
+
+def test_compare_marks_only_large_and_significant_changes() -> None:
+    a = frame({1: [100.0, 101.0, 99.0, 100.5], 2: [50.0, 51.0, 49.0], 4: [30.0]})
+    b = frame({1: [120.0, 121.0, 119.0, 120.5], 2: [50.5, 51.2, 49.3], 4: [20.0]})
+    c = compare_runs(a, b).set_index("world_size")
+    assert c.loc[1, "verdict"] == "worse" and c.loc[1, "p_value"] < 0.05
+    assert c.loc[2, "verdict"] == "same (within tolerance)"
+    assert c.loc[4, "verdict"] == "not enough repeats"
+    noisy = frame({1: [80.0, 160.0, 120.0]})
+    assert compare_runs(frame({1: [100.0, 101.0, 99.0]}), noisy)["verdict"].tolist() == [
+        "not significant"
+    ]
+    faster = compare_runs(a, b, metric="samples_per_s").set_index("world_size")
+    assert faster.loc[1, "verdict"] == "worse"  # lower throughput is worse too
+
+
+@pytest.mark.parametrize("df", [1, 2, 3.7, 10, 250])
+@pytest.mark.parametrize("q", [0.6, 0.9, 0.975, 0.995])
+def test_t_quantile_matches_scipy(df: float, q: float) -> None:
+    assert t_ppf(q, df) == pytest.approx(sps.t.ppf(q, df), rel=1e-8)
+    assert t_sf(1.7, df) == pytest.approx(sps.t.sf(1.7, df), rel=1e-8)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # scipy on near-identical samples
+@given(st.lists(positive, min_size=2, max_size=8), st.lists(positive, min_size=2, max_size=8))
+def test_welch_matches_scipy(a: list[float], b: list[float]) -> None:
+    ours = welch_test(a, b)
+    ref = sps.ttest_ind(a, b, equal_var=False)
+    if math.isfinite(ref.pvalue):
+        assert ours.p_value == pytest.approx(ref.pvalue, rel=1e-6, abs=1e-12)
