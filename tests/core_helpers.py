@@ -1,0 +1,207 @@
+"""Builders and runners for the job-side tests (record, config, topology, workload, train).
+
+Kept out of conftest.py (another area's fixtures live there); import what you need:
+``from core_helpers import make_identity, make_result, run_train``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scalescope.record import (
+    Identity,
+    RecordError,
+    ResultRecord,
+    StartEvent,
+    decode_line,
+    find_marker,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = (
+    "trainer.max_epochs=2",
+    "workload.num_samples=2000",
+    "trainer.batch_size=64",
+    # Quoted: a bare `off` is read as YAML 1.1 false (see the note in test_config.py).
+    "tracking.mode='off'",
+)
+"""Overrides that make a real training run take a few seconds on two shared CPU cores."""
+
+TRAIN_TIMEOUT_S = 600
+"""Generous: the machine's two cores are shared with other test runs."""
+
+
+def make_identity(**changes: Any) -> Identity:
+    """A run as srun would start it: array task 3 of job 81234, second attempt, 2x4 ranks."""
+    base: dict[str, Any] = {
+        "run_id": "81230_3.r1",
+        "job_id": "81234",
+        "array_job_id": "81230",
+        "array_task_id": 3,
+        "restart_count": 1,
+        "launcher": "slurm",
+        "config_name": "spiral",
+        "workload": "spiral",
+        "scaling_mode": "strong",
+        "precision": "bf16-mixed",
+        "accelerator": "gpu",
+        "nodes": 2,
+        "devices_per_node": 4,
+        "world_size": 8,
+        "per_device_batch_size": 512,
+        "global_batch_size": 4096,
+        "sweep_id": "spiral-gpu-scaling-20250301T120000Z",
+        "run_dir": "/scratch/u/outputs/sweeps/spiral-gpu-scaling/runs/spiral/81230_3.r1",
+        "started_at": "2025-03-01T12:00:07+00:00",
+    }
+    base.update(changes)
+    return Identity(**base)
+
+
+def make_result(identity: Identity | None = None, **changes: Any) -> ResultRecord:
+    """A finished 2-node job with every field filled the way the trainer fills it."""
+    ident = identity or make_identity()
+    epoch_times = [41.5, 38.25, 38.0, 38.125, 38.0625]
+    base: dict[str, Any] = {
+        "identity": ident,
+        "node_names": ["gpu017"] * 4 + ["gpu018"] * 4,
+        "device_name": "NVIDIA A100-SXM4-80GB",
+        "train_samples": 3_200_000,
+        "val_samples": 800_000,
+        "epochs": 5,
+        "steps": 3905,
+        "steps_per_epoch": 781,
+        "setup_time_s": 23.75,
+        "train_time_s": sum(epoch_times),
+        "val_time_s": 6.5,
+        "job_time_s": 23.75 + sum(epoch_times) + 6.5,
+        "epoch_times_s": epoch_times,
+        "mean_epoch_time_s": sum(epoch_times) / 5,
+        "mean_epoch_time_excl_first_s": sum(epoch_times[1:]) / 4,
+        "samples_per_s": 3905 * 4096 / sum(epoch_times),
+        "samples_per_s_per_device": 3905 * 4096 / sum(epoch_times) / 8,
+        "step_time_s": 0.0487,
+        "predicted_epoch_time_s": 0.0487 * 781,
+        "val_loss_final": 0.0123,
+        "val_acc_final": 0.9981,
+        "val_loss_best": 0.0119,
+        "val_acc_best": 0.9984,
+        "peak_mem_gib": [3.5, 3.5, 3.25, 3.5, 3.5, 3.5, 3.25, 3.5],
+        "peak_host_rss_gib": [2.0] * 8,
+        "model_flops_per_sample": 201_326_592.0,
+        "mfu": 0.41,
+        "versions": {
+            "python": "3.11.7",
+            "torch": "2.5.1+cu124",
+            "lightning": "2.6.6",
+            "cuda": "12.4",
+            "nccl": "2.21.5",
+            "scalescope": "0.1.0+gabc1234",
+        },
+        "config": {
+            "name": "spiral",
+            "trainer": {"batch_size": 4096, "precision": "bf16-mixed", "devices": 4},
+            "workload": {"name": "spiral", "hidden_sizes": [2048, 2048, 2048, 2048]},
+            "sweep_id": "spiral-gpu-scaling-20250301T120000Z",
+        },
+        "finished_at": "2025-03-01T12:03:52+00:00",
+        "tracking": {"mode": "offline", "archive": "/scratch/u/outputs/comet/abc.zip"},
+    }
+    base.update(changes)
+    return ResultRecord(**base)
+
+
+def make_start(**changes: Any) -> StartEvent:
+    return StartEvent(identity=make_identity(**changes))
+
+
+# --- running the real trainer --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    """One finished ``python -m scalescope.train`` process."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    output_dir: Path
+
+    @property
+    def combined(self) -> str:
+        return self.stdout + self.stderr
+
+    def events(self) -> list[StartEvent | ResultRecord]:
+        """Every event in stdout and stderr; a broken event line fails the test."""
+        out: list[StartEvent | ResultRecord] = []
+        for line in self.combined.splitlines():
+            if find_marker(line) < 0:
+                continue
+            try:
+                event = decode_line(line)
+            except RecordError as exc:  # pragma: no cover - shown when it happens
+                raise AssertionError(f"broken event line {line!r}: {exc}") from None
+            assert event is not None
+            out.append(event)
+        return out
+
+    def starts(self) -> list[StartEvent]:
+        return [e for e in self.events() if isinstance(e, StartEvent)]
+
+    def results(self) -> list[ResultRecord]:
+        return [e for e in self.events() if isinstance(e, ResultRecord)]
+
+    def describe(self) -> str:
+        return (
+            f"scalescope.train {' '.join(self.args)} exited {self.returncode}\n"
+            f"--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
+        )
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment without anything that would make a local run look like a Slurm task,
+    a submitit task, a Lightning child or a tracked experiment."""
+    drop_prefixes = ("SLURM_", "SUBMITIT_", "COMET_", "SCALESCOPE_")
+    drop = {"LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RANK"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop_prefixes) and k not in drop}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_train(
+    cwd: Path,
+    *args: str,
+    output_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    module_args: Sequence[str] = (),
+) -> TrainRun:
+    """``python -m scalescope.train <module_args> [output_dir=...] <args>`` in ``cwd``."""
+    argv = list(module_args)
+    if output_dir is not None:
+        argv.append(f"output_dir={output_dir}")
+    argv += list(args)
+    proc = subprocess.run(
+        [sys.executable, "-m", "scalescope.train", *argv],
+        cwd=cwd,
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT_S,
+        check=False,
+    )
+    return TrainRun(
+        args=tuple(argv),
+        returncode=proc.returncode,
+        stdout=proc.stdout,
+        stderr=proc.stderr,
+        output_dir=output_dir or cwd,
+    )

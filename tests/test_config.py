@@ -1,0 +1,307 @@
+"""Train config: defaults, file < command line precedence, one-line errors naming the key,
+and the batch arithmetic of strong and weak scaling.
+
+Override values (and files) are read as YAML 1.1 scalars: a bare ``tracking.mode=off``
+arrives as ``False`` and ``workload.lr=1e-3`` as the string ``'1e-3'``, and both are
+rejected. Reported; the tests quote ``'off'`` and pin neither behaviour.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from scalescope.config import (
+    TrainConfig,
+    TrainerConfig,
+    load_train_config,
+    parse_overrides,
+    resolve_batch,
+)
+from scalescope.errors import ConfigError
+from scalescope.schema import build
+from scalescope.workloads.params import SpiralParams
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- defaults and precedence -----------------------------------------------------------------
+
+
+def test_defaults_load_without_a_file() -> None:
+    cfg = load_train_config(None)
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.name == "spiral"
+    assert cfg.workload_name == "spiral"
+    assert cfg.trainer == TrainerConfig()
+    assert cfg.trainer.scaling == "strong"
+    assert cfg.trainer.precision == "32"
+    assert cfg.trainer.devices == "auto"
+    assert cfg.workload_params() == SpiralParams()
+    assert cfg.sweep_id is None
+
+
+def test_resolved_dict_carries_every_workload_default() -> None:
+    data = load_train_config(None, ["workload.num_samples=500"]).to_dict()
+    assert data["workload"]["name"] == "spiral"
+    assert data["workload"]["num_samples"] == 500
+    assert data["workload"]["hidden_sizes"] == [64, 32, 16]
+    assert data["trainer"]["batch_size"] == 256
+    assert set(data) == {"name", "workload", "trainer", "tracking", "output_dir", "sweep_id"}
+
+
+def test_command_line_over_file_over_defaults(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "train.yaml",
+        "name: from-file\n"
+        "workload: {name: spiral, num_samples: 5000, hidden_sizes: [8, 8]}\n"
+        "trainer: {batch_size: 128, max_epochs: 5}\n",
+    )
+    cfg = load_train_config(
+        path, ["trainer.max_epochs=3", "workload.lr=0.01", "workload.hidden_sizes=[4]"]
+    )
+    assert cfg.name == "from-file"  # file, not overridden
+    assert cfg.trainer.batch_size == 128  # file over default
+    assert cfg.trainer.max_epochs == 3  # command line over file
+    assert cfg.trainer.seed == 42  # default: neither file nor command line
+    params = cfg.workload_params()
+    assert params.num_samples == 5000  # sections merge key by key
+    assert params.lr == 0.01
+    assert params.hidden_sizes == [4]  # a list is replaced, not merged
+    assert params.noise == SpiralParams().noise
+
+
+def test_overrides_as_a_nested_mapping(tmp_path: Path) -> None:
+    path = _write(tmp_path / "train.yaml", "trainer: {batch_size: 128}\n")
+    cfg = load_train_config(path, {"trainer": {"devices": 2}})
+    assert (cfg.trainer.batch_size, cfg.trainer.devices) == (128, 2)
+
+
+def test_empty_file_means_defaults(tmp_path: Path) -> None:
+    assert load_train_config(_write(tmp_path / "empty.yaml", "")) == load_train_config(None)
+
+
+def test_override_values_are_yaml_scalars() -> None:
+    data = parse_overrides(
+        ["trainer.max_steps=", "workload.hidden_sizes=[128, 64]", "a.b.c=true", "x=0.5", "s=abc"]
+    )
+    assert data == {
+        "trainer": {"max_steps": None},
+        "workload": {"hidden_sizes": [128, 64]},
+        "a": {"b": {"c": True}},
+        "x": 0.5,
+        "s": "abc",
+    }
+
+
+def test_precision_32_from_yaml_int_is_accepted() -> None:
+    assert load_train_config(None, ["trainer.precision=32"]).trainer.precision == "32"
+    assert load_train_config(None, ["trainer.precision=bf16-mixed"]).trainer.precision == (
+        "bf16-mixed"
+    )
+
+
+def test_16_mixed_on_auto_accelerator_is_accepted() -> None:
+    """auto may find a GPU at run time; only an explicit cpu is refused up front."""
+    cfg = load_train_config(None, ["trainer.precision=16-mixed"])
+    assert cfg.trainer.precision == "16-mixed"
+
+
+# --- errors: one line, naming the key ----------------------------------------------------------
+
+BAD_OVERRIDES = [
+    # (overrides, substrings the message must contain)
+    (["trainer.foo=1"], ["unknown key trainer.foo", "batch_size", "max_epochs", "precision"]),
+    (["foo=1"], ["unknown key foo", "name", "workload", "trainer", "output_dir"]),
+    (["workload.epochs=1"], ["unknown key workload.epochs", "num_samples", "hidden_sizes"]),
+    (["workload.name=mnist"], ["workload.name", "mnist", "spiral"]),
+    (["trainer=3"], ["trainer", "mapping"]),
+    (["workload=3"], ["workload", "mapping"]),
+    (["trainer.batch_size=-8"], ["trainer.batch_size", "> 0", "-8"]),
+    (["trainer.batch_size=0"], ["trainer.batch_size", "> 0"]),
+    (["trainer.max_epochs=-1"], ["trainer.max_epochs", "> 0"]),
+    (["trainer.max_steps=0"], ["trainer.max_steps", "> 0"]),
+    (["trainer.devices=0"], ["trainer.devices", "> 0"]),
+    (["trainer.num_nodes=-2"], ["trainer.num_nodes", "> 0"]),
+    (["trainer.threads_per_process=0"], ["trainer.threads_per_process", "> 0"]),
+    (["workload.num_samples=-5"], ["workload.num_samples", "> 0"]),
+    (["workload.hidden_sizes=[64,-1]"], ["workload.hidden_sizes", "> 0"]),
+    (["workload.hidden_sizes=[]"], ["workload.hidden_sizes", "at least one"]),
+    (["workload.noise=-0.1"], ["workload.noise", ">= 0"]),
+    (["workload.val_fraction=1"], ["workload.val_fraction", "between 0 and 1"]),
+    (["workload.dropout=1"], ["workload.dropout", "[0, 1)"]),
+    (["workload.num_samples=1"], ["workload.num_samples", "too few"]),
+    (["tracking.connect_timeout_s=0"], ["tracking.connect_timeout_s", "> 0"]),
+    (["trainer.batch_size=2.5"], ["trainer.batch_size", "integer", "2.5"]),
+    (["trainer.batch_size=true"], ["trainer.batch_size", "integer", "True"]),
+    (["trainer.batch_size=big"], ["trainer.batch_size", "integer", "'big'"]),
+    (["trainer.max_epochs="], ["trainer.max_epochs", "integer", "None"]),
+    (["trainer.devices=many"], ["trainer.devices", "integer", "'auto'"]),
+    (["trainer.scaling=linear"], ["trainer.scaling", "'strong'", "'weak'"]),
+    (["trainer.accelerator=tpu"], ["trainer.accelerator", "'cpu'", "'gpu'"]),
+    (["trainer.precision=16"], ["trainer.precision", "'16-mixed'", "16"]),
+    (["trainer.precision=bf16"], ["trainer.precision", "'bf16-mixed'"]),
+    (
+        ["trainer.precision=16-mixed", "trainer.accelerator=cpu"],
+        ["trainer.precision", "16-mixed", "GPU"],
+    ),
+    (["workload.hidden_sizes=64"], ["workload.hidden_sizes", "list"]),
+    (["workload.hidden_sizes=[64, x]"], ["workload.hidden_sizes[1]", "integer"]),
+    (["name=bad/name"], ["name", "bad/name", "letters"]),
+    (["name=.hidden"], ["name", ".hidden"]),
+    (["name=a b"], ["name", "'a b'"]),
+    (["output_dir=[1]"], ["output_dir", "string"]),
+    (["trainer.max_epochs.x=1"], ["trainer.max_epochs"]),
+    (["trainer.max_epochs"], ["trainer.max_epochs", "key=value"]),
+    (["=3"], ["'=3'", "key=value"]),
+    (["a b=3"], ["'a b=3'", "key=value"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"), BAD_OVERRIDES, ids=[" ".join(o) for o, _ in BAD_OVERRIDES]
+)
+def test_bad_override_is_one_line_naming_the_key(overrides: list[str], expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_train_config(None, overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in expected:
+        assert part in message, f"{part!r} not in {message!r}"
+
+
+def test_file_may_omit_the_workload_name(tmp_path: Path) -> None:
+    path = _write(tmp_path / "t.yaml", "workload: {num_samples: 100}\n")
+    cfg = load_train_config(path)
+    assert cfg.workload_name == "spiral"
+    assert cfg.workload_params().num_samples == 100
+
+
+def test_workload_without_name_lists_registered_workloads() -> None:
+    with pytest.raises(ConfigError, match=r"^workload\.name: missing; registered: .*spiral"):
+        build(TrainConfig, {"workload": {"num_samples": 100}})
+
+
+def test_file_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
+    path = _write(tmp_path / "train.yaml", "trainer:\n  batch_size: -4\n")
+    with pytest.raises(ConfigError) as info:
+        load_train_config(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "trainer.batch_size" in message
+    assert "\n" not in message
+
+
+def test_unknown_key_in_file_lists_valid_keys(tmp_path: Path) -> None:
+    path = _write(tmp_path / "train.yaml", "trainer:\n  max_epoch: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load_train_config(path)
+    message = str(info.value)
+    assert "unknown key trainer.max_epoch" in message
+    assert "max_epochs" in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="not found") as info:
+        load_train_config(missing)
+    assert str(missing) in str(info.value)
+
+
+def test_directory_is_not_a_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_train_config(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["trainer: {batch_size: 64\n", "trainer:\n  batch_size: 64\n bad_indent: 1\n", "a: b: c\n"],
+)
+def test_invalid_yaml_is_one_line_naming_the_file(tmp_path: Path, text: str) -> None:
+    path = _write(tmp_path / "broken.yaml", text)
+    with pytest.raises(ConfigError) as info:
+        load_train_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not valid YAML")
+    assert "\n" not in message
+
+
+def test_invalid_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_train_config(path)
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "42\n"])
+def test_top_level_must_be_a_mapping(tmp_path: Path, text: str) -> None:
+    path = _write(tmp_path / "list.yaml", text)
+    with pytest.raises(ConfigError, match="mapping") as info:
+        load_train_config(path)
+    assert str(path) in str(info.value)
+
+
+# --- batch arithmetic --------------------------------------------------------------------------
+
+
+def test_resolve_batch_strong_splits_the_global_batch() -> None:
+    r = resolve_batch(TrainerConfig(scaling="strong", batch_size=256), 4)
+    assert (r.per_device_batch_size, r.global_batch_size) == (64, 256)
+
+
+def test_resolve_batch_weak_grows_the_global_batch() -> None:
+    r = resolve_batch(TrainerConfig(scaling="weak", batch_size=64), 4)
+    assert (r.per_device_batch_size, r.global_batch_size) == (64, 256)
+
+
+def test_resolve_batch_non_dividing_is_an_error_naming_key_and_world() -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_batch(TrainerConfig(scaling="strong", batch_size=100), 3)
+    message = str(info.value)
+    assert message.startswith("trainer.batch_size")
+    assert "100" in message and "3" in message
+    assert "\n" not in message
+
+
+def test_weak_scaling_accepts_any_world_size() -> None:
+    r = resolve_batch(TrainerConfig(scaling="weak", batch_size=100), 3)
+    assert r.global_batch_size == 300
+
+
+@given(per_device=st.integers(1, 10_000), world=st.integers(1, 1024))
+def test_strong_scaling_divisible_batch_splits_exactly(per_device: int, world: int) -> None:
+    batch = per_device * world
+    r = resolve_batch(TrainerConfig(scaling="strong", batch_size=batch), world)
+    assert r.global_batch_size == batch
+    assert r.per_device_batch_size * world == r.global_batch_size
+    assert r.per_device_batch_size == per_device
+
+
+@given(batch=st.integers(1, 100_000), world=st.integers(1, 1024))
+def test_strong_scaling_raises_exactly_when_not_divisible(batch: int, world: int) -> None:
+    trainer = TrainerConfig(scaling="strong", batch_size=batch)
+    if batch % world:
+        with pytest.raises(ConfigError):
+            resolve_batch(trainer, world)
+    else:
+        assert resolve_batch(trainer, world).per_device_batch_size * world == batch
+
+
+@given(batch=st.integers(1, 100_000), world=st.integers(1, 1024))
+def test_weak_scaling_per_device_is_the_configured_batch(batch: int, world: int) -> None:
+    r = resolve_batch(TrainerConfig(scaling="weak", batch_size=batch), world)
+    assert r.per_device_batch_size == batch
+    assert r.global_batch_size == batch * world
+
+
+@given(world=st.integers(2, 64), batch=st.integers(1, 10_000))
+def test_strong_scaling_error_message_suggests_a_multiple(world: int, batch: int) -> None:
+    assume(batch % world)
+    with pytest.raises(ConfigError, match=f"multiple of {world}"):
+        resolve_batch(TrainerConfig(scaling="strong", batch_size=batch), world)

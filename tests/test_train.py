@@ -1,0 +1,288 @@
+"""``python -m scalescope.train`` end to end: real processes, real Lightning, tiny runs.
+
+The training runs are marked ``slow`` (a few seconds each on two CPU cores, more when the
+cores are busy). Error paths and ``--help`` answer before torch is imported and are fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from core_helpers import TINY, TrainRun, clean_env, run_train
+
+from scalescope.hardware import peak_flops
+from scalescope.record import ResultRecord, read_result_json
+
+JOB_ID = "local-test-shared-id"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Two real runs of the same config into one output folder, with the same job id:
+    first 1 process, then 2 processes (strong scaling: the same global batch of 64)."""
+    root = tmp_path_factory.mktemp("train")
+    cwd, out = root / "cwd", root / "out"
+    cwd.mkdir()
+    env = {"SCALESCOPE_JOB_ID": JOB_ID}
+    one = run_train(cwd, *TINY, output_dir=out, env=env)
+    one_result_json = None
+    if one.returncode == 0 and one.results():
+        # Read before the second run: it must not change the first run's files.
+        one_result_json = Path(one.results()[0].identity.run_dir, "result.json").read_bytes()
+    two = run_train(cwd, *TINY, "trainer.devices=2", output_dir=out, env=env)
+    return {"one": one, "two": two, "cwd": cwd, "out": out, "one_result_json": one_result_json}
+
+
+def _finished(run: object) -> ResultRecord:
+    assert isinstance(run, TrainRun)
+    assert run.returncode == 0, run.describe()
+    results = run.results()
+    assert len(results) == 1, f"expected one result line, got {len(results)}\n{run.describe()}"
+    return results[0]
+
+
+# --- one process ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_one_process_prints_one_start_and_one_result(shared: dict[str, object]) -> None:
+    run = shared["one"]
+    result = _finished(run)
+    assert isinstance(run, TrainRun)
+    starts = run.starts()
+    assert len(starts) == 1
+    assert starts[0].identity == result.identity
+    assert "Traceback" not in run.combined
+
+
+@pytest.mark.slow
+def test_result_json_equals_the_printed_record(shared: dict[str, object]) -> None:
+    result = _finished(shared["one"])
+    run_dir = Path(result.identity.run_dir)
+    assert run_dir.parent == Path(str(shared["out"])) / "runs" / "spiral"
+    assert read_result_json(run_dir / "result.json") == result
+    assert sorted(p.name for p in run_dir.iterdir()) == ["result.json"]
+
+
+@pytest.mark.slow
+def test_one_process_record_is_consistent(shared: dict[str, object]) -> None:
+    r = _finished(shared["one"])
+    ident = r.identity
+    assert (ident.launcher, ident.accelerator, ident.precision) == ("local", "cpu", "32")
+    assert (ident.nodes, ident.devices_per_node, ident.world_size) == (1, 1, 1)
+    assert (ident.per_device_batch_size, ident.global_batch_size) == (64, 64)
+    assert ident.job_id == JOB_ID and ident.run_id == f"{JOB_ID}.r0"
+    assert ident.scaling_mode == "strong" and ident.config_name == "spiral"
+
+    assert (r.train_samples, r.val_samples) == (1600, 400)
+    assert r.epochs == 2
+    assert r.steps_per_epoch == 1600 // 64
+    assert r.steps == r.epochs * r.steps_per_epoch
+    assert len(r.epoch_times_s) == r.epochs
+    assert all(t > 0 for t in r.epoch_times_s)
+    assert math.isclose(sum(r.epoch_times_s), r.train_time_s, rel_tol=1e-9)
+    assert math.isclose(r.samples_per_s * r.train_time_s, r.steps * 64, rel_tol=1e-9)
+    assert math.isclose(r.samples_per_s_per_device, r.samples_per_s, rel_tol=1e-12)
+    assert math.isclose(r.mean_epoch_time_s, sum(r.epoch_times_s) / 2, rel_tol=1e-9)
+    assert r.mean_epoch_time_excl_first_s == r.epoch_times_s[1]
+    if r.step_time_s is not None:
+        assert r.predicted_epoch_time_s == pytest.approx(r.step_time_s * r.steps_per_epoch)
+
+    assert r.setup_time_s > 0
+    assert r.job_time_s >= r.train_time_s
+    assert r.job_time_s >= r.setup_time_s
+    assert r.val_time_s >= 0
+
+    assert r.val_loss_final is not None and math.isfinite(r.val_loss_final)
+    assert r.val_acc_final is not None and 0 <= r.val_acc_final <= 1
+    assert r.val_loss_best is not None and r.val_loss_best <= r.val_loss_final
+    assert r.val_acc_best is not None and r.val_acc_best >= r.val_acc_final
+
+    assert r.peak_mem_gib is None and r.mfu is None  # CPU: no device memory, no MFU
+    assert len(r.peak_host_rss_gib) == 1 and r.peak_host_rss_gib[0] > 0
+    assert len(r.node_names) == 1
+    assert r.model_flops_per_sample == 6 * (2 * 64 + 64 * 32 + 32 * 16 + 16 * 2)
+
+    assert r.config["trainer"]["batch_size"] == 64
+    assert r.config["trainer"]["max_epochs"] == 2
+    assert r.config["workload"]["num_samples"] == 2000
+    assert r.config["workload"]["hidden_sizes"] == [64, 32, 16]  # resolved defaults included
+    assert r.versions["torch"] and r.versions["lightning"] and r.versions["python"]
+    assert r.tracking.get("mode") == "off"
+
+
+@pytest.mark.slow
+def test_training_writes_nothing_outside_the_output_dir(shared: dict[str, object]) -> None:
+    _finished(shared["one"])
+    _finished(shared["two"])
+    assert list(Path(str(shared["cwd"])).iterdir()) == []
+
+
+# --- two processes --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_processes_report_world_two_once(shared: dict[str, object]) -> None:
+    run = shared["two"]
+    r = _finished(run)
+    assert isinstance(run, TrainRun)
+    assert len(run.starts()) == 1  # rank 1 prints no events
+    assert (r.identity.world_size, r.identity.devices_per_node, r.identity.nodes) == (2, 2, 1)
+    assert (r.identity.per_device_batch_size, r.identity.global_batch_size) == (32, 64)
+    assert len(r.node_names) == 2 and len(r.peak_host_rss_gib) == 2
+    assert r.steps_per_epoch == 1600 // 64
+    assert r.steps == r.epochs * r.steps_per_epoch == 50
+    assert math.isclose(r.samples_per_s_per_device * 2, r.samples_per_s, rel_tol=1e-12)
+    assert math.isclose(r.samples_per_s * r.train_time_s, r.steps * 64, rel_tol=1e-9)
+    assert r.job_time_s >= r.train_time_s
+    assert r.val_samples == 400
+
+
+@pytest.mark.slow
+def test_two_processes_follow_the_one_process_trajectory(shared: dict[str, object]) -> None:
+    """Strong-scaling invariance end to end: same global batches, same validation loss."""
+    one = _finished(shared["one"])
+    two = _finished(shared["two"])
+    assert one.val_loss_final is not None and two.val_loss_final is not None
+    assert two.val_loss_final == pytest.approx(one.val_loss_final, abs=1e-4)
+    assert two.val_acc_final == pytest.approx(one.val_acc_final, abs=2 / 400)
+    assert two.steps == one.steps
+
+
+@pytest.mark.slow
+def test_same_job_id_never_reuses_a_run_dir(shared: dict[str, object]) -> None:
+    one = _finished(shared["one"])
+    two = _finished(shared["two"])
+    assert one.identity.run_id == two.identity.run_id == f"{JOB_ID}.r0"
+    dir_one, dir_two = Path(one.identity.run_dir), Path(two.identity.run_dir)
+    assert dir_one != dir_two
+    assert dir_two.name == f"{JOB_ID}.r0-2"
+    assert read_result_json(dir_one / "result.json") == one
+    assert read_result_json(dir_two / "result.json") == two
+    assert (dir_one / "result.json").read_bytes() == shared["one_result_json"]
+
+
+# --- errors answer before anything starts ---------------------------------------------------------
+
+
+def _assert_one_error_line(run: TrainRun, *parts: str) -> None:
+    assert run.returncode == 2, run.describe()
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1, run.describe()
+    assert lines[0].startswith("scalescope train: error: "), run.describe()
+    for part in parts:
+        assert part in lines[0], run.describe()
+    assert run.events() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "parts"),
+    [
+        (("trainer.batch_size=-1",), ("trainer.batch_size", "> 0")),
+        (("trainer.max_epoch=3",), ("unknown key trainer.max_epoch", "max_epochs")),
+        (("trainer.precision=16",), ("trainer.precision",)),
+        (("trainer.max_epochs",), ("key=value",)),
+        (("--config", "no/such.yaml"), ("not found", "no/such.yaml")),
+        (("trainer.num_nodes=2",), ("trainer.num_nodes=2", "Slurm")),
+    ],
+)
+def test_bad_input_is_one_line_and_creates_nothing(
+    tmp_path: Path, args: tuple[str, ...], parts: tuple[str, ...]
+) -> None:
+    out = tmp_path / "out"
+    run = run_train(tmp_path, *args, output_dir=out)
+    _assert_one_error_line(run, *parts)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_batch_that_does_not_split_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run = run_train(tmp_path, "trainer.batch_size=3", "trainer.devices=2", output_dir=out)
+    _assert_one_error_line(run, "trainer.batch_size", "3", "2")
+    assert not out.exists()
+
+
+def test_gpu_requested_without_cuda_is_one_line(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU; the no-GPU error cannot happen here")
+    out = tmp_path / "out"
+    run = run_train(tmp_path, "trainer.accelerator=gpu", *TINY, output_dir=out)
+    _assert_one_error_line(run, "trainer.accelerator=gpu", "CUDA")
+    assert not out.exists()
+
+
+def test_help_works_without_importing_torch(tmp_path: Path) -> None:
+    probe = (
+        "import json, runpy, sys\n"
+        "sys.argv = ['scalescope.train', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('scalescope.train', run_name='__main__')\n"
+        "    code = None\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code\n"
+        "heavy = ('torch', 'lightning', 'comet_ml', 'pandas')\n"
+        "heavy = sorted(m for m in heavy if m in sys.modules)\n"
+        "print(json.dumps({'code': code, 'heavy': heavy}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    *help_lines, last = proc.stdout.splitlines()
+    assert json.loads(last) == {"code": 0, "heavy": []}
+    help_text = "\n".join(help_lines)
+    assert "--config" in help_text and "key=value" in help_text
+
+
+def test_help_through_python_dash_m(tmp_path: Path) -> None:
+    run = run_train(tmp_path, module_args=("--help",))
+    assert run.returncode == 0, run.describe()
+    assert "usage:" in run.stdout and "--config" in run.stdout
+    assert run.stderr == ""
+
+
+# --- GPU ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_bf16_on_cuda_reports_memory_and_mfu(tmp_path: Path) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible (torch.cuda.is_available() is False)")
+    run = run_train(
+        tmp_path,
+        *TINY,
+        "trainer.accelerator=gpu",
+        "trainer.precision=bf16-mixed",
+        "trainer.devices=1",
+        output_dir=tmp_path / "out",
+    )
+    r = _finished(run)
+    assert (r.identity.accelerator, r.identity.precision) == ("gpu", "bf16-mixed")
+    assert r.peak_mem_gib is not None and len(r.peak_mem_gib) == 1
+    assert r.peak_mem_gib[0] > 0
+    assert r.versions["cuda"]
+    peak = peak_flops(r.device_name, "bf16-mixed")
+    if peak is None:
+        assert r.mfu is None, f"{r.device_name} has no listed peak, so no MFU"
+    else:
+        assert r.mfu is not None and r.mfu > 0
+        assert r.model_flops_per_sample is not None
+        expected = r.model_flops_per_sample * r.samples_per_s_per_device / peak
+        assert r.mfu == pytest.approx(expected, rel=1e-9)

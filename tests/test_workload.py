@@ -1,0 +1,318 @@
+"""The spiral workload's data, sharding and FLOP count.
+
+The core design property is strong-scaling invariance: at a fixed global batch size, the
+global batch of step k is the same samples whatever the world size, so runs at different
+scales follow the same trajectory.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from torch import Tensor
+
+from scalescope.errors import ConfigError
+from scalescope.workloads import REGISTRY, build_workload, get, validate_params
+from scalescope.workloads.params import SpiralParams
+from scalescope.workloads.spiral import (
+    ShardedBatches,
+    SpiralDataModule,
+    SpiralMLP,
+    make_spirals,
+)
+
+
+def _indexed(n: int) -> tuple[Tensor, Tensor]:
+    """A data set whose samples say which index they are (x[i] = [i, -i], y[i] = i)."""
+    idx = torch.arange(n)
+    return torch.stack([idx.float(), -idx.float()], dim=1), idx
+
+
+def _epochs(
+    n: int, *, global_batch: int, world: int, seed: int = 7, epochs: int = 1
+) -> list[list[list[list[int]]]]:
+    """[epoch][rank][batch] -> sample indices, each rank iterating its own ShardedBatches."""
+    assert global_batch % world == 0
+    x, y = _indexed(n)
+    loaders = [
+        ShardedBatches(
+            x,
+            y,
+            batch_size=global_batch // world,
+            rank=r,
+            world_size=world,
+            seed=seed,
+            shuffle=True,
+        )
+        for r in range(world)
+    ]
+    out = []
+    for _ in range(epochs):
+        per_rank = []
+        for loader in loaders:
+            batches = []
+            for bx, by in loader:
+                assert torch.equal(bx[:, 0].long(), by)  # x and y stay paired
+                batches.append(by.tolist())
+            per_rank.append(batches)
+        out.append(per_rank)
+    return out
+
+
+def _val(n: int, *, batch: int, world: int) -> list[list[list[int]]]:
+    x, y = _indexed(n)
+    return [
+        [
+            by.tolist()
+            for _, by in ShardedBatches(
+                x, y, batch_size=batch, rank=r, world_size=world, seed=0, shuffle=False
+            )
+        ]
+        for r in range(world)
+    ]
+
+
+# --- make_spirals ----------------------------------------------------------------------------
+
+
+def test_make_spirals_is_deterministic_for_a_seed() -> None:
+    p = SpiralParams(num_samples=1000, data_seed=3)
+    x1, y1 = make_spirals(p)
+    x2, y2 = make_spirals(p)
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    x3, _ = make_spirals(SpiralParams(num_samples=1000, data_seed=4))
+    assert not torch.equal(x1, x3)
+
+
+def test_make_spirals_does_not_depend_on_the_global_rng() -> None:
+    p = SpiralParams(num_samples=500)
+    torch.manual_seed(1)
+    x1, _ = make_spirals(p)
+    torch.manual_seed(2)
+    x2, _ = make_spirals(p)
+    assert torch.equal(x1, x2)
+
+
+@pytest.mark.parametrize("n", [2, 1000, 1001])
+def test_make_spirals_is_balanced_and_shaped(n: int) -> None:
+    x, y = make_spirals(SpiralParams(num_samples=n))
+    assert x.shape == (n, 2) and x.dtype == torch.float32
+    assert y.shape == (n,) and y.dtype == torch.int64
+    counts = torch.bincount(y, minlength=2).tolist()
+    assert sorted(counts) == [n // 2, n - n // 2]
+    assert set(y.tolist()) <= {0, 1}
+
+
+def test_make_spirals_shuffles_the_classes() -> None:
+    _, y = make_spirals(SpiralParams(num_samples=1000))
+    # Not all of class 0 first: a prefix (the validation split) holds both classes.
+    assert 0.3 < y[:200].float().mean().item() < 0.7
+
+
+def test_make_spirals_without_noise_lies_on_the_two_arms() -> None:
+    x, y = make_spirals(SpiralParams(num_samples=400, noise=0.0, turns=1.0))
+    r = x.norm(dim=1)
+    assert r.max().item() <= 1.0 + 1e-6
+    # class 1 is class 0 rotated by pi: angle - 2*pi*r*turns is 0 (class 0) or pi (class 1)
+    t = r * 2 * torch.pi
+    phase = torch.atan2(x[:, 1], x[:, 0]) - t
+    offset = torch.remainder(phase + 0.5 * torch.pi, 2 * torch.pi) - 0.5 * torch.pi
+    assert torch.allclose(offset, y.float() * torch.pi, atol=1e-3)
+
+
+# --- training shards ---------------------------------------------------------------------------
+
+N = 103  # not a multiple of the global batch: a remainder is dropped
+GLOBAL_BATCH = 12  # divisible by 1, 2, 3, 4
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_training_shards_are_disjoint_and_equal_length(world: int) -> None:
+    (epoch,) = _epochs(N, global_batch=GLOBAL_BATCH, world=world)
+    lengths = {len(batches) for batches in epoch}
+    assert lengths == {N // GLOBAL_BATCH}  # every rank runs the same number of steps
+    seen: list[int] = []
+    for batches in epoch:
+        for batch in batches:
+            assert len(batch) == GLOBAL_BATCH // world
+            seen += batch
+    assert len(seen) == len(set(seen)) == (N // GLOBAL_BATCH) * GLOBAL_BATCH
+    assert set(seen) <= set(range(N))
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_global_batch_is_the_same_at_every_world_size(world: int) -> None:
+    """Strong-scaling invariance: rank slices of step k concatenate to world 1's batch k."""
+    (single,) = _epochs(N, global_batch=GLOBAL_BATCH, world=1)
+    (many,) = _epochs(N, global_batch=GLOBAL_BATCH, world=world)
+    for k, expected in enumerate(single[0]):
+        joined = [i for rank in range(world) for i in many[rank][k]]
+        assert joined == expected, f"step {k} differs at world {world}"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    per_device=st.integers(1, 16),
+    world=st.integers(1, 6),
+    seed=st.integers(0, 2**31),
+)
+def test_strong_scaling_invariance_property(n: int, per_device: int, world: int, seed: int) -> None:
+    global_batch = per_device * world
+    (single,) = _epochs(n, global_batch=global_batch, world=1, seed=seed)
+    (many,) = _epochs(n, global_batch=global_batch, world=world, seed=seed)
+    assert all(len(batches) == n // global_batch for batches in many)
+    for k, expected in enumerate(single[0]):
+        assert [i for rank in range(world) for i in many[rank][k]] == expected
+
+
+def test_epochs_reshuffle_but_runs_repeat() -> None:
+    first = _epochs(N, global_batch=GLOBAL_BATCH, world=2, epochs=3)
+    again = _epochs(N, global_batch=GLOBAL_BATCH, world=2, epochs=3)
+    assert first == again  # same seed, same order: reproducible
+    assert first[0] != first[1] != first[2]
+    other_seed = _epochs(N, global_batch=GLOBAL_BATCH, world=2, seed=8)
+    assert other_seed[0] != first[0]
+
+
+def test_fewer_samples_than_a_global_batch_gives_no_steps() -> None:
+    (epoch,) = _epochs(10, global_batch=12, world=2)
+    assert epoch == [[], []]
+
+
+def test_shards_live_on_the_data_device() -> None:
+    x, y = _indexed(40)
+    loader = ShardedBatches(x, y, batch_size=4, rank=1, world_size=2, seed=0, shuffle=True)
+    assert len(loader) == 5
+    bx, by = next(iter(loader))
+    assert bx.device == x.device and bx.shape == (4, 2) and by.shape == (4,)
+
+
+# --- validation shards -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "batch", "world"), [(400, 4096, 1), (400, 64, 3), (5, 2, 4), (3, 8, 4)]
+)
+def test_validation_covers_every_sample_once_with_equal_counts(
+    n: int, batch: int, world: int
+) -> None:
+    shards = _val(n, batch=batch, world=world)
+    assert len({len(batches) for batches in shards}) == 1  # same number of reduce calls
+    everything = [i for batches in shards for batch_ in batches for i in batch_]
+    assert sorted(everything) == list(range(n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 500), batch=st.integers(1, 64), world=st.integers(1, 8))
+def test_validation_property(n: int, batch: int, world: int) -> None:
+    assume(n >= world - 1)  # smaller sets: see test_validation_set_smaller_than_the_world
+    shards = _val(n, batch=batch, world=world)
+    assert len({len(batches) for batches in shards}) == 1
+    assert all(len(b) <= batch for batches in shards for b in batches)
+    everything = [i for batches in shards for b in batches for i in b]
+    assert sorted(everything) == list(range(n))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="ShardedBatches (shuffle=False) calls torch.arange(rank, n, world) which raises "
+    "for rank > n: a validation set with fewer samples than world_size - 1 crashes ranks "
+    "past the end instead of giving them an empty shard",
+)
+def test_validation_set_smaller_than_the_world() -> None:
+    """Reachable from a valid config: num_samples=10, val_fraction=0.1 on 3+ ranks."""
+    shards = _val(1, batch=8, world=3)
+    assert [len(b) for b in shards] == [1, 1, 1]
+    assert [i for batches in shards for b in batches for i in b] == [0]
+
+
+def test_validation_is_the_same_every_epoch() -> None:
+    x, y = _indexed(50)
+    loader = ShardedBatches(x, y, batch_size=8, rank=0, world_size=2, seed=0, shuffle=False)
+    assert [b.tolist() for _, b in loader] == [b.tolist() for _, b in loader]
+
+
+# --- gradients: what DDP averages is what one process computes ---------------------------------
+
+
+def test_mean_of_rank_gradients_equals_the_single_process_gradient() -> None:
+    """DDP averages per-rank gradients of equal-size slices; with a mean loss that is the
+    gradient of the whole global batch, which is why equal slices matter."""
+    torch.manual_seed(0)
+    x, y = make_spirals(SpiralParams(num_samples=200))
+    model = SpiralMLP([16, 8], 0.0, 1e-3)
+    world, global_batch = 4, 48
+    loaders = [
+        ShardedBatches(
+            x, y, batch_size=global_batch // world, rank=r, world_size=world, seed=5, shuffle=True
+        )
+        for r in range(world)
+    ]
+    (full_x, full_y), *_ = ShardedBatches(
+        x, y, batch_size=global_batch, rank=0, world_size=1, seed=5, shuffle=True
+    )
+
+    def grads(bx: Tensor, by: Tensor) -> list[Tensor]:
+        model.zero_grad()
+        F.cross_entropy(model(bx), by).backward()
+        return [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
+
+    single = grads(full_x, full_y)
+    per_rank = [grads(*next(iter(loader))) for loader in loaders]
+    averaged = [torch.stack(gs).mean(0) for gs in zip(*per_rank, strict=True)]
+    for a, b in zip(averaged, single, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+# --- model ---------------------------------------------------------------------------------------
+
+
+def test_flops_per_sample_of_the_default_net() -> None:
+    model = SpiralMLP([64, 32, 16], 0.0, 1e-3)
+    macs = 2 * 64 + 64 * 32 + 32 * 16 + 16 * 2  # 2720 multiply-adds per sample forward
+    assert model.flops_per_sample() == 6 * macs == 16320
+
+
+def test_flops_per_sample_ignores_dropout_layers() -> None:
+    model = SpiralMLP([8], 0.5, 1e-3)
+    assert any(isinstance(m, torch.nn.Dropout) for m in model.net)
+    assert model.flops_per_sample() == 6 * (2 * 8 + 8 * 2)
+
+
+def test_mlp_maps_points_to_two_logits() -> None:
+    model = SpiralMLP([8, 4], 0.0, 1e-3)
+    assert model(torch.zeros(5, 2)).shape == (5, 2)
+
+
+# --- data module and registry ---------------------------------------------------------------------
+
+
+def test_data_module_splits_validation_first_without_a_trainer() -> None:
+    params = SpiralParams(num_samples=1000, val_fraction=0.25)
+    dm = SpiralDataModule(params, batch_size=50, seed=1)
+    dm.setup("fit")
+    assert (dm.num_train, dm.num_val) == (750, 250)
+    x, y = make_spirals(params)
+    assert torch.equal(dm.val_x, x[:250]) and torch.equal(dm.train_y, y[250:])
+    assert len(dm.train_dataloader()) == 750 // 50
+    assert len(dm.val_dataloader()) == 1
+
+
+def test_build_workload_from_validated_params() -> None:
+    params = validate_params("spiral", {"num_samples": 300, "hidden_sizes": [4]})
+    model, dm = build_workload("spiral", params, batch_size=10, seed=0)
+    assert isinstance(model, SpiralMLP) and isinstance(dm, SpiralDataModule)
+    assert model.flops_per_sample() == 6 * (2 * 4 + 4 * 2)
+    assert dm.batch_size == 10
+
+
+def test_registry_knows_spiral_and_names_the_unknown() -> None:
+    assert "spiral" in REGISTRY
+    assert get("spiral").params is SpiralParams
+    with pytest.raises(ConfigError, match=r"unknown workload 'resnet'; registered: spiral"):
+        get("resnet")
