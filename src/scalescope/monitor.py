@@ -1,0 +1,413 @@
+"""The job-handle side of a sweep: where each job stands, what it returned, how to stop it.
+
+State comes from the scheduler (``squeue``, then ``scontrol show job`` once a job left the
+queue, then submitit's ``sacct`` watcher where accounting exists) or from the local
+process; the *outcome* of a finished job comes from submitit's per-task result pickles. A
+job that the scheduler calls COMPLETED but that left no result record is reported FAILED:
+failures stay visible, never dropped. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .launch import JobHandle, Launcher
+from .record import ResultRecord
+from .sweep_config import SweepPlan
+
+WAITING = "WAITING"
+"""Local runs not started yet (they run one at a time)."""
+PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = (
+    "PENDING",
+    "RUNNING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+)
+# Slurm states in which a job may still run (squeue's long names).
+ACTIVE = {
+    WAITING,
+    PENDING,
+    RUNNING,
+    "CONFIGURING",
+    "COMPLETING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "RESIZING",
+    "SUSPENDED",
+    "STOPPED",
+    "SIGNALING",
+    "STAGE_OUT",
+    "PREEMPTED",
+}
+
+
+@dataclass
+class JobStatus:
+    state: str = WAITING
+    elapsed_s: float | None = None
+    detail: str | None = None
+    """Why a job failed (the exception line, the scheduler's reason), or None."""
+    record: ResultRecord | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    @property
+    def ok(self) -> bool:
+        return self.state == COMPLETED
+
+
+# --- outcome from submitit's result pickles ----------------------------------------------------
+
+
+def _last_line(trace: str) -> str:
+    lines = [ln.strip() for ln in str(trace).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "failed without a message"
+
+
+def read_outcome(handle: JobHandle) -> tuple[str | None, str | None, ResultRecord | None]:
+    """(COMPLETED/FAILED or None when no task left a result, detail, rank 0's record)."""
+    from submitit.core.utils import pickle_load
+
+    job = handle.job
+    assert job is not None
+    record: ResultRecord | None = None
+    found = 0
+    for task in range(job.num_tasks):
+        path = Path(job.task(task).paths.result_pickle)
+        if not path.exists():
+            continue
+        found += 1
+        try:
+            outcome, value = pickle_load(path)
+        except Exception as exc:  # a truncated or unreadable pickle is a failure, not a crash
+            return FAILED, f"task {task}: unreadable result ({type(exc).__name__})", None
+        if outcome != "success":
+            return FAILED, f"task {task}: {_last_line(value)}", None
+        if task == 0:
+            record = value if isinstance(value, ResultRecord) else None
+    if found == 0:
+        return None, None, None
+    if found < job.num_tasks:
+        return FAILED, f"only {found} of {job.num_tasks} tasks finished", record
+    if record is None:
+        return FAILED, "rank 0 returned no result record", None
+    return COMPLETED, None, record
+
+
+# --- Slurm state ------------------------------------------------------------------------------
+
+
+def _parse_elapsed(text: str) -> float | None:
+    """squeue's %M: ``[days-][hours:]minutes:seconds``."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def squeue_states(job_ids: Iterable[str]) -> dict[str, tuple[str, float | None]] | None:
+    """{job id: (state, elapsed_s)} for jobs still known to squeue; None when squeue failed."""
+    wanted = sorted({j.split("_")[0] for j in job_ids})
+    if not wanted:
+        return {}
+    try:
+        proc = subprocess.run(
+            ["squeue", "--noheader", "--array", "--format=%i|%T|%M", "--jobs", ",".join(wanted)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        # squeue refuses a list of only finished (purged) ids: "Invalid job id specified".
+        return {} if "Invalid job id" in proc.stderr else None
+    out: dict[str, tuple[str, float | None]] = {}
+    for line in proc.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3:
+            out[parts[0]] = (parts[1].upper(), _parse_elapsed(parts[2]))
+    return out
+
+
+def scontrol_state(job_id: str) -> tuple[str, str | None] | None:
+    """(JobState, Reason) of a job that left the queue, while slurmctld still remembers it."""
+    try:
+        proc = subprocess.run(
+            ["scontrol", "--oneliner", "show", "job", job_id],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    state = re.search(r"\bJobState=(\S+)", proc.stdout)
+    if proc.returncode != 0 or not state:
+        return None
+    reason = re.search(r"\bReason=(\S+)", proc.stdout)
+    why = reason.group(1) if reason and reason.group(1) != "None" else None
+    return state.group(1).upper(), why
+
+
+def _finish(status: JobStatus, handle: JobHandle, scheduler_state: str | None) -> None:
+    """Settle a job that is no longer running: outcome from the pickles, else the scheduler."""
+    outcome, detail, record = read_outcome(handle)
+    status.ended_at = status.ended_at or time.time()
+    if outcome == COMPLETED:
+        status.state, status.detail, status.record = COMPLETED, None, record
+        return
+    if outcome == FAILED:
+        status.state, status.detail, status.record = FAILED, detail, record
+        return
+    # No result pickle: the job died outside Python (time limit, OOM kill, node failure, scancel).
+    if scheduler_state and scheduler_state not in (COMPLETED, "UNKNOWN"):
+        status.state = scheduler_state
+        status.detail = status.detail or "no result; see the log"
+    else:
+        status.state = FAILED
+        status.detail = "ended without a result; see the log"
+
+
+# --- the sweep being watched ------------------------------------------------------------------
+
+
+class SweepWatch:
+    """Submits (local: as slots free up), polls and cancels the jobs of one sweep."""
+
+    def __init__(self, plan: SweepPlan, launcher: Launcher, *, max_parallel: int = 1) -> None:
+        self.plan = plan
+        self.launcher = launcher
+        self.max_parallel = max(1, max_parallel)
+        self.handles = launcher.handles()
+        self.status: dict[int, JobStatus] = {id(h): JobStatus() for h in self.handles}
+        self.cancelled: list[JobHandle] = []
+
+    # views
+    def status_of(self, handle: JobHandle) -> JobStatus:
+        return self.status[id(handle)]
+
+    def rows(self) -> list[tuple[JobHandle, JobStatus]]:
+        return [(h, self.status_of(h)) for h in self.handles]
+
+    @property
+    def finished(self) -> bool:
+        return not any(s.active for s in self.status.values())
+
+    @property
+    def failed(self) -> list[tuple[JobHandle, JobStatus]]:
+        return [(h, s) for h, s in self.rows() if not s.active and not s.ok]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.status.values():
+            out[s.state] = out.get(s.state, 0) + 1
+        return out
+
+    # submission
+    def submit_slurm(self) -> None:
+        """All shapes now, each shape one array. A refused sbatch cancels what went before."""
+        by_shape: dict[str, list[JobHandle]] = {}
+        for h in self.handles:
+            by_shape.setdefault(h.shape.label, []).append(h)
+        done: list[JobHandle] = []
+        for label, handles in by_shape.items():
+            try:
+                self.launcher.submit_shape(handles)
+            except Exception as exc:
+                for h in done:
+                    with contextlib.suppress(Exception):
+                        h.job.cancel(check=False)  # type: ignore[union-attr]
+                from .errors import ScalescopeError
+
+                first = _last_line(str(exc)) if str(exc) else type(exc).__name__
+                already = f"; cancelled the {len(done)} jobs already submitted" if done else ""
+                raise ScalescopeError(f"submitting shape {label} failed: {first}{already}") from exc
+            for h in handles:
+                self.status_of(h).state = PENDING
+            done.extend(handles)
+
+    def _start_local(self) -> None:
+        running = sum(1 for s in self.status.values() if s.active and s.state != WAITING)
+        for h in self.handles:
+            if running >= self.max_parallel:
+                return
+            st = self.status_of(h)
+            if st.state == WAITING:
+                self.launcher.submit_one(h)
+                st.state, st.started_at = RUNNING, time.time()
+                running += 1
+
+    # polling
+    def poll(self) -> list[JobHandle]:
+        """Refresh every active job (and start local runs as slots free up); returns changed."""
+        before = {id(h): self.status_of(h).state for h in self.handles}
+        if self.plan.executor == "local":
+            self._poll_local()
+            self._start_local()
+        else:
+            self._poll_slurm()
+        return [h for h in self.handles if self.status_of(h).state != before[id(h)]]
+
+    def _poll_local(self) -> None:
+        now = time.time()
+        for h in self.handles:
+            st = self.status_of(h)
+            if h.job is None or not st.active:
+                continue
+            if st.started_at is not None:
+                st.elapsed_s = now - st.started_at
+            if h.job.state == RUNNING:
+                continue
+            _finish(st, h, None)
+            st.elapsed_s = (st.ended_at or now) - (st.started_at or now)
+
+    def _poll_slurm(self) -> None:
+        active = [h for h in self.handles if h.job is not None and self.status_of(h).active]
+        if not active:
+            return
+        queue = squeue_states(h.job_id or "" for h in active)
+        if queue is None:
+            return  # squeue failed this time: keep the last known states
+        now = time.time()
+        for h in active:
+            st = self.status_of(h)
+            assert h.job_id is not None
+            if h.job_id in queue:
+                st.state, elapsed = queue[h.job_id]
+                if st.state == RUNNING and st.started_at is None:
+                    st.started_at = now
+                st.elapsed_s = elapsed if elapsed is not None else st.elapsed_s
+                continue
+            found = scontrol_state(h.job_id)
+            scheduler_state = found[0] if found else _sacct_state(h)
+            if scheduler_state in ACTIVE:
+                st.state = scheduler_state
+                continue
+            if found and found[1]:
+                st.detail = f"{scheduler_state} ({found[1]})"
+            _finish(st, h, scheduler_state)
+
+    # stopping
+    def cancel(self, *, grace_s: float = 10.0) -> tuple[list[JobHandle], list[JobHandle]]:
+        """Cancel running jobs, drop the ones not started; returns (cancelled, never started)."""
+        running = [h for h in self.handles if h.job is not None and self.status_of(h).active]
+        never = [h for h in self.handles if h.job is None and self.status_of(h).active]
+        if self.plan.executor == "local":
+            stop_local(running, grace_s)
+        else:
+            for h in running:
+                with contextlib.suppress(Exception):
+                    h.job.cancel(check=False)  # type: ignore[union-attr]
+        for h in running:
+            st = self.status_of(h)
+            outcome, _, record = read_outcome(h)
+            if outcome == COMPLETED:  # finished in the moment before the cancel
+                st.state, st.record = COMPLETED, record
+            else:
+                st.state, st.detail = CANCELLED, "cancelled (interrupted)"
+            st.ended_at = time.time()
+        for h in never:
+            self.status_of(h).state = CANCELLED
+            self.status_of(h).detail = "not started (interrupted)"
+        self.cancelled = running
+        return running, never
+
+
+def _sacct_state(handle: JobHandle) -> str | None:
+    """submitit's sacct-based state; None without accounting (submitit then warns)."""
+    try:
+        state = str(handle.job.state).upper()  # type: ignore[union-attr]
+    except Exception:
+        return None
+    state = state.split()[0] if state else "UNKNOWN"  # "CANCELLED by 0" -> CANCELLED
+    return None if state == "UNKNOWN" else state
+
+
+# --- local process clean-up -------------------------------------------------------------------
+
+
+def _proc_table() -> dict[int, tuple[int, str]]:
+    """{pid: (ppid, start time)} from /proc (Linux; empty elsewhere)."""
+    table: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # the command name may hold spaces and parentheses: the fields follow the last ')'
+        fields = stat.rsplit(")", 1)[1].split()
+        table[int(entry.name)] = (int(fields[1]), fields[19])
+    return table
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """{pid: start time} of every descendant of ``pid``."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for child, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(child)
+    out: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out[child] = table[child][1]
+            todo.append(child)
+    return out
+
+
+CONTROLLER_STOP_S = 2.0
+"""A controller that got the terminal's Ctrl-C itself stops its tasks within about a second."""
+
+
+def stop_local(handles: Sequence[JobHandle], grace_s: float) -> None:
+    """Stop local jobs and every process they started.
+
+    submitit's cancel sends SIGINT to a job's controller, which stops its tasks (SIGINT, then
+    SIGKILL after a second). A Ctrl-C typed in the terminal reached the controllers too (same
+    process group) and a second SIGINT would interrupt that clean-up half-way: give them a
+    moment first, cancel the ones still running, and kill whatever is left after ``grace_s``.
+    """
+    procs: list[tuple[JobHandle, Any]] = [
+        (h, p) for h in handles if (p := getattr(h.job, "_process", None)) is not None
+    ]
+    tree: dict[int, str] = {}
+    for _, p in procs:
+        tree.update(_descendants(p.pid))
+    deadline = time.monotonic() + CONTROLLER_STOP_S
+    while any(p.poll() is None for _, p in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for h, p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(Exception):
+                h.job.cancel(check=False)  # type: ignore[union-attr]
+    deadline = time.monotonic() + grace_s
+    for _, p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    # Tasks orphaned by a controller that died first; the start time guards against pid reuse.
+    alive = _proc_table()
+    for pid, started in tree.items():
+        if pid in alive and alive[pid][1] == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,440 @@
+"""``scalescope sweep``: validate a sweep, submit it with submitit, watch it, summarise it.
+
+::
+
+    scalescope sweep --config configs/sweeps/local.yaml                  # local CPU sweep, waits
+    scalescope sweep --config configs/sweeps/gpu_scaling.yaml \\
+        --cluster configs/clusters/<site>.yaml --dry-run                 # resources + sbatch
+    scalescope sweep --config configs/sweeps/slurm_local.yaml \\
+        --cluster configs/clusters/local.yaml --wait                     # submit, watch, summary
+
+Executor: ``auto`` (the default) submits to Slurm when ``sinfo`` answers within a few
+seconds and runs locally otherwise; ``--executor slurm|local`` forces one. A local sweep
+runs one job at a time (``--max-parallel``) and always waits; Ctrl-C cancels the running
+job and keeps finished ones. Everything goes to ``<output_dir>/sweeps/<sweep_id>/``: one
+submitit folder per job (logs carry the ``:::SCALESCOPE`` result record), the run
+directories, and ``sweep.json`` (every job's shape, repeat, state and log paths).
+
+This is the only module of the sweep that prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import json
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .monitor import SweepWatch
+    from .sweep_config import SweepPlan
+
+# Nothing heavy at import time: `scalescope --help` builds every subcommand's parser.
+
+LOCAL_POLL_S = 1.0
+SLURM_POLL_S = 3.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", required=True, help="sweep file, e.g. configs/sweeps/local.yaml"
+    )
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        help="cluster profile (configs/clusters/*.yaml); needed for Slurm",
+    )
+    parser.add_argument(
+        "--executor",
+        choices=("auto", "slurm", "local"),
+        default="auto",
+        help="auto: Slurm when sinfo answers, else this machine (default: auto)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="runs per shape (overrides the file)"
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="train-config overrides for every run, after the sweep file's, e.g. "
+        "trainer.max_epochs=1",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate and print every job's resources (and the sbatch script); submit nothing",
+    )
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="Slurm: watch the jobs until they end, then summarise (local sweeps always wait)",
+    )
+    parser.add_argument(
+        "--max-parallel",
+        type=int,
+        default=None,
+        help="local: runs at once (default 1: the cores are shared); "
+        "slurm: array tasks of a shape running at once (default: no limit)",
+    )
+    parser.add_argument(
+        "--sweep-id", default=None, help="folder name of the sweep (default: <name>-<UTC time>)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    plan, why = _plan(args)
+    if args.dry_run:
+        console.print("\n".join(dry_run_lines(plan, why, args.max_parallel)), markup=False)
+        return 0
+    return _launch(plan, why, args, console)
+
+
+# --- planning ---------------------------------------------------------------------------------
+
+
+def _plan(args: argparse.Namespace) -> tuple[SweepPlan, str]:
+    from .config import parse_overrides
+    from .launch import choose_executor
+    from .sweep_config import load_sweep_config, plan_sweep
+
+    if args.max_parallel is not None and args.max_parallel < 1:
+        raise ConfigError(f"--max-parallel: must be > 0, got {args.max_parallel}")
+    sweep = load_sweep_config(args.config)
+    profile = None
+    if args.cluster:
+        from .cluster import load_profile
+
+        profile = load_profile(args.cluster)
+    executor, why = choose_executor(args.executor)
+    plan = plan_sweep(
+        sweep,
+        args.config,
+        executor=executor,
+        profile=profile,
+        sweep_id=args.sweep_id,
+        repeats=args.repeats,
+        extra_overrides=parse_overrides(args.overrides),
+    )
+    return plan, why
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) -> list[str]:
+    """What --dry-run prints: the sweep, then every shape's resources and sbatch script."""
+    from .launch import local_parameters, render_sbatch
+
+    where = plan.executor + (f" (profile {plan.profile.name})" if plan.profile else "")
+    lines = [
+        f"sweep {plan.sweep_id}: dry run, nothing submitted",
+        f"  sweep file    {_rel(plan.sweep_file)}",
+        f"  train config  {_rel(plan.train_config_file)}",
+        f"  executor      {where}: {why}",
+        f"  folder        {plan.sweep_dir}",
+        f"  jobs          {plan.num_jobs} ({len(plan.shapes)} shapes x {plan.repeats} repeats)",
+    ]
+    for i, sp in enumerate(plan.shapes, 1):
+        r = sp.resources
+        t = sp.config.trainer
+        lines += [
+            "",
+            f"[{i}/{len(plan.shapes)}] shape {sp.shape.label}: world size {sp.shape.world_size}, "
+            f"{t.scaling} scaling, global batch {sp.global_batch_size} "
+            f"({sp.per_device_batch_size} per device), accelerator {t.accelerator}, "
+            f"{plan.repeats} job(s)",
+            f"  nodes {r.nodes}, tasks per node {r.tasks_per_node}, gpus per node "
+            f"{r.gpus_per_node}, cpus per task {r.cpus_per_task}, "
+            f"mem {f'{r.mem_gb} GB' if r.mem_gb is not None else 'site default'}, "
+            f"time {r.timeout_min} min",
+        ]
+        if plan.executor == "slurm":
+            lines.append(
+                f"  partition {r.partition or 'default'}, account {r.account or '-'}, "
+                f"qos {r.qos or '-'}, constraint {r.constraint or '-'}"
+            )
+            text = render_sbatch(plan, sp, max_parallel)
+            if text is None:
+                lines.append("  (this submitit version cannot render the sbatch script)")
+            else:
+                lines.append("  sbatch script:")
+                lines += [f"    {ln}".rstrip() for ln in text.rstrip("\n").splitlines()]
+        else:
+            params = ", ".join(f"{k}={v}" for k, v in local_parameters(sp).items())
+            lines.append(f"  submitit LocalExecutor: {params} (one run at a time)")
+    return lines
+
+
+# --- launching and watching -------------------------------------------------------------------
+
+
+def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -> int:
+    from .launch import Launcher, render_sbatch, require_slurm
+    from .monitor import SweepWatch
+
+    if plan.executor == "slurm":
+        require_slurm()
+        for sp in plan.shapes:  # submitit checks the parameters while rendering: fail before any
+            render_sbatch(plan, sp, args.max_parallel)
+    try:
+        plan.sweep_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise ConfigError(
+            f"sweep folder {plan.sweep_dir} exists: earlier results are never overwritten; "
+            "pass another --sweep-id"
+        ) from None
+    local = plan.executor == "local"
+    parallel = (args.max_parallel or 1) if local else 1
+    launcher = Launcher(plan, array_parallelism=None if local else args.max_parallel)
+    watch = SweepWatch(plan, launcher, max_parallel=parallel)
+    console.print(
+        f"sweep {plan.sweep_id}: {plan.num_jobs} jobs ({len(plan.shapes)} shapes x "
+        f"{plan.repeats} repeats), executor {plan.executor} ({why})",
+        markup=False,
+    )
+    console.print(f"logs: {plan.sweep_dir}", markup=False)
+    _write_manifest(plan, watch)
+    if not local:
+        watch.submit_slurm()
+        _write_manifest(plan, watch)
+        for h in watch.handles:
+            console.print(
+                f"  submitted {h.job_id}  shape {h.shape.label}  repeat {h.repeat}  log {h.stdout}",
+                markup=False,
+            )
+        if not args.wait:
+            console.print(
+                "not waiting (--wait watches them): squeue --me shows the queue; "
+                f"python -m analysis.summarize {plan.sweep_dir} summarises once they ended",
+                markup=False,
+            )
+            return 0
+    elif not args.wait:
+        console.print("local jobs run from this process: waiting for them", markup=False)
+
+    try:
+        _watch(watch, console, LOCAL_POLL_S if local else SLURM_POLL_S)
+    except KeyboardInterrupt:
+        return _interrupted(watch, plan, console)
+    _write_manifest(plan, watch)
+    _tidy(plan)
+    return _report(watch, plan, console)
+
+
+def _state_style(state: str) -> str:
+    return {"COMPLETED": "green", "RUNNING": "cyan", "FAILED": "red", "CANCELLED": "yellow"}.get(
+        state, "white" if state in ("PENDING", "WAITING") else "red"
+    )
+
+
+def status_table(watch: SweepWatch) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"sweep {watch.plan.sweep_id}", title_justify="left")
+    for col, justify in (
+        ("job", "right"),
+        ("shape", "left"),
+        ("world", "right"),
+        ("repeat", "right"),
+        ("state", "left"),
+        ("elapsed", "right"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for h, st in watch.rows():
+        elapsed = "" if st.elapsed_s is None else f"{st.elapsed_s:.0f} s"
+        table.add_row(
+            h.job_id or "-",
+            h.shape.label,
+            str(h.shape.world_size),
+            str(h.repeat),
+            Text(st.state, style=_state_style(st.state)),
+            elapsed,
+        )
+    return table
+
+
+def _line(h: Any, st: Any) -> str:
+    detail = f"  {st.detail}" if st.detail and st.state != "COMPLETED" else ""
+    elapsed = "" if st.elapsed_s is None or st.active else f"  {st.elapsed_s:.0f} s"
+    where = f"  {h.job_id or '-'}  shape {h.shape.label}  repeat {h.repeat}"
+    return f"{where}  {st.state}{elapsed}{detail}"
+
+
+def _watch(watch: SweepWatch, console: Any, poll_s: float) -> None:
+    """Poll until every job ended: a live table and progress bar on a terminal, one line per
+    state change otherwise (logs, CI, tests)."""
+    from rich.console import Group
+    from rich.live import Live
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if not console.is_terminal:
+        while True:
+            for h in watch.poll():
+                console.print(_line(h, watch.status_of(h)), markup=False)
+            if watch.finished:
+                return
+            time.sleep(poll_s)
+
+    progress = Progress(
+        TextColumn("jobs ended"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    task = progress.add_task("jobs", total=len(watch.handles))
+    with Live(console=console, refresh_per_second=4) as live:
+        while True:
+            watch.poll()
+            ended = sum(1 for _, st in watch.rows() if not st.active)
+            progress.update(task, completed=ended)
+            live.update(Group(status_table(watch), progress))
+            if watch.finished:
+                return
+            time.sleep(poll_s)
+
+
+def _tidy(plan: SweepPlan) -> None:
+    # submitit's local controller creates its folder argument literally ("%j"), empty.
+    with contextlib.suppress(OSError):
+        (plan.sweep_dir / "%j").rmdir()
+
+
+def _interrupted(watch: SweepWatch, plan: SweepPlan, console: Any) -> int:
+    # A second Ctrl-C must not leave half-stopped processes behind: ignore it while cleaning up.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        finished = [h for h, st in watch.rows() if st.state == "COMPLETED"]
+        if plan.executor == "local":
+            cancelled, never = watch.cancel()
+            what = ", ".join(f"{h.job_id} ({h.shape.label} repeat {h.repeat})" for h in cancelled)
+            console.print(
+                f"interrupted: cancelled {what or 'no running job'}; {len(never)} not started; "
+                f"{len(finished)} finished result(s) kept in {plan.sweep_dir}",
+                markup=False,
+            )
+        else:
+            active = [h.job_id for h, st in watch.rows() if st.active and h.job_id]
+            console.print(
+                f"interrupted: stopped watching; {len(active)} job(s) stay on Slurm "
+                f"(scancel {' '.join(active)} stops them); logs in {plan.sweep_dir}",
+                markup=False,
+            )
+        _write_manifest(plan, watch)
+        _tidy(plan)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return 130
+
+
+def _report(watch: SweepWatch, plan: SweepPlan, console: Any) -> int:
+    console.print(status_table(watch))
+    failed = watch.failed
+    for h, st in failed:
+        console.print(
+            f"{st.state} {h.job_id} (shape {h.shape.label} repeat {h.repeat}): {st.detail}; "
+            f"log {h.stdout}, errors {h.stderr}",
+            markup=False,
+        )
+    rc = run_summary(plan.sweep_dir, console)
+    if rc is None:
+        console.print(
+            f"results: {plan.sweep_dir} (each job's log holds its :::SCALESCOPE record)",
+            markup=False,
+        )
+        rc = 0
+    if failed:
+        console.print(f"{len(failed)} of {len(watch.handles)} jobs did not complete", markup=False)
+        return 1
+    return rc
+
+
+def run_summary(sweep_dir: Path, console: Any) -> int | None:
+    """``python -m analysis.summarize <sweep dir>`` in-process, when that module exists."""
+    try:
+        found = importlib.util.find_spec("analysis.summarize") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return None
+    module = importlib.import_module("analysis.summarize")
+    main = getattr(module, "main", None)
+    if not callable(main):
+        return None
+    try:
+        return int(main([str(sweep_dir)]) or 0)
+    except SystemExit as exc:  # an argparse-style main may exit instead of returning
+        return exc.code if isinstance(exc.code, int) else 1
+    except Exception as exc:
+        console.print(f"summary failed: {type(exc).__name__}: {exc}", markup=False)
+        return 1
+
+
+# --- the sweep's own record -------------------------------------------------------------------
+
+
+def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
+    """sweep.json: which job ran which shape and repeat, and how it ended (failures included)."""
+    jobs = []
+    for h, st in watch.rows():
+        jobs.append(
+            {
+                "job_id": h.job_id,
+                "shape": h.shape.label,
+                "nodes": h.shape.nodes,
+                "devices_per_node": h.shape.devices_per_node,
+                "world_size": h.shape.world_size,
+                "repeat": h.repeat,
+                "state": st.state,
+                "detail": st.detail,
+                "elapsed_s": st.elapsed_s,
+                "stdout": None if h.stdout is None else str(h.stdout),
+                "stderr": None if h.stderr is None else str(h.stderr),
+            }
+        )
+    return {
+        "sweep_id": plan.sweep_id,
+        "name": plan.name,
+        "executor": plan.executor,
+        "profile": plan.profile.name if plan.profile else None,
+        "sweep_file": str(plan.sweep_file.resolve()),
+        "train_config": str(plan.train_config_file.resolve()),
+        "repeats": plan.repeats,
+        "shapes": [
+            {
+                "shape": sp.shape.label,
+                "world_size": sp.shape.world_size,
+                "global_batch_size": sp.global_batch_size,
+                "per_device_batch_size": sp.per_device_batch_size,
+                "config": sp.config_dict(),
+            }
+            for sp in plan.shapes
+        ],
+        "jobs": jobs,
+        "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "argv": sys.argv,
+    }
+
+
+def _write_manifest(plan: SweepPlan, watch: SweepWatch) -> None:
+    from .record import write_json_atomic
+
+    write_json_atomic(plan.sweep_dir / "sweep.json", json.loads(json.dumps(manifest(plan, watch))))

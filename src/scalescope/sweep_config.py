@@ -1,0 +1,363 @@
+"""Sweep config (configs/sweeps/*.yaml) -> validated :class:`SweepPlan`.
+
+A sweep file names a train config, overrides applied to every run, the shapes to measure
+and how often to repeat each::
+
+    name: spiral-cpu              # sweep family: sweep id prefix and Comet project
+    train_config: ../spiral.yaml  # relative to THIS file (absolute paths work too)
+    overrides:                    # dotted train-config keys, applied to every run
+      trainer.max_epochs: 3
+    shapes:                       # one submission per shape; world size = nodes x devices_per_node
+      - {nodes: 1, devices_per_node: 1}
+      - {nodes: 1, devices_per_node: 2}
+    repeats: 3                    # runs per shape (a job array on Slurm)
+    timeout_min: 20               # per job; null = the cluster profile's timeout_min
+
+``train_config`` is resolved against the sweep file's folder, not the current directory, so
+that a sweep means the same thing wherever it is launched from.
+
+:func:`plan_sweep` validates *everything* before anything is submitted: the train config of
+every shape (through :func:`~scalescope.config.load_train_config`), the batch split of every
+world size, every shape against the cluster profile, and GPUs asked of a machine without
+them. This module imports neither torch nor submitit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .config import TrainConfig, load_train_config, merge, read_yaml, resolve_batch
+from .errors import ConfigError
+from .schema import build, option, positive, set_dotted
+
+if TYPE_CHECKING:
+    from .cluster import ClusterProfile
+
+ExecutorKind = Literal["slurm", "local"]
+
+# Keys the sweep itself sets for every run: an override of them would be silently lost.
+SWEEP_OWNED_KEYS = ("trainer.num_nodes", "trainer.devices", "sweep_id", "output_dir")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+DEFAULT_LOCAL_TIMEOUT_MIN = 60
+"""Local jobs without a timeout_min anywhere get this, not submitit's 2-minute default."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    nodes: int = option(help="nodes of the job", check=positive)
+    devices_per_node: int = option(
+        help="tasks per node: GPUs, or CPU processes on a CPU cluster", check=positive
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodes}x{self.devices_per_node}"
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    name: str = option(
+        help="sweep family: prefix of the sweep id and the Comet project "
+        "(unless the overrides set tracking.project)"
+    )
+    train_config: str = option(
+        help="train config YAML, relative to the sweep file's folder (or absolute)"
+    )
+    shapes: list[Shape] = option(help="list of {nodes, devices_per_node}; one submission each")
+    overrides: dict[str, Any] = option(
+        {}, help="dotted train-config keys applied to every run, e.g. trainer.max_epochs: 3"
+    )
+    repeats: int = option(3, help="runs per shape (a job array on Slurm)", check=positive)
+    timeout_min: int | None = option(
+        None, help="time limit per job in minutes; null = the cluster profile's", check=positive
+    )
+
+    def validate(self, where: str) -> None:
+        if not _NAME.match(self.name):
+            raise ConfigError(
+                f"name: use letters, digits, '.', '_' and '-' only (it names folders), got "
+                f"{self.name!r}"
+            )
+        if not self.shapes:
+            raise ConfigError("shapes: the list is empty; add e.g. {nodes: 1, devices_per_node: 1}")
+        seen: set[str] = set()
+        for shape in self.shapes:
+            if shape.label in seen:
+                raise ConfigError(f"shapes: {shape.label} is listed twice; use repeats instead")
+            seen.add(shape.label)
+
+
+def load_sweep_config(path: str | os.PathLike[str]) -> SweepConfig:
+    data = read_yaml(path, what="sweep config")
+    try:
+        return build(SweepConfig, data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one job of a shape asks the scheduler for (units in the names)."""
+
+    nodes: int
+    tasks_per_node: int
+    gpus_per_node: int
+    cpus_per_task: int
+    mem_gb: int | None
+    timeout_min: int
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    setup: tuple[str, ...] = ()
+    sbatch_extra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShapePlan:
+    shape: Shape
+    config: TrainConfig
+    per_device_batch_size: int
+    global_batch_size: int
+    resources: Resources
+
+    def config_dict(self) -> dict[str, Any]:
+        return self.config.to_dict()
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    sweep_id: str
+    name: str
+    sweep_file: Path
+    train_config_file: Path
+    sweep_dir: Path
+    """``<output_dir>/sweeps/<sweep_id>``: submitit job folders, run directories, sweep.json."""
+    executor: ExecutorKind
+    repeats: int
+    shapes: list[ShapePlan]
+    profile: ClusterProfile | None
+
+    @property
+    def num_jobs(self) -> int:
+        return self.repeats * len(self.shapes)
+
+
+def make_sweep_id(name: str, now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{name}-{stamp}"
+
+
+def resolve_train_config_path(sweep_file: Path, train_config: str) -> Path:
+    path = Path(train_config).expanduser()
+    return path if path.is_absolute() else (sweep_file.parent / path)
+
+
+def _nested(overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Dotted override keys (``trainer.max_epochs``) as the nested mapping configs merge."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", str(key)):
+            raise ConfigError(f"{where}: {key!r} is not a dotted config key")
+        nested: dict[str, Any] = {}
+        set_dotted(nested, str(key), value)
+        out = merge(out, nested)
+    return out
+
+
+def _sets_project(overrides: Mapping[str, Any]) -> bool:
+    extra = overrides.get("tracking")
+    return isinstance(extra, Mapping) and "project" in extra
+
+
+GpuCounter = Callable[[], int]
+
+
+def local_gpu_count() -> int:
+    """CUDA devices on this machine (imports torch: only asked when a plan could use GPUs)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def _slurm_resources(
+    sweep: SweepConfig, shape: Shape, cfg: TrainConfig, profile: ClusterProfile, where: str
+) -> Resources:
+    profile.check_shape(shape.nodes, shape.devices_per_node)
+    accelerator = cfg.trainer.accelerator
+    if accelerator == "gpu" and not profile.gpus_per_node:
+        raise ConfigError(
+            f"{where}: trainer.accelerator is gpu but the profile {profile.name!r} has "
+            "gpus_per_node: 0 (a CPU cluster)"
+        )
+    # One GPU per task on a GPU site (auto picks them up); none for CPU runs.
+    gpus = shape.devices_per_node if profile.gpus_per_node and accelerator != "cpu" else 0
+    return Resources(
+        nodes=shape.nodes,
+        tasks_per_node=shape.devices_per_node,
+        gpus_per_node=gpus,
+        cpus_per_task=profile.cpus_per_task,
+        mem_gb=profile.mem_gb,
+        timeout_min=sweep.timeout_min or profile.timeout_min,
+        partition=profile.partition,
+        account=profile.account,
+        qos=profile.qos,
+        constraint=profile.constraint,
+        setup=tuple(line for line in profile.setup.splitlines() if line.strip()),
+        sbatch_extra=tuple(profile.sbatch_extra),
+    )
+
+
+def _may_use_gpus(cfg: TrainConfig, profile: ClusterProfile | None) -> bool:
+    return cfg.trainer.accelerator != "cpu" or bool(profile and profile.gpus_per_node)
+
+
+def _local_resources(
+    sweep: SweepConfig,
+    shape: Shape,
+    cfg: TrainConfig,
+    profile: ClusterProfile | None,
+    where: str,
+    gpus_here: int,
+) -> Resources:
+    if shape.nodes > 1:
+        raise ConfigError(
+            f"{where}: the local executor runs on this one machine; remove the shape or "
+            "submit with --executor slurm"
+        )
+    accelerator = cfg.trainer.accelerator
+    profile_gpus = accelerator != "cpu" and bool(profile and profile.gpus_per_node)
+    if gpus_here == 0 and (accelerator == "gpu" or profile_gpus):
+        why = "trainer.accelerator is gpu" if accelerator == "gpu" else "the profile has GPUs"
+        raise ConfigError(f"{where}: {why} but this machine has no CUDA device")
+    gpus = 0
+    if gpus_here and accelerator != "cpu":
+        if shape.devices_per_node > gpus_here:
+            raise ConfigError(
+                f"{where}: {shape.devices_per_node} GPUs per node asked, this machine has "
+                f"{gpus_here}"
+            )
+        # LocalExecutor hides every GPU unless gpus_per_node is set.
+        gpus = shape.devices_per_node
+    default_timeout = profile.timeout_min if profile else DEFAULT_LOCAL_TIMEOUT_MIN
+    return Resources(
+        nodes=1,
+        tasks_per_node=shape.devices_per_node,
+        gpus_per_node=gpus,
+        cpus_per_task=profile.cpus_per_task if profile else 1,
+        mem_gb=None,
+        timeout_min=sweep.timeout_min or default_timeout,
+    )
+
+
+def plan_sweep(
+    sweep: SweepConfig,
+    sweep_file: str | os.PathLike[str],
+    *,
+    executor: ExecutorKind,
+    profile: ClusterProfile | None = None,
+    sweep_id: str | None = None,
+    repeats: int | None = None,
+    extra_overrides: Mapping[str, Any] | None = None,
+    gpu_count: GpuCounter = local_gpu_count,
+) -> SweepPlan:
+    """Validate every shape of ``sweep`` and return what to submit; raise ConfigError otherwise.
+
+    ``extra_overrides`` (from the command line; dotted or nested keys) win over the sweep's
+    overrides.
+    """
+    sweep_path = Path(sweep_file)
+    if repeats is not None and repeats < 1:
+        raise ConfigError(f"--repeats: must be > 0, got {repeats}")
+    if executor == "slurm" and profile is None:
+        raise ConfigError(
+            "the slurm executor needs a cluster profile: "
+            "pass --cluster configs/clusters/<site>.yaml"
+        )
+    train_path = resolve_train_config_path(sweep_path, sweep.train_config)
+    if not train_path.is_file():
+        raise ConfigError(
+            f"{sweep_path}: train_config {sweep.train_config!r} not found (looked for "
+            f"{train_path}; relative paths are relative to the sweep file's folder)"
+        )
+    overrides = merge(
+        _nested(sweep.overrides, f"{sweep_path}: overrides"),
+        _nested(extra_overrides or {}, "command-line override"),
+    )
+    for key in SWEEP_OWNED_KEYS:
+        node: Any = overrides
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            raise ConfigError(
+                f"override {key}: the sweep sets it for every run (from shapes, the sweep id and "
+                "the sweep folder); remove it"
+            )
+    # One Comet project per sweep family: the sweep's name, over the train file's project.
+    if not _sets_project(overrides):
+        overrides = merge(overrides, {"tracking": {"project": sweep.name}})
+
+    sweep_id = sweep_id or make_sweep_id(sweep.name)
+    if not _NAME.match(sweep_id):
+        raise ConfigError(f"sweep id {sweep_id!r}: use letters, digits, '.', '_' and '-' only")
+
+    base = load_train_config(train_path, overrides)
+    sweep_dir = (Path(base.output_dir) / "sweeps" / sweep_id).absolute()
+
+    gpus_here: int | None = None  # asked once, and only when a local run could use GPUs
+    plans: list[ShapePlan] = []
+    for shape in sweep.shapes:
+        where = f"shape {shape.label} (world size {shape.world_size})"
+        per_run = merge(
+            overrides,
+            {
+                "trainer": {"num_nodes": shape.nodes, "devices": shape.devices_per_node},
+                "sweep_id": sweep_id,
+                "output_dir": str(sweep_dir),
+            },
+        )
+        try:
+            cfg = load_train_config(train_path, per_run)
+            batch = resolve_batch(cfg.trainer, shape.world_size)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if executor == "slurm":
+            assert profile is not None
+            resources = _slurm_resources(sweep, shape, cfg, profile, where)
+        else:
+            if gpus_here is None and _may_use_gpus(cfg, profile):
+                gpus_here = gpu_count()
+            resources = _local_resources(sweep, shape, cfg, profile, where, gpus_here or 0)
+        plans.append(
+            ShapePlan(
+                shape=shape,
+                config=cfg,
+                per_device_batch_size=batch.per_device_batch_size,
+                global_batch_size=batch.global_batch_size,
+                resources=resources,
+            )
+        )
+    return SweepPlan(
+        sweep_id=sweep_id,
+        name=sweep.name,
+        sweep_file=sweep_path,
+        train_config_file=train_path,
+        sweep_dir=sweep_dir,
+        executor=executor,
+        repeats=repeats if repeats is not None else sweep.repeats,
+        shapes=plans,
+        profile=profile,
+    )

@@ -1,0 +1,646 @@
+"""``scalescope sweep``: validation (nothing submitted on any error), the dry-run output against
+a golden file, a real local sweep and Ctrl-C in the middle of one.
+
+Refresh the golden files with ``SCALESCOPE_UPDATE_GOLDEN=1 pytest tests/test_sweep.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scalescope import cli
+from scalescope.errors import ConfigError
+from scalescope.record import ResultRecord, decode_line
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "tests" / "golden" / "sweep"
+
+TRAIN_CONFIG = """\
+name: spiral
+workload: {name: spiral, num_samples: 1000}
+trainer: {scaling: strong, batch_size: 256, max_epochs: 1, accelerator: cpu}
+tracking: {mode: "off"}
+"""
+
+GPU_PROFILE = """\
+name: test-a100
+partition: gpu
+account: proj42
+qos: normal
+gpus_per_node: 4
+cpus_per_task: 8
+mem_gb: 240
+max_nodes: 4
+max_devices_per_node: 4
+timeout_min: 45
+constraint: a100
+setup: |
+  module load cuda/12.4
+  source "$HOME/venvs/scalescope/bin/activate"
+sbatch_extra: ['--exclusive', '--reservation=bench']
+"""
+
+CPU_PROFILE = """\
+name: test-cpu
+partition: debug
+max_nodes: 2
+max_devices_per_node: 2
+"""
+
+
+def _shapes(*shapes: tuple[int, int]) -> str:
+    return "".join(f"  - {{nodes: {n}, devices_per_node: {d}}}\n" for n, d in shapes)
+
+
+def write_sweep(
+    root: Path,
+    *,
+    shapes: tuple[tuple[int, int], ...] = ((1, 1), (1, 2)),
+    extra: str = "",
+    overrides: str = "",
+    train: str = TRAIN_CONFIG,
+    train_path: str = "../train.yaml",
+) -> Path:
+    (root / "configs" / "sweeps").mkdir(parents=True, exist_ok=True)
+    (root / "configs" / "train.yaml").write_text(train)
+    sweep = root / "configs" / "sweeps" / "test.yaml"
+    text = f"name: test\ntrain_config: {train_path}\nshapes:\n{_shapes(*shapes)}{extra}"
+    if overrides:
+        text += f"overrides:\n{overrides}"
+    sweep.write_text(text)
+    return sweep
+
+
+def write_profile(root: Path, text: str, name: str = "site.yaml") -> Path:
+    path = root / "configs" / "clusters" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in an empty folder: `outputs/` appears there if anything is submitted."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def sweep_cli(*argv: str) -> int:
+    return cli.main(["sweep", *argv])
+
+
+def assert_nothing_submitted(root: Path) -> None:
+    assert not (root / "outputs").exists(), "a job folder was created although validation failed"
+
+
+# --- validation: one clear line, exit 2, nothing submitted -------------------------------------
+
+
+def expect_error(root: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    rc = sweep_cli(*argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert err.startswith("scalescope sweep: error: ")
+    assert len(err.splitlines()) == 1, err
+    assert_nothing_submitted(root)
+    return err
+
+
+def test_unknown_key_lists_valid_keys(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, extra="repeets: 2\n")
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "unknown key repeets" in err
+    for key in ("name", "train_config", "shapes", "overrides", "repeats", "timeout_min"):
+        assert key in err
+
+
+def test_unknown_shape_key(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp)
+    sweep.write_text(sweep.read_text() + "  - {nodes: 1, gpus: 2}\n")
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "unknown key shapes[2].gpus" in err and "devices_per_node" in err
+
+
+def test_missing_sweep_file(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = expect_error(in_tmp, capsys, "--config", "configs/sweeps/nope.yaml")
+    assert "sweep config file not found" in err and "nope.yaml" in err
+
+
+def test_missing_train_config(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, train_path="../missing.yaml")
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "train_config '../missing.yaml' not found" in err
+    assert "relative to the sweep file" in err
+
+
+def test_train_config_errors_name_the_shape(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = write_sweep(in_tmp, overrides="  trainer.max_epoch: 2\n")
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "unknown key trainer.max_epoch" in err and "max_epochs" in err
+
+
+def test_global_batch_not_dividing_names_the_shape(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 1x1 and 1x2 split 256; the last shape (3 ranks) does not: still nothing submitted.
+    sweep = write_sweep(in_tmp, shapes=((1, 1), (1, 2), (1, 3)))
+    err = expect_error(
+        in_tmp, capsys, "--config", str(sweep), "--executor", "local", "trainer.batch_size=256"
+    )
+    assert "shape 1x3 (world size 3)" in err and "does not divide" in err
+
+
+def test_shape_too_big_for_the_profile(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, shapes=((1, 1), (4, 1)))
+    profile = write_profile(in_tmp, CPU_PROFILE)
+    err = expect_error(
+        in_tmp, capsys, "--config", str(sweep), "--cluster", str(profile), "--executor", "slurm"
+    )
+    assert "shape 4x1" in err and "max_nodes=2" in err
+
+
+def test_too_many_devices_per_node(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, shapes=((1, 8),))
+    profile = write_profile(in_tmp, GPU_PROFILE)
+    err = expect_error(
+        in_tmp, capsys, "--config", str(sweep), "--cluster", str(profile), "--executor", "slurm"
+    )
+    assert "shape 1x8" in err and "gpus_per_node=4" in err
+
+
+def test_gpu_asked_of_a_cpu_cluster(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, overrides="  trainer.accelerator: gpu\n")
+    profile = write_profile(in_tmp, CPU_PROFILE)
+    err = expect_error(
+        in_tmp, capsys, "--config", str(sweep), "--cluster", str(profile), "--executor", "slurm"
+    )
+    assert "accelerator is gpu" in err and "gpus_per_node: 0" in err
+
+
+def test_gpu_asked_of_this_machine(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from scalescope.sweep_config import load_sweep_config, plan_sweep
+
+    sweep = write_sweep(in_tmp, overrides="  trainer.accelerator: gpu\n")
+    with pytest.raises(ConfigError, match="accelerator is gpu but this machine has no CUDA"):
+        plan_sweep(load_sweep_config(sweep), sweep, executor="local", gpu_count=lambda: 0)
+    with pytest.raises(ConfigError, match="2 GPUs per node asked, this machine has 1"):
+        plan_sweep(load_sweep_config(sweep), sweep, executor="local", gpu_count=lambda: 1)
+    plan = plan_sweep(
+        load_sweep_config(sweep), sweep, executor="local", gpu_count=lambda: 2
+    )  # GPUs visible to the local jobs only now
+    assert [sp.resources.gpus_per_node for sp in plan.shapes] == [1, 2]
+    assert_nothing_submitted(in_tmp)
+
+
+def test_local_refuses_multi_node(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, shapes=((1, 1), (2, 1)))
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "shape 2x1" in err and "local executor" in err and "--executor slurm" in err
+
+
+def test_slurm_needs_a_profile(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp)
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "slurm", "--dry-run")
+    assert "--cluster" in err
+
+
+def test_sweep_owned_keys_are_refused(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, overrides="  trainer.devices: 2\n")
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "trainer.devices" in err and "the sweep sets it" in err
+    sweep = write_sweep(in_tmp)
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local", "sweep_id=x")
+    assert "sweep_id" in err and "the sweep sets it" in err
+
+
+def test_duplicate_and_empty_shapes(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, shapes=((1, 2), (1, 2)))
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "1x2 is listed twice" in err
+    sweep = write_sweep(in_tmp, shapes=())
+    sweep.write_text(sweep.read_text().replace("shapes:\n", "shapes: []\n"))
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "shapes: the list is empty" in err
+
+
+def test_bad_repeats(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, extra="repeats: 0\n")
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "repeats: must be > 0" in err
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+def test_plan_sets_shape_sweep_id_project_and_folder(in_tmp: Path) -> None:
+    from scalescope.sweep_config import load_sweep_config, plan_sweep
+
+    sweep = write_sweep(in_tmp, shapes=((1, 1), (1, 2)), extra="repeats: 2\n")
+    plan = plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="test-1")
+    assert plan.num_jobs == 4
+    assert plan.sweep_dir == in_tmp / "outputs" / "sweeps" / "test-1"
+    for sp, (nodes, devices) in zip(plan.shapes, ((1, 1), (1, 2)), strict=True):
+        cfg = sp.config
+        assert (cfg.trainer.num_nodes, cfg.trainer.devices) == (nodes, devices)
+        assert cfg.sweep_id == "test-1"
+        assert cfg.output_dir == str(plan.sweep_dir)
+        assert cfg.tracking.project == "test"  # the sweep family, by default
+        assert sp.resources.timeout_min == 60  # never LocalExecutor's 2-minute default
+    assert [sp.per_device_batch_size for sp in plan.shapes] == [256, 128]
+
+
+def test_slurm_parameters(in_tmp: Path) -> None:
+    from scalescope.cluster import load_profile
+    from scalescope.launch import local_parameters, slurm_parameters
+    from scalescope.sweep_config import load_sweep_config, plan_sweep
+
+    sweep = write_sweep(in_tmp, shapes=((1, 1), (2, 4)), overrides="  trainer.accelerator: gpu\n")
+    profile = load_profile(write_profile(in_tmp, GPU_PROFILE))
+    plan = plan_sweep(load_sweep_config(sweep), sweep, executor="slurm", profile=profile)
+    params = slurm_parameters(plan, plan.shapes[1])
+    assert params == {
+        "job_name": "scalescope-test-2x4",
+        "time": 45,
+        "nodes": 2,
+        "ntasks_per_node": 4,
+        "cpus_per_task": 8,
+        "gpus_per_node": 4,
+        "mem": "240GB",
+        "partition": "gpu",
+        "account": "proj42",
+        "qos": "normal",
+        "constraint": "a100",
+        "setup": ["module load cuda/12.4", 'source "$HOME/venvs/scalescope/bin/activate"'],
+        "additional_parameters": {"exclusive": True, "reservation": "bench"},
+    }
+    assert slurm_parameters(plan, plan.shapes[0])["gpus_per_node"] == 1
+
+    sweep = write_sweep(in_tmp, shapes=((1, 2),))
+    local = plan_sweep(load_sweep_config(sweep), sweep, executor="local")
+    assert local_parameters(local.shapes[0]) == {
+        "nodes": 1,
+        "tasks_per_node": 2,
+        "gpus_per_node": 0,  # GPUs stay hidden from CPU runs
+        "timeout_min": 60,
+    }
+
+
+def test_sweep_run_pickles_and_restarts_from_scratch() -> None:
+    from submitit.core.utils import DelayedSubmission
+
+    from scalescope.launch import SweepRun
+
+    run = SweepRun({"name": "spiral", "trainer": {"devices": 2}}, "1x2", 1)
+    again = pickle.loads(pickle.dumps(run))
+    assert again.config == run.config and (again.shape, again.repeat) == ("1x2", 1)
+    delayed = run.checkpoint()
+    assert isinstance(delayed, DelayedSubmission)
+    assert isinstance(delayed.function, SweepRun) and delayed.function is not run
+    assert delayed.function.config == run.config and not delayed.args
+
+
+def test_every_sweep_config_validates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The committed sweeps plan cleanly with the executor they are written for."""
+    from scalescope.cluster import load_profile
+    from scalescope.sweep_config import load_sweep_config, plan_sweep
+
+    monkeypatch.chdir(REPO)
+    cases = {
+        "local.yaml": ("local", None),
+        "slurm_local.yaml": ("slurm", "local.yaml"),
+        "gpu_scaling.yaml": ("slurm", "example_a100.yaml"),
+    }
+    found = sorted(p.name for p in (REPO / "configs" / "sweeps").glob("*.yaml"))
+    assert set(cases) <= set(found)
+    for name in found:
+        executor, profile_name = cases.get(name, ("slurm", "example_a100.yaml"))
+        profile = (
+            load_profile(REPO / "configs" / "clusters" / profile_name) if profile_name else None
+        )
+        path = REPO / "configs" / "sweeps" / name
+        plan = plan_sweep(
+            load_sweep_config(path), path, executor=executor, profile=profile, sweep_id="x"
+        )
+        assert plan.num_jobs >= len(plan.shapes)
+
+
+def test_executor_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from scalescope import launch
+
+    monkeypatch.setattr(launch, "slurm_reachable", lambda: (True, "sinfo answered"))
+    assert launch.choose_executor("auto") == ("slurm", "sinfo answered")
+    monkeypatch.setattr(launch, "slurm_reachable", lambda: (False, "sinfo failed: no config"))
+    assert launch.choose_executor("auto") == ("local", "no Slurm cluster (sinfo failed: no config)")
+    assert launch.choose_executor("slurm")[0] == "slurm"  # a dry run needs no cluster
+    assert launch.choose_executor("local")[0] == "local"
+
+
+def test_slurm_unreachable_without_sinfo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from scalescope.launch import require_slurm, slurm_reachable
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert slurm_reachable() == (False, "sbatch/sinfo not on PATH")
+    with pytest.raises(ConfigError, match="the slurm executor cannot submit"):
+        require_slurm()
+
+
+def test_sbatch_extra_needs_long_options(in_tmp: Path) -> None:
+    from scalescope.cluster import load_profile
+    from scalescope.launch import slurm_parameters
+    from scalescope.sweep_config import load_sweep_config, plan_sweep
+
+    sweep = write_sweep(in_tmp)
+    profile = load_profile(write_profile(in_tmp, CPU_PROFILE + "sbatch_extra: ['-x node3']\n"))
+    plan = plan_sweep(load_sweep_config(sweep), sweep, executor="slurm", profile=profile)
+    with pytest.raises(ConfigError, match="sbatch_extra: '-x node3': use long options"):
+        slurm_parameters(plan, plan.shapes[0])
+
+
+def test_cpu_runs_ignore_the_profile_gpus_locally(in_tmp: Path) -> None:
+    from scalescope.cluster import load_profile
+    from scalescope.sweep_config import load_sweep_config, plan_sweep
+
+    sweep = write_sweep(in_tmp)  # accelerator: cpu
+    profile = load_profile(write_profile(in_tmp, GPU_PROFILE))
+    plan = plan_sweep(
+        load_sweep_config(sweep), sweep, executor="local", profile=profile, gpu_count=lambda: 0
+    )
+    assert [sp.resources.gpus_per_node for sp in plan.shapes] == [0, 0]
+    auto = write_sweep(in_tmp, overrides="  trainer.accelerator: auto\n")
+    with pytest.raises(ConfigError, match="the profile has GPUs but this machine has no CUDA"):
+        plan_sweep(
+            load_sweep_config(auto), auto, executor="local", profile=profile, gpu_count=lambda: 0
+        )
+
+
+def test_bad_max_parallel(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp)
+    err = expect_error(
+        in_tmp, capsys, "--config", str(sweep), "--executor", "local", "--max-parallel", "0"
+    )
+    assert "--max-parallel: must be > 0" in err
+
+
+# --- monitoring: failures are shown, not dropped ----------------------------------------------
+
+
+class _Paths:
+    def __init__(self, folder: Path, task: int) -> None:
+        self.folder = folder
+        self.result_pickle = folder / f"1_{task}_result.pkl"
+        self.stdout = folder / f"1_{task}_log.out"
+        self.stderr = folder / f"1_{task}_log.err"
+
+
+class _Job:
+    def __init__(self, folder: Path, tasks: int) -> None:
+        self.folder, self.num_tasks, self.job_id = folder, tasks, "1"
+
+    def task(self, k: int) -> Any:
+        job = _Job(self.folder, 1)
+        job.paths = _Paths(self.folder, k)  # type: ignore[attr-defined]
+        return job
+
+
+def _handle(folder: Path, tasks: int) -> Any:
+    from scalescope.launch import JobHandle
+
+    handle = JobHandle(plan=None, repeat=0)  # type: ignore[arg-type]
+    handle.job = _Job(folder, tasks)  # type: ignore[assignment]
+    return handle
+
+
+def _dump(path: Path, value: Any) -> None:
+    from submitit.core.utils import cloudpickle_dump
+
+    cloudpickle_dump(value, path)
+
+
+def test_outcomes(tmp_path: Path) -> None:
+    from analysis_helpers import make_result
+
+    from scalescope.monitor import JobStatus, _finish, _parse_elapsed
+
+    record = make_result()
+    assert isinstance(record, ResultRecord)
+    st = JobStatus(state="RUNNING")
+    handle = _handle(tmp_path, 2)
+    _finish(st, handle, "TIMEOUT")  # no pickle at all: the scheduler's word
+    assert st.state == "TIMEOUT" and st.detail
+
+    _dump(tmp_path / "1_0_result.pkl", ("success", record))
+    st = JobStatus(state="RUNNING")
+    _finish(st, handle, None)  # rank 1 left nothing
+    assert st.state == "FAILED" and "1 of 2 tasks" in (st.detail or "")
+
+    _dump(tmp_path / "1_1_result.pkl", ("error", "Traceback...\nValueError: boom\n"))
+    st = JobStatus(state="RUNNING")
+    _finish(st, handle, "COMPLETED")
+    assert st.state == "FAILED" and st.detail == "task 1: ValueError: boom"
+
+    _dump(tmp_path / "1_1_result.pkl", ("success", None))
+    st = JobStatus(state="RUNNING")
+    _finish(st, handle, "COMPLETED")
+    assert st.state == "COMPLETED" and st.record == record
+
+    assert _parse_elapsed("1-02:03:04") == 93784.0
+    assert _parse_elapsed("3:07") == 187.0
+    assert _parse_elapsed("INVALID") is None
+
+
+# --- dry run: golden files --------------------------------------------------------------------
+
+
+def normalise(text: str, root: Path) -> str:
+    return (
+        text.replace(str(root), "<TMP>")
+        .replace(sys.executable, "<PYTHON>")
+        .replace(str(REPO), "<REPO>")
+    )
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("SCALESCOPE_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}: run with SCALESCOPE_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"dry-run output differs from {path}"
+
+
+def test_dry_run_slurm_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(
+        in_tmp,
+        shapes=((1, 1), (1, 4), (2, 4)),
+        extra="repeats: 3\ntimeout_min: 20\n",
+        overrides="  trainer.accelerator: gpu\n  trainer.precision: bf16-mixed\n",
+    )
+    profile = write_profile(in_tmp, GPU_PROFILE)
+    rc = sweep_cli(
+        "--config",
+        str(sweep),
+        "--cluster",
+        str(profile),
+        "--executor",
+        "slurm",
+        "--dry-run",
+        "--sweep-id",
+        "test-golden",
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert_nothing_submitted(in_tmp)
+    assert "#SBATCH --array=0-2%3" in out and "#SBATCH --nodes=2" in out
+    check_golden("dry_run_slurm.txt", normalise(out, in_tmp))
+
+
+def test_dry_run_local_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp)
+    rc = sweep_cli(
+        "--config", str(sweep), "--executor", "local", "--dry-run", "--sweep-id", "test-golden"
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert_nothing_submitted(in_tmp)
+    check_golden("dry_run_local.txt", normalise(out, in_tmp))
+
+
+# --- real local sweeps ------------------------------------------------------------------------
+
+
+def records_in(log: Path) -> list[Any]:
+    events = []
+    for line in log.read_text(errors="replace").splitlines():
+        event = decode_line(line)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_local_sweep_end_to_end(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_sweep(in_tmp, shapes=((1, 1), (1, 2)), extra="repeats: 1\n")
+    rc = sweep_cli(
+        "--config",
+        str(sweep),
+        "--executor",
+        "local",
+        "--sweep-id",
+        "e2e",
+        "trainer.max_epochs=1",
+        "workload.num_samples=1000",
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    sweep_dir = in_tmp / "outputs" / "sweeps" / "e2e"
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    jobs = manifest["jobs"]
+    assert [j["state"] for j in jobs] == ["COMPLETED", "COMPLETED"], out
+    world_sizes = []
+    for job in jobs:
+        results = [e for e in records_in(Path(job["stdout"])) if isinstance(e, ResultRecord)]
+        assert len(results) == 1, f"job {job['job_id']}: {len(results)} result records"
+        (result,) = results
+        assert result.identity.sweep_id == "e2e"
+        assert result.identity.launcher == "submitit-local"
+        assert result.identity.world_size == job["world_size"]
+        assert Path(result.identity.run_dir, "result.json").is_file()
+        world_sizes.append(result.identity.world_size)
+    assert world_sizes == [1, 2]
+    # Other ranks print no record.
+    rank1_logs = list(sweep_dir.glob("*/*_1_log.out"))
+    assert len(rank1_logs) == 1 and not records_in(rank1_logs[0])
+
+
+def _sweep_processes(marker: str) -> list[int]:
+    """Processes whose command line mentions ``marker`` (the sweep's folder)."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_a_local_sweep_and_keeps_finished_results(tmp_path: Path) -> None:
+    # The 1-process job finishes; SIGINT arrives while the 2-process job trains.
+    sweep = write_sweep(tmp_path, shapes=((1, 1), (1, 2)), extra="repeats: 1\n")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "scalescope.cli",
+            "sweep",
+            "--config",
+            str(sweep),
+            "--executor",
+            "local",
+            "--sweep-id",
+            "ctrl-c",
+            "trainer.max_epochs=100",
+            "workload.num_samples=2000",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "ctrl-c"
+    lines: list[str] = []
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "shape 1x2  repeat 0  RUNNING" in line:
+                break
+        else:
+            pytest.fail("the sweep ended before the second job started:\n" + "".join(lines))
+        assert any("shape 1x1  repeat 0  COMPLETED" in ln for ln in lines), "".join(lines)
+        job_id = lines[-1].split()[0]
+        log = sweep_dir / job_id / f"{job_id}_0_log.out"
+        deadline = time.monotonic() + 120
+        while not (log.exists() and ":::SCALESCOPE" in log.read_text(errors="replace")):
+            assert time.monotonic() < deadline, "the second job never printed its start event"
+            time.sleep(0.5)
+        time.sleep(3)  # into DDP set-up and training
+        assert len(_sweep_processes(str(sweep_dir))) >= 3  # controller and two tasks
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = "".join(lines) + rest
+    assert proc.returncode == 130, out
+    interrupted = [ln for ln in out.splitlines() if ln.startswith("interrupted:")]
+    assert len(interrupted) == 1, out
+    assert f"cancelled {job_id} (1x2 repeat 0)" in interrupted[0], out
+    assert _sweep_processes(str(sweep_dir)) == [], "processes of the sweep survived"
+
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    states = {j["shape"]: j["state"] for j in manifest["jobs"]}
+    assert states == {"1x1": "COMPLETED", "1x2": "CANCELLED"}
+    first = next(j for j in manifest["jobs"] if j["shape"] == "1x1")
+    results = [e for e in records_in(Path(first["stdout"])) if isinstance(e, ResultRecord)]
+    assert len(results) == 1 and results[0].identity.world_size == 1
+    assert Path(results[0].identity.run_dir, "result.json").is_file()
