@@ -117,9 +117,9 @@ def run_plain(params: SpiralParams, batch: int, epochs: int, seed: int) -> float
 def run_scalescope(params: SpiralParams, batch: int, epochs: int, seed: int, root: Path) -> float:
     L.seed_everything(seed, verbose=False)
     model = SpiralMLP(params.hidden_sizes, params.dropout, params.lr)
-    dm = SpiralDataModule(params, batch_size=batch, seed=seed)
-    timing = TimingCallback(process_start=time.time(), log_every_n_steps=50)
     cfg = TrainerConfig(batch_size=batch, max_epochs=epochs, accelerator="cpu")
+    dm = SpiralDataModule(params, batch_size=batch, seed=seed, steps_per_call=cfg.steps_per_call)
+    timing = TimingCallback(process_start=time.time(), log_every_n_steps=cfg.log_every_n_steps)
     trainer = build_trainer(
         cfg,
         ONE_PROCESS,
@@ -131,7 +131,7 @@ def run_scalescope(params: SpiralParams, batch: int, epochs: int, seed: int, roo
     trainer.fit(model, datamodule=dm)
     # scalescope's own epoch clock, as in a real run; epoch 0 is the warm-up
     t = timing.t
-    return sum(t.epoch_batches[1:]) / sum(t.epoch_times_s[1:])
+    return sum(t.epoch_steps[1:]) / sum(t.epoch_times_s[1:])
 
 
 def run_tutorial(params: SpiralParams, batch: int, epochs: int, seed: int, root: Path) -> float:

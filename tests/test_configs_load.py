@@ -86,7 +86,8 @@ def test_readme_config_reference_is_generated_from_the_schema() -> None:
     assert text.index(START) < text.index(END)
     between = text.split(START, 1)[1].split(END, 1)[0]
     assert between.strip() == reference.markdown().strip(), (
-        "README.md's config reference is stale: regenerate it with `scalescope config-reference`"
+        "README.md's config reference is stale: regenerate it with "
+        "`scalescope config-reference --write README.md`"
     )
 
 

@@ -7,10 +7,12 @@ cannot drift from what the validator accepts (a test compares them).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from . import workloads
 from .cluster import ClusterProfile
 from .config import TrainConfig
+from .errors import ScalescopeError
 from .schema import describe
 
 
@@ -30,10 +32,39 @@ def markdown() -> str:
     return "\n".join(out)
 
 
+START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
+
+
+def splice(document: str) -> str:
+    """``document`` with the text between the markers replaced by :func:`markdown`."""
+    head, sep1, rest = document.partition(START)
+    _, sep2, tail = rest.partition(END)
+    if not (sep1 and sep2):
+        raise ScalescopeError(f"the markers {START} ... {END} are missing")
+    return f"{head}{START}\n{markdown()}\n{END}{tail}"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument(
+        "--write",
+        metavar="FILE",
+        help="replace the text between the config-reference markers of FILE (README.md)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    print(markdown())
+    if not args.write:
+        print(markdown())
+        return 0
+    path = Path(args.write)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScalescopeError(f"cannot read {path}: {exc.strerror}") from None
+    new = splice(text)
+    if new != text:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(new, encoding="utf-8")
+        tmp.replace(path)
+    print(f"{path}: config reference {'updated' if new != text else 'already current'}")
     return 0

@@ -15,8 +15,6 @@ Rules this module follows:
 
 from __future__ import annotations
 
-import os
-import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -27,25 +25,9 @@ import lightning as L
 import torch
 import torch.distributed as dist
 
+from .procinfo import peak_host_rss_gib, process_start_unix
 
-def process_start_unix() -> float:
-    """Wall-clock time this process was created (Linux /proc), else now.
-
-    Setup time is measured from here, so interpreter start-up and imports are counted.
-    """
-    try:
-        with open("/proc/self/stat", encoding="ascii") as fh:
-            fields_after_comm = fh.read().rsplit(")", 1)[1].split()
-        start_ticks = int(fields_after_comm[19])  # field 22 of stat, 1-based after pid/comm
-        with open("/proc/stat", encoding="ascii") as fh:
-            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
-        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
-
-
-def peak_host_rss_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+__all__ = ["TimingCallback", "agree", "median_step_time", "process_start_unix"]
 
 
 @dataclass
@@ -56,7 +38,7 @@ class Timings:
     train_start_unix: float = float("nan")
     train_end_unix: float = float("nan")
     epoch_times_s: list[float] = field(default_factory=list)
-    epoch_batches: list[int] = field(default_factory=list)
+    epoch_steps: list[int] = field(default_factory=list)
     val_time_s: float = 0.0
     step_windows: list[tuple[int, int, float]] = field(default_factory=list)
     """(epoch, steps in window, seconds), rank 0 only."""
@@ -78,7 +60,7 @@ class TimingCallback(L.Callback):
         self._epoch_start = 0.0
         self._val_start = 0.0
         self._epoch_val_s = 0.0
-        self._batches = 0
+        self._epoch_first_step = 0
         self._last_stamp: tuple[int, float] | None = None
         self._sync: Callable[[], None] = lambda: None
 
@@ -101,7 +83,7 @@ class TimingCallback(L.Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_val_s = 0.0
-        self._batches = 0
+        self._epoch_first_step = trainer.global_step
         self._epoch_start = self._now()
         self._last_stamp = (trainer.global_step, self._epoch_start)
 
@@ -113,9 +95,10 @@ class TimingCallback(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        self._batches += 1
+        # A call may take several optimizer steps: act when a multiple of N was crossed.
         step = trainer.global_step
-        if step % self.every or trainer.global_rank != 0:
+        last = self._last_stamp[0] if self._last_stamp is not None else step - 1
+        if step // self.every == last // self.every or trainer.global_rank != 0:
             return
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         value = float(loss.detach().float().item())  # the one sync every N steps
@@ -145,9 +128,10 @@ class TimingCallback(L.Callback):
         # Lightning runs the epoch's validation before this hook: subtract it.
         epoch_s = self._now() - self._epoch_start - self._epoch_val_s
         self.t.epoch_times_s.append(epoch_s)
-        self.t.epoch_batches.append(self._batches)
+        steps = trainer.global_step - self._epoch_first_step
+        self.t.epoch_steps.append(steps)
         if self.on_epoch is not None and trainer.global_rank == 0:
-            metrics = {"epoch_time_s": epoch_s, "epoch_steps": float(self._batches)}
+            metrics = {"epoch_time_s": epoch_s, "epoch_steps": float(steps)}
             history = getattr(pl_module, "val_history", [])
             if history and history[-1][0] == trainer.current_epoch:
                 metrics["val_loss"], metrics["val_acc"] = history[-1][1], history[-1][2]
@@ -190,7 +174,7 @@ class Agreed:
     setup_time_s: float
     job_time_s: float
     epoch_times_s: list[float]
-    epoch_batches: list[int]
+    epoch_steps: list[int]
     val_time_s: float
     node_names: list[str]
     peak_mem_gib: list[float] | None
@@ -206,7 +190,7 @@ def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
         "train_start": t.train_start_unix,
         "end": t.train_end_unix,
         "epochs": t.epoch_times_s,
-        "batches": t.epoch_batches,
+        "steps": t.epoch_steps,
         "val": t.val_time_s,
         "node": node_name,
         "peak_dev": peak_dev,
@@ -226,7 +210,7 @@ def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
         setup_time_s=train_start - start,
         job_time_s=end - start,
         epoch_times_s=epochs,
-        epoch_batches=list(everyone[0]["batches"]),
+        epoch_steps=list(everyone[0]["steps"]),
         val_time_s=max(r["val"] for r in everyone),
         node_names=[r["node"] for r in everyone],
         peak_mem_gib=None if any(p is None for p in peaks) else peaks,

@@ -280,6 +280,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             params,
             batch_size=batch.per_device_batch_size,
             seed=cfg.trainer.seed,
+            steps_per_call=cfg.trainer.steps_per_call,
         )
         timing = TimingCallback(
             process_start=process_start,
@@ -416,12 +417,13 @@ def _result(
     samples = steps * ident.global_batch_size
     rate = record.rate(samples, train_time)
     per_device = rate / ident.world_size
-    steps_per_epoch = len(trainer.train_dataloader) if trainer.train_dataloader else 0
+    loader = trainer.train_dataloader
+    steps_per_epoch = int(getattr(loader, "num_steps", len(loader) if loader else 0))
     # Mean epoch times over complete epochs only (max_steps may cut the last one short).
     full = [
         t
-        for t, b in zip(agreed.epoch_times_s, agreed.epoch_batches, strict=True)
-        if b == steps_per_epoch
+        for t, n in zip(agreed.epoch_times_s, agreed.epoch_steps, strict=True)
+        if n == steps_per_epoch
     ] or agreed.epoch_times_s
     step_time = median_step_time(windows)
     history = getattr(model, "val_history", [])
@@ -483,7 +485,7 @@ def _summary_line(r: record.ResultRecord) -> str:
 
 
 def _process_start() -> float:
-    from .timing import process_start_unix
+    from .procinfo import process_start_unix
 
     return process_start_unix()
 

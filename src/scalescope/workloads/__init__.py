@@ -59,8 +59,15 @@ def validate_params(name: str, params: Mapping[str, Any]) -> Any:
     return build(get(name).params, params, where="workload")
 
 
-def build_workload(name: str, params: Any, *, batch_size: int, seed: int) -> Any:
-    """Import the workload's module (torch, lightning) and build (module, datamodule)."""
+def build_workload(
+    name: str, params: Any, *, batch_size: int, seed: int, steps_per_call: int = 1
+) -> Any:
+    """Import the workload's module (torch, lightning) and build (module, datamodule).
+
+    A workload's training iterable yields groups of ``steps_per_call`` batches (its
+    ``training_step`` takes one optimizer step per batch of the group) and exposes
+    ``num_steps``, the optimizer steps per epoch.
+    """
     module_name, func = get(name).builder.split(":")
     builder = getattr(importlib.import_module(module_name), func)
-    return builder(params, batch_size=batch_size, seed=seed)
+    return builder(params, batch_size=batch_size, seed=seed, steps_per_call=steps_per_call)
