@@ -286,3 +286,25 @@ def test_bf16_on_cuda_reports_memory_and_mfu(tmp_path: Path) -> None:
         assert r.model_flops_per_sample is not None
         expected = r.model_flops_per_sample * r.samples_per_s_per_device / peak
         assert r.mfu == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_grouped_steps_train_exactly_like_single_steps(
+    shared: dict[str, object], tmp_path: Path
+) -> None:
+    """trainer.steps_per_call changes Lightning's call pattern, never the training."""
+    grouped = _finished(shared["one"])
+    assert grouped.config["trainer"]["steps_per_call"] > 1
+    single = _finished(run_train(tmp_path, *TINY, "trainer.steps_per_call=1", output_dir=tmp_path))
+    assert single.steps == grouped.steps
+    assert single.val_loss_final == pytest.approx(grouped.val_loss_final, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_max_steps_is_exact_inside_a_group(tmp_path: Path) -> None:
+    r = _finished(
+        run_train(
+            tmp_path, *TINY, "trainer.max_steps=7", "trainer.steps_per_call=5", output_dir=tmp_path
+        )
+    )
+    assert r.steps == 7

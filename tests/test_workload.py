@@ -21,6 +21,7 @@ from scalescope.workloads.spiral import (
     ShardedBatches,
     SpiralDataModule,
     SpiralMLP,
+    StepGroups,
     make_spirals,
 )
 
@@ -308,3 +309,19 @@ def test_registry_knows_spiral_and_names_the_unknown() -> None:
     assert get("spiral").params is SpiralParams
     with pytest.raises(ConfigError, match=r"unknown workload 'resnet'; registered: spiral"):
         get("resnet")
+
+
+@pytest.mark.parametrize("k", [1, 3, 8, 100])
+def test_step_groups_hand_over_the_same_batches_in_the_same_order(k: int) -> None:
+    x, y = _indexed(1000)
+
+    def loader() -> ShardedBatches:
+        return ShardedBatches(x, y, batch_size=32, rank=1, world_size=2, seed=3, shuffle=True)
+
+    plain = [[b.tolist() for _, b in loader()] for _ in range(1)]
+    groups = StepGroups(loader(), k)
+    flat = [b.tolist() for group in groups for _, b in group]
+    assert flat == plain[0]
+    assert groups.num_steps == len(plain[0]) == 15
+    assert len(groups) == -(-15 // k)
+    assert all(1 <= len(g) <= k for g in groups)
