@@ -493,6 +493,16 @@ def plan_mode(mode: str, *, key_set: bool, env_offline: bool) -> tuple[str, str]
     return "no-key", f"tracking.mode=online but {KEY_ENV} is not set"
 
 
+def _global_rank(environ: Mapping[str, str] | None = None) -> int:
+    """This process's global rank as srun or torchrun export it (0 when neither does)."""
+    env = os.environ if environ is None else environ
+    for name in ("RANK", "SLURM_PROCID"):
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
 def _resolve_key() -> str | None:
     """The key from COMET_API_KEY, else from comet's own config file (``comet login``)."""
     key = os.environ.get(KEY_ENV, "").strip()
@@ -591,6 +601,11 @@ def _start(
     others: Mapping[str, Any],
     secrets: list[str],
 ) -> tuple[Tracker, str]:
+    rank = _global_rank()
+    if rank:
+        # Safety net: the trainer calls this on rank 0 only; a second experiment per job
+        # would split one run in two.
+        return Tracker(f"rank {rank}"), f"tracking: off on rank {rank} (rank 0 tracks the job)"
     key = _resolve_key()
     if key:
         secrets.append(key)
