@@ -681,6 +681,13 @@ def test_read_offline_archive_reports_bad_lines(tmp_path: Path) -> None:
 # --- the key cannot come in through the config -----------------------------------------------
 
 
+def test_off_is_a_mode_not_a_boolean(tmp_path: Path) -> None:
+    assert load_train_config(None, ["tracking.mode=off"]).tracking.mode == "off"
+    path = tmp_path / "c.yaml"
+    path.write_text("tracking:\n  mode: off\n")
+    assert load_train_config(path).tracking.mode == "off"
+
+
 def test_a_key_in_the_config_is_rejected_without_echoing_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as excinfo:
         load_train_config(None, [f"tracking.api_key={FAKE_KEY}"])
