@@ -39,7 +39,6 @@ import time
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -824,8 +823,3 @@ def read_offline_archive(path: str | os.PathLike[str]) -> dict[str, Any]:
         elif kind == "system_details":
             out["system_details"] = payload
     return out
-
-
-def offline_archives(directory: str | os.PathLike[str]) -> list[Path]:
-    """The offline archives in ``directory`` (sorted by name)."""
-    return sorted(Path(directory).glob("*.zip"))
