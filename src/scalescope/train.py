@@ -306,31 +306,48 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         trainer.fit(model, datamodule=datamodule)
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         agreed = agree(trainer, timing.t, node)
-        if not topo.is_rank_zero:
-            return None
-        result = _result(
-            cfg,
-            ident,
-            agreed,
-            timing.t.step_windows,
-            median_step_time,
-            datamodule,
-            model,
-            versions,
-            mfu,
-            torch,
-            trainer,
-        )
-        assert tracker is not None
-        tracker.log_result(result.to_dict())
-        result = _with_tracking(result, tracker.info())
-        record.write_json_atomic(run_dir / "result.json", result.to_dict())
-        print(record.encode(result), flush=True)
-        _say(topo, _summary_line(result))
+        result = None
+        if topo.is_rank_zero:
+            result = _result(
+                cfg,
+                ident,
+                agreed,
+                timing.t.step_windows,
+                median_step_time,
+                datamodule,
+                model,
+                versions,
+                mfu,
+                torch,
+                trainer,
+            )
+            assert tracker is not None
+            tracker.log_result(result.to_dict())
+            tracker.end()  # before info(): whether the archive was completed belongs in it
+            result = _with_tracking(result, tracker.info())
+            record.write_json_atomic(run_dir / "result.json", result.to_dict())
+            print(record.encode(result), flush=True)
+            _say(topo, _summary_line(result))
+        _leave_process_group()
         return result
     finally:
         if tracker is not None:
-            tracker.end()
+            tracker.end()  # no-op when already ended; bounded by tracking.end_timeout_s
+
+
+def _leave_process_group() -> None:
+    """All ranks meet, then tear the process group down before the interpreter exits.
+
+    Left to interpreter shutdown, a non-zero rank could abort in the communicator's
+    destructor ("terminate called without an active exception") while rank 0 was still
+    finishing its Comet archive; srun --kill-on-bad-exit then killed rank 0 too. The
+    barrier also keeps the other ranks alive until rank 0 has written its record.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _quiet_known_noise(topo: Topology) -> None:
