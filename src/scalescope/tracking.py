@@ -8,7 +8,7 @@ Interface used by the trainer (rank 0 only):
   ``tracker.info()`` (what goes into the result record's ``tracking`` field; never secrets)
   and ``tracker.end()``.
 
-Modes (see ``docs/comet.md`` for the full table):
+Modes (the README section "Experiment tracking with Comet" has the full table):
 
 * ``online``  -- ``COMET_API_KEY`` is set and the server answered a pre-flight request within
   ``tracking.connect_timeout_s``;
