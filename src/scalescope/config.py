@@ -79,7 +79,7 @@ class TrackingConfig:
         help="auto: online when COMET_API_KEY is set, else off; online: like auto, but say so "
         "when the key is missing; offline: write an archive to offline_dir for a later "
         "`comet upload`; off: nothing. COMET_START_ONLINE=false in the environment turns "
-        "auto/online into offline. The key is read from the environment only (README: Experiment tracking with Comet)",
+        "auto/online into offline. The key is read from the environment only (COMET_API_KEY)",
     )
     project: str = option("scalescope", help="Comet project (one per sweep family)")
     workspace: str | None = option(None, help="Comet workspace (null = the key's default)")
