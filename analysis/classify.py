@@ -106,6 +106,8 @@ class Evidence:
     """The line as printed (trimmed to 300 characters)."""
     file: str
     line_no: int
+    offset: int = -1
+    """Byte offset of the line in its file (orders it against the file's start events)."""
     attempt: int | None = None
     """restart_count of the start event this line follows in the same file, if any."""
 
@@ -194,19 +196,19 @@ class EvidenceCollector:
     last_exception: Evidence | None = None
     traceback_seen: bool = False
 
-    def feed(self, raw: str, line_no: int) -> None:
+    def feed(self, raw: str, line_no: int, offset: int = -1) -> None:
         line = _PREFIX.sub("", raw.rstrip("\r\n"), count=1)
         if _TRACEBACK in line:
             self.traceback_seen = True
             return
         for code, detail in classify_line(line):
             if code not in self.first:
-                self.first[code] = Evidence(code, detail, _trim(raw), self.file, line_no)
+                self.first[code] = Evidence(code, detail, _trim(raw), self.file, line_no, offset)
         if self.traceback_seen:
             m = _EXCEPTION.match(line.rstrip())
             if m:
                 self.last_exception = Evidence(
-                    "exception", _trim(line), _trim(raw), self.file, line_no
+                    "exception", _trim(line), _trim(raw), self.file, line_no, offset
                 )
 
     def evidence(self) -> list[Evidence]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from .metrics import SCALE_KEYS, SERIES_KEYS, series_key, series_labels
+from .metrics import SCALE_KEYS, SERIES_KEYS, series_keys, series_labels
 from .stats import summarize, welch_test
 
 DEFAULT_TOLERANCE = 0.05
@@ -45,14 +45,13 @@ COLUMNS = [
 
 def _values(runs: pd.DataFrame, metric: str) -> dict[tuple[Any, ...], list[float]]:
     out: dict[tuple[Any, ...], list[float]] = {}
-    for _, row in runs.iterrows():
-        if any(pd.isna(row[k]) for k in SCALE_KEYS):
+    scales = zip(*(runs[k].tolist() for k in SCALE_KEYS), strict=True)
+    for key, scale, value in zip(series_keys(runs), scales, runs[metric].tolist(), strict=True):
+        if any(pd.isna(v) for v in scale):
             continue
-        key = (series_key(row), *(int(row[k]) for k in SCALE_KEYS))
-        value = row[metric]
-        out.setdefault(key, [])
+        values = out.setdefault((key, *(int(v) for v in scale)), [])
         if not pd.isna(value):
-            out[key].append(float(value))
+            values.append(float(value))
     return out
 
 

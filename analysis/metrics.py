@@ -91,10 +91,6 @@ def _key_value(value: Any) -> Any:
     )
 
 
-def series_key(row: pd.Series | dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(_key_value(row[k]) for k in SERIES_KEYS)
-
-
 def series_labels(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]:
     """A short readable name per series key: ``spiral · strong · fp32``; accelerator, batch
     size, epochs and workload parameters are appended only where they tell series apart."""
@@ -176,19 +172,26 @@ def _groups(runs: pd.DataFrame, confidence: float) -> list[_Group]:
     return out
 
 
+def series_keys(runs: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """The series key of every row, missing values as None (column-wise: no row objects)."""
+    columns = [runs[k].tolist() for k in SERIES_KEYS]
+    return [tuple(_key_value(v) for v in values) for values in zip(*columns, strict=True)]
+
+
 def _grouped(runs: pd.DataFrame) -> list[tuple[tuple[Any, int, int, int], pd.DataFrame]]:
     buckets: dict[tuple[Any, int, int, int], list[int]] = {}
-    for idx, row in runs.iterrows():
-        if any(pd.isna(row[k]) for k in SCALE_KEYS):
+    scales = zip(*(runs[k].tolist() for k in SCALE_KEYS), strict=True)
+    for pos, (key, scale) in enumerate(zip(series_keys(runs), scales, strict=True)):
+        if any(_key_value(v) is None for v in scale):
             continue  # a record with a mistyped scale cannot be placed on any axis
-        scale = tuple(int(row[k]) for k in SCALE_KEYS)
-        buckets.setdefault((series_key(row), *scale), []).append(idx)  # type: ignore[arg-type]
+        nodes, dpn, world = (int(v) for v in scale)
+        buckets.setdefault((key, nodes, dpn, world), []).append(pos)
 
     def order(item: tuple[tuple[Any, int, int, int], list[int]]) -> tuple[Any, ...]:
         (key, nodes, dpn, world), _ = item
         return (tuple(str(v) for v in key), world, nodes, dpn)
 
-    return [(k, runs.loc[idx]) for k, idx in sorted(buckets.items(), key=order)]
+    return [(k, runs.iloc[pos]) for k, pos in sorted(buckets.items(), key=order)]
 
 
 def group_stats(

@@ -7,6 +7,7 @@ inputs' parent folder), so they can be golden-tested and diffed between two summ
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -66,9 +67,40 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _plain_column(series: pd.Series) -> list[Any]:
+    """A column as JSON-ready values; numbers converted in bulk, the rest one by one."""
+    values = series.tolist()
+    if series.dtype == "float64":
+        return [v if math.isfinite(v) else None for v in values]
+    if str(series.dtype) == "Int64":
+        return [None if v is pd.NA else v for v in values]
+    return [_plain(v) for v in values]
+
+
 def records(frame: pd.DataFrame, drop: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts (built column by column: fast for 10,000 runs)."""
     cols = [c for c in frame.columns if c not in drop]
-    return [{c: _plain(row[c]) for c in cols} for _, row in frame.iterrows()]
+    columns = [_plain_column(frame[c]) for c in cols]
+    return [dict(zip(cols, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """The document as JSON with one table row per line: readable, diffable, and written by
+    the C encoder (an indented dump of 10,000 runs takes seconds in pure Python)."""
+    lines = ["{"]
+    items = list(doc.items())
+    for i, (key, value) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        name = json.dumps(key)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            rows = ",\n    ".join(json.dumps(v, ensure_ascii=False, allow_nan=False) for v in value)
+            lines.append(f"  {name}: [\n    {rows}\n  ]{comma}")
+        else:
+            lines.append(
+                f"  {name}: {json.dumps(value, ensure_ascii=False, allow_nan=False)}{comma}"
+            )
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 def environment(runs: pd.DataFrame) -> dict[str, Any]:

@@ -7,6 +7,7 @@ quantity is undefined (a single observation has no spread, so no interval and no
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,8 +68,10 @@ def t_sf(t: float, df: float) -> float:
     return tail if t > 0 else 1.0 - tail
 
 
+@functools.lru_cache(maxsize=1024)
 def t_ppf(q: float, df: float) -> float:
-    """Quantile of Student's t: the t with P(T <= t) = q (bisection on the CDF)."""
+    """Quantile of Student's t: the t with P(T <= t) = q (bisection on the CDF; cached, as
+    every group with the same number of repeats asks for the same quantile)."""
     if not 0.0 < q < 1.0 or not df > 0:
         return math.nan
     if q == 0.5:

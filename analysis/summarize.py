@@ -14,10 +14,15 @@ was, 2 for a usage error or an output folder that must not be replaced.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
+import importlib
 import json
+import multiprocessing
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +41,7 @@ from .metrics import (
 )
 from .outdir import OutputError, check_replaceable, write_atomically
 from .parse import Problem
-from .report import Settings, document, report_markdown
+from .report import Settings, document, dumps, report_markdown
 from .tables import MISSING, DisplayTable, all_tables, devices_header, markdown, rich_table, sig
 
 PROG = "python -m analysis.summarize"
@@ -90,6 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out.add_argument("--no-write", action="store_true", help="print only, write nothing")
     p.add_argument("--no-charts", action="store_true", help="skip the charts (faster)")
+    p.add_argument(
+        "--max-rows",
+        type=int,
+        default=200,
+        metavar="N",
+        help="per-job tables (runs, failures) show at most N rows on the terminal, "
+        "in markdown and in report.md; 0 = all. CSV and JSON always hold every row "
+        "(default 200)",
+    )
     p.add_argument(
         "--baseline",
         metavar="N|NxD",
@@ -211,21 +225,19 @@ def _print_tables(tables: Sequence[DisplayTable], notes: Sequence[str]) -> None:
 # --- writing --------------------------------------------------------------------------------
 
 
-def _save_charts(
-    directory: Path, analysis: Analysis, loss_tolerance: float
-) -> list[tuple[str, str]]:
+CHART_TITLES = {
+    "speedup": "Speedup vs devices",
+    "efficiency": "Parallel efficiency",
+    "throughput": "Throughput vs devices",
+    "epoch_time": "Time per epoch",
+    "val_loss": "Validation loss",
+}
+
+
+def _save_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> None:
     from . import charts
 
     frames = {"scaling": analysis.scaling, "groups": analysis.groups}
-    titles = {
-        "speedup": "Speedup vs devices",
-        "efficiency": "Parallel efficiency",
-        "throughput": "Throughput vs devices",
-        "epoch_time": "Time per epoch",
-        "val_loss": "Validation loss",
-    }
-    directory.mkdir()
-    out = []
     for name, (frame_name, func) in charts.CHARTS.items():
         extra = {"loss_tolerance": loss_tolerance} if name == "val_loss" else {}
         fig = func(frames[frame_name], **extra)
@@ -233,8 +245,44 @@ def _save_charts(
             # No timestamps in the files: a summary of the same inputs is byte-identical.
             meta = {"Date": None} if ext == "svg" else {"Software": None}
             fig.savefig(directory / f"{name}.{ext}", metadata=meta)
-        out.append((titles[name], f"charts/{name}.png"))
-    return out
+
+
+def _chart_child(conn: Any, directory: Path, analysis: Analysis, loss_tolerance: float) -> None:
+    try:
+        _save_charts(directory, analysis, loss_tolerance)
+        conn.send(None)
+    except BaseException as exc:  # the parent re-raises it
+        conn.send(exc if isinstance(exc, OSError) else RuntimeError(f"charts: {exc!r}"))
+
+
+def _start_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> Callable[[], None]:
+    """Render the charts in a forked process while this one writes the tables (matplotlib's
+    import and drawing are a third of a big summary's time); returns the function that waits
+    for it and re-raises its error. Without fork, renders here and now."""
+    directory.mkdir()
+    if "fork" not in multiprocessing.get_all_start_methods():
+        _save_charts(directory, analysis, loss_tolerance)
+        return lambda: None
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    sys.stdout.flush()  # else the child would print our buffered output a second time
+    sys.stderr.flush()
+    proc = ctx.Process(
+        target=_chart_child, args=(send, directory, analysis, loss_tolerance), daemon=True
+    )
+    proc.start()
+    send.close()
+
+    def wait() -> None:
+        try:
+            error = receive.recv()
+        except EOFError:
+            error = RuntimeError("the chart process died without a word")
+        proc.join()
+        if error is not None:
+            raise error
+
+    return wait
 
 
 def _write_outputs(
@@ -243,24 +291,30 @@ def _write_outputs(
     analysis: Analysis,
     tables: Sequence[DisplayTable],
     doc: dict[str, Any],
+    doc_text: str,
     with_charts: bool,
 ) -> Path:
     tolerance = float(doc["settings"]["loss_tolerance"])
+    with_charts = with_charts and len(loaded.runs) > 0
 
     def fill(tmp: Path) -> None:
-        for name, frame in _csv_frames(loaded, analysis).items():
-            frame.to_csv(tmp / f"{name}.csv", index=False)
-        (tmp / "summary.json").write_text(
-            json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
-        chart_links = (
-            _save_charts(tmp / "charts", analysis, tolerance)
-            if with_charts and len(loaded.runs)
-            else []
-        )
-        (tmp / "report.md").write_text(
-            report_markdown(doc=doc, tables=tables, charts=chart_links), encoding="utf-8"
-        )
+        charts_done = _start_charts(tmp / "charts", analysis, tolerance) if with_charts else None
+        try:
+            for name, frame in _csv_frames(loaded, analysis).items():
+                frame.to_csv(tmp / f"{name}.csv", index=False)
+            (tmp / "summary.json").write_text(doc_text, encoding="utf-8")
+            links = [(title, f"charts/{name}.png") for name, title in CHART_TITLES.items()]
+            (tmp / "report.md").write_text(
+                report_markdown(doc=doc, tables=tables, charts=links if with_charts else []),
+                encoding="utf-8",
+            )
+        except BaseException:
+            if charts_done is not None:  # never leave the chart process writing behind us
+                with contextlib.suppress(BaseException):
+                    charts_done()
+            raise
+        if charts_done is not None:
+            charts_done()
 
     return write_atomically(target, fill)
 
@@ -282,7 +336,17 @@ def summarize(args: argparse.Namespace) -> int:
     target = None if args.no_write else Path(args.out) if args.out else _default_out(args.paths[0])
     if target is not None:
         check_replaceable(target.absolute())
+    prefetch = None
+    if target is not None and not args.no_charts:
+        # matplotlib's import (about a second) overlaps the reading, where this process
+        # mostly waits for its workers; the chart process forked later inherits it.
+        prefetch = threading.Thread(target=importlib.import_module, args=("analysis.charts",))
+        prefetch.start()
     loaded = load_all(args.paths, jobs=args.jobs, exclude=[target] if target else [])
+    if prefetch is not None:
+        prefetch.join()
+    # Everything read stays alive until exit: spare the cyclic collector rescanning it.
+    gc.freeze()
     _warn(loaded.problems)
     if loaded.runs.empty and loaded.failures.empty:
         print(
@@ -299,7 +363,9 @@ def summarize(args: argparse.Namespace) -> int:
         loss_tolerance=args.loss_tolerance,
         acc_tolerance=args.acc_tolerance,
     )
-    tables = all_tables(loaded.runs, loaded.failures, loaded.problems, analysis)
+    tables = all_tables(
+        loaded.runs, loaded.failures, loaded.problems, analysis, max_rows=args.max_rows
+    )
     settings = Settings(
         args.baseline, args.confidence, args.cv_threshold, args.loss_tolerance, args.acc_tolerance
     )
@@ -312,16 +378,19 @@ def summarize(args: argparse.Namespace) -> int:
         analysis=analysis,
         settings=settings,
     )
+    doc_text = dumps(doc) if args.format == "json" or target is not None else ""
     if args.format == "table":
         _print_tables(tables, analysis.notes)
     elif args.format == "markdown":
         sys.stdout.write(_markdown_all(tables, analysis.notes))
     elif args.format == "json":
-        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(doc_text)
     else:
         _csv_frames(loaded, analysis)[args.table].to_csv(sys.stdout, index=False)
     if target is not None:
-        written = _write_outputs(target, loaded, analysis, tables, doc, not args.no_charts)
+        written = _write_outputs(
+            target, loaded, analysis, tables, doc, doc_text, not args.no_charts
+        )
         print(
             f"{PROG}: wrote {written} (report.md, summary.json, CSV tables"
             f"{', charts' if not args.no_charts and len(loaded.runs) else ''})",

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from .classify import REASONS
-from .metrics import SERIES_KEYS, Analysis, natural_key, precision_label, series_labels
+from .metrics import Analysis, natural_key, precision_label, series_keys, series_labels
 from .parse import Problem
 
 MISSING = "—"
@@ -79,20 +79,20 @@ def devices_header(accelerators: Sequence[Any]) -> str:
     return "GPUs" if values == {"gpu"} else "Devices"
 
 
-def _label_map(frame: pd.DataFrame) -> dict[tuple[Any, ...], str]:
-    keys = [tuple(None if _nan(r[k]) else r[k] for k in SERIES_KEYS) for _, r in frame.iterrows()]
-    return series_labels(keys)
-
-
-def _row_key(row: pd.Series) -> tuple[Any, ...]:
-    return tuple(None if _nan(row[k]) else row[k] for k in SERIES_KEYS)
-
-
 # --- the tables ---------------------------------------------------------------------------------
 
 
-def summary_table(runs: pd.DataFrame) -> DisplayTable:
-    """One row per job, in series / scale / job-id order."""
+def _truncate(table: DisplayTable, max_rows: int, where: str) -> DisplayTable:
+    """Keep the first ``max_rows`` rows (0 = all) and say how many are left out."""
+    hidden = len(table.frame) - max_rows
+    if max_rows > 0 and hidden > 0:
+        table.frame = table.frame.iloc[:max_rows].reset_index(drop=True)
+        table.caption.append(f"{hidden:,} more row(s) not shown: every one is in {where}.")
+    return table
+
+
+def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
+    """One row per job, in series / scale / job-id order (the first ``max_rows``; 0 = all)."""
     dev = devices_header(runs["accelerator"].tolist() if len(runs) else [])
     restarts = bool(len(runs)) and bool((runs["restart_count"].fillna(0) > 0).any())
     columns = [
@@ -108,28 +108,31 @@ def summary_table(runs: pd.DataFrame) -> DisplayTable:
     ]
     if restarts:
         columns.append("Restarts")
-    labels = _label_map(runs)
+    keys = series_keys(runs)
+    labels = series_labels(list(dict.fromkeys(keys)))
+    c = {col: runs[col].tolist() for col in runs.columns}  # column-wise: 10,000 rows are cheap
     rows = []
-    for _, r in runs.iterrows():
+    for i, key in enumerate(keys):
         row = [
-            str(r["job_id"]),
-            labels[_row_key(r)],
-            str(r["world_size"]),
-            str(r["nodes"]),
-            num(r["train_time_s"]),
-            num(r["mean_epoch_time_s"], 3),
-            sig(r["samples_per_s"]),
-            num(r["val_loss_final"], 4),
-            num(r["val_acc_final"], 4),
+            str(c["job_id"][i]),
+            labels[key],
+            str(c["world_size"][i]),
+            str(c["nodes"][i]),
+            num(c["train_time_s"][i]),
+            num(c["mean_epoch_time_s"][i], 3),
+            sig(c["samples_per_s"][i]),
+            num(c["val_loss_final"][i], 4),
+            num(c["val_acc_final"][i], 4),
         ]
         if restarts:
-            reasons = r["restart_reasons"] if not _nan(r["restart_reasons"]) else ""
-            row.append(f"{r['restart_count']}" + (f" ({reasons})" if reasons else ""))
-        order = (labels[_row_key(r)], r["world_size"], r["nodes"], natural_key(r["job_id"]))
+            reasons = c["restart_reasons"][i] if not _nan(c["restart_reasons"][i]) else ""
+            row.append(f"{c['restart_count'][i]}" + (f" ({reasons})" if reasons else ""))
+        world = c["world_size"][i]
+        order = (labels[key], 0 if _nan(world) else world, natural_key(c["job_id"][i]))
         rows.append((order, row))
     rows.sort(key=lambda x: x[0])
     frame = pd.DataFrame([r for _, r in rows], columns=columns, dtype="object")
-    return DisplayTable(
+    table = DisplayTable(
         "runs",
         "Benchmark results",
         frame,
@@ -147,6 +150,7 @@ def summary_table(runs: pd.DataFrame) -> DisplayTable:
             "Val acc",
         },
     )
+    return _truncate(table, max_rows, "runs.csv and summary.json")
 
 
 def variability_table(analysis: Analysis) -> DisplayTable:
@@ -385,7 +389,7 @@ def failure_label(row: pd.Series) -> str:
     return f"{name} · {row['scaling_mode']} · {precision_label(row['precision'])}"
 
 
-def failures_table(failures: pd.DataFrame) -> DisplayTable:
+def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
     dev = devices_header(failures["accelerator"].tolist() if len(failures) else [])
     columns = ["Job ID", "Configuration", dev, "Nodes", "Restarts", "Reason", "Detail", "Evidence"]
     rows = []
@@ -412,7 +416,7 @@ def failures_table(failures: pd.DataFrame) -> DisplayTable:
                 where,
             ]
         )
-    return DisplayTable(
+    table = DisplayTable(
         "failures",
         "Failed or incomplete jobs",
         pd.DataFrame(rows, columns=columns, dtype="object"),
@@ -422,6 +426,7 @@ def failures_table(failures: pd.DataFrame) -> DisplayTable:
         ],
         right={dev, "Nodes", "Restarts"},
     )
+    return _truncate(table, max_rows, "failures.csv and summary.json")
 
 
 def problems_table(problems: Sequence[Problem]) -> DisplayTable:
@@ -434,19 +439,23 @@ def problems_table(problems: Sequence[Problem]) -> DisplayTable:
 
 
 def all_tables(
-    runs: pd.DataFrame, failures: pd.DataFrame, problems: Sequence[Problem], analysis: Analysis
+    runs: pd.DataFrame,
+    failures: pd.DataFrame,
+    problems: Sequence[Problem],
+    analysis: Analysis,
+    max_rows: int = 0,
 ) -> list[DisplayTable]:
     """Every table in reading order; empty ones left out."""
     tables: list[DisplayTable] = []
     if len(runs):
-        tables.append(summary_table(runs))
+        tables.append(summary_table(runs, max_rows))
         tables.extend(speedup_tables(analysis))
         amdahl = amdahl_table(analysis)
         if amdahl is not None:
             tables.append(amdahl)
         tables.append(variability_table(analysis))
     if len(failures):
-        tables.append(failures_table(failures))
+        tables.append(failures_table(failures, max_rows))
     if problems:
         tables.append(problems_table(problems))
     return tables
@@ -465,8 +474,8 @@ def markdown(table: DisplayTable, level: int = 2) -> str:
     lines = [f"{'#' * level} {table.title}", ""]
     lines.append("| " + " | ".join(_md_cell(c) for c in cols) + " |")
     lines.append("|" + "|".join("---:" if c in table.right else "---" for c in cols) + "|")
-    for _, row in table.frame.iterrows():
-        lines.append("| " + " | ".join(_md_cell(row[c]) for c in cols) + " |")
+    for row in table.frame.itertuples(index=False):
+        lines.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
     if table.caption:
         lines.append("")
         lines.extend(f"*{_md_cell(c)}*" for c in table.caption)
@@ -486,6 +495,6 @@ def rich_table(table: DisplayTable) -> Any:
     )
     for c in table.frame.columns:
         t.add_column(str(c), justify="right" if c in table.right else "left", overflow="fold")
-    for _, row in table.frame.iterrows():
+    for row in table.frame.itertuples(index=False):
         t.add_row(*(str(v) for v in row))
     return t
