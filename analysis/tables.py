@@ -485,16 +485,18 @@ def markdown(table: DisplayTable, level: int = 2) -> str:
 def rich_table(table: DisplayTable) -> Any:
     """A ``rich.table.Table`` (imported here: only the terminal output needs rich)."""
     from rich.table import Table
+    from rich.text import Text
 
+    # Text, not str: "[spiral]" in a configuration name is data, not rich markup.
     t = Table(
-        title=table.title,
+        title=Text(table.title, style="bold"),
         title_justify="left",
-        caption="\n".join(table.caption),
+        caption=Text("\n".join(table.caption), style="dim"),
         caption_justify="left",
         header_style="bold",
     )
     for c in table.frame.columns:
-        t.add_column(str(c), justify="right" if c in table.right else "left", overflow="fold")
+        t.add_column(Text(str(c)), justify="right" if c in table.right else "left", overflow="fold")
     for row in table.frame.itertuples(index=False):
-        t.add_row(*(str(v) for v in row))
+        t.add_row(*(Text(str(v)) for v in row))
     return t

@@ -158,3 +158,19 @@ def test_compare_with_an_empty_side_exits_1(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     proc = run_summarize("compare", a, tmp_path / "b")
     assert proc.returncode == 1 and "no finished run" in proc.stderr
+
+
+def test_terminal_shows_names_with_brackets_verbatim() -> None:
+    proc = run_summarize("tests/fixtures/logs", "--no-write")
+    assert proc.returncode == 0, proc.stderr
+    assert "spiral-gpu [spiral] · strong · bf16-mixed" in proc.stdout
+
+
+def test_per_job_tables_stop_at_max_rows(tmp_path: Path) -> None:
+    _sweep(tmp_path, {1: [10.0, 11.0, 12.0], 2: [6.0, 6.5, 6.1]})
+    proc = run_summarize(tmp_path, "--no-write", "--format", "markdown", "--max-rows", "4")
+    runs_table = proc.stdout.split("## Speedup analysis")[0]
+    assert runs_table.count("| spiral · strong · fp32 |") == 4
+    assert "2 more row(s) not shown: every one is in runs.csv" in runs_table
+    everything = run_summarize(tmp_path, "--no-write", "--format", "markdown", "--max-rows", "0")
+    assert everything.stdout.split("## Speedup analysis")[0].count("| spiral · strong") == 6

@@ -274,3 +274,25 @@ def test_frame_columns_are_typed_with_units(tmp_path: Path) -> None:
     assert runs["version_torch"].iloc[0] == "2.13.0+cpu"
     assert {"samples_per_s", "job_time_s", "peak_host_rss_gib_max"} <= set(runs.columns)
     assert failures.empty and "reason" in failures.columns
+
+
+def test_line_number_of_a_cut_last_line_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parse_mod, "CHUNK_BYTES", 64)
+    r = make_result("64")
+    line = encode(r)
+    # 7 noise lines, the start event (line 8), then a result cut before its newline (line 9)
+    text = "\n".join([*noise(3), "x", encode(start_of(r)), line[:200]])
+    (tmp_path / "slurm-64.out").write_text(text)
+    (p,) = parse([tmp_path], jobs=1).problems
+    assert p.message.startswith("line 9:"), p.message
+
+
+def test_reading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    import gc
+
+    write_log(tmp_path / "slurm-65.out", make_result("65"))
+    assert gc.isenabled()
+    parse([tmp_path])
+    assert gc.isenabled()
