@@ -56,6 +56,14 @@ def _log2_x(ax: Any, values: Sequence[float]) -> None:
     axis.set_major_formatter(lambda v, _pos: f"{v:g}")
 
 
+def _log_limits(ax: Any, values: Sequence[float]) -> None:
+    """Log-axis limits from the measured means, not their intervals: an interval of two
+    noisy repeats may reach near zero and would squash every line; its whisker is cut."""
+    finite = [v for v in values if v > 0 and math.isfinite(v)]
+    if finite:
+        ax.set_ylim(min(finite) / 2.5, max(finite) * 2.5)
+
+
 def _mode_columns(part: pd.DataFrame) -> tuple[str, str]:
     weak = (part["scaling_mode"] == "weak").all()
     return (
@@ -73,12 +81,21 @@ def _legend(ax: Any, n: int) -> None:
 
 
 def _legend_below(ax: Any, n: int) -> None:
-    """Under the axes: bars reach every corner of the plot area."""
+    """Under the axes (bars reach every corner of the plot area), one column when the labels
+    are long; the figure grows by the legend's height instead of squeezing the plot."""
+    handles, labels = ax.get_legend_handles_labels()
+    ncol = 1 if max((len(label) for label in labels), default=0) > 34 else min(3, max(1, n))
+    rows = math.ceil(len(labels) / ncol)
+    fig = ax.get_figure()
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width, height + 0.22 * rows)
     ax.legend(
+        handles,
+        labels,
         fontsize="small",
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.2),
-        ncol=min(3, max(1, n)),
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=ncol,
         frameon=False,
     )
 
@@ -188,8 +205,10 @@ def efficiency_chart(scaling: pd.DataFrame) -> Figure:
         label=f"{_EFFICIENCY_REFERENCE:.0%} reference",
     )
     ax.axhline(100, color="0.5", linewidth=0.8)
-    top = np.nanmax(np.concatenate([frame["_eff"].to_numpy(float), frame["_hi"].to_numpy(float)]))
-    ax.set_ylim(0, max(110.0, 100 * float(top) * 1.08))
+    # Scale to the measured values, not to the intervals: one wide interval (two noisy
+    # repeats) would flatten every bar; its whisker is cut at the top of the plot instead.
+    top = float(np.nanmax(frame["_eff"].to_numpy(float)))
+    ax.set_ylim(0, max(110.0, 100 * top * 1.15))
     ax.set_xlabel(devices_header(scaling["accelerator"].tolist()))
     ax.set_ylabel("Efficiency (%)")
     modes = set(scaling["scaling_mode"])
@@ -211,6 +230,7 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
     fig, ax = _figure()
     series = list(dict.fromkeys(groups["series"]))
     worlds: list[float] = []
+    values: list[float] = []
     for color, name in zip(_colors(len(series)), series, strict=True):
         part = groups[groups["series"] == name].sort_values(["world_size", "nodes"])
         x = part["world_size"].astype(float)
@@ -224,6 +244,7 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
             color=color,
             label=name,
         )
+        values += y.tolist()
         x0, y0 = float(x.iloc[0]), float(y.iloc[0])
         xs = np.array([x0, float(x.max())])
         if xs[1] > xs[0]:
@@ -232,6 +253,7 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
     ax.plot([], [], linestyle="--", color="0.4", label="ideal (linear from smallest scale)")
     _log2_x(ax, worlds)
     ax.set_yscale("log")
+    _log_limits(ax, values)
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.0f}" if v >= 10 else f"{v:g}")
@@ -244,20 +266,31 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
 
 
 def epoch_time_chart(groups: pd.DataFrame) -> Figure:
-    """Mean time per epoch (training part) per configuration and scale, 95% CI error bars."""
+    """Mean time per epoch (training part) vs devices per configuration, 95% CI error bars.
+    Log axes: configurations of very different sizes stay readable side by side, and
+    halving per doubling of devices is a straight line."""
     fig, ax = _figure()
-    _grouped_bars(
-        ax,
-        groups,
-        "mean_epoch_time_s_mean",
-        "mean_epoch_time_s_ci_low",
-        "mean_epoch_time_s_ci_high",
-    )
-    ax.set_xlabel(devices_header(groups["accelerator"].tolist()))
-    ax.set_ylabel("Time per epoch (s)")
+    series = list(dict.fromkeys(groups["series"]))
+    worlds: list[float] = []
+    values: list[float] = []
+    for color, name in zip(_colors(len(series)), series, strict=True):
+        part = groups[groups["series"] == name].sort_values(["world_size", "nodes"])
+        x = part["world_size"].astype(float)
+        y = part["mean_epoch_time_s_mean"].astype(float)
+        err = _errors(y, part["mean_epoch_time_s_ci_low"], part["mean_epoch_time_s_ci_high"])
+        err[0] = np.minimum(err[0], y.to_numpy(float) * 0.999)  # a time is never <= 0
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, color=color, label=name)
+        worlds += x.tolist()
+        values += y.tolist()
+    _log2_x(ax, worlds)
+    ax.set_yscale("log")
+    _log_limits(ax, values)
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}")
+    ax.set_xlabel(f"{devices_header(groups['accelerator'].tolist())} (log2)")
+    ax.set_ylabel("Time per epoch (s, log scale)")
     ax.set_title("Time per epoch (training, validation excluded; 95% CI)")
-    ax.grid(True, axis="y", alpha=0.3)
-    _legend_below(ax, groups["series"].nunique())
+    ax.grid(True, which="major", alpha=0.3)
+    _legend_below(ax, len(series))
     return fig
 
 

@@ -73,6 +73,8 @@ DEFAULT_LOSS_TOLERANCE = 0.05
 DEFAULT_ACC_TOLERANCE = 0.01
 """Absolute: a final validation accuracy more than 1 point below the baseline's is flagged."""
 PREDICT_FACTORS = (2, 4)
+SUPERLINEAR_EFFICIENCY = 1.10
+"""Parallel efficiency above this is called out: it is more often a measurement problem."""
 
 
 # --- labels -----------------------------------------------------------------------------------
@@ -606,6 +608,18 @@ def analyze(
         notes.append(
             f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: {row['parity']} than "
             "the baseline beyond tolerance; faster but worse is not a speedup."
+        )
+    superlinear = scaling[
+        (scaling["scaling_mode"] != "weak")
+        & ~scaling["is_baseline"]
+        & (scaling["parallel_efficiency"] > SUPERLINEAR_EFFICIENCY)
+    ]
+    for _, row in superlinear.iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: parallel efficiency "
+            f"{row['parallel_efficiency']:.0%} (superlinear). Usually a slow or contended "
+            "baseline (shared cores, other jobs, fewer threads per process) or a per-device "
+            "problem that now fits in cache: check before quoting."
         )
     single = groups[groups["n"] < 2]
     if len(single):
