@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -354,3 +356,13 @@ def test_non_finite_become_none_and_finite_survive(values: list[float]) -> None:
 def test_start_event_round_trip_property(job_id: str, world: int) -> None:
     start = StartEvent(replace(make_identity(), job_id=job_id, world_size=world))
     assert decode_line(encode(start)) == start
+
+
+def test_write_json_atomic_respects_the_umask(tmp_path: Path) -> None:
+    """The temp file behind the rename is 0600; the result must not stay private."""
+    old = os.umask(0o022)
+    try:
+        path = write_json_atomic(tmp_path / "r.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

@@ -80,6 +80,7 @@ def test_one_process_record_is_consistent(shared: dict[str, object]) -> None:
     assert ident.scaling_mode == "strong" and ident.config_name == "spiral"
 
     assert (r.train_samples, r.val_samples) == (1600, 400)
+    assert r.threads_per_process == 1  # a CPU device is one core
     assert r.epochs == 2
     assert r.steps_per_epoch == 1600 // 64
     assert r.steps == r.epochs * r.steps_per_epoch

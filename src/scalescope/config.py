@@ -51,7 +51,9 @@ class TrainerConfig:
     )
     threads_per_process: int | Literal["auto"] = option(
         "auto",
-        help="CPU threads per process; auto = SLURM_CPUS_PER_TASK, else cores / local processes",
+        help="CPU threads per process; auto = SLURM_CPUS_PER_TASK, else 1 on the CPU (a CPU "
+        "device is one core, so scales compare equal resources) and cores / local processes "
+        "on GPUs",
         check=positive,
     )
     steps_per_call: int = option(

@@ -128,6 +128,8 @@ class ResultRecord:
     finished_at: str
     tracking: dict[str, Any] = field(default_factory=dict)
     """What experiment tracking did (mode, experiment name/key, archive path); never secrets."""
+    threads_per_process: int | None = None
+    """CPU threads (torch intra-op) each rank used."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 
@@ -144,7 +146,7 @@ _IDENTITY_FIELDS = tuple(f.name for f in fields(Identity))
 _RESULT_FIELDS = tuple(
     f.name for f in fields(ResultRecord) if f.name not in ("identity", "schema_version", "event")
 )
-_RESULT_OPTIONAL = {"tracking"}
+_RESULT_OPTIONAL = {"tracking", "threads_per_process"}
 
 
 def encode(event: StartEvent | ResultRecord) -> str:
@@ -176,7 +178,7 @@ def decode_line(line: str) -> StartEvent | ResultRecord | None:
     try:
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
-        raise RecordError(f"event line is not valid JSON ({exc.msg} at char {exc.pos})") from None
+        raise RecordError(f"event line is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise RecordError("event line does not hold a JSON object")
     return from_dict(data)
@@ -220,6 +222,10 @@ def write_json_atomic(path: str | os.PathLike[str], data: Mapping[str, Any]) -> 
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
+        # mkstemp creates 0600; results are shared with the group like any other file
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

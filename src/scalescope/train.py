@@ -21,6 +21,7 @@ import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +96,19 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _threads(setting: int | str, topo: Topology) -> int:
+def _threads(setting: int | str, topo: Topology, accelerator: str) -> int:
+    """Intra-op threads per process.
+
+    On the CPU a "device" is one core: a 1-process baseline given every core would not be
+    comparable with N processes of one core each, and on a shared machine idle OpenMP
+    threads spinning against other jobs made 1-process runs up to 20x slower.
+    """
     if setting != "auto":
         return int(setting)
     if os.environ.get("SLURM_CPUS_PER_TASK"):
         return max(1, int(os.environ["SLURM_CPUS_PER_TASK"]))
+    if accelerator == "cpu":
+        return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (cores or 1) // topo.devices_per_node)
 
@@ -217,7 +226,8 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
 
     _quiet_known_noise(topo)
     accelerator = _accelerator(cfg.trainer.accelerator, topo)
-    torch.set_num_threads(_threads(cfg.trainer.threads_per_process, topo))
+    threads = _threads(cfg.trainer.threads_per_process, topo, accelerator)
+    torch.set_num_threads(threads)
 
     # Lightning's own launcher re-executes this command for ranks 1..N-1; they inherit the
     # job id so that every rank names the same run.
@@ -324,7 +334,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             assert tracker is not None
             tracker.log_result(result.to_dict())
             tracker.end()  # before info(): whether the archive was completed belongs in it
-            result = _with_tracking(result, tracker.info())
+            result = replace(result, tracking=tracker.info(), threads_per_process=threads)
             record.write_json_atomic(run_dir / "result.json", result.to_dict())
             print(record.encode(result), flush=True)
             _say(topo, _summary_line(result))
@@ -418,12 +428,6 @@ def _check_one_step(params: Any, global_batch: int) -> None:
 
 def _epoch_rate(metrics: Mapping[str, float], global_batch: int) -> float:
     return record.rate(metrics["epoch_steps"] * global_batch, metrics["epoch_time_s"])
-
-
-def _with_tracking(result: record.ResultRecord, info: dict[str, Any]) -> record.ResultRecord:
-    from dataclasses import replace
-
-    return replace(result, tracking=info)
 
 
 def _result(
