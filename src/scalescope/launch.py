@@ -163,7 +163,13 @@ def render_sbatch(
         if array_parallelism:
             params["array_parallelism"] = array_parallelism
     folder = job_folder(plan)
-    text: str = _make_sbatch_string(command=submit_command(folder), folder=folder, **params)
+    try:
+        text: str = _make_sbatch_string(command=submit_command(folder), folder=folder, **params)
+    except (ValueError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"shape {sp.shape.label}: submitit refuses the parameters: {first}"
+        ) from None
     return text
 
 

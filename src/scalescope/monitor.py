@@ -316,19 +316,21 @@ class SweepWatch:
             for h in running:
                 with contextlib.suppress(Exception):
                     h.job.cancel(check=False)  # type: ignore[union-attr]
+        cancelled = []
         for h in running:
             st = self.status_of(h)
             outcome, _, record = read_outcome(h)
-            if outcome == COMPLETED:  # finished in the moment before the cancel
+            if outcome == COMPLETED:  # it finished in the moment before the cancel
                 st.state, st.record = COMPLETED, record
             else:
                 st.state, st.detail = CANCELLED, "cancelled (interrupted)"
+                cancelled.append(h)
             st.ended_at = time.time()
         for h in never:
             self.status_of(h).state = CANCELLED
             self.status_of(h).detail = "not started (interrupted)"
-        self.cancelled = running
-        return running, never
+        self.cancelled = cancelled
+        return cancelled, never
 
 
 def _sacct_state(handle: JobHandle) -> str | None:

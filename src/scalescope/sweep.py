@@ -178,7 +178,8 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
                 lines += [f"    {ln}".rstrip() for ln in text.rstrip("\n").splitlines()]
         else:
             params = ", ".join(f"{k}={v}" for k, v in local_parameters(sp).items())
-            lines.append(f"  submitit LocalExecutor: {params} (one run at a time)")
+            at_once = max_parallel or 1
+            lines.append(f"  submitit LocalExecutor: {params} ({at_once} run(s) at a time)")
     return lines
 
 
@@ -235,7 +236,8 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
         return _interrupted(watch, plan, console)
     _write_manifest(plan, watch)
     _tidy(plan)
-    return _report(watch, plan, console)
+    # On a terminal the live table stays on screen with its final states.
+    return _report(watch, plan, console, show_table=not console.is_terminal)
 
 
 def _state_style(state: str) -> str:
@@ -345,8 +347,9 @@ def _interrupted(watch: SweepWatch, plan: SweepPlan, console: Any) -> int:
     return 130
 
 
-def _report(watch: SweepWatch, plan: SweepPlan, console: Any) -> int:
-    console.print(status_table(watch))
+def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: bool) -> int:
+    if show_table:
+        console.print(status_table(watch))
     failed = watch.failed
     for h, st in failed:
         console.print(
