@@ -162,6 +162,16 @@ def test_global_batch_not_dividing_names_the_shape(
     assert "shape 1x3 (world size 3)" in err and "does not divide" in err
 
 
+def test_too_few_samples_for_one_global_batch(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = write_sweep(in_tmp)
+    err = expect_error(
+        in_tmp, capsys, "--config", str(sweep), "--executor", "local", "workload.num_samples=100"
+    )
+    assert "shape 1x1 (world size 1)" in err and "no full global batch" in err
+
+
 def test_shape_too_big_for_the_profile(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sweep = write_sweep(in_tmp, shapes=((1, 1), (4, 1)))
     profile = write_profile(in_tmp, CPU_PROFILE)
@@ -458,6 +468,41 @@ def test_outcomes(tmp_path: Path) -> None:
     assert _parse_elapsed("1-02:03:04") == 93784.0
     assert _parse_elapsed("3:07") == 187.0
     assert _parse_elapsed("INVALID") is None
+
+
+def test_failed_jobs_are_listed_and_set_the_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from scalescope import sweep as sweep_cli_module
+    from scalescope.monitor import JobStatus
+
+    shape = SimpleNamespace(label="1x2", world_size=2)
+    ok = SimpleNamespace(job_id="7_0", shape=shape, repeat=0, stdout=None, stderr=None)
+    bad = SimpleNamespace(
+        job_id="7_1", shape=shape, repeat=1, stdout=tmp_path / "o", stderr=tmp_path / "e"
+    )
+    rows = [
+        (ok, JobStatus(state="COMPLETED", elapsed_s=3.0)),
+        (bad, JobStatus(state="FAILED", detail="task 1: ValueError: boom", elapsed_s=2.0)),
+    ]
+    watch = SimpleNamespace(
+        plan=SimpleNamespace(sweep_id="s"),
+        handles=[ok, bad],
+        rows=lambda: rows,
+        failed=[rows[1]],
+    )
+    monkeypatch.setattr(sweep_cli_module, "run_summary", lambda *a: 0)
+    console = Console(record=True, width=200)
+    plan = SimpleNamespace(sweep_dir=tmp_path)
+    rc = sweep_cli_module._report(watch, plan, console, show_table=True)  # type: ignore[arg-type]
+    text = console.export_text()
+    assert rc == 1
+    assert "FAILED 7_1 (shape 1x2 repeat 1): task 1: ValueError: boom" in text
+    assert str(tmp_path / "o") in text and "1 of 2 jobs did not complete" in text
 
 
 # --- dry run: golden files --------------------------------------------------------------------
