@@ -245,3 +245,13 @@ def resolve_batch(trainer: TrainerConfig, world_size: int) -> Resolved:
             f"across {world_size} ranks, which does not divide; pick a multiple of {world_size}"
         )
     return Resolved(trainer.batch_size // world_size, trainer.batch_size)
+
+
+def check_one_step(params: Any, global_batch: int) -> None:
+    """Refuse a data set that holds less than one global batch: zero steps measure nothing."""
+    train = getattr(params, "train_samples", None)
+    if train is not None and train < global_batch:
+        raise ConfigError(
+            f"workload.num_samples: {train} training samples hold no full global batch of "
+            f"{global_batch} (trainer.batch_size); use more samples or a smaller batch"
+        )

@@ -32,10 +32,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .config import TrainConfig, load_train_config, merge, read_yaml, resolve_batch
+from .config import (
+    TrainConfig,
+    check_one_step,
+    load_train_config,
+    merge,
+    read_yaml,
+    resolve_batch,
+)
 from .errors import ConfigError
 from .schema import build, option, positive, set_dotted
-from .train import _check_one_step
 
 if TYPE_CHECKING:
     from .cluster import ClusterProfile
@@ -334,7 +340,7 @@ def plan_sweep(
             cfg = load_train_config(train_path, per_run)
             batch = resolve_batch(cfg.trainer, shape.world_size)
             # The trainer's own rule (torch-free), asked here so that no job fails on it later.
-            _check_one_step(cfg.workload_params(), batch.global_batch_size)
+            check_one_step(cfg.workload_params(), batch.global_batch_size)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         if executor == "slurm":

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, record, topology
-from .config import TrainConfig, TrainerConfig, load_train_config, resolve_batch
-from .errors import ConfigError, TopologyError
+from .config import TrainConfig, TrainerConfig, check_one_step, load_train_config, resolve_batch
+from .errors import TopologyError
 from .topology import Topology
 
 
@@ -213,7 +213,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     topo = topology.detect(cfg.trainer.devices, cfg.trainer.num_nodes)
     batch = resolve_batch(cfg.trainer, topo.world_size)
     params = cfg.workload_params()
-    _check_one_step(params, batch.global_batch_size)
+    check_one_step(params, batch.global_batch_size)
     topology.export_for_lightning(topo)
 
     import lightning as L
@@ -414,16 +414,6 @@ def build_trainer(
     }
     kwargs.update(overrides)
     return L.Trainer(**kwargs)
-
-
-def _check_one_step(params: Any, global_batch: int) -> None:
-    """Refuse a data set that holds less than one global batch: zero steps measure nothing."""
-    train = getattr(params, "train_samples", None)
-    if train is not None and train < global_batch:
-        raise ConfigError(
-            f"workload.num_samples: {train} training samples hold no full global batch of "
-            f"{global_batch} (trainer.batch_size); use more samples or a smaller batch"
-        )
 
 
 def _epoch_rate(metrics: Mapping[str, float], global_batch: int) -> float:
