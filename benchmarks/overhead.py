@@ -114,10 +114,14 @@ def run_plain(params: SpiralParams, batch: int, epochs: int, seed: int) -> float
     return steps / seconds
 
 
-def run_scalescope(params: SpiralParams, batch: int, epochs: int, seed: int, root: Path) -> float:
+def run_scalescope(
+    params: SpiralParams, batch: int, epochs: int, seed: int, root: Path, steps_per_call: int
+) -> float:
     L.seed_everything(seed, verbose=False)
     model = SpiralMLP(params.hidden_sizes, params.dropout, params.lr)
-    cfg = TrainerConfig(batch_size=batch, max_epochs=epochs, accelerator="cpu")
+    cfg = TrainerConfig(
+        batch_size=batch, max_epochs=epochs, accelerator="cpu", steps_per_call=steps_per_call
+    )
     dm = SpiralDataModule(params, batch_size=batch, seed=seed, steps_per_call=cfg.steps_per_call)
     timing = TimingCallback(process_start=time.time(), log_every_n_steps=cfg.log_every_n_steps)
     trainer = build_trainer(
@@ -164,6 +168,12 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=4, help="per run; the first is warm-up")
     ap.add_argument("--batch-size", type=int, default=TrainerConfig().batch_size)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--steps-per-call",
+        type=int,
+        default=TrainerConfig().steps_per_call,
+        help="scalescope's trainer.steps_per_call (1 shows Lightning's per-call cost)",
+    )
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -196,7 +206,9 @@ def main() -> int:
                 if way == "plain":
                     rate = run_plain(params, args.batch_size, args.epochs, seed=r)
                 elif way == "scalescope":
-                    rate = run_scalescope(params, args.batch_size, args.epochs, r, root)
+                    rate = run_scalescope(
+                        params, args.batch_size, args.epochs, r, root, args.steps_per_call
+                    )
                 else:
                     rate = run_tutorial(params, args.batch_size, args.epochs, r, root)
                 results[way].append(rate)
