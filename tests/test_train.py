@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -309,3 +312,60 @@ def test_max_steps_is_exact_inside_a_group(tmp_path: Path) -> None:
         )
     )
     assert r.steps == 7
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_rank_and_writes_no_result(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal signals the whole foreground group: both ranks must go,
+    the CLI says so in one line with exit 130, and no result.json is left behind."""
+    log = tmp_path / "log.txt"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "scalescope.train",
+                f"output_dir={tmp_path}",
+                "trainer.devices=2",
+                "trainer.max_epochs=100000",
+            ],
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "scalescope: tracking" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        time.sleep(6)  # into fit: the second rank is up and training
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert rc == 130, text
+    assert text.rstrip().endswith("scalescope train: interrupted"), text
+    assert not list(tmp_path.rglob("result.json"))
+    deadline = time.monotonic() + 10
+    while _live_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _live_members(proc.pid) == []
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (zombies left for a non-reaping init
+    are dead: they hold no resources and run no code)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, group = fields[0], int(fields[2])
+        if group == pgid and state not in ("Z", "X"):
+            live.append(int(stat.parent.name))
+    return live

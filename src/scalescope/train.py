@@ -313,7 +313,14 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         trainer = build_trainer(
             cfg.trainer, topo, accelerator=accelerator, run_dir=run_dir, callbacks=[timing]
         )
-        trainer.fit(model, datamodule=datamodule)
+        try:
+            trainer.fit(model, datamodule=datamodule)
+        except SystemExit:
+            # Lightning answers Ctrl-C with a graceful shutdown and sys.exit(1); report it as
+            # what it is (the CLI prints one line and exits 130). No record is written.
+            if trainer.interrupted:
+                raise KeyboardInterrupt from None
+            raise
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         agreed = agree(trainer, timing.t, node)
         result = None
