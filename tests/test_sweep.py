@@ -203,7 +203,10 @@ def test_gpu_asked_of_this_machine(in_tmp: Path, capsys: pytest.CaptureFixture[s
     from scalescope.sweep_config import load_sweep_config, plan_sweep
 
     sweep = write_sweep(in_tmp, overrides="  trainer.accelerator: gpu\n")
-    with pytest.raises(ConfigError, match="accelerator is gpu but this machine has no CUDA"):
+    with pytest.raises(
+        ConfigError,
+        match="accelerator is gpu but this machine, where the local executor runs, has no CUDA",
+    ):
         plan_sweep(load_sweep_config(sweep), sweep, executor="local", gpu_count=lambda: 0)
     with pytest.raises(ConfigError, match="2 GPUs per node asked, this machine has 1"):
         plan_sweep(load_sweep_config(sweep), sweep, executor="local", gpu_count=lambda: 1)
@@ -389,7 +392,10 @@ def test_cpu_runs_ignore_the_profile_gpus_locally(in_tmp: Path) -> None:
     )
     assert [sp.resources.gpus_per_node for sp in plan.shapes] == [0, 0]
     auto = write_sweep(in_tmp, overrides="  trainer.accelerator: auto\n")
-    with pytest.raises(ConfigError, match="the profile has GPUs but this machine has no CUDA"):
+    with pytest.raises(
+        ConfigError,
+        match="the profile has GPUs but this machine, where the local executor runs, has no CUDA",
+    ):
         plan_sweep(
             load_sweep_config(auto), auto, executor="local", profile=profile, gpu_count=lambda: 0
         )

@@ -249,7 +249,10 @@ def _local_resources(
     profile_gpus = accelerator != "cpu" and bool(profile and profile.gpus_per_node)
     if gpus_here == 0 and (accelerator == "gpu" or profile_gpus):
         why = "trainer.accelerator is gpu" if accelerator == "gpu" else "the profile has GPUs"
-        raise ConfigError(f"{where}: {why} but this machine has no CUDA device")
+        raise ConfigError(
+            f"{where}: {why} but this machine, where the local executor runs, has no CUDA "
+            "device; submit with --executor slurm --cluster <profile>"
+        )
     gpus = 0
     if gpus_here and accelerator != "cpu":
         if shape.devices_per_node > gpus_here:
