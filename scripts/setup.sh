@@ -10,10 +10,13 @@ cd "$(dirname "$0")/.."
 
 quiet_pip() {
   # pip warns about every index location of the machine's pip config it cannot use;
-  # keep the output to what matters.
-  python -m pip install -q --disable-pip-version-check "$@" 2>&1 \
-    | grep -v -e "is neither a file nor a directory" -e "^$" || true
-  return "${PIPESTATUS[0]}"
+  # show everything else it says, and return pip's own status.
+  local log rc=0
+  log=$(mktemp)
+  python -m pip install -q --disable-pip-version-check "$@" >"$log" 2>&1 || rc=$?
+  grep -v -e "is neither a file nor a directory" -e "^$" "$log" || true
+  rm -f "$log"
+  return "$rc"
 }
 
 if [ ! -x .venv/bin/python ]; then
@@ -25,13 +28,13 @@ source .venv/bin/activate
 
 if ! python -c "import torch" >/dev/null 2>&1; then
   echo "setup: installing ${SCALESCOPE_TORCH:-torch==2.13.0}"
-  quiet_pip "${SCALESCOPE_TORCH:-torch==2.13.0}"
+  # Word-split on purpose: SCALESCOPE_TORCH may carry pip options, e.g.
+  # "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu".
+  # shellcheck disable=SC2086
+  quiet_pip ${SCALESCOPE_TORCH:-torch==2.13.0}
 fi
 extra=""
 [ "${1:-}" = "--dev" ] && extra="[dev]"
-if ! python -c "import scalescope, analysis, lightning, comet_ml, submitit, pandas, matplotlib, rich" >/dev/null 2>&1 \
-   || [ -n "$extra" ] && ! python -c "import pytest, hypothesis, ruff" >/dev/null 2>&1; then
-  echo "setup: installing scalescope${extra} and its dependencies"
-fi
+echo "setup: installing scalescope${extra} and its dependencies (quick when present)"
 quiet_pip -e ".${extra}"
 echo "setup: ready ($(python -c 'import torch, lightning; print(f"torch {torch.__version__}, lightning {lightning.__version__}")'))"
