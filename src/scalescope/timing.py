@@ -32,7 +32,7 @@ __all__ = ["TimingCallback", "agree", "median_step_time", "process_start_unix"]
 
 @dataclass
 class Timings:
-    """What one rank measured; :meth:`TimingCallback.agreed` reduces them over ranks."""
+    """What one rank measured; :func:`agree` reduces them over ranks."""
 
     process_start_unix: float
     train_start_unix: float = float("nan")

@@ -48,14 +48,16 @@ class Topology:
         return self.global_rank == 0
 
     @property
+    def job_label(self) -> str:
+        """The job as Slurm names it: ``<array job>_<task>`` for array tasks, else the id."""
+        if self.array_job_id is not None and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return self.job_id
+
+    @property
     def run_id(self) -> str:
         """Unique per run: array tasks and requeued restarts each get their own."""
-        base = (
-            f"{self.array_job_id}_{self.array_task_id}"
-            if self.array_job_id is not None and self.array_task_id is not None
-            else self.job_id
-        )
-        return f"{base}.r{self.restart_count}"
+        return f"{self.job_label}.r{self.restart_count}"
 
 
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:

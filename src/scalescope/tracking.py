@@ -93,10 +93,6 @@ class Tracker:
         pass
 
 
-NullTracker = Tracker
-"""Kept for callers written against the placeholder."""
-
-
 class CometTracker(Tracker):
     """One comet_ml experiment (online or offline) owned by rank 0."""
 

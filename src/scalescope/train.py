@@ -28,6 +28,7 @@ from typing import Any
 from . import __version__, record, topology
 from .config import TrainConfig, TrainerConfig, check_one_step, load_train_config, resolve_batch
 from .errors import TopologyError
+from .procinfo import process_start_unix
 from .topology import Topology
 
 
@@ -153,13 +154,8 @@ def _versions() -> dict[str, str | None]:
 
 
 def _experiment_name(cfg: TrainConfig, topo: Topology) -> str:
-    base = (
-        f"{topo.array_job_id}_{topo.array_task_id}"
-        if topo.array_job_id is not None
-        else topo.job_id
-    )
     suffix = f"-r{topo.restart_count}" if topo.restart_count else ""
-    return f"{cfg.name}-{topo.num_nodes}n{topo.devices_per_node}d-{base}{suffix}"
+    return f"{cfg.name}-{topo.num_nodes}n{topo.devices_per_node}d-{topo.job_label}{suffix}"
 
 
 def _tracking_inputs(
@@ -209,7 +205,7 @@ def _tracking_inputs(
 
 def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     """Train ``cfg`` in this process (one rank). Returns the record on rank 0, else None."""
-    process_start = _process_start()
+    process_start = process_start_unix()
     topo = topology.detect(cfg.trainer.devices, cfg.trainer.num_nodes)
     batch = resolve_batch(cfg.trainer, topo.world_size)
     params = cfg.workload_params()
@@ -219,9 +215,8 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     import lightning as L
     import torch
 
-    from .hardware import mfu
-    from .timing import TimingCallback, agree, median_step_time
-    from .tracking import start_tracking
+    from .timing import TimingCallback, agree
+    from .tracking import Tracker, start_tracking
     from .workloads import build_workload
 
     _quiet_known_noise(topo)
@@ -268,7 +263,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     )
 
     versions = _versions()
-    tracker = None
+    tracker = Tracker("not rank 0")  # only rank 0 tracks; the others hold the no-op tracker
     if topo.is_rank_zero:
         tags, tparams, others = _tracking_inputs(
             cfg, topo, ident, versions, os.environ.get("SLURM_JOB_NODELIST", socket.gethostname())
@@ -295,20 +290,12 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         timing = TimingCallback(
             process_start=process_start,
             log_every_n_steps=cfg.trainer.log_every_n_steps,
-            on_loss=(
-                lambda v, step, ep: tracker.log_metrics({"train_loss": v}, step=step, epoch=ep)
-            )
-            if tracker
-            else None,
-            on_epoch=(
-                lambda m, step, ep: tracker.log_metrics(
-                    {**m, "samples_per_s": _epoch_rate(m, batch.global_batch_size)},
-                    step=step,
-                    epoch=ep,
-                )
-            )
-            if tracker
-            else None,
+            on_loss=lambda v, step, ep: tracker.log_metrics({"train_loss": v}, step=step, epoch=ep),
+            on_epoch=lambda m, step, ep: tracker.log_metrics(
+                {**m, "samples_per_s": _epoch_rate(m, batch.global_batch_size)},
+                step=step,
+                epoch=ep,
+            ),
         )
         trainer = build_trainer(
             cfg.trainer, topo, accelerator=accelerator, run_dir=run_dir, callbacks=[timing]
@@ -325,20 +312,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         agreed = agree(trainer, timing.t, node)
         result = None
         if topo.is_rank_zero:
-            result = _result(
-                cfg,
-                ident,
-                agreed,
-                timing.t.step_windows,
-                median_step_time,
-                datamodule,
-                model,
-                versions,
-                mfu,
-                torch,
-                trainer,
-            )
-            assert tracker is not None
+            result = _result(cfg, ident, agreed, timing.t, datamodule, model, versions, trainer)
             tracker.log_result(result.to_dict())
             tracker.end()  # before info(): whether the archive was completed belongs in it
             result = replace(result, tracking=tracker.info(), threads_per_process=threads)
@@ -348,8 +322,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         _leave_process_group()
         return result
     finally:
-        if tracker is not None:
-            tracker.end()  # no-op when already ended; bounded by tracking.end_timeout_s
+        tracker.end()  # no-op when already ended; bounded by tracking.end_timeout_s
 
 
 def _leave_process_group() -> None:
@@ -428,8 +401,21 @@ def _epoch_rate(metrics: Mapping[str, float], global_batch: int) -> float:
 
 
 def _result(
-    cfg, ident, agreed, windows, median_step_time, datamodule, model, versions, mfu, torch, trainer
-) -> record.ResultRecord:  # type: ignore[no-untyped-def]
+    cfg: TrainConfig,
+    ident: record.Identity,
+    agreed: Any,
+    timings: Any,
+    datamodule: Any,
+    model: Any,
+    versions: Mapping[str, str | None],
+    trainer: Any,
+) -> record.ResultRecord:
+    """Rank 0's record from the agreed timings (called after torch is imported)."""
+    import torch
+
+    from .hardware import mfu
+    from .timing import median_step_time
+
     steps = int(trainer.global_step)
     train_time = sum(agreed.epoch_times_s)
     samples = steps * ident.global_batch_size
@@ -443,7 +429,7 @@ def _result(
         for t, n in zip(agreed.epoch_times_s, agreed.epoch_steps, strict=True)
         if n == steps_per_epoch
     ] or agreed.epoch_times_s
-    step_time = median_step_time(windows)
+    step_time = median_step_time(timings.step_windows)
     history = getattr(model, "val_history", [])
     device = trainer.strategy.root_device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
@@ -500,12 +486,6 @@ def _summary_line(r: record.ResultRecord) -> str:
         f"({r.samples_per_s_per_device:,.0f} per device); setup {r.setup_time_s:.2f} s, "
         f"job {r.job_time_s:.2f} s{val}{mem}"
     )
-
-
-def _process_start() -> float:
-    from .procinfo import process_start_unix
-
-    return process_start_unix()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -75,8 +75,7 @@ class ShardedBatches:
         if shuffle:  # training: equal full batches on every rank (drop_last)
             self.num_batches = n // (batch_size * world_size)
         else:  # evaluation: every sample once; equal batch *count* on every rank
-            self.per_rank = math.ceil(n / world_size)
-            self.num_batches = max(1, math.ceil(self.per_rank / batch_size))
+            self.num_batches = max(1, math.ceil(math.ceil(n / world_size) / batch_size))
 
     def __len__(self) -> int:
         return self.num_batches
