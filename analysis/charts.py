@@ -100,15 +100,27 @@ def _legend_below(ax: Any, n: int) -> None:
     )
 
 
+def _by_series(
+    frame: pd.DataFrame, sort: Sequence[str] = ("world_size", "nodes")
+) -> list[tuple[Any, str, pd.DataFrame]]:
+    """(colour, name, rows) per configuration series in first-seen order, rows sorted by
+    ``sort`` (nothing when empty): every chart gives a series the same colour."""
+    series = list(dict.fromkeys(frame["series"]))
+    out = []
+    for color, name in zip(_colors(len(series)), series, strict=True):
+        part = frame[frame["series"] == name]
+        out.append((color, name, part.sort_values(list(sort)) if sort else part))
+    return out
+
+
 def speedup_chart(scaling: pd.DataFrame) -> Figure:
     """Speedup vs devices per configuration with 95% CI error bars and the ideal line
     (strong scaling: from train time; weak scaling: throughput speedup). Log2 axes."""
     fig, ax = _figure()
-    series = list(dict.fromkeys(scaling["series"]))
+    series = _by_series(scaling, sort=("world_size",))
     worlds: list[float] = []
     ys: list[float] = []
-    for color, name in zip(_colors(len(series)), series, strict=True):
-        part = scaling[scaling["series"] == name].sort_values("world_size")
+    for color, name, part in series:
         col, _ = _mode_columns(part)
         x = part["world_size"].astype(float)
         y = part[col].astype(float)
@@ -123,8 +135,7 @@ def speedup_chart(scaling: pd.DataFrame) -> Figure:
         )
         worlds += x.tolist()
         ys += y.tolist()
-    for color, name in zip(_colors(len(series)), series, strict=True):
-        part = scaling[scaling["series"] == name]
+    for color, _name, part in series:
         base = float(part["baseline_world_size"].iloc[0])
         xs = np.array([float(part["world_size"].min()), float(part["world_size"].max())])
         if xs[1] > xs[0]:
@@ -151,13 +162,12 @@ def _grouped_bars(
     scale: float = 1.0,
 ) -> list[str]:
     """Bars per world size (x), one per series; returns the x tick labels."""
-    series = list(dict.fromkeys(frame["series"]))
+    series = _by_series(frame, sort=())
     scales = sorted(
         {(int(w), int(n)) for w, n in zip(frame["world_size"], frame["nodes"], strict=True)}
     )
     width = 0.8 / max(1, len(series))
-    for i, (color, name) in enumerate(zip(_colors(len(series)), series, strict=True)):
-        part = frame[frame["series"] == name]
+    for i, (color, name, part) in enumerate(series):
         xs, ys, errs = [], [], []
         for _, r in part.iterrows():
             xs.append(
@@ -228,11 +238,10 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
     """Mean training throughput vs devices (95% CI of the mean), with the ideal line from
     each configuration's smallest scale. Log2 axes."""
     fig, ax = _figure()
-    series = list(dict.fromkeys(groups["series"]))
+    series = _by_series(groups)
     worlds: list[float] = []
     values: list[float] = []
-    for color, name in zip(_colors(len(series)), series, strict=True):
-        part = groups[groups["series"] == name].sort_values(["world_size", "nodes"])
+    for color, name, part in series:
         x = part["world_size"].astype(float)
         y = part["samples_per_s_mean"].astype(float)
         ax.errorbar(
@@ -270,11 +279,10 @@ def epoch_time_chart(groups: pd.DataFrame) -> Figure:
     Log axes: configurations of very different sizes stay readable side by side, and
     halving per doubling of devices is a straight line."""
     fig, ax = _figure()
-    series = list(dict.fromkeys(groups["series"]))
+    series = _by_series(groups)
     worlds: list[float] = []
     values: list[float] = []
-    for color, name in zip(_colors(len(series)), series, strict=True):
-        part = groups[groups["series"] == name].sort_values(["world_size", "nodes"])
+    for color, name, part in series:
         x = part["world_size"].astype(float)
         y = part["mean_epoch_time_s_mean"].astype(float)
         err = _errors(y, part["mean_epoch_time_s_ci_low"], part["mean_epoch_time_s_ci_high"])
@@ -311,13 +319,12 @@ def val_loss_chart(scaling: pd.DataFrame, loss_tolerance: float = DEFAULT_LOSS_T
         )
         ax.set_axis_off()
         return fig
-    series = list(dict.fromkeys(frame["series"]))
+    series = _by_series(frame, sort=())
     scales = sorted(
         {(int(w), int(n)) for w, n in zip(frame["world_size"], frame["nodes"], strict=True)}
     )
     step = 0.6 / max(1, len(series))
-    for i, (color, name) in enumerate(zip(_colors(len(series)), series, strict=True)):
-        part = frame[frame["series"] == name]
+    for i, (color, name, part) in enumerate(series):
         offset = (i - (len(series) - 1) / 2) * step
         xs = [
             scales.index((int(w), int(n))) + offset
