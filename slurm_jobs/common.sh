@@ -37,6 +37,18 @@ scalescope_setup_block() {
     ' "$1"
 }
 
+# The profile's `name:` (a plain scalar, optionally quoted), which runs record as their
+# cluster. Equal to what scalescope.cluster.load_profile reads (tests check it).
+scalescope_profile_name() {
+    awk '
+        /^name:[ \t]*/ {
+            sub(/^name:[ \t]*/, ""); sub(/[ \t]+#.*$/, ""); sub(/[ \t]+$/, "")
+            if ($0 ~ /^".*"$/ || $0 ~ /^'"'"'.*'"'"'$/) $0 = substr($0, 2, length($0) - 2)
+            print; exit
+        }
+    ' "$1"
+}
+
 # Tasks per node of this allocation; fails when nodes have different counts (Lightning
 # needs the same number of devices on every node).
 scalescope_tasks_per_node() {
@@ -136,9 +148,13 @@ scalescope_job() {
     MASTER_PORT=$(scalescope_master_port)
     export MASTER_PORT
 
-    local overrides
-    read -r -a overrides <<<"$SCALESCOPE_OVERRIDES"  # split on spaces, no globbing
-    overrides+=("$@")
+    local overrides cluster
+    cluster=$(scalescope_profile_name "$SCALESCOPE_CLUSTER")
+    # The profile's name first: an explicit cluster=... override still wins.
+    overrides=(${cluster:+"cluster=$cluster"})
+    local more
+    read -r -a more <<<"$SCALESCOPE_OVERRIDES"  # split on spaces, no globbing
+    overrides+=("${more[@]}" "$@")
 
     local nodes=${SLURM_JOB_NUM_NODES:-1} tpn
     tpn=$(scalescope_tasks_per_node)

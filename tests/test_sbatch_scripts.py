@@ -57,6 +57,25 @@ def test_setup_block_read_by_awk_equals_the_profile(profile: Path) -> None:
     assert out.stdout == load_profile(profile).setup
 
 
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.stem)
+def test_profile_name_read_by_awk_equals_the_profile(profile: Path) -> None:
+    from scalescope.cluster import load_profile
+
+    out = _bash(f'scalescope_profile_name "{profile}"')
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == load_profile(profile).name
+
+
+@pytest.mark.parametrize(
+    "line", ["name: gpu-site", 'name: "gpu-site"', "name: 'gpu-site'", "name: gpu-site  # site"]
+)
+def test_profile_name_forms(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(f"{line}\npartition: gpu\nsetup: |\n  name: not-this\n")
+    out = _bash(f'scalescope_profile_name "{path}"')
+    assert out.stdout == "gpu-site\n", out
+
+
 def test_every_golden_file_has_its_profile() -> None:
     stems = {p.stem for p in PROFILES}
     for golden in GOLDEN.glob("setup_*.sh"):
@@ -173,8 +192,14 @@ def test_script_trains_and_reports_one_result(
     assert result.identity.nodes == nodes
     assert result.identity.devices_per_node == tasks_per_node
     assert result.identity.world_size == nodes * tasks_per_node
+    assert result.identity.cluster == "local"  # the profile's name, passed by common.sh
+    assert result.identity.run_uuid
     assert len(set(result.node_names)) == nodes
     assert result.epochs == 2
+    # epoch 1 is the steady state (warm-up auto = the first epoch)
+    assert result.warmup_steps == result.steps_per_epoch
+    assert result.steady_steps == result.steps - result.steps_per_epoch
+    assert result.steady_samples_per_s is not None and result.steady_samples_per_s > 0
     assert f"scalescope job {job_id}: {nodes} node(s)" in text
     assert f"scalescope job {job_id}: training exited with status 0" in text
 

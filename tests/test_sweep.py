@@ -274,6 +274,48 @@ def test_plan_sets_shape_sweep_id_project_and_folder(in_tmp: Path) -> None:
     assert [sp.per_device_batch_size for sp in plan.shapes] == [256, 128]
 
 
+def test_submission_order_interleaves_repeats_in_rounds(in_tmp: Path) -> None:
+    from scalescope.sweep_config import load_sweep_config, plan_sweep
+
+    shapes = ((1, 1), (1, 2), (1, 4))
+    sweep = write_sweep(in_tmp, shapes=shapes, extra="repeats: 4\norder_seed: 11\n")
+    plan = plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
+    order = plan.submission_order()
+    labels = {sp.shape.label for sp in plan.shapes}
+    assert len(order) == plan.num_jobs == 12
+    rounds = [order[i : i + 3] for i in range(0, 12, 3)]
+    for repeat, block in enumerate(rounds):
+        # every shape exactly once per round, rounds in repeat order
+        assert {r for r, _ in block} == {repeat}
+        assert {sp.shape.label for _, sp in block} == labels
+    # shuffled within rounds (not always the file's order), and reproducible from the seed
+    assert len({tuple(sp.shape.label for _, sp in b) for b in rounds}) > 1
+    again = plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
+    assert [(r, sp.shape.label) for r, sp in again.submission_order()] == [
+        (r, sp.shape.label) for r, sp in order
+    ]
+    # the launcher hands out jobs in exactly that order, each run told its repeat and cluster
+    from scalescope.launch import Launcher
+
+    launcher = Launcher(plan)
+    handles = launcher.handles()
+    assert [(h.repeat, h.shape.label) for h in handles] == [(r, sp.shape.label) for r, sp in order]
+    run = launcher._run(handles[5])
+    assert run.config["repeat_index"] == handles[5].repeat == 1
+    assert run.config["cluster"] == "local"
+
+
+def test_random_order_seed_is_recorded(in_tmp: Path) -> None:
+    from scalescope.sweep_config import load_sweep_config, plan_sweep
+
+    sweep = write_sweep(in_tmp, extra="repeats: 2\n")
+    seeds = {
+        plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t").order_seed
+        for _ in range(5)
+    }
+    assert len(seeds) > 1  # null means a fresh random seed per sweep
+
+
 def test_slurm_parameters(in_tmp: Path) -> None:
     from scalescope.cluster import load_profile
     from scalescope.launch import local_parameters, slurm_parameters
@@ -535,7 +577,7 @@ def test_dry_run_slurm_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) 
     sweep = write_sweep(
         in_tmp,
         shapes=((1, 1), (1, 4), (2, 4)),
-        extra="repeats: 3\ntimeout_min: 20\n",
+        extra="repeats: 3\ntimeout_min: 20\norder_seed: 3\n",
         overrides="  trainer.accelerator: gpu\n  trainer.precision: bf16-mixed\n",
     )
     profile = write_profile(in_tmp, GPU_PROFILE)
@@ -549,16 +591,21 @@ def test_dry_run_slurm_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) 
         "--dry-run",
         "--sweep-id",
         "test-golden",
+        "--max-parallel",
+        "4",
     )
     out = capsys.readouterr().out
     assert rc == 0
     assert_nothing_submitted(in_tmp)
-    assert "#SBATCH --array=0-2%3" in out and "#SBATCH --nodes=2" in out
+    # One job per run, never an array of one shape's repeats: rounds interleave the shapes.
+    assert "--array" not in out and "#SBATCH --nodes=2" in out
+    assert "order         round by round, shapes shuffled (seed 3): 1: " in out
+    assert "at once       4 job(s), by afterany dependencies" in out
     check_golden("dry_run_slurm.txt", normalise(out, in_tmp))
 
 
 def test_dry_run_local_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sweep = write_sweep(in_tmp)
+    sweep = write_sweep(in_tmp, extra="order_seed: 1\n")
     rc = sweep_cli(
         "--config", str(sweep), "--executor", "local", "--dry-run", "--sweep-id", "test-golden"
     )
@@ -583,7 +630,7 @@ def records_in(log: Path) -> list[Any]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_local_sweep_end_to_end(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sweep = write_sweep(in_tmp, shapes=((1, 1), (1, 2)), extra="repeats: 1\n")
+    sweep = write_sweep(in_tmp, shapes=((1, 1), (1, 2)), extra="repeats: 1\norder_seed: 1\n")
     rc = sweep_cli(
         "--config",
         str(sweep),
@@ -601,6 +648,7 @@ def test_local_sweep_end_to_end(in_tmp: Path, capsys: pytest.CaptureFixture[str]
     jobs = manifest["jobs"]
     assert [j["state"] for j in jobs] == ["COMPLETED", "COMPLETED"], out
     world_sizes = []
+    uuids: list[str | None] = []
     for job in jobs:
         results = [e for e in records_in(Path(job["stdout"])) if isinstance(e, ResultRecord)]
         assert len(results) == 1, f"job {job['job_id']}: {len(results)} result records"
@@ -608,9 +656,16 @@ def test_local_sweep_end_to_end(in_tmp: Path, capsys: pytest.CaptureFixture[str]
         assert result.identity.sweep_id == "e2e"
         assert result.identity.launcher == "submitit-local"
         assert result.identity.world_size == job["world_size"]
+        # The plan travels into the job and comes back in the record.
+        assert result.identity.repeat_index == job["repeat"] == 0
+        assert result.identity.cluster == job["cluster"] == "local"
+        assert result.identity.run_uuid and len(result.identity.run_uuid) == 32
         assert Path(result.identity.run_dir, "result.json").is_file()
         world_sizes.append(result.identity.world_size)
+        uuids.append(result.identity.run_uuid)
     assert world_sizes == [1, 2]
+    assert manifest["order_seed"] == 1 and [j["order"] for j in jobs] == [0, 1]
+    assert len({r for r in uuids}) == 2
     # Other ranks print no record.
     rank1_logs = list(sweep_dir.glob("*/*_1_log.out"))
     assert len(rank1_logs) == 1 and not records_in(rank1_logs[0])
@@ -634,7 +689,8 @@ def _sweep_processes(marker: str) -> list[int]:
 def test_ctrl_c_stops_a_local_sweep_and_keeps_finished_results(tmp_path: Path) -> None:
     # The 1-process job finishes; SIGINT arrives while the 2-process job sets up DDP (a
     # moment chosen by an event, not a clock: training itself may take only seconds).
-    sweep = write_sweep(tmp_path, shapes=((1, 1), (1, 2)), extra="repeats: 1\n")
+    # order_seed 1 runs 1x1 first, then 1x2.
+    sweep = write_sweep(tmp_path, shapes=((1, 1), (1, 2)), extra="repeats: 1\norder_seed: 1\n")
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -94,6 +94,16 @@ def test_one_process_record_is_consistent(shared: dict[str, object]) -> None:
     assert math.isclose(r.samples_per_s_per_device, r.samples_per_s, rel_tol=1e-12)
     assert math.isclose(r.mean_epoch_time_s, sum(r.epoch_times_s) / 2, rel_tol=1e-9)
     assert r.mean_epoch_time_excl_first_s == r.epoch_times_s[1]
+    # Steady state: warm-up auto = the first epoch (25 steps < the cap).
+    assert ident.cluster == "local" and ident.repeat_index is None and ident.run_uuid
+    assert r.warmup_steps == r.steps_per_epoch == 25
+    assert r.steady_steps == r.steps - 25
+    assert r.steady_time_s is not None and 0 < r.steady_time_s < r.train_time_s
+    # the steady time is epoch 2 (validation excluded), up to the stamp's few microseconds
+    assert r.steady_time_s == pytest.approx(r.epoch_times_s[1], rel=0.05)
+    assert r.steady_samples_per_s == pytest.approx(r.steady_steps * 64 / r.steady_time_s)
+    assert r.steady_samples_per_s_per_device == r.steady_samples_per_s
+    assert r.steady_mfu is None
     if r.step_time_s is not None:
         assert r.predicted_epoch_time_s == pytest.approx(r.step_time_s * r.steps_per_epoch)
 
@@ -118,6 +128,33 @@ def test_one_process_record_is_consistent(shared: dict[str, object]) -> None:
     assert r.config["workload"]["hidden_sizes"] == [64, 32, 16]  # resolved defaults included
     assert r.versions["torch"] and r.versions["lightning"] and r.versions["python"]
     assert r.tracking.get("mode") == "off"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("warmup", "steady_steps"), [("7", 50 - 8), ("0", 50), ("60", None)], ids=str
+)
+def test_warmup_steps_setting(tmp_path: Path, warmup: str, steady_steps: int | None) -> None:
+    # steps_per_call 8: the warm-up ends at the first call boundary at or after its target
+    run = run_train(tmp_path, *TINY, f"trainer.warmup_steps={warmup}", output_dir=tmp_path)
+    r = _finished(run)
+    assert r.steps == 50
+    assert r.steady_steps == steady_steps
+    if steady_steps is None:  # the warm-up covered all training: no steady figures
+        assert r.warmup_steps == 50 and r.steady_time_s is None
+        assert r.steady_samples_per_s is None
+        assert "no steady state" in run.combined
+    else:
+        assert r.warmup_steps == 50 - steady_steps
+        assert r.steady_time_s is not None and r.steady_time_s > 0
+        if warmup == "0":
+            assert r.steady_time_s == pytest.approx(r.train_time_s, rel=1e-6)
+
+
+def test_negative_warmup_is_one_line(tmp_path: Path) -> None:
+    run = run_train(tmp_path, *TINY, "trainer.warmup_steps=-1", output_dir=tmp_path)
+    assert run.returncode == 2
+    assert "trainer.warmup_steps" in run.stderr and "must be >= 0" in run.stderr
 
 
 @pytest.mark.slow

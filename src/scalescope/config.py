@@ -17,9 +17,11 @@ import yaml
 
 from . import workloads
 from .errors import ConfigError
-from .schema import build, option, positive, set_dotted, to_dict
+from .schema import build, non_negative, option, positive, set_dotted, to_dict
 
 DEFAULT_WORKLOAD = "spiral"
+WARMUP_AUTO_MAX_STEPS = 200
+"""``warmup_steps: auto`` is the first epoch, capped at this many steps for long epochs."""
 Precision = Literal["32", "bf16-mixed", "16-mixed"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -66,6 +68,13 @@ class TrainerConfig:
         50, help="training loss is read (a host sync) and logged every N steps", check=positive
     )
     val_every_n_epochs: int = option(1, help="validate every N epochs", check=positive)
+    warmup_steps: int | Literal["auto"] = option(
+        "auto",
+        help="optimizer steps left out of the steady-state (headline) figures; auto = the "
+        f"first epoch, or the first {WARMUP_AUTO_MAX_STEPS} steps where an epoch is longer; "
+        "0 = none",
+        check=non_negative,
+    )
 
     def validate(self, where: str) -> None:
         if self.precision == "16-mixed" and self.accelerator == "cpu":
@@ -116,6 +125,14 @@ class TrainConfig:
     tracking: TrackingConfig = option(TrackingConfig, help="Comet experiment tracking")
     output_dir: str = option("outputs", help="where run directories, logs and archives go")
     sweep_id: str | None = option(None, help="set by `scalescope sweep`; groups a sweep's runs")
+    cluster: str | None = option(
+        None,
+        help="cluster profile name, set by `scalescope sweep` and the sbatch scripts; null = "
+        "Slurm's cluster name, else local",
+    )
+    repeat_index: int | None = option(
+        None, help="set by `scalescope sweep`: which repeat of its shape this run is (0-based)"
+    )
 
     def validate(self, where: str) -> None:
         if not _NAME.match(self.name):

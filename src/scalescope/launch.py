@@ -149,19 +149,14 @@ def submit_command(folder: Path) -> str:
     )
 
 
-def render_sbatch(
-    plan: SweepPlan, sp: ShapePlan, array_parallelism: int | None = None
-) -> str | None:
-    """The sbatch script submitit would submit for this shape, or None if it cannot say."""
+def render_sbatch(plan: SweepPlan, sp: ShapePlan) -> str | None:
+    """The sbatch script submitit would submit for one run of this shape, or None if it
+    cannot say."""
     try:
         from submitit.slurm.slurm import _make_sbatch_string
     except ImportError:  # a private helper: a future submitit may move it
         return None
     params = slurm_parameters(plan, sp)
-    if plan.repeats > 1:
-        params["map_count"] = plan.repeats
-        if array_parallelism:
-            params["array_parallelism"] = array_parallelism
     folder = job_folder(plan)
     try:
         text: str = _make_sbatch_string(command=submit_command(folder), folder=folder, **params)
@@ -278,45 +273,42 @@ class JobHandle:
 
 
 class Launcher:
-    """Submits a plan's jobs with one submitit executor per shape.
+    """Submits a plan's jobs, one submitit job per (shape, repeat), in the plan's order.
 
-    Slurm: every shape is one submission, its repeats a job array (an array shares one
-    resource shape). Local: one run at a time when asked (:meth:`submit_one`); LocalExecutor
-    has no queue and starts a job the moment it is submitted.
+    The order is round by round (:meth:`SweepPlan.submission_order`), so jobs are not job
+    arrays: an array holds one shape's repeats together, which is what the rounds avoid.
+    Slurm: every job now, in order; ``max_parallel`` chains job k after job k - N
+    (``--dependency=afterany``), so the cap holds without this process staying alive.
+    Local: one run at a time when asked (:meth:`submit_one`); LocalExecutor has no queue
+    and starts a job the moment it is submitted.
     """
 
-    def __init__(self, plan: SweepPlan, *, array_parallelism: int | None = None) -> None:
+    def __init__(self, plan: SweepPlan, *, max_parallel: int | None = None) -> None:
         self.plan = plan
-        self.array_parallelism = array_parallelism
+        self.max_parallel = max_parallel
         self.folder = job_folder(plan)
 
     def handles(self) -> list[JobHandle]:
-        return [JobHandle(sp, r) for sp in self.plan.shapes for r in range(self.plan.repeats)]
+        return [JobHandle(sp, r) for r, sp in self.plan.submission_order()]
 
-    def _runs(self, handles: list[JobHandle]) -> list[SweepRun]:
-        return [SweepRun(h.plan.config_dict(), h.shape.label, h.repeat) for h in handles]
+    def _run(self, handle: JobHandle) -> SweepRun:
+        # The plan travels into the job: which repeat this is (the cluster is in the config).
+        config = {**handle.plan.config_dict(), "repeat_index": handle.repeat}
+        return SweepRun(config, handle.shape.label, handle.repeat)
 
-    def submit_shape(self, handles: list[JobHandle]) -> None:
-        """Slurm: submit all repeats of one shape (the handles of that shape) as one array."""
+    def submit_slurm(self, handle: JobHandle, after: str | None = None) -> None:
+        """Slurm: submit one run; ``after`` is the job id it must wait for (max_parallel)."""
         import time
 
-        sp = handles[0].plan
         executor = submitit.SlurmExecutor(str(self.folder), max_num_timeout=MAX_NUM_TIMEOUT)
-        params = slurm_parameters(self.plan, sp)
-        if self.array_parallelism:
-            params["array_parallelism"] = self.array_parallelism
+        params = slurm_parameters(self.plan, handle.plan)
+        if after is not None:
+            params["dependency"] = f"afterany:{after}"
         executor.update_parameters(**params)
-        runs = self._runs(handles)
+        run = self._run(handle)
         with clean_env():
-            if len(runs) == 1:
-                jobs = [executor.submit(runs[0])]
-            else:
-                with executor.batch():
-                    jobs = [executor.submit(run) for run in runs]
-        now = time.time()
-        for handle, job in zip(handles, jobs, strict=True):
-            handle.job = job
-            handle.submitted_at = now
+            handle.job = executor.submit(run)
+        handle.submitted_at = time.time()
 
     def submit_one(self, handle: JobHandle) -> None:
         """Local: start one run now."""
@@ -324,7 +316,7 @@ class Launcher:
 
         executor = submitit.LocalExecutor(str(self.folder), max_num_timeout=MAX_NUM_TIMEOUT)
         executor.update_parameters(**local_parameters(handle.plan))
-        (run,) = self._runs([handle])
+        run = self._run(handle)
         with clean_env(), stderr_to(self.plan.sweep_dir / "local-controller.log"):
             handle.job = executor.submit(run)
         handle.submitted_at = time.time()

@@ -223,26 +223,26 @@ class SweepWatch:
 
     # submission
     def submit_slurm(self) -> None:
-        """All shapes now, each shape one array. A refused sbatch cancels what went before."""
-        by_shape: dict[str, list[JobHandle]] = {}
-        for h in self.handles:
-            by_shape.setdefault(h.shape.label, []).append(h)
+        """Every run now, in the plan's order. A refused sbatch cancels what went before."""
         done: list[JobHandle] = []
-        for label, handles in by_shape.items():
+        cap = self.launcher.max_parallel
+        for i, h in enumerate(self.handles):
+            after = done[i - cap].job_id if cap and i >= cap else None
             try:
-                self.launcher.submit_shape(handles)
+                self.launcher.submit_slurm(h, after=after)
             except Exception as exc:
-                for h in done:
+                for d in done:
                     with contextlib.suppress(Exception):
-                        h.job.cancel(check=False)  # type: ignore[union-attr]
+                        d.job.cancel(check=False)  # type: ignore[union-attr]
                 from .errors import ScalescopeError
 
                 first = _last_line(str(exc)) if str(exc) else type(exc).__name__
                 already = f"; cancelled the {len(done)} jobs already submitted" if done else ""
-                raise ScalescopeError(f"submitting shape {label} failed: {first}{already}") from exc
-            for h in handles:
-                self.status_of(h).state = PENDING
-            done.extend(handles)
+                raise ScalescopeError(
+                    f"submitting shape {h.shape.label} repeat {h.repeat} failed: {first}{already}"
+                ) from exc
+            self.status_of(h).state = PENDING
+            done.append(h)
 
     def _start_local(self) -> None:
         running = sum(1 for s in self.status.values() if s.active and s.state != WAITING)

@@ -24,7 +24,7 @@ import os
 import statistics
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,13 @@ class Identity:
     run_dir: str
     started_at: str
     """ISO-8601 UTC wall-clock time of the process start on rank 0."""
+    cluster: str | None = None
+    """Where it ran: the cluster profile's name, else Slurm's cluster name, else ``local``."""
+    repeat_index: int | None = None
+    """Which repeat of its shape this run is in a sweep (0-based); None outside a sweep."""
+    run_uuid: str | None = None
+    """Random and unique for every run (every attempt of a requeued job), on every cluster:
+    two clusters' job 1234 are two runs. None in records written before it existed."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,17 @@ class ResultRecord:
     """What experiment tracking did (mode, experiment name/key, archive path); never secrets."""
     threads_per_process: int | None = None
     """CPU threads (torch intra-op) each rank used."""
+    warmup_steps: int | None = None
+    """Optimizer steps excluded from the steady state (``trainer.warmup_steps`` resolved)."""
+    steady_steps: int | None = None
+    """Optimizer steps after the warm-up; None when the warm-up covered all of training."""
+    steady_time_s: float | None = None
+    """Training time of the steady-state steps (validation excluded), max over ranks."""
+    steady_samples_per_s: float | None = None
+    """Samples per second over the steady state: the headline throughput."""
+    steady_samples_per_s_per_device: float | None = None
+    steady_mfu: float | None = None
+    """MFU over the steady state (None where the device's peak is unknown)."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 
@@ -146,7 +164,12 @@ _IDENTITY_FIELDS = tuple(f.name for f in fields(Identity))
 _RESULT_FIELDS = tuple(
     f.name for f in fields(ResultRecord) if f.name not in ("identity", "schema_version", "event")
 )
-_RESULT_OPTIONAL = {"tracking", "threads_per_process"}
+_IDENTITY_OPTIONAL = frozenset(f.name for f in fields(Identity) if f.default is not MISSING)
+_RESULT_OPTIONAL = frozenset(
+    f.name
+    for f in fields(ResultRecord)
+    if f.default is not MISSING or f.default_factory is not MISSING
+)
 
 
 def encode(event: StartEvent | ResultRecord) -> str:
@@ -196,7 +219,7 @@ def from_dict(data: Mapping[str, Any]) -> StartEvent | ResultRecord:
         )
     if version < 1:
         raise RecordError(f"schema_version {version} is not valid")
-    missing = [k for k in _IDENTITY_FIELDS if k not in data]
+    missing = [k for k in _IDENTITY_FIELDS if k not in data and k not in _IDENTITY_OPTIONAL]
     event = data.get("event")
     if event == EVENT_RESULT:
         missing += [k for k in _RESULT_FIELDS if k not in data and k not in _RESULT_OPTIONAL]
@@ -204,7 +227,7 @@ def from_dict(data: Mapping[str, Any]) -> StartEvent | ResultRecord:
         raise RecordError(f"unknown event {event!r}")
     if missing:
         raise RecordError(f"{event} event lacks field(s): {', '.join(missing)}")
-    identity = Identity(**{k: data[k] for k in _IDENTITY_FIELDS})
+    identity = Identity(**{k: data[k] for k in _IDENTITY_FIELDS if k in data})
     if event == EVENT_START:
         return StartEvent(identity=identity, schema_version=version)
     values = {k: data[k] for k in _RESULT_FIELDS if k in data}

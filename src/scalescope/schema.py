@@ -38,7 +38,7 @@ def positive(value: Any) -> str | None:
 
 
 def non_negative(value: Any) -> str | None:
-    return None if value is None or value >= 0 else "must be >= 0"
+    return None if value is None or value == "auto" or value >= 0 else "must be >= 0"
 
 
 def fraction(value: Any) -> str | None:

@@ -11,9 +11,11 @@
 Executor: ``auto`` (the default) submits to Slurm when ``sinfo`` answers within a few
 seconds and runs locally otherwise; ``--executor slurm|local`` forces one. A local sweep
 runs one job at a time (``--max-parallel``) and always waits; Ctrl-C cancels the running
-job and keeps finished ones. Everything goes to ``<output_dir>/sweeps/<sweep_id>/``: one
-submitit folder per job (logs carry the ``:::SCALESCOPE`` result record), the run
-directories, and ``sweep.json`` (every job's shape, repeat, state and log paths).
+job and keeps finished ones. Jobs are submitted round by round (every shape once per round,
+shuffled within it), never as one shape's block of repeats. Everything goes to
+``<output_dir>/sweeps/<sweep_id>/``: one submitit folder per job (logs carry the
+``:::SCALESCOPE`` result record), the run directories, and ``sweep.json`` (every job's
+shape, repeat, round, order, state and log paths).
 
 This is the only module of the sweep that prints.
 """
@@ -84,7 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="local: runs at once (default 1: the cores are shared); "
-        "slurm: array tasks of a shape running at once (default: no limit)",
+        "slurm: jobs of the sweep running at once, kept by Slurm dependencies "
+        "(default: no limit)",
     )
     parser.add_argument(
         "--sweep-id", default=None, help="folder name of the sweep (default: <name>-<UTC time>)"
@@ -138,6 +141,13 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+def _round_orders(plan: SweepPlan) -> list[str]:
+    rounds: dict[int, list[str]] = {}
+    for repeat, sp in plan.submission_order():
+        rounds.setdefault(repeat, []).append(sp.shape.label)
+    return [f"{r + 1}: {' '.join(labels)}" for r, labels in rounds.items()]
+
+
 def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) -> list[str]:
     """What --dry-run prints: the sweep, then every shape's resources and sbatch script."""
     from .launch import local_parameters, render_sbatch
@@ -150,7 +160,11 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
         f"  executor      {where}: {why}",
         f"  folder        {plan.sweep_dir}",
         f"  jobs          {plan.num_jobs} ({len(plan.shapes)} shapes x {plan.repeats} repeats)",
+        f"  order         round by round, shapes shuffled (seed {plan.order_seed}): "
+        + "; ".join(_round_orders(plan)),
     ]
+    if plan.executor == "slurm" and max_parallel:
+        lines.append(f"  at once       {max_parallel} job(s), by afterany dependencies")
     for i, sp in enumerate(plan.shapes, 1):
         r = sp.resources
         t = sp.config.trainer
@@ -170,7 +184,7 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
                 f"  partition {r.partition or 'default'}, account {r.account or '-'}, "
                 f"qos {r.qos or '-'}, constraint {r.constraint or '-'}"
             )
-            text = render_sbatch(plan, sp, max_parallel)
+            text = render_sbatch(plan, sp)
             if text is None:
                 lines.append("  (this submitit version cannot render the sbatch script)")
             else:
@@ -193,7 +207,7 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
     if plan.executor == "slurm":
         require_slurm()
         for sp in plan.shapes:  # submitit checks the parameters while rendering: fail before any
-            render_sbatch(plan, sp, args.max_parallel)
+            render_sbatch(plan, sp)
     try:
         plan.sweep_dir.mkdir(parents=True, exist_ok=False)
     except FileExistsError:
@@ -203,7 +217,7 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
         ) from None
     local = plan.executor == "local"
     parallel = (args.max_parallel or 1) if local else 1
-    launcher = Launcher(plan, array_parallelism=None if local else args.max_parallel)
+    launcher = Launcher(plan, max_parallel=None if local else args.max_parallel)
     watch = SweepWatch(plan, launcher, max_parallel=parallel)
     console.print(
         f"sweep {plan.sweep_id}: {plan.num_jobs} jobs ({len(plan.shapes)} shapes x "
@@ -397,7 +411,7 @@ def run_summary(sweep_dir: Path, console: Any) -> int | None:
 def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
     """sweep.json: which job ran which shape and repeat, and how it ended (failures included)."""
     jobs = []
-    for h, st in watch.rows():
+    for order, (h, st) in enumerate(watch.rows()):
         jobs.append(
             {
                 "job_id": h.job_id,
@@ -406,6 +420,9 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
                 "devices_per_node": h.shape.devices_per_node,
                 "world_size": h.shape.world_size,
                 "repeat": h.repeat,
+                "round": h.repeat + 1,
+                "order": order,
+                "cluster": plan.cluster,
                 "state": st.state,
                 "detail": st.detail,
                 "elapsed_s": st.elapsed_s,
@@ -421,6 +438,8 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
         "sweep_file": str(plan.sweep_file.resolve()),
         "train_config": str(plan.train_config_file.resolve()),
         "repeats": plan.repeats,
+        "order_seed": plan.order_seed,
+        "cluster": plan.cluster,
         "shapes": [
             {
                 "shape": sp.shape.label,

@@ -7,11 +7,17 @@ and how often to repeat each::
     train_config: ../spiral.yaml  # relative to THIS file (absolute paths work too)
     overrides:                    # dotted train-config keys, applied to every run
       trainer.max_epochs: 3
-    shapes:                       # one submission per shape; world size = nodes x devices_per_node
+    shapes:                       # world size = nodes x devices_per_node
       - {nodes: 1, devices_per_node: 1}
       - {nodes: 1, devices_per_node: 2}
-    repeats: 3                    # runs per shape (a job array on Slurm)
+    repeats: 3                    # runs per shape, submitted in rounds (see below)
     timeout_min: 20               # per job; null = the cluster profile's timeout_min
+    order_seed: null              # shuffles the shapes within each round; null = random
+
+Repeats are interleaved: round 1 submits every shape once, in a shuffled order, then round 2,
+and so on (:meth:`SweepPlan.submission_order`). A slow period on the cluster (a busy file
+system, a noisy neighbour) then falls on several shapes instead of biasing all repeats of one.
+The order and its seed are kept in ``sweep.json``.
 
 ``train_config`` is resolved against the sweep file's folder, not the current directory, so
 that a sweep means the same thing wherever it is launched from.
@@ -25,7 +31,9 @@ them. This module imports neither torch nor submitit.
 from __future__ import annotations
 
 import os
+import random
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -49,7 +57,14 @@ if TYPE_CHECKING:
 ExecutorKind = Literal["slurm", "local"]
 
 # Keys the sweep itself sets for every run: an override of them would be silently lost.
-SWEEP_OWNED_KEYS = ("trainer.num_nodes", "trainer.devices", "sweep_id", "output_dir")
+SWEEP_OWNED_KEYS = (
+    "trainer.num_nodes",
+    "trainer.devices",
+    "sweep_id",
+    "output_dir",
+    "cluster",
+    "repeat_index",
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DEFAULT_LOCAL_TIMEOUT_MIN = 60
@@ -81,11 +96,20 @@ class SweepConfig:
     train_config: str = option(
         help="train config YAML, relative to the sweep file's folder (or absolute)"
     )
-    shapes: list[Shape] = option(help="list of {nodes, devices_per_node}; one submission each")
+    shapes: list[Shape] = option(help="list of {nodes, devices_per_node}; one job per repeat")
     overrides: dict[str, Any] = option(
         {}, help="dotted train-config keys applied to every run, e.g. trainer.max_epochs: 3"
     )
-    repeats: int = option(3, help="runs per shape (a job array on Slurm)", check=positive)
+    repeats: int = option(
+        3,
+        help="runs per shape, submitted round by round (every shape once per round)",
+        check=positive,
+    )
+    order_seed: int | None = option(
+        None,
+        help="seed of the shuffled shape order within each round; null = a random one "
+        "(recorded in sweep.json)",
+    )
     timeout_min: int | None = option(
         None, help="time limit per job in minutes; null = the cluster profile's", check=positive
     )
@@ -155,10 +179,28 @@ class SweepPlan:
     repeats: int
     shapes: list[ShapePlan]
     profile: ClusterProfile | None
+    order_seed: int = 0
+    """Seed of the shape order within each round (:meth:`submission_order`)."""
 
     @property
     def num_jobs(self) -> int:
         return self.repeats * len(self.shapes)
+
+    @property
+    def cluster(self) -> str:
+        """The name runs record as their cluster: the profile's, else ``local``."""
+        return self.profile.name if self.profile else "local"
+
+    def submission_order(self) -> list[tuple[int, ShapePlan]]:
+        """(repeat, shape) in the order jobs are submitted: round by round, every shape once
+        per round, shuffled within the round by a generator seeded from ``order_seed`` and
+        the round, so the same seed always gives the same order."""
+        out: list[tuple[int, ShapePlan]] = []
+        for repeat in range(self.repeats):
+            shapes = list(self.shapes)
+            random.Random(f"{self.order_seed}:{repeat}").shuffle(shapes)
+            out.extend((repeat, sp) for sp in shapes)
+        return out
 
 
 def make_sweep_id(name: str, now: datetime | None = None) -> str:
@@ -337,6 +379,7 @@ def plan_sweep(
                 "trainer": {"num_nodes": shape.nodes, "devices": shape.devices_per_node},
                 "sweep_id": sweep_id,
                 "output_dir": str(sweep_dir),
+                "cluster": profile.name if profile else "local",
             },
         )
         try:
@@ -372,4 +415,5 @@ def plan_sweep(
         repeats=repeats if repeats is not None else sweep.repeats,
         shapes=plans,
         profile=profile,
+        order_seed=sweep.order_seed if sweep.order_seed is not None else secrets.randbelow(2**31),
     )

@@ -11,6 +11,11 @@ Rules this module follows:
 * Intervals are measured on every rank and reduced with MAX at the end: the job is as slow
   as its slowest rank. Train start follows a barrier, so all ranks start the clock together.
 * Validation time is measured separately and excluded from the training time.
+* Steady state: every rank stamps the clock once, with a device sync, at the first step
+  boundary at or after the warm-up (``trainer.warmup_steps``: the first epoch by default, at
+  most ``WARMUP_AUTO_MAX_STEPS`` steps). Training time after that stamp is the steady-state
+  time the headline figures use; the first steps (allocator growth, cuDNN/autotuning,
+  lazy initialisation, DDP's first bucket rebuild) stay out of them.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ import lightning as L
 import torch
 import torch.distributed as dist
 
+from .config import WARMUP_AUTO_MAX_STEPS
 from .procinfo import peak_host_rss_gib, process_start_unix
 
-__all__ = ["TimingCallback", "agree", "median_step_time", "process_start_unix"]
+__all__ = ["TimingCallback", "agree", "median_step_time", "process_start_unix", "resolve_warmup"]
 
 
 @dataclass
@@ -41,7 +47,19 @@ class Timings:
     epoch_steps: list[int] = field(default_factory=list)
     val_time_s: float = 0.0
     step_windows: list[tuple[int, int, float]] = field(default_factory=list)
-    """(epoch, steps in window, seconds), rank 0 only."""
+    """(first step, steps in window, seconds), rank 0 only."""
+    warmup_steps: int | None = None
+    """Steps done when the warm-up ended (a call boundary at or after the target); None
+    while training never got past the warm-up."""
+    warmup_train_s: float = float("nan")
+    """Training time (validation excluded) from train start to the end of the warm-up."""
+
+
+def resolve_warmup(setting: int | str, steps_per_epoch: int) -> int:
+    """``trainer.warmup_steps``: ``auto`` is the first epoch, capped for long epochs."""
+    if setting == "auto":
+        return min(steps_per_epoch, WARMUP_AUTO_MAX_STEPS) if steps_per_epoch > 0 else 0
+    return int(setting)
 
 
 class TimingCallback(L.Callback):
@@ -50,11 +68,16 @@ class TimingCallback(L.Callback):
         *,
         process_start: float,
         log_every_n_steps: int,
+        warmup_steps: int | str = "auto",
+        steps_per_epoch: Callable[[L.Trainer], int] | None = None,
         on_loss: Callable[[float, int, int], None] | None = None,
         on_epoch: Callable[[dict[str, float], int, int], None] | None = None,
     ) -> None:
         self.t = Timings(process_start_unix=process_start)
         self.every = log_every_n_steps
+        self.warmup_setting = warmup_steps
+        self._steps_per_epoch = steps_per_epoch or _loader_steps
+        self._warmup_target = 0
         self.on_loss = on_loss
         self.on_epoch = on_epoch
         self._epoch_start = 0.0
@@ -80,6 +103,9 @@ class TimingCallback(L.Callback):
         trainer.strategy.barrier("scalescope-train-start")
         self._sync()
         self.t.train_start_unix = time.time()
+        self._warmup_target = resolve_warmup(self.warmup_setting, self._steps_per_epoch(trainer))
+        if self._warmup_target == 0:
+            self.t.warmup_steps, self.t.warmup_train_s = 0, 0.0
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_val_s = 0.0
@@ -95,8 +121,13 @@ class TimingCallback(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        # A call may take several optimizer steps: act when a multiple of N was crossed.
         step = trainer.global_step
+        if self.t.warmup_steps is None and step >= self._warmup_target:
+            # Once per run and on every rank: a device sync, then the clock.
+            done = sum(self.t.epoch_times_s)
+            self.t.warmup_train_s = done + self._now() - self._epoch_start - self._epoch_val_s
+            self.t.warmup_steps = step
+        # A call may take several optimizer steps: act when a multiple of N was crossed.
         last = self._last_stamp[0] if self._last_stamp is not None else step - 1
         if step // self.every == last // self.every or trainer.global_rank != 0:
             return
@@ -105,7 +136,7 @@ class TimingCallback(L.Callback):
         now = time.perf_counter()
         if self._last_stamp is not None and step > self._last_stamp[0]:
             self.t.step_windows.append(
-                (trainer.current_epoch, step - self._last_stamp[0], now - self._last_stamp[1])
+                (self._last_stamp[0], step - self._last_stamp[0], now - self._last_stamp[1])
             )
         self._last_stamp = (step, now)
         if self.on_loss is not None:
@@ -140,6 +171,17 @@ class TimingCallback(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._sync()
         self.t.train_end_unix = time.time()
+
+
+def _loader_steps(trainer: L.Trainer) -> int:
+    """Optimizer steps in one epoch, as the training loader says (0 when unknown)."""
+    loader = trainer.train_dataloader
+    if loader is None:
+        return 0
+    try:
+        return int(getattr(loader, "num_steps", None) or len(loader))
+    except TypeError:  # an iterable loader without a length
+        return 0
 
 
 def _thin_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:
@@ -179,6 +221,10 @@ class Agreed:
     node_names: list[str]
     peak_mem_gib: list[float] | None
     peak_host_rss_gib: list[float]
+    warmup_steps: int | None
+    """Steps left out as warm-up (the same on every rank); None if training ended in it."""
+    steady_time_s: float | None
+    """Training time after the warm-up, max over ranks; None without a steady state."""
 
 
 def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
@@ -195,6 +241,8 @@ def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
         "node": node_name,
         "peak_dev": peak_dev,
         "rss": peak_host_rss_gib(),
+        "warmup_steps": t.warmup_steps,
+        "steady": sum(t.epoch_times_s) - t.warmup_train_s if t.warmup_steps is not None else None,
     }
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         everyone: list[Any] = [None] * dist.get_world_size()
@@ -206,6 +254,10 @@ def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
     end = max(r["end"] for r in everyone)
     epochs = [max(vals) for vals in zip(*(r["epochs"] for r in everyone), strict=True)]
     peaks = [r["peak_dev"] for r in everyone]
+    steady = [r["steady"] for r in everyone]
+    warmup = everyone[0]["warmup_steps"]
+    total_steps = sum(everyone[0]["steps"])
+    has_steady = warmup is not None and total_steps > warmup and all(v is not None for v in steady)
     return Agreed(
         setup_time_s=train_start - start,
         job_time_s=end - start,
@@ -215,17 +267,17 @@ def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
         node_names=[r["node"] for r in everyone],
         peak_mem_gib=None if any(p is None for p in peaks) else peaks,
         peak_host_rss_gib=[r["rss"] for r in everyone],
+        warmup_steps=warmup,
+        steady_time_s=max(steady) if has_steady else None,
     )
 
 
-def median_step_time(windows: list[tuple[int, int, float]]) -> float | None:
-    """Median seconds per step over windows after the first epoch (warm-up excluded).
+def median_step_time(windows: list[tuple[int, int, float]], warmup_steps: int) -> float | None:
+    """Median seconds per step over the windows that start after the warm-up.
 
-    With a single epoch, its first window is dropped instead. None without windows.
+    None without such windows (training ended within the warm-up).
     """
-    later = [w for w in windows if w[0] > 0]
-    if not later:
-        later = windows[1:]
+    later = [w for w in windows if w[0] >= warmup_steps]
     if not later:
         return None
     return statistics.median(seconds / steps for _, steps, seconds in later)

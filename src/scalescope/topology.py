@@ -38,6 +38,8 @@ class Topology:
     array_job_id: str | None
     array_task_id: int | None
     restart_count: int
+    cluster_name: str | None = None
+    """Slurm's name of the cluster (SLURM_CLUSTER_NAME); None outside Slurm."""
 
     @property
     def world_size(self) -> int:
@@ -122,6 +124,7 @@ def _slurm(env: Mapping[str, str], devices: int | str, num_nodes: int | str) -> 
         array_job_id=array_job,
         array_task_id=_int(env, "SLURM_ARRAY_TASK_ID") if array_job else None,
         restart_count=_int(env, "SLURM_RESTART_COUNT", 0),
+        cluster_name=env.get("SLURM_CLUSTER_NAME") or None,
     )
 
 

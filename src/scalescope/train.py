@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -250,6 +251,9 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         sweep_id=cfg.sweep_id,
         run_dir=str(run_dir),
         started_at=_utc(process_start),
+        cluster=cfg.cluster or topo.cluster_name or "local",
+        repeat_index=cfg.repeat_index,
+        run_uuid=uuid.uuid4().hex,
     )
     if topo.is_rank_zero:
         print(record.encode(record.StartEvent(ident)), flush=True)
@@ -290,6 +294,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         timing = TimingCallback(
             process_start=process_start,
             log_every_n_steps=cfg.trainer.log_every_n_steps,
+            warmup_steps=cfg.trainer.warmup_steps,
             on_loss=lambda v, step, ep: tracker.log_metrics({"train_loss": v}, step=step, epoch=ep),
             on_epoch=lambda m, step, ep: tracker.log_metrics(
                 {**m, "samples_per_s": _epoch_rate(m, batch.global_batch_size)},
@@ -429,7 +434,16 @@ def _result(
         for t, n in zip(agreed.epoch_times_s, agreed.epoch_steps, strict=True)
         if n == steps_per_epoch
     ] or agreed.epoch_times_s
-    step_time = median_step_time(timings.step_windows)
+    warmup = agreed.warmup_steps
+    step_time = median_step_time(timings.step_windows, warmup) if warmup is not None else None
+    steady_s = agreed.steady_time_s
+    steady_steps = steps - warmup if steady_s is not None and warmup is not None else None
+    steady_rate = (
+        record.rate(steady_steps * ident.global_batch_size, steady_s)
+        if steady_s is not None and steady_steps is not None
+        else None
+    )
+    steady_per_device = steady_rate / ident.world_size if steady_rate is not None else None
     history = getattr(model, "val_history", [])
     device = trainer.strategy.root_device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
@@ -462,6 +476,16 @@ def _result(
         peak_host_rss_gib=agreed.peak_host_rss_gib,
         model_flops_per_sample=flops,
         mfu=mfu(flops, per_device, device_name, ident.precision),
+        warmup_steps=warmup if warmup is not None else steps,
+        steady_steps=steady_steps,
+        steady_time_s=steady_s,
+        steady_samples_per_s=steady_rate,
+        steady_samples_per_s_per_device=steady_per_device,
+        steady_mfu=(
+            mfu(flops, steady_per_device, device_name, ident.precision)
+            if steady_per_device is not None
+            else None
+        ),
         versions=dict(versions),
         config=cfg.to_dict(),
         finished_at=_utc(time.time()),
@@ -480,11 +504,17 @@ def _summary_line(r: record.ResultRecord) -> str:
         else ""
     )
     mem = f"; peak mem {max(r.peak_mem_gib):.2f} GiB" if r.peak_mem_gib else ""
+    steady = (
+        f"; steady state {r.steady_samples_per_s:,.0f} samples/s after {r.warmup_steps} "
+        "warm-up steps"
+        if r.steady_samples_per_s is not None
+        else f"; no steady state (warm-up {r.warmup_steps} steps covered all training)"
+    )
     return (
         f"trained {r.epochs} epoch(s), {r.steps} steps in {r.train_time_s:.3f} s "
         f"(mean epoch {r.mean_epoch_time_s:.3f} s{excl}); {r.samples_per_s:,.0f} samples/s "
         f"({r.samples_per_s_per_device:,.0f} per device); setup {r.setup_time_s:.2f} s, "
-        f"job {r.job_time_s:.2f} s{val}{mem}"
+        f"job {r.job_time_s:.2f} s{steady}{val}{mem}"
     )
 
 
