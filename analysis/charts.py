@@ -67,7 +67,7 @@ def _log_limits(ax: Any, values: Sequence[float]) -> None:
 def _mode_columns(part: pd.DataFrame) -> tuple[str, str]:
     weak = (part["scaling_mode"] == "weak").all()
     return (
-        ("throughput_speedup", "per_device_throughput_efficiency")
+        ("speedup", "per_device_throughput_efficiency")
         if weak
         else ("speedup", "parallel_efficiency")
     )
@@ -235,19 +235,23 @@ def efficiency_chart(scaling: pd.DataFrame) -> Figure:
 
 
 def throughput_chart(groups: pd.DataFrame) -> Figure:
-    """Mean training throughput vs devices (95% CI of the mean), with the ideal line from
-    each configuration's smallest scale. Log2 axes."""
+    """Mean steady-state throughput vs devices (95% CI of the mean; whole training for a
+    series without a steady state), with the ideal line from each configuration's smallest
+    scale. Log2 axes."""
     fig, ax = _figure()
     series = _by_series(groups)
     worlds: list[float] = []
     values: list[float] = []
     for color, name, part in series:
         x = part["world_size"].astype(float)
-        y = part["samples_per_s_mean"].astype(float)
+        col = "steady_samples_per_s"
+        if not part[f"{col}_mean"].notna().all():
+            col, name = "samples_per_s", f"{name} (whole training)"
+        y = part[f"{col}_mean"].astype(float)
         ax.errorbar(
             x,
             y,
-            yerr=_errors(y, part["samples_per_s_ci_low"], part["samples_per_s_ci_high"]),
+            yerr=_errors(y, part[f"{col}_ci_low"], part[f"{col}_ci_high"]),
             marker="o",
             capsize=3,
             color=color,

@@ -43,6 +43,9 @@ _IDENTITY_COLUMNS: dict[str, str] = {
     "global_batch_size": "Int64",
     "sweep_id": "str",
     "run_dir": "str",
+    "cluster": "str",
+    "repeat_index": "Int64",
+    "run_uuid": "str",
 }
 
 RUN_COLUMNS: dict[str, str] = {
@@ -76,6 +79,13 @@ RUN_COLUMNS: dict[str, str] = {
     "peak_host_rss_gib_max": "float64",
     "model_flops_per_sample": "float64",
     "mfu": "float64",
+    "warmup_steps": "Int64",
+    "steady_steps": "Int64",
+    "steady_time_s": "float64",
+    "steady_samples_per_s": "float64",
+    "steady_samples_per_s_per_device": "float64",
+    "steady_mfu": "float64",
+    "warmup_share": "float64",
     "epoch_times_s": "object",
     "versions": "object",
     "restart_reasons": "str",
@@ -129,6 +139,14 @@ def _identity_row(identity: Identity | None) -> dict[str, Any]:
     return {k: getattr(identity, k) for k in _IDENTITY_COLUMNS}
 
 
+def warmup_share(train_time_s: Any, steady_time_s: Any) -> float | None:
+    """Share of the training time spent in the warm-up; None without a steady state."""
+    numbers = all(isinstance(v, (int, float)) for v in (train_time_s, steady_time_s))
+    if not numbers or not train_time_s > 0:
+        return None
+    return float(max(0.0, 1.0 - steady_time_s / train_time_s))
+
+
 def _max(values: Sequence[float] | None) -> float | None:
     finite = [v for v in values or () if v is not None]
     return max(finite) if finite else None
@@ -151,6 +169,7 @@ def _run_row(run: Run) -> dict[str, Any]:
         peak_host_rss_gib_max=_max(r.peak_host_rss_gib),
         epoch_times_s=tuple(r.epoch_times_s),
         versions=dict(r.versions),
+        warmup_share=warmup_share(r.train_time_s, r.steady_time_s),
         restart_reasons="; ".join(run.restart_reasons),
         sources=";".join(run.sources),
     )

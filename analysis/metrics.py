@@ -4,23 +4,39 @@ Vocabulary
 ----------
 series
     Runs that differ only in scale: same ``config_name``, workload, scaling mode, precision,
-    accelerator, the batch size the scaling mode holds constant (global for strong scaling,
-    per device for weak) and number of epochs.
+    accelerator, device model, cluster, the batch size the scaling mode holds constant
+    (global for strong scaling, per device for weak), number of epochs and workload
+    parameters. Runs on another GPU model or another cluster never share a baseline. A
+    series whose runs used different code or library versions is flagged
+    (``mixed_versions``), not split.
 group
-    One scale of a series (``nodes`` x ``devices_per_node``): its repetitions are aggregated.
+    One scale of a series (``nodes`` x ``devices_per_node``; 2 nodes x 4 and 1 node x 8 are
+    two groups): its repetitions are aggregated.
 baseline
     The group every other group of its series is compared with: the 1-device group, else
     the smallest world size present (fewest nodes first), unless one is chosen explicitly.
 p
     Relative scale ``world_size / baseline world_size``.
 
-Formulas (means over repetitions; T = ``train_time_s``, X = ``samples_per_s``)
--------------------------------------------------------------------------------
-* speedup S = mean T_baseline / mean T; parallel efficiency E = S / p
-* job-time speedup and efficiency: the same from ``job_time_s`` (start-up included)
-* throughput speedup = mean X / mean X_baseline
-* per-device throughput efficiency (the weak-scaling efficiency) =
-  mean (X / world_size) / mean (X_baseline / baseline world_size)
+Formulas (means over repetitions)
+---------------------------------
+The headline is the steady state: X = ``steady_samples_per_s``, the throughput after the
+warm-up (``trainer.warmup_steps``: the first epoch, at most 200 steps, by default).
+
+* speedup S = mean X / mean X_baseline; parallel efficiency E = S / p. Under strong scaling
+  (the same global batches at every scale) this equals the ratio of steady-state times for
+  the same steps; under weak scaling it is the scaled speedup, and E the weak-scaling
+  efficiency.
+* per-device throughput efficiency = mean (X / world_size) / mean (X_baseline / baseline
+  world_size)
+* steady-state MFU: ``steady_mfu`` averaged per group (None where the peak is unknown)
+* whole-training variants, labelled as such: the same ratios from ``samples_per_s`` over
+  all training steps, warm-up included (``whole_train_speedup``/``_efficiency``)
+* job-time speedup and efficiency: mean ``job_time_s``_baseline / mean ``job_time_s``,
+  start-up included
+* A group whose runs (or whose baseline's runs) lack a steady state (training ended within
+  the warm-up, or records from before it existed) falls back to the whole-training figures,
+  and ``headline_basis`` says so.
 * Karp-Flatt serial fraction e = (1/S - 1/p) / (1 - 1/p), for p > 1 (strong scaling)
 * Amdahl: 1/S = f + (1 - f)/p, fitted by least squares (see :func:`amdahl_fit`)
 
@@ -53,6 +69,8 @@ SERIES_KEYS = (
     "held_batch_size",
     "epochs",
     "workload_params",
+    "device_name",
+    "cluster",
 )
 SCALE_KEYS = ("nodes", "devices_per_node", "world_size")
 STAT_COLUMNS = (
@@ -61,9 +79,19 @@ STAT_COLUMNS = (
     "mean_epoch_time_s",
     "samples_per_s",
     "samples_per_s_per_device",
+    "steady_time_s",
+    "steady_samples_per_s",
+    "steady_samples_per_s_per_device",
+    "mfu",
+    "steady_mfu",
+    "warmup_share",
     "val_loss_final",
     "val_acc_final",
 )
+VERSION_PREFIX = "version_"
+"""Runs frame columns ``version_<package>`` (scalescope, torch, lightning, ...)."""
+WARMUP_SHARE_NOTE = 0.25
+"""A warm-up above this share of training time is called out: train longer."""
 STATS = ("mean", "median", "std", "min", "max", "ci_low", "ci_high", "cv")
 
 DEFAULT_CONFIDENCE = 0.95
@@ -109,6 +137,8 @@ def series_labels(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]
         extra = []
         for field_name, fmt in (
             ("accelerator", "{}"),
+            ("device_name", "{}"),
+            ("cluster", "on {}"),
             ("held_batch_size", "batch {}"),
             ("epochs", "{} epochs"),
         ):
@@ -326,14 +356,11 @@ def scaling_table(
 ) -> pd.DataFrame:
     """One row per group with its baseline and every scaling metric (see the module doc).
 
-    Columns: series, the series keys, nodes, devices_per_node, world_size, n,
-    baseline_nodes, baseline_devices_per_node, baseline_world_size, baseline_n,
-    baseline_note, is_baseline, relative_scale, train_time_s_mean, job_time_s_mean,
-    samples_per_s_mean, speedup(+_ci_low/_ci_high), parallel_efficiency(+CI), karp_flatt,
-    job_time_speedup, job_time_efficiency, throughput_speedup(+CI),
-    per_device_throughput_efficiency(+CI), val_loss_final_mean (+_min, _max),
-    val_loss_delta_rel,
-    val_acc_final_mean, val_acc_delta, parity, high_variance, train_time_s_cv.
+    Columns: :data:`SCALING_COLUMNS`. ``samples_per_s_mean``, ``speedup``,
+    ``parallel_efficiency``, ``per_device_throughput_efficiency`` and ``mfu_mean`` are the
+    headline (steady state, see ``headline_basis``); ``whole_train_*`` and ``job_time_*``
+    are the labelled whole-training and whole-job variants. ``n`` counts the runs the
+    headline uses; ``headline_cv`` is the coefficient of variation of its throughput.
     """
     groups = _groups(runs, confidence)
     labels = series_labels([g.series_key for g in groups])
@@ -343,20 +370,21 @@ def scaling_table(
     rows = []
     for key, members in by_series.items():
         base, note = _pick_baseline(members, baseline)
-        bt, bj = base.stats["train_time_s"], base.stats["job_time_s"]
-        bx, bxd = base.stats["samples_per_s"], base.stats["samples_per_s_per_device"]
+        mixed = mixed_versions(pd.concat([g.rows for g in members]))
+        bj = base.stats["job_time_s"]
         for g in members:
             p = g.world_size / base.world_size
             is_base = g is base
-            t, j = g.stats["train_time_s"], g.stats["job_time_s"]
+            x, xd, basis = _headline(g, base)
+            j = g.stats["job_time_s"]
             if is_base:
-                speed = thr = pde = (1.0, math.nan, math.nan)
-                job_speed = 1.0
+                speed = pde = (1.0, math.nan, math.nan)
+                job_speed = whole = 1.0
             else:
-                speed = ratio_ci(bt, t, confidence)
-                thr = ratio_ci(g.stats["samples_per_s"], bx, confidence)
-                pde = ratio_ci(g.stats["samples_per_s_per_device"], bxd, confidence)
+                speed = ratio_ci(g.stats[x], base.stats[x], confidence)
+                pde = ratio_ci(g.stats[xd], base.stats[xd], confidence)
                 job_speed = bj.mean / j.mean if j.mean else math.nan
+                whole = _ratio(g.stats["samples_per_s"].mean, base.stats["samples_per_s"].mean)
             loss_delta, acc_delta, parity = _parity(
                 g.stats["val_loss_final"].mean,
                 base.stats["val_loss_final"].mean,
@@ -365,24 +393,30 @@ def scaling_table(
                 loss_tolerance,
                 acc_tolerance,
             )
-            cv = t.cv
+            cv = g.stats[x].cv
             row: dict[str, Any] = {"series": labels[key]}
             row.update(zip(SERIES_KEYS, key, strict=True))
             row.update(
                 nodes=g.nodes,
                 devices_per_node=g.devices_per_node,
                 world_size=g.world_size,
-                n=t.n,
+                n=g.stats[x].n,
                 baseline_nodes=base.nodes,
                 baseline_devices_per_node=base.devices_per_node,
                 baseline_world_size=base.world_size,
-                baseline_n=bt.n,
+                baseline_n=base.stats[x].n,
                 baseline_note=note,
                 is_baseline=is_base,
                 relative_scale=p,
-                train_time_s_mean=t.mean,
+                headline_basis=basis,
+                train_time_s_mean=g.stats["train_time_s"].mean,
+                steady_time_s_mean=g.stats["steady_time_s"].mean,
                 job_time_s_mean=j.mean,
-                samples_per_s_mean=g.stats["samples_per_s"].mean,
+                samples_per_s_mean=g.stats[x].mean,
+                samples_per_s_per_device_mean=g.stats[xd].mean,
+                whole_train_samples_per_s_mean=g.stats["samples_per_s"].mean,
+                mfu_mean=g.stats["steady_mfu" if x.startswith("steady") else "mfu"].mean,
+                warmup_share_mean=g.stats["warmup_share"].mean,
                 speedup=speed[0],
                 speedup_ci_low=speed[1],
                 speedup_ci_high=speed[2],
@@ -390,11 +424,10 @@ def scaling_table(
                 parallel_efficiency_ci_low=speed[1] / p,
                 parallel_efficiency_ci_high=speed[2] / p,
                 karp_flatt=karp_flatt(speed[0], p) if key[2] != "weak" else math.nan,
+                whole_train_speedup=whole,
+                whole_train_efficiency=whole / p,
                 job_time_speedup=job_speed,
                 job_time_efficiency=job_speed / p,
-                throughput_speedup=thr[0],
-                throughput_speedup_ci_low=thr[1],
-                throughput_speedup_ci_high=thr[2],
                 per_device_throughput_efficiency=pde[0],
                 per_device_throughput_efficiency_ci_low=pde[1],
                 per_device_throughput_efficiency_ci_high=pde[2],
@@ -406,10 +439,42 @@ def scaling_table(
                 val_acc_delta=acc_delta,
                 parity=parity,
                 high_variance=bool(cv > cv_threshold) if not math.isnan(cv) else False,
-                train_time_s_cv=cv,
+                headline_cv=cv,
+                mixed_versions=mixed,
             )
             rows.append(row)
     return pd.DataFrame(rows, columns=SCALING_COLUMNS)
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b and not math.isnan(b) else math.nan
+
+
+STEADY = "steady state"
+WHOLE = "whole training (no steady state recorded)"
+
+
+def _headline(g: _Group, base: _Group) -> tuple[str, str, str]:
+    """(throughput column, per-device column, basis) of a group's headline: the steady
+    state when every run of the group and of its baseline has one, else whole training (the
+    two are never mixed within one ratio)."""
+    steady = all(
+        m.stats["steady_samples_per_s"].n == m.stats["samples_per_s"].n > 0 for m in (g, base)
+    )
+    if steady:
+        return "steady_samples_per_s", "steady_samples_per_s_per_device", STEADY
+    return "samples_per_s", "samples_per_s_per_device", WHOLE
+
+
+def mixed_versions(rows: pd.DataFrame) -> str:
+    """``torch 2.4.0/2.5.1; scalescope 0.1.0/0.2.0`` for every package whose version differs
+    between the rows of one series, '' when they agree (missing versions are not counted)."""
+    parts = []
+    for col in sorted(c for c in rows.columns if c.startswith(VERSION_PREFIX)):
+        seen = sorted({str(v) for v in rows[col].tolist() if _key_value(v) is not None})
+        if len(seen) > 1:
+            parts.append(f"{col[len(VERSION_PREFIX) :]} {'/'.join(seen)}")
+    return "; ".join(parts)
 
 
 SCALING_COLUMNS = [
@@ -424,9 +489,15 @@ SCALING_COLUMNS = [
     "baseline_note",
     "is_baseline",
     "relative_scale",
+    "headline_basis",
     "train_time_s_mean",
+    "steady_time_s_mean",
     "job_time_s_mean",
     "samples_per_s_mean",
+    "samples_per_s_per_device_mean",
+    "whole_train_samples_per_s_mean",
+    "mfu_mean",
+    "warmup_share_mean",
     "speedup",
     "speedup_ci_low",
     "speedup_ci_high",
@@ -434,11 +505,10 @@ SCALING_COLUMNS = [
     "parallel_efficiency_ci_low",
     "parallel_efficiency_ci_high",
     "karp_flatt",
+    "whole_train_speedup",
+    "whole_train_efficiency",
     "job_time_speedup",
     "job_time_efficiency",
-    "throughput_speedup",
-    "throughput_speedup_ci_low",
-    "throughput_speedup_ci_high",
     "per_device_throughput_efficiency",
     "per_device_throughput_efficiency_ci_low",
     "per_device_throughput_efficiency_ci_high",
@@ -450,7 +520,8 @@ SCALING_COLUMNS = [
     "val_acc_delta",
     "parity",
     "high_variance",
-    "train_time_s_cv",
+    "headline_cv",
+    "mixed_versions",
 ]
 
 
@@ -598,11 +669,30 @@ def analyze(
         note = part["baseline_note"].iloc[0]
         if note != "1-device run":
             notes.append(f"{series}: {note}.")
-    for _, row in groups[groups["high_variance"]].iterrows():
+        mixed = part["mixed_versions"].iloc[0]
+        if mixed:
+            notes.append(
+                f"{series}: runs used different versions ({mixed}); a speedup between them "
+                "may be a software change, not scaling."
+            )
+    for _, row in scaling[scaling["high_variance"]].iterrows():
         notes.append(
-            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: training time varies "
-            f"{row['train_time_s_cv']:.0%} between repeats (CV > {cv_threshold:.0%}); "
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: throughput varies "
+            f"{row['headline_cv']:.0%} between repeats (CV > {cv_threshold:.0%}); "
             "treat its speedup with care."
+        )
+    for _, row in scaling[scaling["headline_basis"] != STEADY].iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: no steady state "
+            "recorded for it or its baseline (training ended within the warm-up, or older "
+            "records): its figures cover whole training, warm-up included."
+        )
+    heavy = scaling[scaling["warmup_share_mean"] > WARMUP_SHARE_NOTE]
+    for _, row in heavy.iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: the warm-up is "
+            f"{row['warmup_share_mean']:.0%} of training time; the steady state rests on "
+            "few steps: train longer (more epochs or steps) for a firmer figure."
         )
     for _, row in scaling[scaling["parity"].str.startswith("worse")].iterrows():
         notes.append(

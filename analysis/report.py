@@ -32,7 +32,14 @@ METHODS = {
         "delta-method interval of a ratio of means on the log scale with Welch-Satterthwaite "
         "degrees of freedom (n >= 2 on both sides)"
     ),
-    "speedup": "baseline mean train_time_s / mean train_time_s",
+    "headline": (
+        "steady state: steady_samples_per_s, the throughput after the warm-up "
+        "(trainer.warmup_steps); whole training where a group or its baseline has none "
+        "(headline_basis)"
+    ),
+    "speedup": "mean headline throughput / baseline mean headline throughput",
+    "whole_train_speedup": "the same ratio from samples_per_s (all steps, warm-up included)",
+    "job_time_speedup": "baseline mean job_time_s / mean job_time_s (start-up included)",
     "parallel_efficiency": "speedup / (world_size / baseline world_size)",
     "karp_flatt": "(1/S - 1/p) / (1 - 1/p), p = world_size / baseline world_size",
     "amdahl": "least squares of 1/S = f + (1 - f)/p through S(1) = 1; SE of f from residuals",

@@ -15,7 +15,14 @@ from typing import Any
 import pandas as pd
 
 from .classify import REASONS
-from .metrics import Analysis, natural_key, precision_label, series_keys, series_labels
+from .metrics import (
+    STEADY,
+    Analysis,
+    natural_key,
+    precision_label,
+    series_keys,
+    series_labels,
+)
 from .parse import Problem
 
 MISSING = "—"
@@ -208,15 +215,17 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
         weak = (part["scaling_mode"] == "weak").all()
         dev = devices_header(part["accelerator"].tolist())
         base = part[part["is_baseline"]].iloc[0]
+        with_mfu = bool(part["mfu_mean"].notna().any())
         if weak:
             columns = [
                 dev,
                 "Nodes",
                 "n",
                 "Throughput (samples/s)",
-                "Throughput speedup [95% CI]",
+                "Scaled speedup [95% CI]",
                 "Weak-scaling efficiency [95% CI]",
-                "Train time (s)",
+                *(["MFU"] if with_mfu else []),
+                "Whole-training efficiency",
                 "Job-time speedup",
                 "Val loss vs base",
                 "Val acc vs base",
@@ -227,10 +236,12 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                 dev,
                 "Nodes",
                 "n",
-                "Train time (s)",
+                "Throughput (samples/s)",
                 "Speedup [95% CI]",
                 "Parallel efficiency [95% CI]",
                 "Karp-Flatt e",
+                *(["MFU"] if with_mfu else []),
+                "Whole-training speedup",
                 "Job-time speedup",
                 "Job-time efficiency",
                 "Val loss vs base",
@@ -246,25 +257,26 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
             )
             acc = MISSING if _nan(r["val_acc_delta"]) else f"{100 * r['val_acc_delta']:+.2f} pt"
             mark = " (baseline)" if r["is_baseline"] else ""
+            mfu = [pct(r["mfu_mean"])] if with_mfu else []
+            head = [
+                f"{r['world_size']}{mark}",
+                str(r["nodes"]),
+                str(r["n"]),
+                sig(r["samples_per_s_mean"]),
+                with_ci(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
+            ]
             if weak:
                 rows.append(
                     [
-                        f"{r['world_size']}{mark}",
-                        str(r["nodes"]),
-                        str(r["n"]),
-                        sig(r["samples_per_s_mean"]),
-                        with_ci(
-                            r["throughput_speedup"],
-                            r["throughput_speedup_ci_low"],
-                            r["throughput_speedup_ci_high"],
-                        ),
+                        *head,
                         with_ci(
                             r["per_device_throughput_efficiency"],
                             r["per_device_throughput_efficiency_ci_low"],
                             r["per_device_throughput_efficiency_ci_high"],
                             "%",
                         ),
-                        num(r["train_time_s_mean"]),
+                        *mfu,
+                        pct(r["whole_train_efficiency"]),
                         f"{r['job_time_speedup']:.2f}x",
                         loss,
                         acc,
@@ -275,11 +287,7 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                 kf = MISSING if _nan(r["karp_flatt"]) else f"{r['karp_flatt']:.3f}"
                 rows.append(
                     [
-                        f"{r['world_size']}{mark}",
-                        str(r["nodes"]),
-                        str(r["n"]),
-                        num(r["train_time_s_mean"]),
-                        with_ci(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
+                        *head,
                         with_ci(
                             r["parallel_efficiency"],
                             r["parallel_efficiency_ci_low"],
@@ -287,6 +295,8 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                             "%",
                         ),
                         kf,
+                        *mfu,
+                        f"{r['whole_train_speedup']:.2f}x",
                         f"{r['job_time_speedup']:.2f}x",
                         pct(r["job_time_efficiency"]),
                         loss,
@@ -294,22 +304,35 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                         r["parity"],
                     ]
                 )
+        steady = (part["headline_basis"] == STEADY).all()
+        basis = (
+            "Throughput, speedup, efficiency and MFU are the steady state (after the warm-up: "
+            "trainer.warmup_steps)."
+            if steady
+            else "No steady state recorded for every run: throughput, speedup and efficiency "
+            "cover whole training, warm-up included."
+        )
         caption = [
             f"Baseline: {base['nodes']} node(s) x {base['devices_per_node']} device(s) "
-            f"({base['baseline_note']}), mean train time {num(base['train_time_s_mean'])} s "
-            f"over {base['n']} run(s)."
+            f"({base['baseline_note']}), {sig(base['samples_per_s_mean'])} samples/s over "
+            f"{base['n']} run(s). {basis}"
         ]
         if weak:
             caption.append(
-                "Weak scaling: efficiency = per-device throughput / baseline per-device "
-                "throughput; Karp-Flatt and Amdahl apply to strong scaling only."
+                "Weak scaling: scaled speedup = throughput / baseline throughput; efficiency "
+                "= per-device throughput / baseline per-device throughput; Karp-Flatt and "
+                "Amdahl apply to strong scaling only."
             )
         else:
             caption.append(
-                "Speedup = baseline mean train time / mean train time; efficiency = speedup / "
-                "(devices / baseline devices); Karp-Flatt e = (1/S - 1/p) / (1 - 1/p). Job-time "
-                "columns use the whole job time, start-up included."
+                "Speedup = mean throughput / baseline mean throughput (strong scaling: the "
+                "same steps, so the inverse ratio of times); efficiency = speedup / (devices "
+                "/ baseline devices); Karp-Flatt e = (1/S - 1/p) / (1 - 1/p)."
             )
+        caption.append(
+            "Whole-training columns include the warm-up; job-time columns use the whole job "
+            "time, start-up included."
+        )
         caption.append(
             "95% CI: delta-method interval of the ratio of means (log scale, Welch df); "
             "needs n >= 2 on both sides."
@@ -324,9 +347,11 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                     dev,
                     "Nodes",
                     "n",
-                    "Train time (s)",
                     "Throughput (samples/s)",
                     "Karp-Flatt e",
+                    "MFU",
+                    "Whole-training speedup",
+                    "Whole-training efficiency",
                     "Job-time speedup",
                     "Job-time efficiency",
                     "Val loss vs base",

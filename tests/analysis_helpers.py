@@ -31,6 +31,7 @@ def make_identity(
     config_name: str = "spiral",
     global_batch_size: int = 256,
     array: tuple[str, int] | None = None,
+    cluster: str | None = None,
 ) -> Identity:
     nodes, devices = world
     n = nodes * devices
@@ -55,6 +56,7 @@ def make_identity(
         sweep_id="sweep-test",
         run_dir=f"outputs/runs/{job_id}",
         started_at="2025-01-01T10:00:00+00:00",
+        cluster=cluster,
     )
 
 
@@ -67,15 +69,27 @@ def make_result(
     val_acc: float | None = 0.95,
     train_samples: int = 8000,
     setup_s: float = 5.0,
+    warmup_extra_s: float = 0.0,
+    steady: bool = True,
+    device_name: str = "cpu",
+    versions: dict[str, str] | None = None,
     **identity: Any,
 ) -> ResultRecord:
+    """A finished run whose epochs take ``train_time_s / epochs`` each, plus
+    ``warmup_extra_s`` in the first (the warm-up); ``steady`` adds the steady-state fields
+    (epochs 2.. are the steady state), as records of this version carry them."""
     ident = make_identity(job_id, **identity)
     epoch = train_time_s / epochs
+    epoch_times = [epoch + warmup_extra_s] + [epoch] * (epochs - 1)
+    train_time_s = sum(epoch_times)
     samples_per_s = train_samples * epochs / train_time_s
+    steps_per_epoch = train_samples // ident.global_batch_size
+    steady_s = epoch * (epochs - 1) if steady and epochs > 1 else None
+    steady_rate = train_samples * (epochs - 1) / steady_s if steady_s else None
     return ResultRecord(
         identity=ident,
         node_names=[f"node{i + 1}" for i in range(ident.nodes)],
-        device_name="cpu",
+        device_name=device_name,
         train_samples=train_samples,
         val_samples=2000,
         epochs=epochs,
@@ -85,8 +99,8 @@ def make_result(
         train_time_s=train_time_s,
         val_time_s=epochs * 0.5,
         job_time_s=setup_s + train_time_s + epochs * 0.5,
-        epoch_times_s=[epoch] * epochs,
-        mean_epoch_time_s=epoch,
+        epoch_times_s=epoch_times,
+        mean_epoch_time_s=train_time_s / epochs,
         mean_epoch_time_excl_first_s=epoch if epochs > 1 else None,
         samples_per_s=samples_per_s,
         samples_per_s_per_device=samples_per_s / ident.world_size,
@@ -100,9 +114,14 @@ def make_result(
         peak_host_rss_gib=[0.5] * ident.world_size,
         model_flops_per_sample=None,
         mfu=None,
-        versions={"python": "3.11.2", "torch": "2.13.0+cpu", "lightning": "2.6.6"},
+        versions=versions or {"python": "3.11.2", "torch": "2.13.0+cpu", "lightning": "2.6.6"},
         config={"name": ident.config_name},
         finished_at="2025-01-01T10:05:00+00:00",
+        warmup_steps=steps_per_epoch if steady_s else None,
+        steady_steps=steps_per_epoch * (epochs - 1) if steady_s else None,
+        steady_time_s=steady_s,
+        steady_samples_per_s=steady_rate,
+        steady_samples_per_s_per_device=steady_rate / ident.world_size if steady_rate else None,
     )
 
 

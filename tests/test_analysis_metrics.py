@@ -222,3 +222,78 @@ def test_welch_matches_scipy(a: list[float], b: list[float]) -> None:
     ref = sps.ttest_ind(a, b, equal_var=False)
     if math.isfinite(ref.pvalue):
         assert ours.p_value == pytest.approx(ref.pvalue, rel=1e-6, abs=1e-12)
+
+
+# --- steady state, series identity (issue: numbers you can trust) -----------------------------
+
+
+def _runs(*records: object) -> pd.DataFrame:
+    return runs_frame(ParseResult(runs=[Run(r, ("x",)) for r in records]))  # type: ignore[arg-type]
+
+
+def test_headline_is_the_steady_state_and_whole_training_is_labelled() -> None:
+    # World 1 and 2 scale perfectly after the warm-up; world 2's first epoch carries 30 s of
+    # warm-up (NCCL/gloo set-up, first bucket rebuild) that the headline must leave out.
+    runs = _runs(
+        *(make_result(f"a{i}", world=(1, 1), train_time_s=100.0) for i in range(3)),
+        *(
+            make_result(f"b{i}", world=(1, 2), train_time_s=50.0, warmup_extra_s=30.0)
+            for i in range(3)
+        ),
+    )
+    s = scaling_table(runs).set_index("world_size")
+    assert (s["headline_basis"] == "steady state").all()
+    assert s.loc[2, "speedup"] == pytest.approx(2.0)
+    assert s.loc[2, "parallel_efficiency"] == pytest.approx(1.0)
+    assert s.loc[2, "whole_train_speedup"] == pytest.approx(100 / 80)
+    assert s.loc[2, "whole_train_efficiency"] == pytest.approx(100 / 80 / 2)
+    assert s.loc[2, "samples_per_s_mean"] == pytest.approx(8000 * 3 / 37.5)
+    assert s.loc[2, "warmup_share_mean"] == pytest.approx(42.5 / 80)
+    notes = analyze(runs).notes
+    assert any("warm-up is 53% of training time" in n for n in notes), notes
+
+
+def test_without_steady_state_the_headline_falls_back_and_says_so() -> None:
+    runs = _runs(
+        make_result("a", world=(1, 1), train_time_s=100.0, steady=False),
+        make_result("b", world=(1, 2), train_time_s=50.0, warmup_extra_s=30.0),
+    )
+    s = scaling_table(runs).set_index("world_size")
+    assert s.loc[2, "headline_basis"].startswith("whole training")
+    assert s.loc[2, "speedup"] == pytest.approx(100 / 80)  # never mixes steady and whole
+    assert any("no steady state recorded" in n for n in analyze(runs).notes)
+
+
+def test_device_model_and_cluster_split_series() -> None:
+    a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+    runs = _runs(
+        make_result("1", world=(1, 1), train_time_s=100.0, device_name=a100, cluster="site-a"),
+        make_result("2", world=(1, 2), train_time_s=50.0, device_name=a100, cluster="site-a"),
+        # the H100 2-GPU run must not be compared with the A100 1-GPU run
+        make_result("3", world=(1, 2), train_time_s=20.0, device_name=h100, cluster="site-a"),
+        # the same job id and device on another cluster: another run, another series
+        make_result("1", world=(1, 1), train_time_s=90.0, device_name=a100, cluster="site-b"),
+    )
+    s = scaling_table(runs)
+    assert s["series"].nunique() == 3
+    h = s[s["device_name"] == h100].iloc[0]
+    assert h["is_baseline"] and h["speedup"] == 1.0
+    assert "NVIDIA H100 80GB HBM3" in h["series"]
+    b = s[s["cluster"] == "site-b"].iloc[0]
+    assert b["is_baseline"] and "on site-b" in b["series"]
+    a2 = s[(s["cluster"] == "site-a") & (s["world_size"] == 2) & (s["device_name"] == a100)]
+    assert a2["speedup"].iloc[0] == pytest.approx(2.0)
+
+
+def test_a_series_mixing_versions_is_flagged() -> None:
+    old = {"python": "3.11.2", "torch": "2.4.0", "lightning": "2.6.6"}
+    new = {"python": "3.11.2", "torch": "2.5.1", "lightning": "2.6.6"}
+    runs = _runs(
+        make_result("1", world=(1, 1), versions=old),
+        make_result("2", world=(1, 2), train_time_s=50.0, versions=new),
+    )
+    s = scaling_table(runs)
+    assert (s["mixed_versions"] == "torch 2.4.0/2.5.1").all()
+    assert any("different versions (torch 2.4.0/2.5.1)" in n for n in analyze(runs).notes)
+    same = _runs(make_result("1", world=(1, 1)), make_result("2", world=(1, 2)))
+    assert (scaling_table(same)["mixed_versions"] == "").all()
