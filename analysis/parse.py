@@ -421,6 +421,12 @@ def _comparable(record: ResultRecord) -> dict[str, object]:
     return data
 
 
+def run_key(identity: Identity) -> str:
+    """What makes a run unique: its UUID; records from before UUIDs existed fall back to the
+    run id on its cluster."""
+    return identity.run_uuid or f"{identity.cluster or ''}:{identity.run_id}"
+
+
 def _array_alias(identity: Identity) -> str | None:
     if identity.array_job_id and identity.array_task_id is not None:
         return f"{identity.array_job_id}_{identity.array_task_id}"
@@ -459,7 +465,7 @@ class _Assembler:
             if isinstance(event, StartEvent):
                 self.starts[key].setdefault(event.identity.restart_count, event)
                 continue
-            run_id = event.identity.run_id
+            run_id = run_key(event.identity)
             if run_id not in self.results:
                 self.results[run_id] = (event, [scan.display])
                 continue
@@ -474,7 +480,8 @@ class _Assembler:
                 self.problems.append(
                     Problem(
                         scan.display,
-                        f"run {run_id} also in {sources[0]} with {len(differing)} different "
+                        f"run {event.identity.run_id} also in {sources[0]} with {len(differing)} "
+                        "different "
                         f"value(s) ({shown}); kept the one from {sources[0]}",
                     )
                 )
@@ -514,11 +521,30 @@ class _Assembler:
 
     def finish(self) -> ParseResult:
         out = ParseResult(problems=self.problems)
-        by_job: dict[str, list[tuple[ResultRecord, list[str]]]] = defaultdict(list)
+        # A job is its id on its cluster: two clusters' job 1234 are two jobs.
+        by_job: dict[tuple[str, str], list[tuple[ResultRecord, list[str]]]] = defaultdict(list)
         for record, sources in self.results.values():
-            by_job[self._key(record.identity)].append((record, sources))
-        for key, results in by_job.items():
+            by_job[(record.identity.cluster or "", self._key(record.identity))].append(
+                (record, sources)
+            )
+        finished = {key for _, key in by_job}
+        for (_, key), results in by_job.items():
             results.sort(key=lambda rs: rs[0].identity.restart_count)
+            restarts = [r.identity.restart_count for r, _ in results]
+            if len(set(restarts)) < len(restarts):
+                # Distinct runs (different run UUIDs) under one job id and restart count: the
+                # id was reused (a Slurm controller started afresh counts from 1 again).
+                # Each is a run of its own; none replaces another.
+                self.problems.append(
+                    Problem(
+                        results[0][1][0],
+                        f"job id {key} names {len(results)} distinct runs (job ids reused, "
+                        "e.g. by a reinstalled Slurm controller): each is kept as its own run",
+                        severity="info",
+                    )
+                )
+                out.runs.extend(Run(r, tuple(sorted(set(src)))) for r, src in results)
+                continue
             record, sources = results[-1]
             if len(results) > 1:
                 self.problems.append(
@@ -543,7 +569,7 @@ class _Assembler:
             )
             out.runs.append(Run(record, tuple(sorted(set(sources))), reasons))
         for key in sorted(set(self.starts) | set(self.evidence)):
-            if key in by_job:
+            if key in finished:
                 continue
             starts = self.starts.get(key, {})
             evidence = self.evidence.get(key, [])

@@ -121,7 +121,8 @@ def test_output_folder_is_replaced_whole_or_not_at_all(
     assert cli.main([str(tmp_path / "in"), "--out", str(out), "--format", "json"]) == 2
     assert "No space left on device" in capsys.readouterr().err
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]  # no temp left over
+    # no temp left over; the hidden lock that serialises concurrent swaps stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "in", "out"]
 
     # a success replaces it whole: the old-only file is gone, everything new is there
     monkeypatch.undo()
@@ -130,7 +131,7 @@ def test_output_folder_is_replaced_whole_or_not_at_all(
     assert not (out / "old-only.txt").exists()
     runs = pd.read_csv(out / "runs.csv", dtype={"job_id": str})
     assert sorted(runs["job_id"]) == ["100", "101", "200", "201", "400", "401"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "in", "out"]
     capsys.readouterr()
 
 
