@@ -307,3 +307,17 @@ def test_bencher_metric_format_shape() -> None:
             assert metric.keys() in ({"value"}, {"value", "lower_value", "upper_value"})
             if "lower_value" in metric:
                 assert metric["lower_value"] <= metric["value"] <= metric["upper_value"]
+
+
+def test_the_readme_reference_example_is_a_valid_reference_file(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("The\nformat, edited by hand as needed:\n\n```yaml\n")[1].split("```")[0]
+    ref = tmp_path / "ref.yaml"
+    ref.write_text(block, encoding="utf-8")
+    expected = load_reference(ref)
+    assert [(e.nodes, e.devices_per_node, e.metric) for e in expected] == [
+        (1, 1, "samples_per_s_per_device"),
+        (1, 2, "samples_per_s_per_device"),
+        (1, 2, "parallel_efficiency"),
+    ]
+    assert expected[2].tolerance == 0.10 and expected[1].tolerance == 0.05
