@@ -37,10 +37,17 @@ warm-up (``trainer.warmup_steps``: the first epoch, at most 200 steps, by defaul
 * A group whose runs (or whose baseline's runs) lack a steady state (training ended within
   the warm-up, or records from before it existed) falls back to the whole-training figures,
   and ``headline_basis`` says so.
-* Karp-Flatt serial fraction e = (1/S - 1/p) / (1 - 1/p), for p > 1 (strong scaling)
-* Amdahl: 1/S = f + (1 - f)/p, fitted by least squares (see :func:`amdahl_fit`)
+* Karp-Flatt serial fraction e = (1/S - 1/p) / (1 - 1/p), for p > 1 (strong scaling),
+  only where 1 < S <= p: a slowdown or a superlinear speedup has no serial fraction, and
+  the value is NaN with ``karp_flatt_note`` saying why
+* Amdahl: 1/S = f + (1 - f)/p, fitted by least squares (see :func:`amdahl_fit`), with the
+  t-interval f -/+ t_{(1+c)/2, m-1} SE(f) over the m scaled points; withheld (NaN, with
+  ``fit_note``) when f falls outside [0, 1]
 
-Intervals: a group's mean has a two-sided Student-t interval (n >= 2). A ratio of two
+Intervals (two-sided, 95% unless ``confidence`` says otherwise): a group's mean has a
+Student-t interval (n >= 2); for times and rates (strictly positive) it is the t-interval of
+the log values, back-transformed, i.e. an interval of the geometric mean that never goes
+below zero (:func:`analysis.stats.summarize`). A ratio of two
 group means (speedup, efficiency, throughput ratios) has a delta-method interval on its
 logarithm with Welch-Satterthwaite degrees of freedom (:func:`analysis.stats.ratio_ci`);
 both groups need n >= 2, otherwise no interval is given. The baseline's own speedup is 1
@@ -58,7 +65,7 @@ from typing import Any
 
 import pandas as pd
 
-from .stats import Summary, ratio_ci, summarize
+from .stats import Summary, ratio_ci, summarize, t_ppf
 
 SERIES_KEYS = (
     "config_name",
@@ -92,7 +99,7 @@ VERSION_PREFIX = "version_"
 """Runs frame columns ``version_<package>`` (scalescope, torch, lightning, ...)."""
 WARMUP_SHARE_NOTE = 0.25
 """A warm-up above this share of training time is called out: train longer."""
-STATS = ("mean", "median", "std", "min", "max", "ci_low", "ci_high", "cv")
+STATS = ("mean", "median", "gmean", "std", "min", "max", "ci_low", "ci_high", "cv")
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_CV_THRESHOLD = 0.10
@@ -199,9 +206,15 @@ def _groups(runs: pd.DataFrame, confidence: float) -> list[_Group]:
         g = _Group(key, nodes, dpn, world, rows)
         for col in STAT_COLUMNS:
             values = rows[col].tolist() if col in rows else []
-            g.stats[col] = summarize(values, confidence)
+            g.stats[col] = summarize(values, confidence, log_scale=positive_quantity(col))
         out.append(g)
     return out
+
+
+def positive_quantity(column: str) -> bool:
+    """Times (``_s``) and rates (``_per_s``) are strictly positive: their intervals are taken
+    on the log scale (:func:`analysis.stats.summarize`), so they never go below zero."""
+    return re.search(r"_(s|per_s)(_|$)", column) is not None
 
 
 def series_keys(runs: pd.DataFrame) -> list[tuple[Any, ...]]:
@@ -233,7 +246,9 @@ def group_stats(
     cv_threshold: float = DEFAULT_CV_THRESHOLD,
 ) -> pd.DataFrame:
     """One row per group: n, the job ids and, per measured column, ``<col>_<stat>`` for stat
-    in mean, median, std, min, max, ci_low, ci_high (t-interval of the mean), cv (std/mean).
+    in mean, median, gmean, std, min, max, ci_low, ci_high, cv (std/mean). The interval is
+    the t-interval of the mean, except for times and rates (:func:`positive_quantity`):
+    there it is the t-interval of the log values, back-transformed (around ``gmean``).
     ``high_variance`` flags a training-time CV above ``cv_threshold``."""
     groups = _groups(runs, confidence)
     labels = series_labels([g.series_key for g in groups])
@@ -315,15 +330,43 @@ def _pick_baseline(groups: Sequence[_Group], spec: BaselineSpec | None) -> tuple
 # --- scaling ----------------------------------------------------------------------------------
 
 
+NO_SPEEDUP = "no speedup (S <= 1): a serial fraction is undefined"
+SUPERLINEAR = "superlinear speedup (S > p): a serial fraction is undefined"
+_UNIT_TOLERANCE = 1e-9
+"""Rounding slack around [0, 1]: perfect scaling must give 0, not 'undefined'."""
+
+
+def _unit_fraction(x: float) -> float:
+    """``x`` clipped to [0, 1] when within rounding of it, else NaN."""
+    if math.isnan(x) or not -_UNIT_TOLERANCE <= x <= 1.0 + _UNIT_TOLERANCE:
+        return math.nan
+    return min(1.0, max(0.0, x))
+
+
+def karp_flatt_note(speedup: float, p: float) -> str:
+    """Why :func:`karp_flatt` gives no number for this point ('' when it gives one)."""
+    if not p > 1:
+        return "baseline scale" if p == 1 else "below the baseline scale"
+    if math.isnan(speedup):
+        return "no speedup measured"
+    if speedup <= 1:
+        return NO_SPEEDUP
+    if speedup > p * (1 + _UNIT_TOLERANCE):
+        return SUPERLINEAR
+    return ""
+
+
 def karp_flatt(speedup: float, p: float) -> float:
     """Experimentally determined serial fraction e = (1/S - 1/p) / (1 - 1/p).
 
-    0 for perfect scaling (S = p), 1 when adding processors gains nothing (S = 1); NaN where
-    undefined (p <= 1, or S not positive).
+    0 for perfect scaling (S = p), towards 1 as adding processors gains nothing. Only
+    defined for 1 < S <= p with p > 1: a slowdown (S <= 1) would give e >= 1 and a
+    superlinear speedup e < 0, neither of which is a serial fraction, so both are NaN
+    (:func:`karp_flatt_note` says why).
     """
-    if not (p > 1 and speedup > 0) or math.isnan(speedup):
+    if karp_flatt_note(speedup, p):
         return math.nan
-    return (1.0 / speedup - 1.0 / p) / (1.0 - 1.0 / p)
+    return _unit_fraction((1.0 / speedup - 1.0 / p) / (1.0 - 1.0 / p))
 
 
 def _parity(
@@ -360,7 +403,8 @@ def scaling_table(
     ``parallel_efficiency``, ``per_device_throughput_efficiency`` and ``mfu_mean`` are the
     headline (steady state, see ``headline_basis``); ``whole_train_*`` and ``job_time_*``
     are the labelled whole-training and whole-job variants. ``n`` counts the runs the
-    headline uses; ``headline_cv`` is the coefficient of variation of its throughput.
+    headline uses; ``karp_flatt_note`` says why ``karp_flatt`` is NaN; ``headline_cv`` is
+    the coefficient of variation of the headline throughput.
     """
     groups = _groups(runs, confidence)
     labels = series_labels([g.series_key for g in groups])
@@ -424,6 +468,9 @@ def scaling_table(
                 parallel_efficiency_ci_low=speed[1] / p,
                 parallel_efficiency_ci_high=speed[2] / p,
                 karp_flatt=karp_flatt(speed[0], p) if key[2] != "weak" else math.nan,
+                karp_flatt_note=(
+                    karp_flatt_note(speed[0], p) if key[2] != "weak" else "weak scaling"
+                ),
                 whole_train_speedup=whole,
                 whole_train_efficiency=whole / p,
                 job_time_speedup=job_speed,
@@ -505,6 +552,7 @@ SCALING_COLUMNS = [
     "parallel_efficiency_ci_low",
     "parallel_efficiency_ci_high",
     "karp_flatt",
+    "karp_flatt_note",
     "whole_train_speedup",
     "whole_train_efficiency",
     "job_time_speedup",
@@ -533,9 +581,22 @@ class AmdahlFit:
     """Serial fraction f of Amdahl's law 1/S = f + (1 - f)/p fitted to measured speedups."""
 
     serial_fraction: float
+    """As fitted: may lie outside [0, 1] (see :func:`amdahl_table` for what is shown)."""
     stderr: float
     """Standard error of f from the residuals; NaN with fewer than two scaled points."""
     points: int
+
+    @property
+    def df(self) -> int:
+        """Residual degrees of freedom: m points, one parameter."""
+        return self.points - 1
+
+    def interval(self, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+        """Two-sided t-interval of f: f -/+ t_{(1+c)/2, m-1} * SE(f); NaN without an SE."""
+        if math.isnan(self.stderr) or self.df < 1:
+            return math.nan, math.nan
+        half = t_ppf(0.5 + confidence / 2.0, self.df) * self.stderr
+        return self.serial_fraction - half, self.serial_fraction + half
 
     def speedup(self, p: float, f: float | None = None) -> float:
         f = self.serial_fraction if f is None else f
@@ -548,8 +609,9 @@ def amdahl_fit(p: Sequence[float], speedup: Sequence[float]) -> AmdahlFit:
     With the constraint, y - x = f (1 - x): a regression through the origin, so
     f = sum((1 - x)(y - x)) / sum((1 - x)^2) and, over the m points with p != 1,
     SE(f) = sqrt(sum(residual^2) / (m - 1) / sum((1 - x)^2)). Points at p = 1 carry no
-    information and are ignored. f < 0 means better than linear scaling (caches, a smaller
-    per-device problem); it is reported as fitted, not clipped.
+    information and are ignored. The fit is returned as computed; f < 0 (better than
+    linear) and f > 1 (slower than one device) are not serial fractions, and
+    :func:`amdahl_table` withholds them.
     """
     pts = [
         (1.0 / pi, 1.0 / si)
@@ -567,44 +629,59 @@ def amdahl_fit(p: Sequence[float], speedup: Sequence[float]) -> AmdahlFit:
     return AmdahlFit(f, math.sqrt(ssr / (m - 1) / sxx), m)
 
 
-def amdahl_table(scaling: pd.DataFrame) -> pd.DataFrame:
-    """Per strong-scaling series: the fit and predictions at 2x and 4x the largest measured
-    world size (speedup and efficiency relative to the baseline, with the range that
-    f -/+ one standard error, kept within [0, 1], gives)."""
+def _fit_note(fit: AmdahlFit, speedups: Sequence[float]) -> str:
+    """Why the fit gives no serial fraction ('' when it gives one)."""
+    if fit.points == 0:
+        return "no scaled point"
+    if fit.serial_fraction > 1 + _UNIT_TOLERANCE or all(s <= 1 for s in speedups):
+        return NO_SPEEDUP
+    if fit.serial_fraction < -_UNIT_TOLERANCE:
+        return "superlinear speedup (f < 0): a serial fraction is undefined"
+    return ""
+
+
+def amdahl_table(scaling: pd.DataFrame, confidence: float = DEFAULT_CONFIDENCE) -> pd.DataFrame:
+    """Per strong-scaling series: the fit, the t-interval of f at ``confidence`` and
+    predictions at 2x and 4x the largest measured world size (speedup and efficiency
+    relative to the baseline; the range is the speedup at the ends of f's interval, kept
+    within [0, 1]).
+
+    A fitted f outside [0, 1] is no serial fraction: ``serial_fraction`` and every
+    prediction are NaN then, and ``fit_note`` says why (no speedup, superlinear)."""
     rows = []
     if not scaling.empty:
         for series, part in scaling.groupby("series", sort=False):
             if (part["scaling_mode"] == "weak").all():
                 continue
+            scaled = part[part["relative_scale"] != 1]
             fit = amdahl_fit(part["relative_scale"].tolist(), part["speedup"].tolist())
             base_world = int(part["baseline_world_size"].iloc[0])
             max_world = int(part["world_size"].max())
+            note = _fit_note(fit, scaled["speedup"].dropna().tolist())
+            usable = not note
+            f = _unit_fraction(fit.serial_fraction) if usable else math.nan
+            low_f, high_f = fit.interval(confidence) if usable else (math.nan, math.nan)
+            if not math.isnan(low_f):
+                low_f, high_f = max(0.0, low_f), min(1.0, high_f)
+            if usable and fit.points == 1:
+                note = "one scaled point: exact fit, no interval"
             row: dict[str, Any] = {
                 "series": series,
                 "baseline_world_size": base_world,
                 "max_world_size": max_world,
                 "points": fit.points,
-                "serial_fraction": fit.serial_fraction,
-                "serial_fraction_se": fit.stderr,
+                "serial_fraction": f,
+                "serial_fraction_se": fit.stderr if usable else math.nan,
+                "serial_fraction_ci_low": low_f,
+                "serial_fraction_ci_high": high_f,
+                "fit_note": note,
             }
-            # Amdahl's law describes a serial fraction in [0, 1]; a negative fit means
-            # better-than-linear scaling, which it cannot extrapolate.
-            usable = fit.points > 0 and 0.0 <= fit.serial_fraction <= 1.0
-            if fit.points == 0:
-                row["fit_note"] = "no scaled point"
-            elif fit.serial_fraction < 0:
-                row["fit_note"] = "superlinear speedup (f < 0): Amdahl's law does not apply"
-            elif fit.points == 1:
-                row["fit_note"] = "one scaled point: exact fit, no standard error"
-            else:
-                row["fit_note"] = ""
             for k in PREDICT_FACTORS:
                 world = k * max_world
                 p = world / base_world
-                s = fit.speedup(p) if usable else math.nan
-                if usable and not math.isnan(fit.stderr):
-                    low = fit.speedup(p, min(1.0, fit.serial_fraction + fit.stderr))
-                    high = fit.speedup(p, max(0.0, fit.serial_fraction - fit.stderr))
+                s = fit.speedup(p, f) if usable else math.nan
+                if not math.isnan(low_f):
+                    low, high = fit.speedup(p, high_f), fit.speedup(p, low_f)
                 else:
                     low = high = math.nan
                 row[f"world_size_{k}x"] = world
@@ -620,6 +697,8 @@ def amdahl_table(scaling: pd.DataFrame) -> pd.DataFrame:
         "points",
         "serial_fraction",
         "serial_fraction_se",
+        "serial_fraction_ci_low",
+        "serial_fraction_ci_high",
         "fit_note",
     ]
     for k in PREDICT_FACTORS:
@@ -631,6 +710,18 @@ def amdahl_table(scaling: pd.DataFrame) -> pd.DataFrame:
             f"predicted_efficiency_{k}x",
         ]
     return pd.DataFrame(rows, columns=cols)
+
+
+def serial_fraction_notes(scaling: pd.DataFrame, amdahl: pd.DataFrame) -> list[str]:
+    """A sentence per strong-scaling series whose Amdahl fit is withheld for lack of speedup."""
+    notes = []
+    for _, row in amdahl.iterrows():
+        if row["fit_note"] == NO_SPEEDUP:
+            notes.append(
+                f"{row['series']}: no scale is faster than the baseline, so there is no serial "
+                "fraction to report (Karp-Flatt and the Amdahl fit are left out)."
+            )
+    return notes
 
 
 # --- everything at once -----------------------------------------------------------------------
@@ -663,7 +754,7 @@ def analyze(
         loss_tolerance=loss_tolerance,
         acc_tolerance=acc_tolerance,
     )
-    amdahl = amdahl_table(scaling)
+    amdahl = amdahl_table(scaling, confidence=confidence)
     notes: list[str] = []
     for series, part in scaling.groupby("series", sort=False):
         note = part["baseline_note"].iloc[0]
@@ -711,6 +802,7 @@ def analyze(
             "baseline (shared cores, other jobs, fewer threads per process) or a per-device "
             "problem that now fits in cache: check before quoting."
         )
+    notes += serial_fraction_notes(scaling, amdahl)
     single = groups[groups["n"] < 2]
     if len(single):
         notes.append(

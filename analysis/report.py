@@ -27,7 +27,11 @@ SUMMARY_SCHEMA_VERSION = 1
 """Version of the summary JSON layout (independent of the record schema it reads)."""
 
 METHODS = {
-    "group_ci": "two-sided Student-t interval of the mean over repetitions (n >= 2)",
+    "group_ci": (
+        "two-sided Student-t interval of the mean over repetitions (n >= 2); for times and "
+        "rates, of the log values, back-transformed: an interval of the geometric mean (gmean), "
+        "always positive"
+    ),
     "ratio_ci": (
         "delta-method interval of a ratio of means on the log scale with Welch-Satterthwaite "
         "degrees of freedom (n >= 2 on both sides)"
@@ -41,8 +45,15 @@ METHODS = {
     "whole_train_speedup": "the same ratio from samples_per_s (all steps, warm-up included)",
     "job_time_speedup": "baseline mean job_time_s / mean job_time_s (start-up included)",
     "parallel_efficiency": "speedup / (world_size / baseline world_size)",
-    "karp_flatt": "(1/S - 1/p) / (1 - 1/p), p = world_size / baseline world_size",
-    "amdahl": "least squares of 1/S = f + (1 - f)/p through S(1) = 1; SE of f from residuals",
+    "karp_flatt": (
+        "(1/S - 1/p) / (1 - 1/p), p = world_size / baseline world_size; only for 1 < S <= p, "
+        "else null with karp_flatt_note saying why"
+    ),
+    "amdahl": (
+        "least squares of 1/S = f + (1 - f)/p through S(1) = 1; SE of f from residuals; "
+        "interval f -/+ t_{(1+c)/2, m-1} SE(f) over m scaled points; null with fit_note when "
+        "f is outside [0, 1]"
+    ),
     "weak_scaling_efficiency": "mean per-device throughput / baseline mean per-device throughput",
     "parity": "final val loss relative change > loss tolerance, or val accuracy drop > tolerance",
 }

@@ -1,97 +1,44 @@
-"""Small statistics kernel: Student's t distribution, intervals and Welch's test.
+"""Statistics of repeated measurements: summaries, intervals and tests (scipy.stats underneath).
 
-scipy is a development dependency only, so the few functions the analysis needs live here
-(tests check them against scipy). Everything is pure: floats in, floats out, NaN where a
-quantity is undefined (a single observation has no spread, so no interval and no test).
+Everything is pure: floats in, floats out, NaN where a quantity is undefined (a single
+observation has no spread, so no interval and no test).
+
+Which interval, and around what
+-------------------------------
+* ``summarize(values)`` (any sign allowed): the two-sided Student-t interval of the
+  arithmetic mean, ``mean -/+ t_{(1+c)/2, n-1} * std / sqrt(n)``. It contains the mean.
+* ``summarize(values, log_scale=True)`` (strictly positive quantities: times, rates): the
+  Student-t interval of the mean of ``log(x)``, back-transformed,
+  ``exp(mean(log x) -/+ t_{(1+c)/2, n-1} * std(log x) / sqrt(n))``. It is an interval for the
+  geometric mean ``gmean = exp(mean(log x))``, which it always contains; both ends are
+  positive, so a time's interval never goes below zero however few and spread the repeats.
+  A non-positive value makes it NaN (a time of zero or less is not a measurement).
+* ``ratio_ci(num, den)``: the ratio of arithmetic means with a delta-method interval on
+  the log of the ratio and Welch-Satterthwaite degrees of freedom: positive, contains the
+  ratio.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-_EPS = 1e-15
-_TINY = 1e-300
+from scipy import stats as _sps
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz's method)."""
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > _TINY else _TINY)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > _TINY else _TINY)
-        c = 1.0 + aa / c
-        c = c if abs(c) > _TINY else _TINY
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > _TINY else _TINY)
-        c = 1.0 + aa / c
-        c = c if abs(c) > _TINY else _TINY
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < _EPS:
-            break
-    return h
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta function I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    front = math.exp(log_front)
-    # The continued fraction converges fast for x < (a + 1) / (a + b + 2); use symmetry otherwise.
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+def t_ppf(q: float, df: float) -> float:
+    """Quantile of Student's t: the t with P(T <= t) = q; NaN outside 0 < q < 1 or df <= 0."""
+    if not 0.0 < q < 1.0 or not df > 0:
+        return math.nan
+    return float(_sps.t.ppf(q, df))
 
 
 def t_sf(t: float, df: float) -> float:
     """Survival function P(T > t) of Student's t with ``df`` degrees of freedom."""
     if math.isnan(t) or not df > 0:
         return math.nan
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
-    return tail if t > 0 else 1.0 - tail
-
-
-@functools.lru_cache(maxsize=1024)
-def t_ppf(q: float, df: float) -> float:
-    """Quantile of Student's t: the t with P(T <= t) = q (bisection on the CDF; cached, as
-    every group with the same number of repeats asks for the same quantile)."""
-    if not 0.0 < q < 1.0 or not df > 0:
-        return math.nan
-    if q == 0.5:
-        return 0.0
-    if q < 0.5:
-        return -t_ppf(1.0 - q, df)
-    lo, hi = 0.0, 1.0
-    while t_sf(hi, df) > 1.0 - q:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e12:
-            return math.inf
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_sf(mid, df) > 1.0 - q:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    return float(_sps.t.sf(t, df))
 
 
 @dataclass(frozen=True)
@@ -107,29 +54,59 @@ class Summary:
     max: float
     ci_low: float
     ci_high: float
-    """Two-sided t-interval of the mean: mean -/+ t_{1-a/2, n-1} * std / sqrt(n)."""
+    """Two-sided interval: of the mean, or of the geometric mean on the log scale (see the
+    module doc and ``log_scale``)."""
     cv: float
     """Coefficient of variation std / mean."""
+    gmean: float = math.nan
+    """Geometric mean exp(mean(log x)); NaN unless every value is positive."""
+    log_scale: bool = False
+    """True when ci_low / ci_high are the back-transformed interval of the log values."""
 
 
-def summarize(values: Sequence[float], confidence: float = 0.95) -> Summary:
-    """Summary of the finite values in ``values`` (NaN and None are dropped first)."""
-    xs = sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
+def _finite(values: Sequence[float | None]) -> list[float]:
+    return sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
+
+
+def summarize(
+    values: Sequence[float | None], confidence: float = 0.95, *, log_scale: bool = False
+) -> Summary:
+    """Summary of the finite values in ``values`` (NaN and None are dropped first).
+
+    ``log_scale=True`` is for strictly positive quantities: the interval is that of the
+    geometric mean, computed on the log values (see the module doc).
+    """
+    xs = _finite(values)
     n = len(xs)
+    nan = math.nan
     if n == 0:
-        nan = math.nan
-        return Summary(0, nan, nan, nan, nan, nan, nan, nan, nan)
+        return Summary(0, nan, nan, nan, nan, nan, nan, nan, nan, nan, log_scale)
     mean = math.fsum(xs) / n
     # Clamp: a rounding error must not put the mean outside [min, max] for equal values.
     mean = min(max(mean, xs[0]), xs[-1])
     mid = n // 2
     median = xs[mid] if n % 2 else 0.5 * (xs[mid - 1] + xs[mid])
+    positive = xs[0] > 0
+    logs = [math.log(x) for x in xs] if positive else []
+    log_mean = math.fsum(logs) / n if positive else nan
+    gmean = min(max(math.exp(log_mean), xs[0]), xs[-1]) if positive else nan
     if n < 2:
-        return Summary(n, mean, median, math.nan, xs[0], xs[-1], math.nan, math.nan, math.nan)
+        return Summary(n, mean, median, nan, xs[0], xs[-1], nan, nan, nan, gmean, log_scale)
     std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
-    half = t_ppf(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n)
-    cv = std / mean if mean != 0 else math.nan
-    return Summary(n, mean, median, std, xs[0], xs[-1], mean - half, mean + half, cv)
+    cv = std / mean if mean != 0 else nan
+    t = t_ppf(0.5 + confidence / 2.0, n - 1)
+    if log_scale:
+        if not positive:
+            low = high = nan
+        else:
+            log_std = math.sqrt(math.fsum((v - log_mean) ** 2 for v in logs) / (n - 1))
+            half = t * log_std / math.sqrt(n)
+            # Clamped like the mean: equal values give gmean == low == high exactly.
+            low, high = min(gmean * math.exp(-half), gmean), max(gmean * math.exp(half), gmean)
+    else:
+        half = t * std / math.sqrt(n)
+        low, high = mean - half, mean + half
+    return Summary(n, mean, median, std, xs[0], xs[-1], low, high, cv, gmean, log_scale)
 
 
 @dataclass(frozen=True)
@@ -143,41 +120,89 @@ class Welch:
 
 
 def welch_test(a: Sequence[float], b: Sequence[float]) -> Welch:
-    sa, sb = summarize(a), summarize(b)
-    if sa.n < 2 or sb.n < 2:
+    xa, xb = _finite(a), _finite(b)
+    if len(xa) < 2 or len(xb) < 2:
         return Welch(math.nan, math.nan, math.nan)
-    va, vb = sa.std**2 / sa.n, sb.std**2 / sb.n
-    se2 = va + vb
-    diff = sa.mean - sb.mean
-    if se2 == 0:
+    sa, sb = summarize(xa), summarize(xb)
+    if sa.std == 0 and sb.std == 0:
         # Both samples constant: identical means are no evidence of a difference, different
-        # means are as certain as the data can make them.
+        # means are as certain as the data can make them (scipy returns NaN here).
+        diff = sa.mean - sb.mean
         return Welch(
             0.0 if diff == 0 else math.copysign(math.inf, diff), math.inf, 1.0 if diff == 0 else 0.0
         )
-    t = diff / math.sqrt(se2)
-    df = se2**2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1))
-    return Welch(t, df, min(1.0, 2.0 * t_sf(abs(t), df)))
+    res = _sps.ttest_ind(xa, xb, equal_var=False)
+    return Welch(float(res.statistic), float(res.df), float(res.pvalue))
+
+
+@dataclass(frozen=True)
+class BelowTest:
+    """One-sided test that the centre of positive repeats lies below a bound."""
+
+    n: int
+    p_value: float
+    """P(data at least this low | centre = bound), one-sided; NaN with n < 2 or a non-positive
+    value."""
+    upper: float
+    """One-sided upper confidence bound of the geometric mean at 1 - alpha."""
+
+
+def below_test(values: Sequence[float | None], bound: float, alpha: float = 0.05) -> BelowTest:
+    """One-sample, one-sided t-test of log(values) against log(bound): is the (geometric) mean
+    of a positive quantity below ``bound``? On the log scale, like every interval of a
+    positive quantity here, so ``p_value < alpha`` exactly when ``upper < bound``."""
+    xs = _finite(values)
+    n = len(xs)
+    if n < 2 or xs[0] <= 0 or not bound > 0:
+        return BelowTest(n, math.nan, math.nan)
+    logs = [math.log(x) for x in xs]
+    mean = math.fsum(logs) / n
+    se = math.sqrt(math.fsum((v - mean) ** 2 for v in logs) / (n - 1) / n)
+    if se == 0:
+        below = mean < math.log(bound)
+        return BelowTest(n, 0.0 if below else 1.0, math.exp(mean))
+    t = (mean - math.log(bound)) / se
+    upper = math.exp(mean + t_ppf(1.0 - alpha, n - 1) * se)
+    return BelowTest(n, float(_sps.t.cdf(t, n - 1)), upper)
+
+
+@dataclass(frozen=True)
+class LogRatio:
+    """A ratio of means R with the standard error of log R and its degrees of freedom."""
+
+    ratio: float
+    log_se: float
+    df: float
+
+
+def log_ratio(num: Summary, den: Summary) -> LogRatio:
+    """num.mean / den.mean; var(log R) ~= cv_num^2 / n_num + cv_den^2 / n_den (delta method),
+    Welch-Satterthwaite df. NaN spread when either side has n < 2 or a non-positive mean."""
+    if not (num.n and den.n) or den.mean == 0:
+        return LogRatio(math.nan, math.nan, math.nan)
+    ratio = num.mean / den.mean
+    if num.n < 2 or den.n < 2 or num.mean <= 0 or den.mean <= 0:
+        return LogRatio(ratio, math.nan, math.nan)
+    va = (num.std / num.mean) ** 2 / num.n
+    vb = (den.std / den.mean) ** 2 / den.n
+    var = va + vb
+    if var == 0:
+        return LogRatio(ratio, 0.0, math.inf)
+    df = var**2 / (va**2 / (num.n - 1) + vb**2 / (den.n - 1))
+    return LogRatio(ratio, math.sqrt(var), df)
 
 
 def ratio_ci(num: Summary, den: Summary, confidence: float = 0.95) -> tuple[float, float, float]:
     """Ratio of means num.mean / den.mean with a delta-method interval on its logarithm.
 
-    var(log R) ~= cv_num^2 / n_num + cv_den^2 / n_den; the interval is
-    R * exp(-/+ t_{1-a/2, df} * sqrt(var)), with Welch-Satterthwaite degrees of freedom. The
-    log scale keeps the interval positive and puts R inside it. NaN bounds when either side
-    has fewer than two observations: one run says nothing about its own spread.
+    The interval is R * exp(-/+ t_{(1+c)/2, df} * SE(log R)) (:func:`log_ratio`). The log
+    scale keeps the interval positive and puts R inside it. NaN bounds when either side has
+    fewer than two observations: one run says nothing about its own spread.
     """
-    if not (num.n and den.n) or den.mean == 0:
-        return math.nan, math.nan, math.nan
-    ratio = num.mean / den.mean
-    if num.n < 2 or den.n < 2 or num.mean <= 0 or den.mean <= 0:
-        return ratio, math.nan, math.nan
-    va = (num.std / num.mean) ** 2 / num.n
-    vb = (den.std / den.mean) ** 2 / den.n
-    var = va + vb
-    if var == 0:
-        return ratio, ratio, ratio
-    df = var**2 / (va**2 / (num.n - 1) + vb**2 / (den.n - 1))
-    half = t_ppf(0.5 + confidence / 2.0, df) * math.sqrt(var)
-    return ratio, ratio * math.exp(-half), ratio * math.exp(half)
+    lr = log_ratio(num, den)
+    if math.isnan(lr.log_se):
+        return lr.ratio, math.nan, math.nan
+    if lr.log_se == 0:
+        return lr.ratio, lr.ratio, lr.ratio
+    half = t_ppf(0.5 + confidence / 2.0, lr.df) * lr.log_se
+    return lr.ratio, lr.ratio * math.exp(-half), lr.ratio * math.exp(half)

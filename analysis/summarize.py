@@ -7,8 +7,15 @@ previous summary there all at once.
 
 ``python -m analysis.summarize compare A B`` compares two result folders.
 
+``python -m analysis.summarize check PATH... --reference ref.yaml`` is the regression gate
+(``--write-reference ref.yaml`` writes a reference file from the results instead), and
+``python -m analysis.summarize export PATH... --format github-action-benchmark|bencher``
+writes the headline figures for CI benchmark trackers (see :mod:`analysis.gate`).
+
 Exit status: 0 when something usable was found (finished or failed jobs), 1 when nothing
-was, 2 for a usage error or an output folder that must not be replaced.
+was, 2 for a usage error or an output folder that must not be replaced. ``check``: 0 when
+no value regressed, 1 on a significant regression (or a missing value with
+``--fail-on-missing``, or no finished run at all), 2 for a bad reference file or usage.
 """
 
 from __future__ import annotations
@@ -30,6 +37,24 @@ import pandas as pd
 
 from .compare import COMPARABLE, DEFAULT_ALPHA, DEFAULT_TOLERANCE, compare_runs
 from .frame import Loaded, load_all
+from .gate import DEFAULT_ALPHA as GATE_ALPHA
+from .gate import DEFAULT_TOLERANCE as GATE_TOLERANCE
+from .gate import (
+    EXPORT_FORMATS,
+    REGRESSION,
+    BadReference,
+    check,
+    export_bencher,
+    export_github_action_benchmark,
+    load_reference,
+    reference_document,
+    unreferenced,
+    write_reference,
+    write_text_atomically,
+)
+from .gate import (
+    MISSING as GATE_MISSING,
+)
 from .metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_CONFIDENCE,
@@ -42,7 +67,16 @@ from .metrics import (
 from .outdir import OutputError, check_replaceable, write_atomically
 from .parse import Problem
 from .report import Settings, document, dumps, report_markdown
-from .tables import MISSING, DisplayTable, all_tables, devices_header, markdown, rich_table, sig
+from .tables import (
+    MISSING,
+    DisplayTable,
+    all_tables,
+    devices_header,
+    markdown,
+    pct,
+    rich_table,
+    sig,
+)
 
 PROG = "python -m analysis.summarize"
 FORMATS = ("table", "markdown", "json", "csv")
@@ -166,6 +200,61 @@ def build_compare_parser() -> argparse.ArgumentParser:
         help="significance level of Welch's t-test (0.05)",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--jobs", type=_positive_int, default=None)
+    return p
+
+
+def build_check_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{PROG} check",
+        description="Regression gate: check per-device throughput and scaling efficiency "
+        "against a reference file. A value fails only when it is below reference x "
+        "(1 - tolerance) AND significantly so (one-sided test at --alpha). Exit 0: nothing "
+        "regressed; 1: a regression (or a missing value with --fail-on-missing, or no "
+        "finished run); 2: a bad reference file or usage.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="result folders (walked) or files")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--reference", metavar="FILE", help="the reference file (YAML) to check")
+    which.add_argument(
+        "--write-reference",
+        metavar="FILE",
+        help="write a reference file from these results (means per series and scale) "
+        "instead of checking; refuses to replace FILE without --force",
+    )
+    p.add_argument("--force", action="store_true", help="let --write-reference replace FILE")
+    p.add_argument(
+        "--tolerance",
+        type=_fraction,
+        default=GATE_TOLERANCE,
+        help="default relative tolerance written by --write-reference (0.05)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=_fraction,
+        default=GATE_ALPHA,
+        help="significance level of the one-sided tests (0.05)",
+    )
+    p.add_argument(
+        "--fail-on-missing",
+        action="store_true",
+        help="exit 1 when a referenced value has no matching result (default: shown, exit 0)",
+    )
+    p.add_argument("--format", choices=("table", "markdown", "json", "csv"), default="table")
+    p.add_argument("--jobs", type=_positive_int, default=None)
+    return p
+
+
+def build_export_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{PROG} export",
+        description="Write per-device throughput and scaling efficiency (means with 95%% "
+        "intervals) for a CI benchmark tracker: github-action-benchmark (tool: "
+        "customBiggerIsBetter) or Bencher (Bencher Metric Format, adapter json).",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="result folders (walked) or files")
+    p.add_argument("--format", choices=EXPORT_FORMATS, required=True)
+    p.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     p.add_argument("--jobs", type=_positive_int, default=None)
     return p
 
@@ -491,13 +580,157 @@ def compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gate_value(metric: str, x: Any) -> str:
+    return (
+        pct(x) if metric in ("parallel_efficiency", "per_device_throughput_efficiency") else sig(x)
+    )
+
+
+def _check_table(frame: pd.DataFrame, alpha: float, n_unchecked: int) -> DisplayTable:
+    rows = []
+    for _, r in frame.iterrows():
+        m = r["metric"]
+        measured = _gate_value(m, r["measured"])
+        if not (pd.isna(r["ci_low"]) or pd.isna(r["ci_high"])):
+            measured += f" [{_gate_value(m, r['ci_low'])}, {_gate_value(m, r['ci_high'])}]"
+        rows.append(
+            [
+                r["series"],
+                f"{r['nodes']}x{r['devices_per_node']}",
+                m,
+                _gate_value(m, r["reference"]),
+                f"{_gate_value(m, r['bound'])} (-{100 * r['tolerance']:g}%)",
+                measured,
+                str(r["n"]),
+                MISSING if pd.isna(r["p_value"]) else f"{r['p_value']:.3g}",
+                r["verdict"],
+            ]
+        )
+    cols = [
+        "Series",
+        "Scale",
+        "Metric",
+        "Reference",
+        "Bound",
+        "Measured [95% CI]",
+        "n",
+        "p",
+        "Verdict",
+    ]
+    caption = [
+        f"REGRESSION: below reference x (1 - tolerance) and significant (one-sided p < "
+        f"{alpha:g}); p is tested only for values below their bound. Throughput: t-test of "
+        "the repeats' log values against the bound; efficiency: the delta-method interval of "
+        "the ratio of means (log scale, Welch df). One run per side: no test, never a "
+        "regression."
+    ]
+    if n_unchecked:
+        caption.append(f"{n_unchecked} measured value(s) have no reference and are not checked.")
+    return DisplayTable(
+        "check",
+        "Regression gate",
+        pd.DataFrame(rows, columns=cols, dtype="object"),
+        caption=caption,
+        right={"Reference", "Bound", "Measured [95% CI]", "n", "p"},
+    )
+
+
+def gate(args: argparse.Namespace) -> int:
+    if args.reference:
+        try:
+            expected = load_reference(args.reference)
+        except BadReference as exc:
+            print(f"{PROG} check: error: {exc}", file=sys.stderr)
+            return 2
+    loaded = load_all(args.paths, jobs=args.jobs)
+    _warn(loaded.problems)
+    if loaded.runs.empty:
+        print(
+            f"{PROG} check: no finished run in {', '.join(args.paths)}: nothing to check; "
+            f"{LOOKED_FOR}.",
+            file=sys.stderr,
+        )
+        return 1
+    if args.write_reference:
+        doc = reference_document(loaded.runs, args.tolerance)
+        try:
+            path = write_reference(args.write_reference, doc, args.force)
+        except FileExistsError as exc:
+            print(f"{PROG} check: error: {exc}", file=sys.stderr)
+            return 2
+        n = sum(len(s["scales"]) for s in doc["series"])
+        print(
+            f"{PROG} check: wrote {path} ({len(doc['series'])} series, {n} scale(s))",
+            file=sys.stderr,
+        )
+        return 0
+    frame = check(loaded.runs, expected, args.alpha)
+    n_unchecked = len(unreferenced(loaded.runs, expected))
+    table = _check_table(frame, args.alpha, n_unchecked)
+    if args.format == "table":
+        _console(sys.stdout).print(rich_table(table))
+    elif args.format == "markdown":
+        sys.stdout.write(markdown(table))
+    elif args.format == "json":
+        from .report import SUMMARY_SCHEMA_VERSION, records
+
+        doc = {
+            "schema_version": SUMMARY_SCHEMA_VERSION,
+            "kind": "scalescope-check",
+            "reference": args.reference,
+            "alpha": args.alpha,
+            "checks": records(frame),
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        frame.to_csv(sys.stdout, index=False)
+    regressions = int((frame["verdict"] == REGRESSION).sum())
+    missing = int((frame["verdict"] == GATE_MISSING).sum())
+    summary = f"{len(frame)} check(s): {regressions} regression(s), {missing} missing"
+    failed = regressions > 0 or (args.fail_on_missing and missing > 0)
+    print(f"{PROG} check: {summary}{'' if failed else '; passed'}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def export(args: argparse.Namespace) -> int:
+    loaded = load_all(args.paths, jobs=args.jobs)
+    _warn(loaded.problems)
+    if loaded.runs.empty:
+        print(
+            f"{PROG} export: no finished run in {', '.join(args.paths)}; {LOOKED_FOR}.",
+            file=sys.stderr,
+        )
+        return 1
+    if args.format == "bencher":
+        data: Any = export_bencher(loaded.runs)
+    else:
+        data = export_github_action_benchmark(loaded.runs)
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    if args.output:
+        write_text_atomically(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+COMMANDS: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[..., int]]] = {
+    "compare": (build_compare_parser, compare),
+    "check": (build_check_parser, gate),
+    "export": (build_export_parser, export),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    is_compare = bool(argv) and argv[0] == "compare"
-    parser = build_compare_parser() if is_compare else build_parser()
-    args = parser.parse_args(argv[1:] if is_compare else argv)
+    command = COMMANDS.get(argv[0]) if argv else None
+    if command is not None:
+        args = command[0]().parse_args(argv[1:])
+        run: Callable[[argparse.Namespace], int] = command[1]
+    else:
+        args = build_parser().parse_args(argv)
+        run = summarize
     try:
-        return compare(args) if is_compare else summarize(args)
+        return run(args)
     except OutputError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

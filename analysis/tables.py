@@ -170,8 +170,9 @@ def variability_table(analysis: Analysis) -> DisplayTable:
         "n",
         "Median (s)",
         "Mean (s)",
+        "Geo. mean (s)",
         "Std (s)",
-        "95% CI of mean (s)",
+        "95% CI (s)",
         "CV",
         "Min–max (s)",
         "Flag",
@@ -191,6 +192,7 @@ def variability_table(analysis: Analysis) -> DisplayTable:
                 str(r["n"]),
                 num(r["train_time_s_median"]),
                 num(r["train_time_s_mean"]),
+                num(r["train_time_s_gmean"]),
                 num(r["train_time_s_std"]),
                 ci,
                 pct(r["train_time_s_cv"]),
@@ -202,8 +204,11 @@ def variability_table(analysis: Analysis) -> DisplayTable:
         "groups",
         "Repeatability of training time per configuration",
         pd.DataFrame(rows, columns=columns, dtype="object"),
-        caption=["95% CI: Student-t interval of the mean (needs n >= 2). CV: std / mean."],
-        right={dev, "Nodes", "n", "Median (s)", "Mean (s)", "Std (s)", "CV"},
+        caption=[
+            "95% CI: Student-t interval of the log times, back-transformed (an interval of the "
+            "geometric mean; always positive; needs n >= 2). CV: std / mean."
+        ],
+        right={dev, "Nodes", "n", "Median (s)", "Mean (s)", "Geo. mean (s)", "Std (s)", "CV"},
     )
 
 
@@ -284,7 +289,9 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                     ]
                 )
             else:
-                kf = MISSING if _nan(r["karp_flatt"]) else f"{r['karp_flatt']:.3f}"
+                kf = f"{r['karp_flatt']:.3f}" if not _nan(r["karp_flatt"]) else MISSING
+                if _nan(r["karp_flatt"]) and not r["is_baseline"] and r["karp_flatt_note"]:
+                    kf = f"{MISSING} ({r['karp_flatt_note']})"
                 rows.append(
                     [
                         *head,
@@ -327,7 +334,8 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
             caption.append(
                 "Speedup = mean throughput / baseline mean throughput (strong scaling: the "
                 "same steps, so the inverse ratio of times); efficiency = speedup / (devices "
-                "/ baseline devices); Karp-Flatt e = (1/S - 1/p) / (1 - 1/p)."
+                "/ baseline devices); Karp-Flatt e = (1/S - 1/p) / (1 - 1/p), given only for "
+                "1 < S <= p (a slowdown or a superlinear speedup has no serial fraction)."
             )
         caption.append(
             "Whole-training columns include the warm-up; job-time columns use the whole job "
@@ -366,14 +374,14 @@ def amdahl_table(analysis: Analysis) -> DisplayTable | None:
     a = analysis.amdahl
     if a.empty:
         return None
-    columns = ["Configuration", "Serial fraction f (± SE)", "Points"]
+    columns = ["Configuration", "Serial fraction f [95% CI]", "Points"]
     for k in (2, 4):
         columns += [f"Predicted speedup at {k}x", f"Predicted efficiency at {k}x"]
     rows = []
     for _, r in a.iterrows():
         f = MISSING if _nan(r["serial_fraction"]) else f"{r['serial_fraction']:.4f}"
-        if not _nan(r["serial_fraction_se"]):
-            f += f" ± {r['serial_fraction_se']:.4f}"
+        if not _nan(r["serial_fraction_ci_low"]):
+            f += f" [{r['serial_fraction_ci_low']:.4f}, {r['serial_fraction_ci_high']:.4f}]"
         if r["fit_note"]:
             f += f" ({r['fit_note']})"
         row = [r["series"], f, str(r["points"])]
@@ -396,8 +404,10 @@ def amdahl_table(analysis: Analysis) -> DisplayTable | None:
         "Amdahl fit and extrapolation (strong scaling)",
         pd.DataFrame(rows, columns=columns, dtype="object"),
         caption=[
-            "Least squares of 1/S = f + (1 - f)/p through S(1) = 1; the range in brackets comes "
-            "from f -/+ one standard error. Extrapolation assumes nothing new (network, "
+            "Least squares of 1/S = f + (1 - f)/p through S(1) = 1 over the m scaled points; "
+            "95% CI of f: f -/+ t(0.975, m - 1) x SE(f), kept within [0, 1]; the predicted "
+            "range is the speedup at the ends of that interval. No f is given outside [0, 1] "
+            "(no speedup, or superlinear). Extrapolation assumes nothing new (network, "
             "topology) appears at the larger scale."
         ],
         right={"Points"},

@@ -175,3 +175,27 @@ def test_per_job_tables_stop_at_max_rows(tmp_path: Path) -> None:
     assert "2 more row(s) not shown: every one is in runs.csv" in runs_table
     everything = run_summarize(tmp_path, "--no-write", "--format", "markdown", "--max-rows", "0")
     assert everything.stdout.split("## Speedup analysis")[0].count("| spiral · strong") == 6
+
+
+def test_a_slowdown_prints_no_serial_fraction_and_says_why(tmp_path: Path) -> None:
+    """1 process 0.04 s, 2 processes 0.13 s: a Karp-Flatt 'serial fraction' would be 5.5."""
+    _sweep(tmp_path / "in", {1: [0.040, 0.041, 0.039], 2: [0.13, 0.12, 0.14]})
+    proc = run_summarize(tmp_path / "in", "--out", tmp_path / "out", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if "| Karp-Flatt e |" in line)
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 2 |"))
+    cells = dict(zip(header.split(" | "), row.split(" | "), strict=True))
+    assert cells["Karp-Flatt e"] == "— (no speedup (S <= 1): a serial fraction is undefined)"
+    amdahl = proc.stdout.split("## Amdahl fit")[1].split("##")[0]
+    assert "no speedup" in amdahl and "x (4 devices)" not in amdahl
+    assert "no serial fraction to report" in proc.stdout  # the notes say it too
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "no serial fraction to report" in report
+    assert "— (no speedup (S <= 1): a serial fraction is undefined)" in report
+    doc = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    row = next(r for r in doc["scaling"] if r["world_size"] == 2)
+    assert row["karp_flatt"] is None and row["karp_flatt_note"].startswith("no speedup")
+    assert doc["amdahl"][0]["serial_fraction"] is None
+    assert doc["amdahl"][0]["fit_note"].startswith("no speedup")
+    csv = pd.read_csv(tmp_path / "out" / "scaling.csv")
+    assert csv["karp_flatt"].isna().all() and "karp_flatt_note" in csv

@@ -14,12 +14,14 @@ from scipy import stats as sps
 from analysis.compare import compare_runs
 from analysis.frame import runs_frame
 from analysis.metrics import (
+    NO_SPEEDUP,
     BaselineSpec,
     amdahl_fit,
     amdahl_table,
     analyze,
     group_stats,
     karp_flatt,
+    karp_flatt_note,
     scaling_table,
 )
 from analysis.parse import ParseResult, Run
@@ -187,10 +189,83 @@ def test_high_variance_and_parity_flags() -> None:
 
 
 def test_superlinear_fit_is_not_extrapolated() -> None:
-    table = amdahl_table(scaling_table(frame({1: [100.0], 2: [20.0]})))
-    assert table["serial_fraction"].iloc[0] < 0
+    scaling = scaling_table(frame({1: [100.0], 2: [20.0]}))
+    table = amdahl_table(scaling)
+    assert amdahl_fit([1.0, 2.0], [1.0, 5.0]).serial_fraction < 0  # as fitted...
+    assert table["serial_fraction"].isna().all()  # ...but no serial fraction is shown
     assert table["predicted_speedup_2x"].isna().all()
     assert "superlinear" in table["fit_note"].iloc[0]
+    assert scaling["karp_flatt"].isna().all()
+    assert "superlinear" in scaling["karp_flatt_note"].iloc[1]
+
+
+def test_a_slowdown_has_no_serial_fraction() -> None:
+    """2 processes 3x slower than 1: Karp-Flatt would say 4.5, Amdahl f > 1; neither is one."""
+    scaling = scaling_table(frame({1: [0.040, 0.041, 0.039], 2: [0.13, 0.12, 0.14]}))
+    assert scaling["speedup"].iloc[1] < 1
+    assert (1 / scaling["speedup"].iloc[1] - 0.5) / 0.5 > 4  # what used to be printed
+    assert scaling["karp_flatt"].isna().all()
+    assert scaling["karp_flatt_note"].iloc[1] == NO_SPEEDUP
+    assert amdahl_fit([1.0, 2.0], [1.0, 0.3]).serial_fraction > 1
+    table = amdahl_table(scaling)
+    assert table["serial_fraction"].isna().all() and table["serial_fraction_se"].isna().all()
+    assert table["predicted_speedup_2x"].isna().all()
+    assert table["fit_note"].iloc[0] == NO_SPEEDUP
+    assert karp_flatt(1.0, 4.0) != karp_flatt(1.0, 4.0)  # S = 1 gains nothing: NaN too
+    assert karp_flatt_note(0.5, 4.0) == NO_SPEEDUP
+
+
+def test_amdahl_band_uses_the_t_quantile_of_its_residual_df() -> None:
+    ps = [2.0, 4.0, 8.0]
+    speedups = [1.9, 3.3, 5.6]  # f about 0.06 with residuals: a non-zero SE
+    fit = amdahl_fit([1.0, *ps], [1.0, *speedups])
+    assert fit.points == 3 and fit.df == 2 and fit.stderr > 0
+    t = sps.t.ppf(0.975, 2)
+    low_f, high_f = fit.interval(0.95)
+    assert low_f == pytest.approx(fit.serial_fraction - t * fit.stderr, rel=1e-12)
+    assert high_f == pytest.approx(fit.serial_fraction + t * fit.stderr, rel=1e-12)
+    scaling = pd.DataFrame(
+        {
+            "series": "s",
+            "scaling_mode": "strong",
+            "relative_scale": [1.0, *ps],
+            "speedup": [1.0, *speedups],
+            "baseline_world_size": 1,
+            "world_size": [1, 2, 4, 8],
+        }
+    )
+    row = amdahl_table(scaling).iloc[0]
+    lo, hi = max(0.0, low_f), min(1.0, high_f)
+    assert row["serial_fraction_ci_low"] == pytest.approx(lo)
+    assert row["serial_fraction_ci_high"] == pytest.approx(hi)
+    p = 16.0  # 2x the largest world size
+    assert row["predicted_speedup_2x_low"] == pytest.approx(fit.speedup(p, hi))
+    assert row["predicted_speedup_2x_high"] == pytest.approx(fit.speedup(p, lo))
+    # a 1-SE band (the old one) is narrower than the 95% band: t(0.975, 2) = 4.30
+    assert row["predicted_speedup_2x_low"] < fit.speedup(p, fit.serial_fraction + fit.stderr)
+
+
+@given(st.lists(positive, min_size=1, max_size=12), st.sampled_from([0.8, 0.9, 0.95, 0.99]))
+def test_intervals_of_positive_data_are_positive_and_contain_the_geometric_mean(
+    values: list[float], confidence: float
+) -> None:
+    s = summarize(values, confidence, log_scale=True)
+    assert s.min <= s.gmean <= s.max
+    assert s.gmean <= s.mean * (1 + 1e-12)  # AM-GM
+    if s.n >= 2:
+        assert 0 < s.ci_low <= s.gmean <= s.ci_high
+        assert s.ci_high / s.gmean == pytest.approx(s.gmean / s.ci_low, rel=1e-9)  # log-symmetric
+    else:
+        assert math.isnan(s.ci_low) and math.isnan(s.ci_high)
+
+
+def test_a_time_interval_never_goes_negative() -> None:
+    """Three repeats, one slow: the linear t-interval of the mean crosses zero."""
+    times = [1.0, 1.2, 9.0]
+    assert summarize(times).ci_low < 0
+    g = group_stats(frame({1: times})).iloc[0]
+    assert 0 < g["train_time_s_ci_low"] <= g["train_time_s_gmean"] <= g["train_time_s_ci_high"]
+    assert g["samples_per_s_ci_low"] > 0 and g["samples_per_s_per_device_ci_low"] > 0
 
 
 def test_compare_marks_only_large_and_significant_changes() -> None:
