@@ -18,15 +18,17 @@ both sides need lives here, once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import statistics
 import tempfile
+import types
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 MARKER = ":::SCALESCOPE"
 """Every event line starts with this marker (possibly after a prefix such as ``0: `` from srun)."""
@@ -38,8 +40,13 @@ EVENT_START = "start"
 EVENT_RESULT = "result"
 
 
+CHECKSUM_KEY = "checksum"
+"""sha256 (hex) of the event's canonical JSON without this key; see :func:`checksum`."""
+
+
 class RecordError(ValueError):
-    """A line carries the marker but not a valid event (truncated, bad JSON, newer schema...)."""
+    """A line carries the marker but not a valid event (truncated, bad JSON, newer schema, a
+    field of the wrong type, a checksum that does not match...)."""
 
 
 @dataclass(frozen=True)
@@ -146,12 +153,47 @@ _IDENTITY_FIELDS = tuple(f.name for f in fields(Identity))
 _RESULT_FIELDS = tuple(
     f.name for f in fields(ResultRecord) if f.name not in ("identity", "schema_version", "event")
 )
-_RESULT_OPTIONAL = {"tracking", "threads_per_process"}
+_RESULT_OPTIONAL = {
+    f.name
+    for f in fields(ResultRecord)
+    if f.name in _RESULT_FIELDS and (f.default is not MISSING or f.default_factory is not MISSING)
+}
+_IDENTITY_OPTIONAL = {
+    f.name for f in fields(Identity) if f.default is not MISSING or f.default_factory is not MISSING
+}
+# Annotations resolved once: every field is checked against them, so a field added to one of
+# the dataclasses is validated without touching the decoder.
+_IDENTITY_TYPES = get_type_hints(Identity)
+_RESULT_TYPES = get_type_hints(ResultRecord)
+
+
+def _canonical(data: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in data.items() if k != CHECKSUM_KEY}
+    return json.dumps(_finite(body), sort_keys=True, separators=(",", ":"))
+
+
+def checksum(data: Mapping[str, Any]) -> str:
+    """sha256 hex of an event dict's canonical JSON (sorted keys, compact separators, NaN and
+    infinity as null) with the ``checksum`` key left out: the same for an event's log line and
+    its ``result.json``, whatever the indentation of either."""
+    return hashlib.sha256(_canonical(data).encode("utf-8")).hexdigest()
+
+
+def _with_checksum(data: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = _finite({k: v for k, v in data.items() if k != CHECKSUM_KEY})
+    out[CHECKSUM_KEY] = checksum(out)
+    return out
+
+
+def _is_event(data: Mapping[str, Any]) -> bool:
+    return data.get("event") in (EVENT_START, EVENT_RESULT) and "schema_version" in data
 
 
 def encode(event: StartEvent | ResultRecord) -> str:
-    """One log line: marker, space, compact JSON. NaN/inf are not JSON, so they become null."""
-    return f"{MARKER} {json.dumps(_finite(event.to_dict()), separators=(',', ':'), sort_keys=True)}"
+    """One log line: marker, space, compact JSON carrying its checksum. NaN/inf are not JSON,
+    so they become null."""
+    data = _with_checksum(event.to_dict())
+    return f"{MARKER} {json.dumps(data, separators=(',', ':'), sort_keys=True)}"
 
 
 def _finite(value: Any) -> Any:
@@ -185,9 +227,14 @@ def decode_line(line: str) -> StartEvent | ResultRecord | None:
 
 
 def from_dict(data: Mapping[str, Any]) -> StartEvent | ResultRecord:
-    """Validate a decoded event. Unknown extra keys are kept out (forward compatible)."""
+    """Validate a decoded event. Unknown extra keys are kept out (forward compatible).
+
+    A ``checksum`` key, when present, must match the rest of the event (records written
+    before checksums existed have none and are accepted). Every field must have the type its
+    dataclass annotation says: ints pass for floats, booleans are not ints, and ``null`` passes
+    for a float (NaN and infinity are written as null)."""
     version = data.get("schema_version")
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool):
         raise RecordError("event has no integer schema_version")
     if version > SCHEMA_VERSION:
         raise RecordError(
@@ -196,7 +243,9 @@ def from_dict(data: Mapping[str, Any]) -> StartEvent | ResultRecord:
         )
     if version < 1:
         raise RecordError(f"schema_version {version} is not valid")
-    missing = [k for k in _IDENTITY_FIELDS if k not in data]
+    if CHECKSUM_KEY in data and data[CHECKSUM_KEY] != checksum(data):
+        raise RecordError("checksum mismatch: the record was altered after it was written")
+    missing = [k for k in _IDENTITY_FIELDS if k not in data and k not in _IDENTITY_OPTIONAL]
     event = data.get("event")
     if event == EVENT_RESULT:
         missing += [k for k in _RESULT_FIELDS if k not in data and k not in _RESULT_OPTIONAL]
@@ -204,21 +253,123 @@ def from_dict(data: Mapping[str, Any]) -> StartEvent | ResultRecord:
         raise RecordError(f"unknown event {event!r}")
     if missing:
         raise RecordError(f"{event} event lacks field(s): {', '.join(missing)}")
-    identity = Identity(**{k: data[k] for k in _IDENTITY_FIELDS})
+    _check_types(event, data, _IDENTITY_FIELDS, _IDENTITY_TYPES)
+    identity = Identity(**{k: data[k] for k in _IDENTITY_FIELDS if k in data})
     if event == EVENT_START:
         return StartEvent(identity=identity, schema_version=version)
+    _check_types(event, data, _RESULT_FIELDS, _RESULT_TYPES)
     values = {k: data[k] for k in _RESULT_FIELDS if k in data}
     return ResultRecord(identity=identity, schema_version=version, **values)
 
 
+# --- field types -----------------------------------------------------------------------------
+
+
+def _check_types(
+    event: str, data: Mapping[str, Any], names: Sequence[str], hints: Mapping[str, Any]
+) -> None:
+    for name in names:
+        if name in data and not _type_ok(data[name], hints[name]):
+            raise RecordError(
+                f"{event} event field {name!r} should be {type_name(hints[name])}, "
+                f"got {_describe(data[name])}"
+            )
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    """Does a decoded JSON value fit the annotation ``tp``? Unknown annotations pass."""
+    if tp is Any:
+        return True
+    origin = get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        return any(_type_ok(value, arg) for arg in get_args(tp))
+    if origin is Literal:
+        return value in get_args(tp)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        # null stands for NaN or infinity, which JSON cannot write
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    if tp is str:
+        return isinstance(value, str)
+    if tp in (list, tuple) or origin in (list, tuple, Sequence):
+        if not isinstance(value, list):
+            return False
+        args = [a for a in get_args(tp) if a is not Ellipsis]
+        return not args or all(_type_ok(v, args[0]) for v in value)
+    if tp is dict or origin in (dict, Mapping):
+        if not isinstance(value, dict):
+            return False
+        args = get_args(tp)
+        return not args or all(
+            _type_ok(k, args[0]) and _type_ok(v, args[1]) for k, v in value.items()
+        )
+    return True
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def type_name(tp: Any) -> str:
+    """An annotation in JSON words: ``a number or null``, ``a list of numbers``."""
+    origin = get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        args = get_args(tp)
+        named = [type_name(a) for a in args if a is not type(None)]
+        return " or ".join(named + (["null"] if type(None) in args else []))
+    if origin is Literal:
+        return "one of " + ", ".join(json.dumps(a) for a in get_args(tp))
+    if tp in (list, tuple) or origin in (list, tuple, Sequence):
+        args = [a for a in get_args(tp) if a is not Ellipsis]
+        if not args or args[0] is Any:
+            return "a list"
+        inner = type_name(args[0])
+        plural = {"an integer": "integers", "a number": "numbers", "a string": "strings"}
+        return f"a list of {plural.get(inner, inner)}"
+    if tp is dict or origin in (dict, Mapping):
+        return "an object"
+    return _TYPE_NAMES.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _describe(value: Any) -> str:
+    kind = (
+        "null"
+        if value is None
+        else "true or false"
+        if isinstance(value, bool)
+        else "a number"
+        if isinstance(value, (int, float))
+        else "a string"
+        if isinstance(value, str)
+        else "a list"
+        if isinstance(value, list)
+        else "an object"
+        if isinstance(value, dict)
+        else type(value).__name__
+    )
+    text = json.dumps(value, default=str)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{kind} ({text})" if kind != "null" else kind
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Mapping[str, Any]) -> Path:
-    """Write JSON next to ``path`` then rename: readers never see a half-written file."""
+    """Write JSON next to ``path`` then rename: readers never see a half-written file.
+
+    A start or result event dict (``event`` and ``schema_version`` keys) gets its
+    ``checksum`` key, equal to the one of its log line (:func:`encode`)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    # A start or result event carries the checksum of its log line (same canonical JSON).
+    body = _with_checksum(data) if _is_event(data) else _finite(dict(data))
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(_finite(dict(data)), fh, indent=2, sort_keys=True)
+            json.dump(body, fh, indent=2, sort_keys=True)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
