@@ -46,7 +46,31 @@ RESULT_JSON = "result.json"
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 8 << 20
 """A line longer than this cannot be an event line (those are a few kB); it is skipped."""
-_BINARY_PROBE = 8192
+MAX_REGION_PROBLEMS = 10
+"""Unreadable regions itemised per file; the rest are counted in one more problem."""
+REGION_SCAN_BYTES = 16 << 20
+"""Bytes of damaged lines examined byte by byte per file (bounds the time a large binary file
+costs); markers are still searched for beyond it."""
+_REGION_GAP = 64
+"""Unreadable bytes closer than this belong to one region (random bytes hold short runs of
+printable ones)."""
+
+# What a crash leaves in a log: blocks of NUL bytes (a file extended on a shared filesystem
+# before its data arrived) or random bytes. Other control characters than tab, line ends,
+# form feed and escape (colours) do not occur in text either. A stray non-UTF-8 byte in a
+# line (latin-1 text) is decoded as a replacement character and not worth a word.
+_DAMAGE_PROBE = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
+_MULTIBYTE = (
+    rb"[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
+    rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
+    rb"|\xf4[\x80-\x8f][\x80-\xbf]{2}"
+)
+_DAMAGE = re.compile(
+    rb"(?P<nul>\x00+)|(?P<ctl>[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f]+)|(?:" + _MULTIBYTE + rb")+"
+    rb"|(?P<bad>[\x80-\xff]+?)"
+)
+_MIN_UNDECODABLE = 64
+"""A region of only non-UTF-8 bytes is reported from this size on, if they are dense."""
 
 # Files that are never logs: checked by suffix before opening, skipped without a word.
 SKIP_SUFFIXES = frozenset(
@@ -214,28 +238,178 @@ def _constant(n: int) -> Callable[[], int]:
     return lambda: n
 
 
+@dataclass
+class _Region:
+    """Bytes ``start`` to ``end`` (exclusive) of a file that are not text."""
+
+    start: int
+    end: int
+    line: int
+    nul: int = 0
+    control: int = 0
+    undecodable: int = 0
+
+    def reportable(self) -> bool:
+        if self.nul or self.control:
+            return True
+        return (
+            self.undecodable >= _MIN_UNDECODABLE and 4 * self.undecodable >= self.end - self.start
+        )
+
+    @property
+    def what(self) -> str:
+        size = self.end - self.start
+        if self.nul == size:
+            return f"NUL block ({size} bytes)"
+        parts = [
+            f"{n} {name}"
+            for n, name in (
+                (self.nul, "NUL"),
+                (self.control, "control"),
+                (self.undecodable, "non-UTF-8"),
+            )
+            if n
+        ]
+        return f"undecodable bytes ({size} bytes: {', '.join(parts)})"
+
+    def where(self) -> str:
+        return f"bytes {self.start}-{self.end - 1} (line {self.line})"
+
+
+@dataclass
+class _Damage:
+    """The unreadable regions of one file, found while its lines stream past."""
+
+    regions: list[_Region] = field(default_factory=list)
+    open: _Region | None = None
+    scanned: int = 0
+    """Bytes of damaged lines examined so far (bounded by :data:`REGION_SCAN_BYTES`)."""
+    unscanned_from: int | None = None
+    long_lines: list[tuple[int, int, int, bool]] = field(default_factory=list)
+    """(line number, first byte, length, holds the marker) of each over-long line."""
+
+    def feed(self, buf: bytes, start: int, end: int, base_offset: int, line_no: int) -> None:
+        """Look at ``buf[start:end]`` (whole lines; ``buf[start]`` is at file offset
+        ``base_offset + start`` on line ``line_no``)."""
+        seg = buf[start:end] if start or end != len(buf) else buf
+        if seg.isascii() and _DAMAGE_PROBE.search(seg) is None:
+            return  # the common case: plain text, one C-speed pass
+        if self.unscanned_from is not None:
+            return
+        if self.scanned >= REGION_SCAN_BYTES:
+            self.close()
+            self.unscanned_from = base_offset + start
+            return
+        self.scanned += len(seg)
+        offset = base_offset + start
+        for m in _DAMAGE.finditer(seg):
+            kind = m.lastgroup
+            if kind is None:
+                continue  # a valid multi-byte character
+            at, to = offset + m.start(), offset + m.end()
+            region = self.open
+            if region is None or at - region.end >= _REGION_GAP:
+                self.close()
+                line = line_no + seg.count(b"\n", 0, m.start())
+                region = self.open = _Region(at, at, line)
+            region.end = to
+            if kind == "nul":
+                region.nul += to - at
+            elif kind == "ctl":
+                region.control += to - at
+            else:
+                region.undecodable += to - at
+
+    def close(self) -> None:
+        if self.open is not None and self.open.reportable():
+            self.regions.append(self.open)
+        self.open = None
+
+    def problems(self, display: str, has_events: bool, size: int) -> list[Problem]:
+        self.close()
+        out: list[Problem] = []
+        for line, first, length, marker in self.long_lines:
+            if marker:
+                continue  # reported with the events (an event line too long to be read)
+            out.append(
+                Problem(
+                    display,
+                    f"line {line}: {length / (1 << 20):.0f} MiB without a line break "
+                    f"(bytes {first}-{first + length - 1}), skipped",
+                    severity="info",
+                )
+            )
+        if not self.regions and self.unscanned_from is None:
+            return out
+        if not has_events:
+            total = sum(r.end - r.start for r in self.regions)
+            first = self.regions[0] if self.regions else None
+            where = f", the first at {first.where()}: {first.what}" if first else ""
+            out.append(
+                Problem(
+                    display,
+                    f"binary file, skipped: no record in it; {total} unreadable byte(s) of "
+                    f"{size} in {len(self.regions)} region(s){where}",
+                )
+            )
+            return out
+        for r in self.regions[:MAX_REGION_PROBLEMS]:
+            out.append(Problem(display, f"{r.where()}: {r.what}, skipped; records around it read"))
+        rest = self.regions[MAX_REGION_PROBLEMS:]
+        if rest:
+            out.append(
+                Problem(
+                    display,
+                    f"{len(rest)} more unreadable region(s) from byte {rest[0].start} "
+                    f"({sum(r.end - r.start for r in rest)} bytes), skipped",
+                )
+            )
+        if self.unscanned_from is not None:
+            out.append(
+                Problem(
+                    display,
+                    f"more damaged lines after byte {self.unscanned_from} not examined "
+                    f"(over {REGION_SCAN_BYTES >> 20} MiB of damage); records in them read",
+                )
+            )
+        return out
+
+
 def _marker_lines(
-    fh: BinaryIO, first: bytes
+    fh: BinaryIO, first: bytes, damage: _Damage | None = None
 ) -> Iterator[tuple[int, Callable[[], int], bytes | None]]:
     """(byte offset, line number thunk, line) of every line holding the marker; the line is
     None for a line too long to be an event. Reads in chunks, so memory stays bounded
     whatever the file size; newlines are only counted when a line number is asked for (a
-    problem to report) or the file spans several chunks."""
+    problem to report) or the file spans several chunks. ``damage``, if given, sees every
+    complete line (NUL blocks, binary garbage) and every over-long line."""
     carry = b""
     base_offset = 0  # file offset of ``buf[0]``
     line_base = 1  # line number of the first line in ``buf``
     chunk = first
     skipping = False  # inside an over-long line, dropping bytes up to its end
+    long_start = 0  # file offset where the over-long line began
+    long_marker = False
     while True:
         eof = not chunk
         buf = carry + chunk if carry else chunk
         if not buf:
+            if skipping and damage is not None:
+                damage.long_lines.append(
+                    (line_base, long_start, base_offset - long_start, long_marker)
+                )
             return
         end = len(buf) if eof else buf.rfind(b"\n") + 1
         if end == 0:  # no line end in this chunk
             if len(buf) > MAX_LINE_BYTES:
-                if not skipping and MARKER_BYTES in buf:
-                    yield base_offset, _constant(line_base), None
+                if not skipping:
+                    long_start, long_marker = base_offset, MARKER_BYTES in buf
+                    if long_marker:
+                        yield base_offset, _constant(line_base), None
+                    if damage is not None:
+                        damage.close()
+                elif not long_marker and MARKER_BYTES in buf:
+                    long_marker = True  # too late to be read, but not plain noise
                 skipping, carry = True, b""
                 base_offset += len(buf)
             else:
@@ -246,8 +420,13 @@ def _marker_lines(
         if skipping:
             # the over-long line ends at the first newline of this chunk
             start = buf.find(b"\n") + 1
+            if damage is not None:
+                length = base_offset + start - 1 - long_start  # without its newline
+                damage.long_lines.append((line_base, long_start, length, long_marker))
             line_base += 1
             skipping = False
+        if damage is not None:
+            damage.feed(buf, start, end, base_offset, line_base)
         pos = buf.find(MARKER_BYTES, start, end)
         while pos >= 0:
             ls = buf.rfind(b"\n", 0, pos) + 1
@@ -281,12 +460,12 @@ def scan_file(item: tuple[str, str]) -> FileScan:
             return FileScan(path, display, problems=(Problem(display, str(exc)),))
     events: list[tuple[int, StartEvent | ResultRecord]] = []
     problems: list[Problem] = []
+    damage = _Damage()
     try:
         with open(path, "rb") as fh:
             first = fh.read(CHUNK_BYTES)
-            if b"\0" in first[:_BINARY_PROBE]:
-                return FileScan(path, display, problems=(Problem(display, "binary file, skipped"),))
-            lines = list(_marker_lines(fh, first))
+            lines = list(_marker_lines(fh, first, damage))
+            size = fh.tell()
     except OSError as exc:
         return FileScan(path, display, problems=(Problem(display, f"cannot read: {exc}"),))
     # Results first: a start event whose run finished in this same log adds nothing, so it
@@ -325,6 +504,7 @@ def scan_file(item: tuple[str, str]) -> FileScan:
             problems.append(Problem(display, problem))
         elif event is not None:
             events.append((offset, event))
+    problems += damage.problems(display, bool(lines), size)
     hint = None if events else job_hint(name)  # only logs without events need their name
     scan = FileScan(path, display, tuple(events), problems=tuple(problems), hint=hint)
     finished = {e.identity.run_id for _, e in events if isinstance(e, ResultRecord)}

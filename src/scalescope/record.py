@@ -211,6 +211,9 @@ def find_marker(line: str) -> int:
     return line.find(MARKER)
 
 
+_DECODER = json.JSONDecoder()
+
+
 def decode_line(line: str) -> StartEvent | ResultRecord | None:
     """Parse one log line. None when the line has no marker; RecordError when it is broken."""
     at = find_marker(line)
@@ -218,7 +221,9 @@ def decode_line(line: str) -> StartEvent | ResultRecord | None:
         return None
     payload = line[at + len(MARKER) :].strip()
     try:
-        data = json.loads(payload)
+        # What follows the object on the same line is not part of it: another rank's output
+        # or bytes a crash left behind (the checksum vouches for the object itself).
+        data, _ = _DECODER.raw_decode(payload)
     except json.JSONDecodeError as exc:
         raise RecordError(f"event line is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -1,0 +1,164 @@
+"""Logs that a crash damaged: NUL blocks, random bytes, altered records, a line of 120 MB.
+
+Every intact record in such a file is read; each unreadable region is a problem that says
+where it is (bytes and line) and what it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tracemalloc
+from pathlib import Path
+
+from analysis_helpers import FIXTURES, make_result, noise, start_of
+
+from analysis import load_all
+from analysis.parse import parse
+from scalescope.record import MARKER, encode
+
+REAL_LOG = FIXTURES / "sweep" / "local-20261121T105452-13013.out"
+
+
+def _real_events() -> tuple[bytes, bytes]:
+    """The start and result lines a real job printed (see tests/fixtures/logs/README.md)."""
+    lines = REAL_LOG.read_bytes().splitlines()
+    start = next(ln for ln in lines if b'"event":"start"' in ln)
+    result = next(ln for ln in lines if b'"event":"result"' in ln)
+    return start, result
+
+
+def _text(lines: list[str]) -> bytes:
+    return "".join(f"{ln}\n" for ln in lines).encode()
+
+
+def test_nul_blocks_and_random_bytes_skip_only_their_region(tmp_path: Path) -> None:
+    start, result = _real_events()
+    rng = random.Random(7)
+    head = _text(noise(3)) + start + b"\n"  # 7 lines
+    nul_a = b"\0" * 4096  # the node crashed: the file grew before its data arrived
+    tail_nul, tail_garbage = b"\0" * 65536, rng.randbytes(16384)
+    data = head + nul_a + result + b"\n" + tail_nul + tail_garbage + b"\nlast words\n"
+    path = tmp_path / "slurm-13013.out"
+    path.write_bytes(data)
+
+    runs, failures, problems = load_all(tmp_path, jobs=1)
+
+    assert runs["job_id"].tolist() == ["local-20261121T105452-13013"]
+    assert runs["train_time_s"].notna().all() and failures.empty
+    assert [Path(p.file).name for p in problems] == ["slurm-13013.out"] * 2
+    first, second = (p.message for p in problems)
+    a = len(head)
+    assert first == (
+        f"bytes {a}-{a + 4095} (line 8): NUL block (4096 bytes), skipped; records around it read"
+    )
+    b = a + len(nul_a) + len(result) + 1
+    assert second.startswith(f"bytes {b}-")
+    end = int(second.split("-", 1)[1].split(" ", 1)[0])
+    # the region ends with the last unreadable byte of the garbage (printable bytes may follow)
+    assert b + 65536 + 16384 - 64 <= end <= b + 65536 + 16384 - 1
+    assert "(line 9): undecodable bytes (" in second and "65" in second and "NUL" in second
+
+
+def test_record_glued_between_garbage_on_one_line_is_read(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    r = make_result("21")
+    line = rng.randbytes(2048) + encode(r).encode() + b"\0" * 8192 + rng.randbytes(512)
+    (tmp_path / "slurm-21.out").write_bytes(_text(noise(1)) + line + b"\n")
+    result = parse([tmp_path], jobs=1)
+    assert [x.record for x in result.runs] == [r]
+    before, after = (p.message for p in result.problems)  # the record splits the garbage
+    for message in (before, after):
+        assert message.endswith("skipped; records around it read")
+    assert "(line 3)" in before  # random bytes hold newlines too: later line numbers vary
+    first_bad = int(before.split()[1].split("-")[0])
+    head = len(_text(noise(1)))
+    assert head <= first_bad < head + 64
+
+
+def test_file_of_only_garbage_is_one_problem(tmp_path: Path) -> None:
+    (tmp_path / "core.out").write_bytes(random.Random(3).randbytes(32768))
+    (problem,) = parse([tmp_path], jobs=1).problems
+    assert problem.message.startswith("binary file, skipped: no record in it; ")
+    assert "of 32768 in " in problem.message
+
+
+def test_latin1_text_is_not_damage(tmp_path: Path) -> None:
+    r = make_result("22")
+    text = "Température du nœud: élevée, café\n".encode("latin-1", "replace") * 50
+    (tmp_path / "slurm-22.out").write_bytes(text + encode(r).encode() + b"\n")
+    result = parse([tmp_path], jobs=1)
+    assert [x.record for x in result.runs] == [r] and result.problems == []
+
+
+def test_altered_record_is_a_problem_and_left_out(tmp_path: Path) -> None:
+    r = make_result("23")
+    line = encode(r).replace('"train_time_s":', '"train_time_s":1', 1)  # 100.0 -> 1100.0
+    (tmp_path / "slurm-23.out").write_text(encode(start_of(r)) + "\n" + line + "\n")
+    result = parse([tmp_path], jobs=1)
+    assert result.runs == []
+    (problem,) = result.problems
+    assert Path(problem.file).name == "slurm-23.out"
+    assert problem.message == (
+        "line 2: checksum mismatch: the record was altered after it was written"
+    )
+    (failure,) = result.failures  # its start event still says which job it was
+    assert failure.job_id == "23"
+
+
+def test_wrong_field_type_is_a_problem_naming_file_and_field(tmp_path: Path) -> None:
+    r = make_result("24")
+    data = {**r.to_dict(), "steps": "40"}  # no checksum: a record from before they existed
+    (tmp_path / "slurm-24.out").write_text(f"{MARKER} {json.dumps(data)}\n")
+    (problem,) = parse([tmp_path], jobs=1).problems
+    assert Path(problem.file).name == "slurm-24.out"
+    assert "field 'steps' should be an integer, got a string" in problem.message
+
+
+def test_a_120_mb_line_in_a_log_costs_neither_memory_nor_the_records(tmp_path: Path) -> None:
+    finished = make_result("31")
+    died = make_result("32")
+    path = tmp_path / "slurm-31.out"
+    with path.open("wb") as fh:
+        fh.write(_text([encode(start_of(finished)), encode(finished), encode(start_of(died))]))
+        block = b"=" * (1 << 20)
+        for _ in range(120):  # a progress bar that never printed a newline
+            fh.write(block)
+        fh.write(b"\n")
+        fh.write(
+            _text(
+                [
+                    "Traceback (most recent call last):",
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                ]
+            )
+        )
+    tracemalloc.start()
+    try:
+        result = parse([tmp_path], jobs=1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 48 << 20, f"reading held {peak >> 20} MiB"
+    assert [x.record for x in result.runs] == [finished]
+    (failure,) = result.failures
+    assert failure.job_id == "32" and failure.diagnosis.code == "cuda_oom"
+    assert failure.diagnosis.evidence is not None and failure.diagnosis.evidence.line_no == 6
+    (problem,) = result.problems
+    assert problem.severity == "info"
+    start = (
+        path.stat().st_size
+        - (120 << 20)
+        - 1
+        - len(
+            _text(
+                [
+                    "Traceback (most recent call last):",
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                ]
+            )
+        )
+    )
+    assert problem.message == (
+        f"line 4: 120 MiB without a line break (bytes {start}-{start + (120 << 20) - 1}), skipped"
+    )
