@@ -59,7 +59,6 @@ printable ones)."""
 # before its data arrived) or random bytes. Other control characters than tab, line ends,
 # form feed and escape (colours) do not occur in text either. A stray non-UTF-8 byte in a
 # line (latin-1 text) is decoded as a replacement character and not worth a word.
-_DAMAGE_PROBE = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
 _MULTIBYTE = (
     rb"[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
     rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
@@ -276,6 +275,20 @@ class _Region:
         return f"bytes {self.start}-{self.end - 1} (line {self.line})"
 
 
+def _maybe_damaged(seg: bytes) -> bool:
+    """False for text (the common case, C-speed checks only): no NUL byte and valid UTF-8.
+    Stray control characters in text (a bell, a backspace) are not damage on their own."""
+    if b"\0" in seg:
+        return True
+    if seg.isascii():
+        return False
+    try:
+        seg.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
 @dataclass
 class _Damage:
     """The unreadable regions of one file, found while its lines stream past."""
@@ -292,8 +305,8 @@ class _Damage:
         """Look at ``buf[start:end]`` (whole lines; ``buf[start]`` is at file offset
         ``base_offset + start`` on line ``line_no``)."""
         seg = buf[start:end] if start or end != len(buf) else buf
-        if seg.isascii() and _DAMAGE_PROBE.search(seg) is None:
-            return  # the common case: plain text, one C-speed pass
+        if not _maybe_damaged(seg):
+            return
         if self.unscanned_from is not None:
             return
         if self.scanned >= REGION_SCAN_BYTES:
