@@ -92,6 +92,7 @@ FAILURE_COLUMNS: dict[str, str] = {
     "evidence_file": "str",
     "evidence_line": "Int64",
     "also_seen": "str",
+    "consequences": "str",
     "files": "str",
 }
 
@@ -175,6 +176,7 @@ def _failure_row(failure: Failure) -> dict[str, Any]:
         evidence_file=d.evidence.file if d.evidence else None,
         evidence_line=d.evidence.line_no if d.evidence else None,
         also_seen=",".join(d.also_seen),
+        consequences="\n".join(f"{c.label} at {c.where}: {c.line}" for c in d.consequences),
         files=";".join(failure.files),
     )
     return row
