@@ -30,6 +30,8 @@ REASONS: dict[str, str] = {
     "collective_error": "NCCL/collective error (peer exited or network)",
     "exception": "Python exception",
     "exit_code": "task exit code",
+    "never_started": "never started",
+    "log_missing": "log missing",
     "unknown": "unknown or still running",
 }
 """Reason code -> label."""
@@ -51,6 +53,9 @@ CAUSAL_ORDER = (
     "cancelled",
     "time_limit",
     "exit_code",
+    # a sweep manifest's job that nothing else speaks for (never matched in a log)
+    "never_started",
+    "log_missing",
     "unknown",
 )
 """Which of two symptoms is the cause when their order is unknown (they are in different

@@ -165,6 +165,14 @@ def _run_row(run: Run) -> dict[str, Any]:
 
 def _failure_row(failure: Failure) -> dict[str, Any]:
     row = _identity_row(failure.identity)
+    planned = failure.planned
+    if failure.identity is None and planned is not None:
+        row.update(
+            nodes=planned.nodes,
+            devices_per_node=planned.devices_per_node,
+            world_size=planned.world_size,
+            sweep_id=planned.sweep_id,
+        )
     d = failure.diagnosis
     row.update(
         job_id=failure.job_id,

@@ -18,6 +18,7 @@ a bad file: every problem is returned, with its file name, next to the records.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 from collections import defaultdict
@@ -36,12 +37,22 @@ from scalescope.record import (
     read_result_json,
 )
 
-from .classify import KEYWORDS, Diagnosis, Evidence, EvidenceCollector, diagnose, with_attempt
+from .classify import (
+    KEYWORDS,
+    REASONS,
+    Diagnosis,
+    Evidence,
+    EvidenceCollector,
+    diagnose,
+    with_attempt,
+)
 
 MARKER_BYTES = MARKER.encode()
 SUMMARY_MARKER = ".scalescope-summary"
 """A summary output folder holds this file; the walker never descends into such a folder."""
 RESULT_JSON = "result.json"
+SWEEP_JSON = "sweep.json"
+"""A sweep's manifest (``scalescope sweep``): every job it planned, so none goes unreported."""
 
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 8 << 20
@@ -107,6 +118,28 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class PlannedJob:
+    """One job of a sweep's manifest: what was planned and where its logs should be."""
+
+    manifest: str
+    """Display name of the sweep.json that lists it."""
+    job_id: str | None
+    """None when the sweep never submitted it (interrupted before its turn)."""
+    shape: str | None
+    repeat: int | None
+    state: str | None
+    logs: tuple[str, ...]
+    sweep_id: str | None
+    nodes: int | None
+    devices_per_node: int | None
+    world_size: int | None
+
+    @property
+    def what(self) -> str:
+        return f"shape {self.shape or '?'} repeat {'?' if self.repeat is None else self.repeat}"
+
+
+@dataclass(frozen=True)
 class FileScan:
     path: str
     display: str
@@ -117,6 +150,8 @@ class FileScan:
     hint: str | None = None
     """Job id read from the file name (``1234`` or array ``1234_5``), if any."""
     evidence_scanned: bool = False
+    planned: tuple[PlannedJob, ...] = ()
+    """The jobs a sweep.json lists."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +173,8 @@ class Failure:
     restart_count: int
     diagnosis: Diagnosis
     files: tuple[str, ...]
+    planned: PlannedJob | None = None
+    """The sweep manifest's entry, for a job known only from it."""
 
 
 @dataclass
@@ -163,7 +200,7 @@ def job_hint(name: str) -> str | None:
 def _skip_file(name: str) -> bool:
     if name.startswith("."):
         return True
-    if name == RESULT_JSON:
+    if name in (RESULT_JSON, SWEEP_JSON):
         return False
     if ".tfevents." in name:
         return True
@@ -471,6 +508,13 @@ def scan_file(item: tuple[str, str]) -> FileScan:
             return FileScan(path, display, events=((0, read_result_json(path)),))
         except RecordError as exc:
             return FileScan(path, display, problems=(Problem(display, str(exc)),))
+    if name == SWEEP_JSON:
+        try:
+            planned = read_manifest(path, display)
+        except ValueError as exc:
+            message = f"not a readable sweep manifest: {exc}; the logs are still summarised"
+            return FileScan(path, display, problems=(Problem(display, message),))
+        return FileScan(path, display, planned=tuple(planned))
     events: list[tuple[int, StartEvent | ResultRecord]] = []
     problems: list[Problem] = []
     damage = _Damage()
@@ -524,6 +568,63 @@ def scan_file(item: tuple[str, str]) -> FileScan:
     if any(isinstance(e, StartEvent) and e.identity.run_id not in finished for _, e in events):
         return _with_evidence(scan)
     return scan
+
+
+def _opt_int(entry: dict[str, object], key: str, where: str) -> int | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where}.{key} is not an integer")
+    return value
+
+
+def _opt_str(entry: dict[str, object], key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"{where}.{key} is not a string")
+    return str(value)  # a job id may have been written as a number
+
+
+def read_manifest(path: str, display: str) -> list[PlannedJob]:
+    """The jobs of a sweep.json (``scalescope.sweep.manifest``); ValueError saying what is
+    wrong when it is not one. Keys it does not know are ignored."""
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(MAX_LINE_BYTES).decode("utf-8", errors="replace"))
+    except OSError as exc:
+        raise ValueError(f"cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError("the top level is not an object")
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        raise ValueError("'jobs' is not a list")
+    sweep_id = data.get("sweep_id") if isinstance(data.get("sweep_id"), str) else None
+    out = []
+    for i, entry in enumerate(jobs):
+        where = f"jobs[{i}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} is not an object")
+        logs = (_opt_str(entry, "stdout", where), _opt_str(entry, "stderr", where))
+        out.append(
+            PlannedJob(
+                manifest=display,
+                job_id=_opt_str(entry, "job_id", where),
+                shape=_opt_str(entry, "shape", where),
+                repeat=_opt_int(entry, "repeat", where),
+                state=_opt_str(entry, "state", where),
+                logs=tuple(log for log in logs if log),
+                sweep_id=sweep_id,
+                nodes=_opt_int(entry, "nodes", where),
+                devices_per_node=_opt_int(entry, "devices_per_node", where),
+                world_size=_opt_int(entry, "world_size", where),
+            )
+        )
+    return out
 
 
 # --- phase 2: evidence ----------------------------------------------------------------------
@@ -630,6 +731,9 @@ class _Assembler:
         self.alias: dict[str, str] = {}
         self.hinted: list[FileScan] = []
         self.broken_files: set[str] = set()
+        self.planned: list[PlannedJob] = []
+        self.unplanned: list[Failure] = []
+        """Jobs a sweep manifest lists that left no record and no failure message."""
 
     def _key(self, identity: Identity) -> str:
         key = identity.job_id
@@ -645,6 +749,7 @@ class _Assembler:
 
     def add(self, scan: FileScan) -> None:
         self.problems.extend(scan.problems)
+        self.planned.extend(scan.planned)
         # result.json first: it is written atomically, a log line may have been interleaved
         for _, event in scan.events:
             key = self._key(event.identity)
@@ -705,6 +810,44 @@ class _Assembler:
                 )
             )
 
+    def known(self, job_id: str) -> bool:
+        """Does any record or failure message speak for this job?"""
+        key = self.alias.get(job_id, job_id)
+        return key in self.finished_keys() or key in self.starts or bool(self.evidence.get(key))
+
+    def check_planned(self, read_names: set[str]) -> list[tuple[str, str]]:
+        """Jobs of the manifests that nothing speaks for become failures ("never started",
+        "log missing"). Returns the logs that exist but were not among the inputs: the
+        caller reads them and calls this again."""
+        to_read: list[tuple[str, str]] = []
+        self.unplanned = []
+        seen: set[tuple[str | None, ...]] = set()
+        for job in self.planned:
+            ident = (job.job_id,) if job.job_id else (job.manifest, job.shape, str(job.repeat))
+            if ident in seen or (job.job_id is not None and self.known(job.job_id)):
+                continue
+            seen.add(ident)
+            state = f"; sweep.json says {job.state}" if job.state else ""
+            if job.job_id is None:
+                code, detail = "never_started", f"never started: {job.what} was not submitted"
+            else:
+                read = [log for log in job.logs if os.path.basename(log) in read_names]
+                elsewhere = [log for log in job.logs if log not in read and os.path.isfile(log)]
+                if elsewhere and not read:
+                    to_read += [(log, log) for log in elsewhere]
+                    continue
+                if read or elsewhere:
+                    code = "never_started"
+                    detail = f"never started: no start event in {(read or elsewhere)[0]}"
+                else:
+                    code = "log_missing"
+                    missing = job.logs[0] if job.logs else "(no log path in sweep.json)"
+                    detail = f"log missing: {missing}"
+            diagnosis = Diagnosis(code, REASONS[code], f"{detail} ({job.what}{state})", None, ())
+            job_id = job.job_id or f"not submitted: {job.what}"
+            self.unplanned.append(Failure(job_id, None, 0, diagnosis, (job.manifest,), job))
+        return to_read
+
     def finish(self) -> ParseResult:
         out = ParseResult(problems=self.problems)
         by_job: dict[str, list[tuple[ResultRecord, list[str]]]] = defaultdict(list)
@@ -754,6 +897,7 @@ class _Assembler:
                     detail=f"no valid result; {broken[0]} has a broken event line (see problems)",
                 )
             out.failures.append(Failure(key, identity, final, diagnosis, files))
+        out.failures += self.unplanned
         out.runs.sort(key=lambda r: (r.record.identity.job_id, r.record.identity.run_id))
         return out
 
@@ -795,6 +939,14 @@ def parse(
             assembler.add(scan)
         for scan in _map(evidence_scan, assembler.pending(), jobs):
             assembler.add_evidence(scan)
+        names = {os.path.basename(path) for path, _ in files}
+        outside = assembler.check_planned(names)
+        if outside:  # a manifest names logs that are not under the inputs: read them too
+            for scan in map(scan_file, outside):
+                assembler.add(scan)
+            for scan in map(evidence_scan, assembler.pending()):
+                assembler.add_evidence(scan)
+            assembler.check_planned(names | {os.path.basename(p) for p, _ in outside})
         result = assembler.finish()
     finally:
         if gc_was_enabled:
