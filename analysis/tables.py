@@ -55,6 +55,10 @@ def sig(x: Any, digits: int = 4) -> str:
     return f"{x:,.{decimals}f}"
 
 
+def times(x: Any) -> str:
+    return MISSING if _nan(x) else f"{float(x):.2f}x"
+
+
 def pct(x: Any, digits: int = 1) -> str:
     return MISSING if _nan(x) else f"{100 * float(x):.{digits}f}%"
 
@@ -264,7 +268,7 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                             "%",
                         ),
                         num(r["train_time_s_mean"]),
-                        f"{r['job_time_speedup']:.2f}x",
+                        times(r["job_time_speedup"]),
                         loss,
                         acc,
                         r["parity"],
@@ -286,7 +290,7 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                             "%",
                         ),
                         kf,
-                        f"{r['job_time_speedup']:.2f}x",
+                        times(r["job_time_speedup"]),
                         pct(r["job_time_efficiency"]),
                         loss,
                         acc,
