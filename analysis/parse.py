@@ -378,14 +378,14 @@ class _Damage:
     def problems(self, display: str, has_events: bool, size: int) -> list[Problem]:
         self.close()
         out: list[Problem] = []
-        for line, first, length, marker in self.long_lines:
+        for line, at, length, marker in self.long_lines:
             if marker:
                 continue  # reported with the events (an event line too long to be read)
             out.append(
                 Problem(
                     display,
                     f"line {line}: {length / (1 << 20):.0f} MiB without a line break "
-                    f"(bytes {first}-{first + length - 1}), skipped",
+                    f"(bytes {at}-{at + length - 1}), skipped",
                     severity="info",
                 )
             )

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import stat
+import tempfile
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -475,3 +476,23 @@ def test_every_field_is_type_checked(name: str) -> None:
     data = {**make_result().to_dict(), name: _wrong_value(hints[name])}
     with pytest.raises(RecordError, match=rf"field '{name}' should be "):
         from_dict(data)
+
+
+@given(
+    train_time=any_float,
+    device=texts,
+    config=st.dictionaries(
+        texts, st.one_of(any_float, texts, st.integers(), st.none()), max_size=4
+    ),
+)
+def test_result_json_and_log_line_agree_on_the_checksum(
+    train_time: float, device: str, config: dict[str, Any]
+) -> None:
+    """Whatever the values (unicode, NaN, huge ints), both copies verify and agree."""
+    result = make_result(train_time_s=train_time, device_name=device, config=config)
+    line = encode(result)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_json_atomic(Path(tmp) / "result.json", result.to_dict())
+        on_disk = json.loads(path.read_text(encoding="utf-8"))
+        assert on_disk["checksum"] == _payload(line)["checksum"]
+        assert read_result_json(path) == decode_line(line)

@@ -309,10 +309,8 @@ def _type_ok(value: Any, tp: Any) -> bool:
     if tp is dict or origin in (dict, Mapping):
         if not isinstance(value, dict):
             return False
-        args = get_args(tp)
-        return not args or all(
-            _type_ok(k, args[0]) and _type_ok(v, args[1]) for k, v in value.items()
-        )
+        kv = get_args(tp)
+        return not kv or all(_type_ok(k, kv[0]) and _type_ok(v, kv[1]) for k, v in value.items())
     return True
 
 
@@ -323,9 +321,9 @@ def type_name(tp: Any) -> str:
     """An annotation in JSON words: ``a number or null``, ``a list of numbers``."""
     origin = get_origin(tp)
     if origin is Union or origin is types.UnionType:
-        args = get_args(tp)
-        named = [type_name(a) for a in args if a is not type(None)]
-        return " or ".join(named + (["null"] if type(None) in args else []))
+        members = get_args(tp)
+        named = [type_name(a) for a in members if a is not type(None)]
+        return " or ".join(named + (["null"] if type(None) in members else []))
     if origin is Literal:
         return "one of " + ", ".join(json.dumps(a) for a in get_args(tp))
     if tp in (list, tuple) or origin in (list, tuple, Sequence):
