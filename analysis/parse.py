@@ -335,8 +335,9 @@ class _Damage:
     scanned: int = 0
     """Bytes of damaged lines examined so far (bounded by :data:`REGION_SCAN_BYTES`)."""
     unscanned_from: int | None = None
-    long_lines: list[tuple[int, int, int, bool]] = field(default_factory=list)
-    """(line number, first byte, length, holds the marker) of each over-long line."""
+    long_lines: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
+    """(line number, first byte, length, NUL bytes in it, an event line in it was too long)
+    of each over-long line."""
 
     def feed(self, buf: bytes, start: int, end: int, base_offset: int, line_no: int) -> None:
         """Look at ``buf[start:end]`` (whole lines; ``buf[start]`` is at file offset
@@ -378,9 +379,19 @@ class _Damage:
     def problems(self, display: str, has_events: bool, size: int) -> list[Problem]:
         self.close()
         out: list[Problem] = []
-        for line, at, length, marker in self.long_lines:
-            if marker:
+        for line, at, length, nul, lost in self.long_lines:
+            if lost or length <= 0:
                 continue  # reported with the events (an event line too long to be read)
+            if 10 * nul >= 9 * length:  # a NUL hole too large to be a line of the log
+                region = _Region(at, at + length, line, nul=nul)
+                out.append(
+                    Problem(
+                        display,
+                        f"{region.where()}: NUL block ({length} bytes), "
+                        "skipped; records around it read",
+                    )
+                )
+                continue
             out.append(
                 Problem(
                     display,
@@ -432,47 +443,68 @@ def _marker_lines(
     None for a line too long to be an event. Reads in chunks, so memory stays bounded
     whatever the file size; newlines are only counted when a line number is asked for (a
     problem to report) or the file spans several chunks. ``damage``, if given, sees every
-    complete line (NUL blocks, binary garbage) and every over-long line."""
+    complete line (NUL blocks, binary garbage) and every over-long line.
+
+    An event printed right after a long run of bytes without a newline (a NUL hole a crash
+    left, a progress bar) starts inside an over-long line: it is read from its marker on."""
     carry = b""
     base_offset = 0  # file offset of ``buf[0]``
     line_base = 1  # line number of the first line in ``buf``
     chunk = first
     skipping = False  # inside an over-long line, dropping bytes up to its end
-    long_start = 0  # file offset where the over-long line began
-    long_marker = False
+    long_start = long_nul = 0  # where the over-long line began; NUL bytes in it
+    lost = False  # an event line in it was too long to be read (reported as such)
+
+    def end_long(at: int) -> None:
+        if damage is not None:
+            damage.long_lines.append((line_base, long_start, at - long_start, long_nul, lost))
+
     while True:
         eof = not chunk
         buf = carry + chunk if carry else chunk
         if not buf:
-            if skipping and damage is not None:
-                damage.long_lines.append(
-                    (line_base, long_start, base_offset - long_start, long_marker)
-                )
+            if skipping:
+                end_long(base_offset)
             return
         end = len(buf) if eof else buf.rfind(b"\n") + 1
         if end == 0:  # no line end in this chunk
             if len(buf) > MAX_LINE_BYTES:
                 if not skipping:
-                    long_start, long_marker = base_offset, MARKER_BYTES in buf
-                    if long_marker:
-                        yield base_offset, _constant(line_base), None
+                    skipping, long_start, long_nul, lost = True, base_offset, 0, False
                     if damage is not None:
                         damage.close()
-                elif not long_marker and MARKER_BYTES in buf:
-                    long_marker = True  # too late to be read, but not plain noise
-                skipping, carry = True, b""
-                base_offset += len(buf)
+                p = buf.rfind(MARKER_BYTES)
+                if p >= 0 and len(buf) - p <= MAX_LINE_BYTES:
+                    long_nul += buf.count(b"\0", 0, p)
+                    end_long(base_offset + p)
+                    skipping, carry = False, buf[p:]
+                    base_offset += p
+                else:
+                    if p >= 0 and not lost:
+                        lost = True
+                        yield base_offset + p, _constant(line_base), None
+                    # keep what could be the start of a marker cut by this read
+                    drop = len(buf) - (len(MARKER_BYTES) - 1)
+                    long_nul += buf.count(b"\0", 0, drop)
+                    carry = buf[drop:]
+                    base_offset += drop
             else:
                 carry = buf
             chunk = fh.read(CHUNK_BYTES)
             continue
         start = 0
         if skipping:
-            # the over-long line ends at the first newline of this chunk
-            start = buf.find(b"\n") + 1
-            if damage is not None:
-                length = base_offset + start - 1 - long_start  # without its newline
-                damage.long_lines.append((line_base, long_start, length, long_marker))
+            # the over-long line ends at the first newline of this chunk, or with the file
+            nl = buf.find(b"\n")
+            nl = len(buf) if nl < 0 else nl
+            p = buf.rfind(MARKER_BYTES, 0, nl)
+            if p >= 0 and nl - p <= MAX_LINE_BYTES:
+                yield base_offset + p, _constant(line_base), buf[p:nl]
+            else:
+                p = nl
+            long_nul += buf.count(b"\0", 0, p)
+            end_long(base_offset + p)
+            start = min(nl + 1, len(buf))
             line_base += 1
             skipping = False
         if damage is not None:

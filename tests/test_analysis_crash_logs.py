@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
 import tracemalloc
 from pathlib import Path
 
+import pytest
 from analysis_helpers import FIXTURES, make_result, noise, start_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import analysis.parse as parse_mod
 from analysis import load_all
 from analysis.parse import parse
 from scalescope.record import MARKER, encode
@@ -162,3 +167,61 @@ def test_a_120_mb_line_in_a_log_costs_neither_memory_nor_the_records(tmp_path: P
     assert problem.message == (
         f"line 4: 120 MiB without a line break (bytes {start}-{start + (120 << 20) - 1}), skipped"
     )
+
+
+def test_record_right_after_a_nul_hole_longer_than_a_line_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hole bigger than the longest line we hold (scaled down here: 4 kB lines, 1 kB
+    reads), with the requeued attempt's record written right after it, no newline between."""
+    monkeypatch.setattr(parse_mod, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(parse_mod, "MAX_LINE_BYTES", 4000)
+    first, second = make_result("41"), make_result("42")
+    head = _text([encode(start_of(first))])
+    for tail in (b"\n", b""):  # the record ends its line, or the file
+        path = tmp_path / "slurm-41.out"
+        path.write_bytes(head + b"\0" * 20_000 + encode(first).encode() + tail)
+        (tmp_path / "slurm-42.out").write_bytes(b"=" * 9000 + encode(second).encode() + b"\n")
+        result = parse([tmp_path], jobs=1)
+        assert [r.record for r in result.runs] == [first, second]
+        hole, bar = result.problems
+        assert hole.message == (
+            f"bytes {len(head)}-{len(head) + 19_999} (line 2): NUL block (20000 bytes), "
+            "skipped; records around it read"
+        )
+        assert (bar.severity, bar.message) == (
+            "info",
+            "line 1: 0 MiB without a line break (bytes 0-8999), skipped",
+        )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    layout=st.lists(
+        st.tuples(st.integers(0, 9000), st.booleans(), st.booleans()), min_size=1, max_size=5
+    ),
+    chunk=st.integers(64, 1500),
+)
+def test_every_record_after_any_hole_is_read_whatever_the_read_size(
+    layout: list[tuple[int, bool, bool]], chunk: int
+) -> None:
+    """Holes of any size (some longer than a line may be), records glued to them or on their
+    own line, files ending with or without a newline: every record is found once."""
+    saved = parse_mod.CHUNK_BYTES, parse_mod.MAX_LINE_BYTES
+    parse_mod.CHUNK_BYTES, parse_mod.MAX_LINE_BYTES = chunk, 4000
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            data, expected = b"", []
+            for i, (hole, own_line, noise_after) in enumerate(layout):
+                r = make_result(f"5{i}")
+                expected.append(r)
+                data += b"\0" * hole + (b"\n" if own_line else b"") + encode(r).encode()
+                data += b"\nEpoch 1: 100%\n" if noise_after else b"\n"
+            (Path(tmp) / "slurm-50.out").write_bytes(data.rstrip(b"\n") if chunk % 2 else data)
+            result = parse([tmp], jobs=1)
+    finally:
+        parse_mod.CHUNK_BYTES, parse_mod.MAX_LINE_BYTES = saved
+    assert sorted(r.record.identity.job_id for r in result.runs) == sorted(
+        r.identity.job_id for r in expected
+    )
+    assert all("NUL block" in p.message for p in result.problems)
