@@ -117,6 +117,9 @@ class Problem:
     """``warning`` (data lost or doubtful) or ``info`` (worth knowing, nothing lost)."""
 
 
+_NOT_RUN = frozenset({"WAITING", "PENDING"})
+
+
 @dataclass(frozen=True)
 class PlannedJob:
     """One job of a sweep's manifest: what was planned and where its logs should be."""
@@ -133,6 +136,14 @@ class PlannedJob:
     nodes: int | None
     devices_per_node: int | None
     world_size: int | None
+    elapsed_s: float | None = None
+
+    @property
+    def ran(self) -> bool:
+        """Did the scheduler ever run it (as far as the manifest knows)?"""
+        if self.state in _NOT_RUN:
+            return False
+        return bool(self.elapsed_s) or self.state not in ("CANCELLED", "UNKNOWN", None)
 
     @property
     def what(self) -> str:
@@ -611,6 +622,15 @@ def _opt_int(entry: dict[str, object], key: str, where: str) -> int | None:
     return value
 
 
+def _opt_float(entry: dict[str, object], key: str, where: str) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ValueError(f"{where}.{key} is not a number")
+    return float(value)
+
+
 def _opt_str(entry: dict[str, object], key: str, where: str) -> str | None:
     value = entry.get(key)
     if value is None:
@@ -654,6 +674,7 @@ def read_manifest(path: str, display: str) -> list[PlannedJob]:
                 nodes=_opt_int(entry, "nodes", where),
                 devices_per_node=_opt_int(entry, "devices_per_node", where),
                 world_size=_opt_int(entry, "world_size", where),
+                elapsed_s=_opt_float(entry, "elapsed_s", where),
             )
         )
     return out
@@ -871,10 +892,12 @@ class _Assembler:
                 if read or elsewhere:
                     code = "never_started"
                     detail = f"never started: no start event in {(read or elsewhere)[0]}"
+                elif not job.logs or not job.ran:
+                    # queued, or cancelled while queued: the scheduler never made a log
+                    code = "never_started"
+                    detail = "never started: no log" + (f" at {job.logs[0]}" if job.logs else "")
                 else:
-                    code = "log_missing"
-                    missing = job.logs[0] if job.logs else "(no log path in sweep.json)"
-                    detail = f"log missing: {missing}"
+                    code, detail = "log_missing", f"log missing: {job.logs[0]}"
             diagnosis = Diagnosis(code, REASONS[code], f"{detail} ({job.what}{state})", None, ())
             job_id = job.job_id or f"not submitted: {job.what}"
             self.unplanned.append(Failure(job_id, None, 0, diagnosis, (job.manifest,), job))

@@ -24,7 +24,7 @@ def _entry(job_id: str | None, shape: str, repeat: int, folder: Path, **extra: A
         "repeat": repeat,
         "state": extra.pop("state", "COMPLETED"),
         "detail": None,
-        "elapsed_s": 12.5,
+        "elapsed_s": extra.pop("elapsed_s", 12.5),
         "stdout": None if log is None else f"{log}.out",
         "stderr": None if log is None else f"{log}.err",
         **extra,
@@ -61,12 +61,13 @@ def test_every_planned_job_is_a_run_or_a_failure_row(tmp_path: Path) -> None:
             _entry("102", "1x2", 0, sweep, state="FAILED", round=0, order=1, cluster="local"),
             _entry("103", "1x2", 1, sweep, state="COMPLETED"),  # its folder was deleted
             _entry(None, "2x1", 0, sweep, state="PENDING"),  # the sweep stopped before it
+            _entry("104", "2x1", 1, sweep, state="PENDING", elapsed_s=None),  # still queued
         ],
     )
     runs, failures, problems = load_all(tmp_path, jobs=1)
     assert runs["job_id"].tolist() == ["101"]
     rows = {r["job_id"]: r for r in failures.to_dict("records")}
-    assert set(rows) == {"102", "103", "not submitted: shape 2x1 repeat 0"}
+    assert set(rows) == {"102", "103", "104", "not submitted: shape 2x1 repeat 0"}
     assert rows["102"]["reason"] == "never_started"
     assert rows["102"]["reason_label"] == "never started"
     assert rows["102"]["detail"] == (
@@ -76,6 +77,11 @@ def test_every_planned_job_is_a_run_or_a_failure_row(tmp_path: Path) -> None:
     assert rows["103"]["reason"] == "log_missing"
     assert rows["103"]["detail"] == (
         f"log missing: {sweep}/103/103_0_log.out (shape 1x2 repeat 1; sweep.json says COMPLETED)"
+    )
+    assert (rows["104"]["reason"], rows["104"]["detail"]) == (
+        "never_started",
+        f"never started: no log at {sweep}/104/104_0_log.out (shape 2x1 repeat 1; "
+        "sweep.json says PENDING)",
     )
     unsubmitted = rows["not submitted: shape 2x1 repeat 0"]
     assert unsubmitted["reason"] == "never_started"
