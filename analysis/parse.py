@@ -387,6 +387,15 @@ class _Damage:
             self.regions.append(self.open)
         self.open = None
 
+    def is_binary(self, has_events: bool, size: int) -> bool:
+        """No record and mostly binary data: not a log at all (a misnamed checkpoint). NUL
+        blocks do not count: they are holes a crash left in a log, however large."""
+        self.close()
+        if has_events:
+            return False
+        binary = sum(r.end - r.start for r in self.regions if r.nul != r.end - r.start)
+        return 2 * binary >= size or self.unscanned_from is not None
+
     def problems(self, display: str, has_events: bool, size: int) -> list[Problem]:
         self.close()
         out: list[Problem] = []
@@ -413,7 +422,7 @@ class _Damage:
             )
         if not self.regions and self.unscanned_from is None:
             return out
-        if not has_events:
+        if self.is_binary(has_events, size):
             total = sum(r.end - r.start for r in self.regions)
             first = self.regions[0] if self.regions else None
             where = f", the first at {first.where()}: {first.what}" if first else ""
@@ -605,7 +614,10 @@ def scan_file(item: tuple[str, str]) -> FileScan:
         elif event is not None:
             events.append((offset, event))
     problems += damage.problems(display, bool(lines), size)
-    hint = None if events else job_hint(name)  # only logs without events need their name
+    # Only logs without events need their name (a rank's log, to be read for evidence); not
+    # a binary file, nor one whose event lines are broken (the problems say so already).
+    unusable = damage.is_binary(bool(lines), size) or bool(lines)
+    hint = None if events or unusable else job_hint(name)
     scan = FileScan(path, display, tuple(events), problems=tuple(problems), hint=hint)
     finished = {e.identity.run_id for _, e in events if isinstance(e, ResultRecord)}
     if any(isinstance(e, StartEvent) and e.identity.run_id not in finished for _, e in events):
@@ -835,7 +847,7 @@ class _Assembler:
                 self.evidence[key].extend(scan.evidence)
         if scan.problems:
             self.broken_files.add(scan.display)
-        if not scan.events and not scan.problems and scan.hint is not None:
+        if not scan.events and scan.hint is not None:
             self.hinted.append(scan)
 
     def finished_keys(self) -> set[str]:

@@ -225,3 +225,30 @@ def test_every_record_after_any_hole_is_read_whatever_the_read_size(
         r.identity.job_id for r in expected
     )
     assert all("NUL block" in p.message for p in result.problems)
+
+
+def test_a_rank_log_with_a_hole_is_still_read_for_evidence(tmp_path: Path) -> None:
+    """submitit: rank 0 printed the start event; rank 1's log, damaged, holds the cause."""
+    r = make_result("61")
+    folder = tmp_path / "61"
+    folder.mkdir()
+    (folder / "61_0_log.out").write_text(encode(start_of(r)) + "\n")
+    (folder / "61_1_log.err").write_bytes(
+        _text(noise(2))
+        + b"\0" * 8192
+        + _text(
+            [
+                "[rank1]: Traceback (most recent call last):",
+                "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB.",
+            ]
+        )
+    )
+    result = parse([tmp_path], jobs=1)
+    (failure,) = result.failures
+    assert failure.diagnosis.code == "cuda_oom"
+    assert failure.diagnosis.evidence is not None
+    assert failure.diagnosis.evidence.where.endswith("61_1_log.err:6")
+    (hole,) = [p for p in result.problems if "NUL" in p.message]
+    assert hole.message.endswith(
+        "(line 5): NUL block (8192 bytes), skipped; records around it read"
+    )
