@@ -104,7 +104,6 @@ _COLLECTIVE = re.compile(
     r"Watchdog caught collective operation timeout"
     r"|ran for \d+ milliseconds before timing out"
     r"|Timed out waiting \d+ ?ms for (?:recv|send) operation to complete"
-    r"|Some NCCL operations have failed or timed out"
 )
 _COLLECTIVE_OP = re.compile(r"OpType=(?P<op>\w+).*?Timeout\(ms\)=(?P<ms>\d+)")
 _RENDEZVOUS = re.compile(
@@ -132,9 +131,13 @@ _COLLECTIVE_ERROR = re.compile(
     r"|NCCL error"
     r"|DistBackendError"
     r"|NET/\w+ : Got completion from peer"
+    # printed after a watchdog timeout and before an NCCL error alike: the line that says
+    # which comes next to it
+    r"|Some NCCL operations have failed or timed out"
 )
 _NCCL_CODE = re.compile(r"\b(?P<code>nccl(?:Remote|System|Internal)Error)\b")
 _NCCL_WHAT = re.compile(r"NCCL error(?: in: [^,]*)?[,:]\s*(?P<what>[^,]+?)(?:,\s*NCCL version|$)")
+_NCCL_GENERIC = "NCCL operations failed or timed out; the process is taken down"
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _EXCEPTION = re.compile(
@@ -264,6 +267,8 @@ def _collective_error_detail(line: str) -> str | None:
         return f"connection {how} by a peer: another process exited or the network failed"
     if "completion from peer" in low:
         return "network error: a transfer from a peer failed"
+    if "have failed or timed out" in low:
+        return _NCCL_GENERIC
     m = _NCCL_WHAT.search(line)
     if m:
         return f"NCCL error: {m.group('what').strip()}"
@@ -295,7 +300,9 @@ class EvidenceCollector:
             self.chained = True
             return
         for code, detail in classify_line(line):
-            if code not in self.first:
+            known = self.first.get(code)
+            # the first of each kind, unless it only said "failed or timed out" and this says how
+            if known is None or (known.detail == _NCCL_GENERIC and detail != _NCCL_GENERIC):
                 self.first[code] = Evidence(code, detail, _trim(raw), self.file, line_no, offset)
         if self.traceback_seen and not self.first_traceback_done:
             m = _EXCEPTION.match(line.rstrip())

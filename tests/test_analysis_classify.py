@@ -364,6 +364,25 @@ def test_watchdog_timeout_rethrown_as_dist_backend_error_stays_a_timeout() -> No
     assert [c for c, _ in classify_line(line)] == ["collective_timeout"]
 
 
+def test_nccl_error_after_the_generic_warning_is_a_collective_error() -> None:
+    """NCCL 2.14 / torch 2.0 print the generic line first, then what happened."""
+    lines = [
+        "[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. Due to the "
+        "asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+        "corrupted/incomplete data.",
+        "terminate called after throwing an instance of 'std::runtime_error' what(): NCCL "
+        "error: remote process exited or there was a network error, NCCL version 2.14.3",
+        "srun: error: gpu-a01: task 0: Aborted",
+    ]
+    d = diagnose(_ev(lines, "f"))
+    assert d.code == "collective_error" and d.evidence is not None
+    assert (d.detail, d.evidence.line_no) == (
+        "NCCL error: remote process exited or there was a network error",
+        2,
+    )
+    assert [c.code for c in d.consequences] == ["exit_code"]
+
+
 def test_gloo_peer_closed_on_cpu() -> None:
     lines = [
         "Traceback (most recent call last):",
