@@ -894,7 +894,7 @@ class _Assembler:
             seen.add(ident)
             state = f"; sweep.json says {job.state}" if job.state else ""
             if job.job_id is None:
-                code, detail = "never_started", f"never started: {job.what} was not submitted"
+                code, detail = "never_started", "never started: not submitted"
             else:
                 read = [log for log in job.logs if os.path.basename(log) in read_names]
                 elsewhere = [log for log in job.logs if log not in read and os.path.isfile(log)]

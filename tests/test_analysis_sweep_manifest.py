@@ -85,6 +85,9 @@ def test_every_planned_job_is_a_run_or_a_failure_row(tmp_path: Path) -> None:
     )
     unsubmitted = rows["not submitted: shape 2x1 repeat 0"]
     assert unsubmitted["reason"] == "never_started"
+    assert unsubmitted["detail"] == (
+        "never started: not submitted (shape 2x1 repeat 0; sweep.json says PENDING)"
+    )
     assert (unsubmitted["world_size"], unsubmitted["nodes"], unsubmitted["sweep_id"]) == (
         2,
         2,
