@@ -4,9 +4,11 @@ Each rule matches the stable core of one message, not its decoration: host names
 time formats, srun's ``0: `` labels and PyTorch's ``[rank0]:`` prefixes vary between
 versions and clusters. A job usually prints several symptoms (a CUDA OOM on one rank is
 followed by a collective timeout on the others and by srun's exit codes), so every match is
-kept as :class:`Evidence` and :func:`diagnose` picks the root cause by a fixed priority:
-what Slurm did to the job first, then resource exhaustion, then distributed timeouts, then
-the last Python exception, then bare exit codes.
+kept as :class:`Evidence` and :func:`diagnose` picks the root cause: the earliest error of
+a log, and between logs (whose lines cannot be ordered against each other) the more causal
+kind (:data:`CAUSAL_ORDER`). Everything else the job printed is listed as a consequence with
+its file and line. srun's task exits are always consequences: they only say that a task
+ended, after whatever ended it.
 """
 
 from __future__ import annotations
@@ -25,13 +27,46 @@ REASONS: dict[str, str] = {
     "cuda_oom": "CUDA out of memory",
     "rendezvous_timeout": "rendezvous timeout",
     "collective_timeout": "NCCL/collective timeout",
+    "collective_error": "NCCL/collective error (peer exited or network)",
     "exception": "Python exception",
     "exit_code": "task exit code",
+    "never_started": "never started",
+    "log_missing": "log missing",
     "unknown": "unknown or still running",
 }
-"""Reason code -> label, in priority order (the first present in a job's evidence wins)."""
+"""Reason code -> label."""
 
-_PRIORITY = {code: i for i, code in enumerate(REASONS)}
+CAUSAL_ORDER = (
+    # outside events: nothing the job printed can have caused them
+    "node_failure",
+    "preemption",
+    "requeue",
+    # the job's own errors
+    "host_oom",
+    "cuda_oom",
+    "exception",
+    "rendezvous_timeout",
+    # what the other ranks see when one of them died or hangs
+    "collective_error",
+    "collective_timeout",
+    # what ends a hung job
+    "cancelled",
+    "time_limit",
+    "exit_code",
+    # a sweep manifest's job that nothing else speaks for (never matched in a log)
+    "never_started",
+    "log_missing",
+    "unknown",
+)
+"""Which of two symptoms is the cause when their order is unknown (they are in different
+logs) or equal (one line, two readings: the more specific one comes first here)."""
+
+CONSEQUENCE_ONLY = frozenset({"exit_code"})
+"""Never a root cause while anything else is known, even when printed first: srun reports a
+task's exit as soon as it happens, while the dying task's own traceback may still be in a
+buffer on its way to the log."""
+
+_RANK = {code: i for i, code in enumerate(CAUSAL_ORDER)}
 _MAX_TEXT = 300
 
 # srun --label prints "0: " (padded to the widest task id); torch.distributed prefixes
@@ -69,7 +104,6 @@ _COLLECTIVE = re.compile(
     r"Watchdog caught collective operation timeout"
     r"|ran for \d+ milliseconds before timing out"
     r"|Timed out waiting \d+ ?ms for (?:recv|send) operation to complete"
-    r"|Some NCCL operations have failed or timed out"
 )
 _COLLECTIVE_OP = re.compile(r"OpType=(?P<op>\w+).*?Timeout\(ms\)=(?P<ms>\d+)")
 _RENDEZVOUS = re.compile(
@@ -81,7 +115,31 @@ _RENDEZVOUS = re.compile(
     r"|RendezvousTimeoutError"
 )
 _CLIENTS = re.compile(r"(?P<joined>\d+)/(?P<total>\d+) clients joined")
+# A collective that failed rather than timed out: a peer process died (its sockets closed)
+# or the network failed. gloo (CPU): "[.../gloo/transport/tcp/pair.cc:534] Connection closed
+# by peer [10.0.0.2]:4321", "Read error [...]: Connection reset by peer"; NCCL through
+# torch: "DistBackendError: NCCL error in: ...ProcessGroupNCCL.cpp:1970, remote process
+# exited or there was a network error, NCCL version 2.19.3", then "ncclRemoteError: A call
+# failed possibly due to a network error or a remote process exiting prematurely.";
+# "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or
+# device error."; "ncclInternalError: Internal check failed."; NCCL's own warnings
+# "NET/IB : Got completion from peer ... with error 12", "Net : Connection closed by remote
+# peer host<1234>"; older torch "RuntimeError: NCCL error: unhandled system error".
+_COLLECTIVE_ERROR = re.compile(
+    r"Connection (?:closed|reset) by (?:remote )?peer"
+    r"|\bnccl(?:Remote|System|Internal)Error\b"
+    r"|NCCL error"
+    r"|DistBackendError"
+    r"|NET/\w+ : Got completion from peer"
+    # printed after a watchdog timeout and before an NCCL error alike: the line that says
+    # which comes next to it
+    r"|Some NCCL operations have failed or timed out"
+)
+_NCCL_CODE = re.compile(r"\b(?P<code>nccl(?:Remote|System|Internal)Error)\b")
+_NCCL_WHAT = re.compile(r"NCCL error(?: in: [^,]*)?[,:]\s*(?P<what>[^,]+?)(?:,\s*NCCL version|$)")
+_NCCL_GENERIC = "NCCL operations failed or timed out; the process is taken down"
 _TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _EXCEPTION = re.compile(
     r"^(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
     r"(?:Error|Exception|Interrupt|Exit|Failure|Timeout))(?::\s*(?P<msg>.*))?$"
@@ -90,7 +148,7 @@ _EXCEPTION = re.compile(
 KEYWORDS = re.compile(
     rb"CANCELLED|Cancelled|Traceback|rror|xception|Interrupt|Exit|Failure|Timeout"
     rb"|Out Of Memory|out of memory|oom|Watchdog|timed out|Timed out|timing out|this job is"
-    rb"|Requeued|memory limit|srun: error"
+    rb"|Requeued|memory limit|srun: error|by peer|by remote peer|completion from peer"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -183,7 +241,38 @@ def classify_line(line: str) -> list[tuple[str, str]]:
             else "processes did not all meet at start-up"
         )
         found.append(("rendezvous_timeout", detail))
+    timed_out = any(c in ("collective_timeout", "rendezvous_timeout") for c, _ in found)
+    # a watchdog timeout is re-raised as DistBackendError: that line is the timeout
+    detail = None if timed_out else _collective_error_detail(line)
+    if detail:
+        found.append(("collective_error", detail))
     return found
+
+
+def _collective_error_detail(line: str) -> str | None:
+    """What a failed (not timed-out) collective says, or None if the line is not one."""
+    if not _COLLECTIVE_ERROR.search(line):
+        return None
+    low = line.lower()
+    m = _NCCL_CODE.search(line)
+    if m:
+        code = m.group("code")
+        if code == "ncclRemoteError":
+            return "a peer process exited or the network failed (ncclRemoteError)"
+        if code == "ncclSystemError":
+            return "a system call or the network failed (ncclSystemError)"
+        return "NCCL internal check failed (ncclInternalError)"
+    if "closed by" in low or "reset by" in low:
+        how = "closed" if "closed by" in low else "reset"
+        return f"connection {how} by a peer: another process exited or the network failed"
+    if "completion from peer" in low:
+        return "network error: a transfer from a peer failed"
+    if "have failed or timed out" in low:
+        return _NCCL_GENERIC
+    m = _NCCL_WHAT.search(line)
+    if m:
+        return f"NCCL error: {m.group('what').strip()}"
+    return "a collective failed (DistBackendError)" if "DistBackendError" in line else "NCCL error"
 
 
 @dataclass
@@ -194,22 +283,34 @@ class EvidenceCollector:
     file: str
     first: dict[str, Evidence] = field(default_factory=dict)
     last_exception: Evidence | None = None
+    """The last exception line of the first traceback (its chained exceptions included)."""
     traceback_seen: bool = False
+    chained: bool = False
+    """A "During handling..." line since the last exception: the next traceback continues."""
+    first_traceback_done: bool = False
 
     def feed(self, raw: str, line_no: int, offset: int = -1) -> None:
         line = _PREFIX.sub("", raw.rstrip("\r\n"), count=1)
         if _TRACEBACK in line:
-            self.traceback_seen = True
+            if self.last_exception is not None and not self.chained:
+                self.first_traceback_done = True  # a new, later error: not the earliest
+            self.traceback_seen, self.chained = True, False
+            return
+        if any(c in line for c in _CHAINED):
+            self.chained = True
             return
         for code, detail in classify_line(line):
-            if code not in self.first:
+            known = self.first.get(code)
+            # the first of each kind, unless it only said "failed or timed out" and this says how
+            if known is None or (known.detail == _NCCL_GENERIC and detail != _NCCL_GENERIC):
                 self.first[code] = Evidence(code, detail, _trim(raw), self.file, line_no, offset)
-        if self.traceback_seen:
+        if self.traceback_seen and not self.first_traceback_done:
             m = _EXCEPTION.match(line.rstrip())
             if m:
                 self.last_exception = Evidence(
                     "exception", _trim(line), _trim(raw), self.file, line_no, offset
                 )
+                self.chained = False
 
     def evidence(self) -> list[Evidence]:
         out = list(self.first.values())
@@ -233,11 +334,29 @@ class Diagnosis:
     detail: str
     evidence: Evidence | None
     also_seen: tuple[str, ...]
-    """Other reason codes present, in priority order (symptoms of the root cause)."""
+    """Reason codes of the consequences, in their order (each once)."""
+    consequences: tuple[Evidence, ...] = ()
+    """Every other symptom the job printed, root cause's log first, each with its line."""
+
+
+def _specific(ev: Evidence) -> tuple[bool, int]:
+    """Of two readings of one line, the first is kept: an exception's name says less than
+    what the message says (``RuntimeError: ... Connection closed by peer``)."""
+    return (ev.code == "exception", _RANK.get(ev.code, len(_RANK)))
+
+
+def _order(ev: Evidence) -> tuple[int, int]:
+    return (ev.line_no, ev.offset)
 
 
 def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
-    """Pick the root cause by priority; the last exception wins among exceptions."""
+    """The root cause and its consequences.
+
+    Within one log the earliest line wins (of two readings of one line, the more specific);
+    between logs, the more causal kind of each log's earliest (:data:`CAUSAL_ORDER`).
+    :data:`CONSEQUENCE_ONLY` kinds win only when nothing else is known. One line that reads
+    two ways (``torch.OutOfMemoryError`` is also a Python exception) is listed once.
+    """
     if not evidence:
         return Diagnosis(
             "unknown",
@@ -246,13 +365,24 @@ def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
             None,
             (),
         )
-    best: dict[str, Evidence] = {}
+    by_line: dict[tuple[str, int], Evidence] = {}
     for ev in evidence:
-        if ev.code not in best or ev.code == "exception":
-            best[ev.code] = ev
-    codes = sorted(best, key=_PRIORITY.__getitem__)
-    top = best[codes[0]]
-    return Diagnosis(top.code, top.label, top.detail, top, tuple(codes[1:]))
+        key = (ev.file, ev.line_no)
+        if key not in by_line or _specific(ev) < _specific(by_line[key]):
+            by_line[key] = ev
+    unique = list(by_line.values())
+    candidates = [e for e in unique if e.code not in CONSEQUENCE_ONLY] or unique
+    earliest: dict[str, Evidence] = {}
+    for ev in candidates:
+        if ev.file not in earliest or _order(ev) < _order(earliest[ev.file]):
+            earliest[ev.file] = ev
+    top = min(earliest.values(), key=lambda e: (_RANK.get(e.code, len(_RANK)), e.file, _order(e)))
+    rest = sorted(
+        (e for e in unique if e is not top),
+        key=lambda e: (e.file != top.file, e.file, _order(e)),
+    )
+    codes = tuple(dict.fromkeys(e.code for e in rest))
+    return Diagnosis(top.code, top.label, top.detail, top, codes, tuple(rest))
 
 
 def with_attempt(evidence: Evidence, attempt: int | None) -> Evidence:

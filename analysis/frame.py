@@ -11,15 +11,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import types
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import pandas as pd
 
-from scalescope.record import Identity
+from scalescope.record import Identity, ResultRecord
 
+from .metrics import SCALE_KEYS, STAT_COLUMNS
 from .parse import Failure, ParseResult, Problem, Run, parse
 
 PathArg = str | os.PathLike[str]
@@ -102,6 +104,7 @@ FAILURE_COLUMNS: dict[str, str] = {
     "evidence_file": "str",
     "evidence_line": "Int64",
     "also_seen": "str",
+    "consequences": "str",
     "files": "str",
 }
 
@@ -183,6 +186,14 @@ def _run_row(run: Run) -> dict[str, Any]:
 
 def _failure_row(failure: Failure) -> dict[str, Any]:
     row = _identity_row(failure.identity)
+    planned = failure.planned
+    if failure.identity is None and planned is not None:
+        row.update(
+            nodes=planned.nodes,
+            devices_per_node=planned.devices_per_node,
+            world_size=planned.world_size,
+            sweep_id=planned.sweep_id,
+        )
     d = failure.diagnosis
     row.update(
         job_id=failure.job_id,
@@ -194,6 +205,7 @@ def _failure_row(failure: Failure) -> dict[str, Any]:
         evidence_file=d.evidence.file if d.evidence else None,
         evidence_line=d.evidence.line_no if d.evidence else None,
         also_seen=",".join(d.also_seen),
+        consequences="\n".join(f"{c.label} at {c.where}: {c.line}" for c in d.consequences),
         files=";".join(failure.files),
     )
     return row
@@ -237,6 +249,47 @@ def failures_frame(result: ParseResult) -> pd.DataFrame:
     return _typed([_failure_row(f) for f in result.failures], FAILURE_COLUMNS)
 
 
+def _optional(tp: Any) -> bool:
+    origin = get_origin(tp)
+    return (origin is Union or origin is types.UnionType) and type(None) in get_args(tp)
+
+
+_HINTS = {**get_type_hints(Identity), **get_type_hints(ResultRecord)}
+MEASURED_COLUMNS = tuple(
+    c for c in (*SCALE_KEYS, *STAT_COLUMNS) if c in _HINTS and not _optional(_HINTS[c])
+)
+"""Columns every run must have a finite value in (a record field that is not optional): a
+run without one would silently leave a group's statistics or a scaling axis."""
+
+
+def unmeasured_runs(runs: pd.DataFrame) -> list[Problem]:
+    """A problem per run that lacks a value the grouping or the statistics need (a null
+    written for NaN or infinity, a value of the wrong type): it stays in the runs table but
+    counts in nothing computed from that column, so say so instead of losing it quietly."""
+    problems: list[Problem] = []
+    if runs.empty:
+        return problems
+    cols = [c for c in MEASURED_COLUMNS if c in runs]
+    missing = runs[cols].isna()
+    for pos in missing.index[missing.any(axis=1)]:
+        lacking = [c for c in cols if missing.at[pos, c]]
+        scale = [c for c in lacking if c in SCALE_KEYS]
+        effect = (
+            "it cannot be placed on a scaling axis and is left out of every group"
+            if scale
+            else "it is listed with the runs but left out of these statistics of its group "
+            "(n counts finite values only)"
+        )
+        sources = str(runs.at[pos, "sources"] or "").split(";")
+        problems.append(
+            Problem(
+                sources[0],
+                f"run {runs.at[pos, 'run_id']}: no finite value for {', '.join(lacking)}; {effect}",
+            )
+        )
+    return problems
+
+
 def load_all(
     path: PathArg | Sequence[PathArg],
     *,
@@ -246,7 +299,9 @@ def load_all(
     """Runs, failures and problems under ``path`` (a folder, a file, or a list of them)."""
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     result = parse(paths, jobs=jobs, exclude=exclude)
-    return Loaded(runs_frame(result), failures_frame(result), result.problems, result.files_read)
+    runs = runs_frame(result)
+    problems = [*result.problems, *unmeasured_runs(runs)]
+    return Loaded(runs, failures_frame(result), problems, result.files_read)
 
 
 def load(path: PathArg | Sequence[PathArg], *, jobs: int | None = None) -> pd.DataFrame:

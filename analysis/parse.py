@@ -18,6 +18,7 @@ a bad file: every problem is returned, with its file name, next to the records.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 from collections import defaultdict
@@ -36,17 +37,50 @@ from scalescope.record import (
     read_result_json,
 )
 
-from .classify import KEYWORDS, Diagnosis, Evidence, EvidenceCollector, diagnose, with_attempt
+from .classify import (
+    KEYWORDS,
+    REASONS,
+    Diagnosis,
+    Evidence,
+    EvidenceCollector,
+    diagnose,
+    with_attempt,
+)
 
 MARKER_BYTES = MARKER.encode()
 SUMMARY_MARKER = ".scalescope-summary"
 """A summary output folder holds this file; the walker never descends into such a folder."""
 RESULT_JSON = "result.json"
+SWEEP_JSON = "sweep.json"
+"""A sweep's manifest (``scalescope sweep``): every job it planned, so none goes unreported."""
 
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 8 << 20
 """A line longer than this cannot be an event line (those are a few kB); it is skipped."""
-_BINARY_PROBE = 8192
+MAX_REGION_PROBLEMS = 10
+"""Unreadable regions itemised per file; the rest are counted in one more problem."""
+REGION_SCAN_BYTES = 16 << 20
+"""Bytes of damaged lines examined byte by byte per file (bounds the time a large binary file
+costs); markers are still searched for beyond it."""
+_REGION_GAP = 64
+"""Unreadable bytes closer than this belong to one region (random bytes hold short runs of
+printable ones)."""
+
+# What a crash leaves in a log: blocks of NUL bytes (a file extended on a shared filesystem
+# before its data arrived) or random bytes. Other control characters than tab, line ends,
+# form feed and escape (colours) do not occur in text either. A stray non-UTF-8 byte in a
+# line (latin-1 text) is decoded as a replacement character and not worth a word.
+_MULTIBYTE = (
+    rb"[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
+    rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
+    rb"|\xf4[\x80-\x8f][\x80-\xbf]{2}"
+)
+_DAMAGE = re.compile(
+    rb"(?P<nul>\x00+)|(?P<ctl>[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f]+)|(?:" + _MULTIBYTE + rb")+"
+    rb"|(?P<bad>[\x80-\xff]+?)"
+)
+_MIN_UNDECODABLE = 64
+"""A region of only non-UTF-8 bytes is reported from this size on, if they are dense."""
 
 # Files that are never logs: checked by suffix before opening, skipped without a word.
 SKIP_SUFFIXES = frozenset(
@@ -83,6 +117,39 @@ class Problem:
     """``warning`` (data lost or doubtful) or ``info`` (worth knowing, nothing lost)."""
 
 
+_NOT_RUN = frozenset({"WAITING", "PENDING"})
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """One job of a sweep's manifest: what was planned and where its logs should be."""
+
+    manifest: str
+    """Display name of the sweep.json that lists it."""
+    job_id: str | None
+    """None when the sweep never submitted it (interrupted before its turn)."""
+    shape: str | None
+    repeat: int | None
+    state: str | None
+    logs: tuple[str, ...]
+    sweep_id: str | None
+    nodes: int | None
+    devices_per_node: int | None
+    world_size: int | None
+    elapsed_s: float | None = None
+
+    @property
+    def ran(self) -> bool:
+        """Did the scheduler ever run it (as far as the manifest knows)?"""
+        if self.state in _NOT_RUN:
+            return False
+        return bool(self.elapsed_s) or self.state not in ("CANCELLED", "UNKNOWN", None)
+
+    @property
+    def what(self) -> str:
+        return f"shape {self.shape or '?'} repeat {'?' if self.repeat is None else self.repeat}"
+
+
 @dataclass(frozen=True)
 class FileScan:
     path: str
@@ -94,6 +161,8 @@ class FileScan:
     hint: str | None = None
     """Job id read from the file name (``1234`` or array ``1234_5``), if any."""
     evidence_scanned: bool = False
+    planned: tuple[PlannedJob, ...] = ()
+    """The jobs a sweep.json lists."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +184,8 @@ class Failure:
     restart_count: int
     diagnosis: Diagnosis
     files: tuple[str, ...]
+    planned: PlannedJob | None = None
+    """The sweep manifest's entry, for a job known only from it."""
 
 
 @dataclass
@@ -140,7 +211,7 @@ def job_hint(name: str) -> str | None:
 def _skip_file(name: str) -> bool:
     if name.startswith("."):
         return True
-    if name == RESULT_JSON:
+    if name in (RESULT_JSON, SWEEP_JSON):
         return False
     if ".tfevents." in name:
         return True
@@ -214,40 +285,250 @@ def _constant(n: int) -> Callable[[], int]:
     return lambda: n
 
 
+@dataclass
+class _Region:
+    """Bytes ``start`` to ``end`` (exclusive) of a file that are not text."""
+
+    start: int
+    end: int
+    line: int
+    nul: int = 0
+    control: int = 0
+    undecodable: int = 0
+
+    def reportable(self) -> bool:
+        if self.nul or self.control:
+            return True
+        return (
+            self.undecodable >= _MIN_UNDECODABLE and 4 * self.undecodable >= self.end - self.start
+        )
+
+    @property
+    def what(self) -> str:
+        size = self.end - self.start
+        if self.nul == size:
+            return f"NUL block ({size} bytes)"
+        parts = [
+            f"{n} {name}"
+            for n, name in (
+                (self.nul, "NUL"),
+                (self.control, "control"),
+                (self.undecodable, "non-UTF-8"),
+            )
+            if n
+        ]
+        return f"undecodable bytes ({size} bytes: {', '.join(parts)})"
+
+    def where(self) -> str:
+        return f"bytes {self.start}-{self.end - 1} (line {self.line})"
+
+
+def _maybe_damaged(seg: bytes) -> bool:
+    """False for text (the common case, C-speed checks only): no NUL byte and valid UTF-8.
+    Stray control characters in text (a bell, a backspace) are not damage on their own."""
+    if b"\0" in seg:
+        return True
+    if seg.isascii():
+        return False
+    try:
+        seg.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+@dataclass
+class _Damage:
+    """The unreadable regions of one file, found while its lines stream past."""
+
+    regions: list[_Region] = field(default_factory=list)
+    open: _Region | None = None
+    scanned: int = 0
+    """Bytes of damaged lines examined so far (bounded by :data:`REGION_SCAN_BYTES`)."""
+    unscanned_from: int | None = None
+    long_lines: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
+    """(line number, first byte, length, NUL bytes in it, an event line in it was too long)
+    of each over-long line."""
+
+    def feed(self, buf: bytes, start: int, end: int, base_offset: int, line_no: int) -> None:
+        """Look at ``buf[start:end]`` (whole lines; ``buf[start]`` is at file offset
+        ``base_offset + start`` on line ``line_no``)."""
+        seg = buf[start:end] if start or end != len(buf) else buf
+        if not _maybe_damaged(seg):
+            return
+        if self.unscanned_from is not None:
+            return
+        if self.scanned >= REGION_SCAN_BYTES:
+            self.close()
+            self.unscanned_from = base_offset + start
+            return
+        self.scanned += len(seg)
+        offset = base_offset + start
+        for m in _DAMAGE.finditer(seg):
+            kind = m.lastgroup
+            if kind is None:
+                continue  # a valid multi-byte character
+            at, to = offset + m.start(), offset + m.end()
+            region = self.open
+            if region is None or at - region.end >= _REGION_GAP:
+                self.close()
+                line = line_no + seg.count(b"\n", 0, m.start())
+                region = self.open = _Region(at, at, line)
+            region.end = to
+            if kind == "nul":
+                region.nul += to - at
+            elif kind == "ctl":
+                region.control += to - at
+            else:
+                region.undecodable += to - at
+
+    def close(self) -> None:
+        if self.open is not None and self.open.reportable():
+            self.regions.append(self.open)
+        self.open = None
+
+    def is_binary(self, has_events: bool, size: int) -> bool:
+        """No record and mostly binary data: not a log at all (a misnamed checkpoint). NUL
+        blocks do not count: they are holes a crash left in a log, however large."""
+        self.close()
+        if has_events:
+            return False
+        binary = sum(r.end - r.start for r in self.regions if r.nul != r.end - r.start)
+        return 2 * binary >= size or self.unscanned_from is not None
+
+    def problems(self, display: str, has_events: bool, size: int) -> list[Problem]:
+        self.close()
+        out: list[Problem] = []
+        for line, at, length, nul, lost in self.long_lines:
+            if lost or length <= 0:
+                continue  # reported with the events (an event line too long to be read)
+            if 10 * nul >= 9 * length:  # a NUL hole too large to be a line of the log
+                region = _Region(at, at + length, line, nul=nul)
+                out.append(
+                    Problem(
+                        display,
+                        f"{region.where()}: NUL block ({length} bytes), "
+                        "skipped; records around it read",
+                    )
+                )
+                continue
+            out.append(
+                Problem(
+                    display,
+                    f"line {line}: {length / (1 << 20):.0f} MiB without a line break "
+                    f"(bytes {at}-{at + length - 1}), skipped",
+                    severity="info",
+                )
+            )
+        if not self.regions and self.unscanned_from is None:
+            return out
+        if self.is_binary(has_events, size):
+            total = sum(r.end - r.start for r in self.regions)
+            first = self.regions[0] if self.regions else None
+            where = f", the first at {first.where()}: {first.what}" if first else ""
+            out.append(
+                Problem(
+                    display,
+                    f"binary file, skipped: no record in it; {total} unreadable byte(s) of "
+                    f"{size} in {len(self.regions)} region(s){where}",
+                )
+            )
+            return out
+        for r in self.regions[:MAX_REGION_PROBLEMS]:
+            out.append(Problem(display, f"{r.where()}: {r.what}, skipped; records around it read"))
+        rest = self.regions[MAX_REGION_PROBLEMS:]
+        if rest:
+            out.append(
+                Problem(
+                    display,
+                    f"{len(rest)} more unreadable region(s) from byte {rest[0].start} "
+                    f"({sum(r.end - r.start for r in rest)} bytes), skipped",
+                )
+            )
+        if self.unscanned_from is not None:
+            out.append(
+                Problem(
+                    display,
+                    f"more damaged lines after byte {self.unscanned_from} not examined "
+                    f"(over {REGION_SCAN_BYTES >> 20} MiB of damage); records in them read",
+                )
+            )
+        return out
+
+
 def _marker_lines(
-    fh: BinaryIO, first: bytes
+    fh: BinaryIO, first: bytes, damage: _Damage | None = None
 ) -> Iterator[tuple[int, Callable[[], int], bytes | None]]:
     """(byte offset, line number thunk, line) of every line holding the marker; the line is
     None for a line too long to be an event. Reads in chunks, so memory stays bounded
     whatever the file size; newlines are only counted when a line number is asked for (a
-    problem to report) or the file spans several chunks."""
+    problem to report) or the file spans several chunks. ``damage``, if given, sees every
+    complete line (NUL blocks, binary garbage) and every over-long line.
+
+    An event printed right after a long run of bytes without a newline (a NUL hole a crash
+    left, a progress bar) starts inside an over-long line: it is read from its marker on."""
     carry = b""
     base_offset = 0  # file offset of ``buf[0]``
     line_base = 1  # line number of the first line in ``buf``
     chunk = first
     skipping = False  # inside an over-long line, dropping bytes up to its end
+    long_start = long_nul = 0  # where the over-long line began; NUL bytes in it
+    lost = False  # an event line in it was too long to be read (reported as such)
+
+    def end_long(at: int) -> None:
+        if damage is not None:
+            damage.long_lines.append((line_base, long_start, at - long_start, long_nul, lost))
+
     while True:
         eof = not chunk
         buf = carry + chunk if carry else chunk
         if not buf:
+            if skipping:
+                end_long(base_offset)
             return
         end = len(buf) if eof else buf.rfind(b"\n") + 1
         if end == 0:  # no line end in this chunk
             if len(buf) > MAX_LINE_BYTES:
-                if not skipping and MARKER_BYTES in buf:
-                    yield base_offset, _constant(line_base), None
-                skipping, carry = True, b""
-                base_offset += len(buf)
+                if not skipping:
+                    skipping, long_start, long_nul, lost = True, base_offset, 0, False
+                    if damage is not None:
+                        damage.close()
+                p = buf.rfind(MARKER_BYTES)
+                if p >= 0 and len(buf) - p <= MAX_LINE_BYTES:
+                    long_nul += buf.count(b"\0", 0, p)
+                    end_long(base_offset + p)
+                    skipping, carry = False, buf[p:]
+                    base_offset += p
+                else:
+                    if p >= 0 and not lost:
+                        lost = True
+                        yield base_offset + p, _constant(line_base), None
+                    # keep what could be the start of a marker cut by this read
+                    drop = len(buf) - (len(MARKER_BYTES) - 1)
+                    long_nul += buf.count(b"\0", 0, drop)
+                    carry = buf[drop:]
+                    base_offset += drop
             else:
                 carry = buf
             chunk = fh.read(CHUNK_BYTES)
             continue
         start = 0
         if skipping:
-            # the over-long line ends at the first newline of this chunk
-            start = buf.find(b"\n") + 1
+            # the over-long line ends at the first newline of this chunk, or with the file
+            nl = buf.find(b"\n")
+            nl = len(buf) if nl < 0 else nl
+            p = buf.rfind(MARKER_BYTES, 0, nl)
+            if p >= 0 and nl - p <= MAX_LINE_BYTES:
+                yield base_offset + p, _constant(line_base), buf[p:nl]
+            else:
+                p = nl
+            long_nul += buf.count(b"\0", 0, p)
+            end_long(base_offset + p)
+            start = min(nl + 1, len(buf))
             line_base += 1
             skipping = False
+        if damage is not None:
+            damage.feed(buf, start, end, base_offset, line_base)
         pos = buf.find(MARKER_BYTES, start, end)
         while pos >= 0:
             ls = buf.rfind(b"\n", 0, pos) + 1
@@ -279,14 +560,21 @@ def scan_file(item: tuple[str, str]) -> FileScan:
             return FileScan(path, display, events=((0, read_result_json(path)),))
         except RecordError as exc:
             return FileScan(path, display, problems=(Problem(display, str(exc)),))
+    if name == SWEEP_JSON:
+        try:
+            planned = read_manifest(path, display)
+        except ValueError as exc:
+            message = f"not a readable sweep manifest: {exc}; the logs are still summarised"
+            return FileScan(path, display, problems=(Problem(display, message),))
+        return FileScan(path, display, planned=tuple(planned))
     events: list[tuple[int, StartEvent | ResultRecord]] = []
     problems: list[Problem] = []
+    damage = _Damage()
     try:
         with open(path, "rb") as fh:
             first = fh.read(CHUNK_BYTES)
-            if b"\0" in first[:_BINARY_PROBE]:
-                return FileScan(path, display, problems=(Problem(display, "binary file, skipped"),))
-            lines = list(_marker_lines(fh, first))
+            lines = list(_marker_lines(fh, first, damage))
+            size = fh.tell()
     except OSError as exc:
         return FileScan(path, display, problems=(Problem(display, f"cannot read: {exc}"),))
     # Results first: a start event whose run finished in this same log adds nothing, so it
@@ -325,12 +613,83 @@ def scan_file(item: tuple[str, str]) -> FileScan:
             problems.append(Problem(display, problem))
         elif event is not None:
             events.append((offset, event))
-    hint = None if events else job_hint(name)  # only logs without events need their name
+    problems += damage.problems(display, bool(lines), size)
+    # Only logs without events need their name (a rank's log, to be read for evidence); not
+    # a binary file, nor one whose event lines are broken (the problems say so already).
+    unusable = damage.is_binary(bool(lines), size) or bool(lines)
+    hint = None if events or unusable else job_hint(name)
     scan = FileScan(path, display, tuple(events), problems=tuple(problems), hint=hint)
     finished = {e.identity.run_id for _, e in events if isinstance(e, ResultRecord)}
     if any(isinstance(e, StartEvent) and e.identity.run_id not in finished for _, e in events):
         return _with_evidence(scan)
     return scan
+
+
+def _opt_int(entry: dict[str, object], key: str, where: str) -> int | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where}.{key} is not an integer")
+    return value
+
+
+def _opt_float(entry: dict[str, object], key: str, where: str) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ValueError(f"{where}.{key} is not a number")
+    return float(value)
+
+
+def _opt_str(entry: dict[str, object], key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"{where}.{key} is not a string")
+    return str(value)  # a job id may have been written as a number
+
+
+def read_manifest(path: str, display: str) -> list[PlannedJob]:
+    """The jobs of a sweep.json (``scalescope.sweep.manifest``); ValueError saying what is
+    wrong when it is not one. Keys it does not know are ignored."""
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(MAX_LINE_BYTES).decode("utf-8", errors="replace"))
+    except OSError as exc:
+        raise ValueError(f"cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError("the top level is not an object")
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        raise ValueError("'jobs' is not a list")
+    sweep_id = data.get("sweep_id") if isinstance(data.get("sweep_id"), str) else None
+    out = []
+    for i, entry in enumerate(jobs):
+        where = f"jobs[{i}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} is not an object")
+        logs = (_opt_str(entry, "stdout", where), _opt_str(entry, "stderr", where))
+        out.append(
+            PlannedJob(
+                manifest=display,
+                job_id=_opt_str(entry, "job_id", where),
+                shape=_opt_str(entry, "shape", where),
+                repeat=_opt_int(entry, "repeat", where),
+                state=_opt_str(entry, "state", where),
+                logs=tuple(log for log in logs if log),
+                sweep_id=sweep_id,
+                nodes=_opt_int(entry, "nodes", where),
+                devices_per_node=_opt_int(entry, "devices_per_node", where),
+                world_size=_opt_int(entry, "world_size", where),
+                elapsed_s=_opt_float(entry, "elapsed_s", where),
+            )
+        )
+    return out
 
 
 # --- phase 2: evidence ----------------------------------------------------------------------
@@ -443,6 +802,9 @@ class _Assembler:
         self.alias: dict[str, str] = {}
         self.hinted: list[FileScan] = []
         self.broken_files: set[str] = set()
+        self.planned: list[PlannedJob] = []
+        self.unplanned: list[Failure] = []
+        """Jobs a sweep manifest lists that left no record and no failure message."""
 
     def _key(self, identity: Identity) -> str:
         key = identity.job_id
@@ -458,6 +820,7 @@ class _Assembler:
 
     def add(self, scan: FileScan) -> None:
         self.problems.extend(scan.problems)
+        self.planned.extend(scan.planned)
         # result.json first: it is written atomically, a log line may have been interleaved
         for _, event in scan.events:
             key = self._key(event.identity)
@@ -491,7 +854,7 @@ class _Assembler:
                 self.evidence[key].extend(scan.evidence)
         if scan.problems:
             self.broken_files.add(scan.display)
-        if not scan.events and not scan.problems and scan.hint is not None:
+        if not scan.events and scan.hint is not None:
             self.hinted.append(scan)
 
     def finished_keys(self) -> set[str]:
@@ -518,6 +881,46 @@ class _Assembler:
                     severity="info",
                 )
             )
+
+    def known(self, job_id: str) -> bool:
+        """Does any record or failure message speak for this job?"""
+        key = self.alias.get(job_id, job_id)
+        return key in self.finished_keys() or key in self.starts or bool(self.evidence.get(key))
+
+    def check_planned(self, read_names: set[str]) -> list[tuple[str, str]]:
+        """Jobs of the manifests that nothing speaks for become failures ("never started",
+        "log missing"). Returns the logs that exist but were not among the inputs: the
+        caller reads them and calls this again."""
+        to_read: list[tuple[str, str]] = []
+        self.unplanned = []
+        seen: set[tuple[str | None, ...]] = set()
+        for job in self.planned:
+            ident = (job.job_id,) if job.job_id else (job.manifest, job.shape, str(job.repeat))
+            if ident in seen or (job.job_id is not None and self.known(job.job_id)):
+                continue
+            seen.add(ident)
+            state = f"; sweep.json says {job.state}" if job.state else ""
+            if job.job_id is None:
+                code, detail = "never_started", "never started: not submitted"
+            else:
+                read = [log for log in job.logs if os.path.basename(log) in read_names]
+                elsewhere = [log for log in job.logs if log not in read and os.path.isfile(log)]
+                if elsewhere and not read:
+                    to_read += [(log, log) for log in elsewhere]
+                    continue
+                if read or elsewhere:
+                    code = "never_started"
+                    detail = f"never started: no start event in {(read or elsewhere)[0]}"
+                elif not job.logs or not job.ran:
+                    # queued, or cancelled while queued: the scheduler never made a log
+                    code = "never_started"
+                    detail = "never started: no log" + (f" at {job.logs[0]}" if job.logs else "")
+                else:
+                    code, detail = "log_missing", f"log missing: {job.logs[0]}"
+            diagnosis = Diagnosis(code, REASONS[code], f"{detail} ({job.what}{state})", None, ())
+            job_id = job.job_id or f"not submitted: {job.what}"
+            self.unplanned.append(Failure(job_id, None, 0, diagnosis, (job.manifest,), job))
+        return to_read
 
     def finish(self) -> ParseResult:
         out = ParseResult(problems=self.problems)
@@ -587,6 +990,7 @@ class _Assembler:
                     detail=f"no valid result; {broken[0]} has a broken event line (see problems)",
                 )
             out.failures.append(Failure(key, identity, final, diagnosis, files))
+        out.failures += self.unplanned
         out.runs.sort(key=lambda r: (r.record.identity.job_id, r.record.identity.run_id))
         return out
 
@@ -628,6 +1032,14 @@ def parse(
             assembler.add(scan)
         for scan in _map(evidence_scan, assembler.pending(), jobs):
             assembler.add_evidence(scan)
+        names = {os.path.basename(path) for path, _ in files}
+        outside = assembler.check_planned(names)
+        if outside:  # a manifest names logs that are not under the inputs: read them too
+            for scan in map(scan_file, outside):
+                assembler.add(scan)
+            for scan in map(evidence_scan, assembler.pending()):
+                assembler.add_evidence(scan)
+            assembler.check_planned(names | {os.path.basename(p) for p, _ in outside})
         result = assembler.finish()
     finally:
         if gc_was_enabled:

@@ -14,7 +14,6 @@ from typing import Any
 
 import pandas as pd
 
-from .classify import REASONS
 from .metrics import (
     STEADY,
     Analysis,
@@ -61,6 +60,10 @@ def sig(x: Any, digits: int = 4) -> str:
         return "0"
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
     return f"{x:,.{decimals}f}"
+
+
+def times(x: Any) -> str:
+    return MISSING if _nan(x) else f"{float(x):.2f}x"
 
 
 def pct(x: Any, digits: int = 1) -> str:
@@ -282,7 +285,7 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                         ),
                         *mfu,
                         pct(r["whole_train_efficiency"]),
-                        f"{r['job_time_speedup']:.2f}x",
+                        times(r["job_time_speedup"]),
                         loss,
                         acc,
                         r["parity"],
@@ -303,8 +306,8 @@ def speedup_tables(analysis: Analysis) -> list[DisplayTable]:
                         ),
                         kf,
                         *mfu,
-                        f"{r['whole_train_speedup']:.2f}x",
-                        f"{r['job_time_speedup']:.2f}x",
+                        times(r["whole_train_speedup"]),
+                        times(r["job_time_speedup"]),
                         pct(r["job_time_efficiency"]),
                         loss,
                         acc,
@@ -426,7 +429,17 @@ def failure_label(row: pd.Series) -> str:
 
 def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
     dev = devices_header(failures["accelerator"].tolist() if len(failures) else [])
-    columns = ["Job ID", "Configuration", dev, "Nodes", "Restarts", "Reason", "Detail", "Evidence"]
+    columns = [
+        "Job ID",
+        "Configuration",
+        dev,
+        "Nodes",
+        "Restarts",
+        "Reason",
+        "Detail",
+        "Evidence",
+        "Consequences",
+    ]
     rows = []
     for _, r in failures.sort_values(
         "job_id", key=lambda s: s.map(natural_key), kind="stable"
@@ -435,10 +448,12 @@ def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
             where = f"{r['evidence_file']}:{r['evidence_line']}"
         else:  # no matching line: name the log that was read
             where = str(r["files"]).split(";")[0] if not _nan(r["files"]) else MISSING
-        detail = r["detail"]
-        if not _nan(r["also_seen"]) and r["also_seen"]:
-            also = ", ".join(REASONS.get(c, c) for c in r["also_seen"].split(","))
-            detail += f" (also seen: {also})"
+        consequences = "; ".join(
+            # "<label> at <file:line>: <line>": the line itself is in failures.csv
+            c.split(": ", 1)[0]
+            for c in ("" if _nan(r["consequences"]) else r["consequences"]).split("\n")
+            if c
+        )
         rows.append(
             [
                 str(r["job_id"]),
@@ -447,8 +462,9 @@ def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
                 MISSING if _nan(r["nodes"]) else str(r["nodes"]),
                 str(r["restart_count"]),
                 r["reason_label"],
-                detail,
+                r["detail"],
                 where,
+                consequences or MISSING,
             ]
         )
     table = DisplayTable(
@@ -456,8 +472,9 @@ def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         "Failed or incomplete jobs",
         pd.DataFrame(rows, columns=columns, dtype="object"),
         caption=[
-            "Jobs with a start event or a job log but no result; the evidence line is "
-            "what the classifier matched."
+            "Jobs with a start event or a job log but no result. The reason is the earliest "
+            "error (between logs of different ranks, the likelier cause); consequences are the "
+            "symptoms that followed it (failures.csv has their lines)."
         ],
         right={dev, "Nodes", "Restarts"},
     )

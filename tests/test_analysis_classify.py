@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.classify import REASONS, classify_line, diagnose, scan_lines
+from analysis.classify import (
+    CAUSAL_ORDER,
+    CONSEQUENCE_ONLY,
+    REASONS,
+    Evidence,
+    classify_line,
+    diagnose,
+    scan_lines,
+)
 
 CASES = [
     # time limit: Slurm 20+, older Slurm ("on <host>" after the reason), step line, srun label
@@ -144,6 +152,45 @@ CASES = [
     ("exit_code", "srun: error: host: task 3: Exited with exit code 1"),
     ("exit_code", "srun: error: host: tasks 2,4-5,7: Terminated"),
     ("exit_code", "srun: error: gpu-a02: tasks 4-7: Killed"),
+    # collectives that failed, not timed out: a peer died or the network broke
+    (
+        "collective_error",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
+        "by peer [127.0.0.1]:10895",
+    ),
+    (
+        "collective_error",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error "
+        "[192.168.70.92]:25266: Connection reset by peer",
+    ),
+    (
+        "collective_error",
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/"
+        "csrc/distributed/c10d/ProcessGroupNCCL.cpp:3763, remote process exited or there was a "
+        "network error, NCCL version 2.28.8",
+    ),
+    (
+        "collective_error",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process "
+        "exiting prematurely.",
+    ),
+    (
+        "collective_error",
+        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+        "device error.",
+    ),
+    ("collective_error", "ncclInternalError: Internal check failed."),
+    (
+        "collective_error",
+        "gpu-a01:183006:183181 [1] misc/socket.cc:538 NCCL WARN Net : Connection closed by "
+        "remote peer gpu-a02<47861>",
+    ),
+    (
+        "collective_error",
+        "NET/IB : Got completion from peer 11.214.147.122<39138> with error 12, opcode 0, len 0, "
+        "vendor err 129",
+    ),
+    ("collective_error", "RuntimeError: NCCL error: unhandled system error, NCCL version 2.7.8"),
 ]
 
 
@@ -218,8 +265,14 @@ def test_exception_needs_a_traceback_and_rank_prefixes_are_stripped() -> None:
     [
         # a CUDA OOM on one rank makes the others time out and srun report exits: root cause
         ([CASES[17][1], CASES[22][1], CASES[29][1]], "cuda_oom"),
-        # a job hung in a collective until the time limit: Slurm's reason comes first
-        ([CASES[22][1], CASES[0][1]], "time_limit"),
+        # a job hung in a collective until the time limit: the timeout came first
+        ([CASES[22][1], CASES[0][1]], "collective_timeout"),
+        # a job that ran out of time, then its ranks complained while being killed
+        ([CASES[0][1], CASES[22][1], CASES[29][1]], "time_limit"),
+        # srun's task exit is printed before the traceback reaches the log: still a symptom
+        (["srun: error: n1: task 0: Exited with exit code 1", CASES[17][1]], "cuda_oom"),
+        # a peer's socket closed after it died of CUDA OOM
+        ([CASES[17][1], CASES[33][1], CASES[29][1]], "cuda_oom"),
         ([CASES[26][1], CASES[29][1]], "rendezvous_timeout"),
         ([CASES[13][1], CASES[29][1]], "host_oom"),
     ],
@@ -232,3 +285,131 @@ def test_no_evidence_is_unknown_or_still_running() -> None:
     d = diagnose([])
     assert d.code == "unknown" and d.evidence is None
     assert list(REASONS)[-1] == "unknown"
+
+
+def _ev(lines: list[str], file: str) -> list[Evidence]:
+    return scan_lines(enumerate(lines, 1), file)
+
+
+OOM_RANK0 = [
+    "[rank0]: Traceback (most recent call last):",
+    '[rank0]:   File "scalescope/train.py", line 210, in fit',
+    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has "
+    "a total capacity of 79.10 GiB of which 1.21 GiB is free.",
+]
+WATCHDOG = (
+    "[rank{r}]:[E1121 10:11:02.000000 4242 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=20585, OpType=ALLREDUCE, NumelIn=1, "
+    "NumelOut=1, Timeout(ms)=600000) ran for 600000 milliseconds before timing out."
+)
+TIME_LIMIT = (
+    "slurmstepd: error: *** JOB 7001 ON gpu-a01 CANCELLED AT 2025-03-01T12:00:17 DUE TO TIME "
+    "LIMIT ***"
+)
+
+
+def test_oom_then_watchdog_then_time_limit_in_one_log() -> None:
+    lines = [*OOM_RANK0, WATCHDOG.format(r=1), WATCHDOG.format(r=2), TIME_LIMIT]
+    d = diagnose(_ev(lines, "slurm-7001.out"))
+    assert (d.code, d.label) == ("cuda_oom", "CUDA out of memory")
+    assert d.evidence is not None and d.evidence.where == "slurm-7001.out:3"
+    # one entry per symptom, with its line; the OOM line is not repeated as an exception
+    assert [(c.code, c.where) for c in d.consequences] == [
+        ("collective_timeout", "slurm-7001.out:4"),
+        ("time_limit", "slurm-7001.out:6"),
+    ]
+    assert d.consequences[1].line == TIME_LIMIT
+    assert d.also_seen == ("collective_timeout", "time_limit")
+
+
+def test_oom_then_watchdog_then_time_limit_across_rank_logs() -> None:
+    """submitit: one log per task; lines of two logs cannot be ordered, the cause wins."""
+    evidence = [
+        *_ev([WATCHDOG.format(r=1), TIME_LIMIT], "7001_1_log.err"),
+        *_ev(["starting", *OOM_RANK0], "7001_0_log.err"),
+    ]
+    d = diagnose(evidence)
+    assert d.code == "cuda_oom" and d.evidence is not None
+    assert d.evidence.where == "7001_0_log.err:4"
+    assert [(c.code, c.where) for c in d.consequences] == [
+        ("collective_timeout", "7001_1_log.err:1"),
+        ("time_limit", "7001_1_log.err:2"),
+    ]
+
+
+def test_a_peer_that_died_is_a_collective_error_not_a_timeout() -> None:
+    lines = [
+        "[rank1]: Traceback (most recent call last):",
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+        "c10d/ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, "
+        "NCCL version 2.19.3",
+        "[rank1]: ncclRemoteError: A call failed possibly due to a network error or a remote "
+        "process exiting prematurely.",
+        "srun: error: gpu-a02: task 1: Exited with exit code 1",
+    ]
+    d = diagnose(_ev(lines, "slurm-7002.out"))
+    assert d.code == "collective_error"
+    assert d.label == "NCCL/collective error (peer exited or network)"
+    assert d.detail == "NCCL error: remote process exited or there was a network error"
+    assert "exit_code" in d.also_seen
+
+
+def test_watchdog_timeout_rethrown_as_dist_backend_error_stays_a_timeout() -> None:
+    line = (
+        "terminate called after throwing an instance of 'c10::DistBackendError' what(): [PG ID 0 "
+        "PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: "
+        "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, "
+        "OpType=BROADCAST, Timeout(ms)=600000) ran for 600090 milliseconds before timing out."
+    )
+    assert [c for c, _ in classify_line(line)] == ["collective_timeout"]
+
+
+def test_nccl_error_after_the_generic_warning_is_a_collective_error() -> None:
+    """NCCL 2.14 / torch 2.0 print the generic line first, then what happened."""
+    lines = [
+        "[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. Due to the "
+        "asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+        "corrupted/incomplete data.",
+        "terminate called after throwing an instance of 'std::runtime_error' what(): NCCL "
+        "error: remote process exited or there was a network error, NCCL version 2.14.3",
+        "srun: error: gpu-a01: task 0: Aborted",
+    ]
+    d = diagnose(_ev(lines, "f"))
+    assert d.code == "collective_error" and d.evidence is not None
+    assert (d.detail, d.evidence.line_no) == (
+        "NCCL error: remote process exited or there was a network error",
+        2,
+    )
+    assert [c.code for c in d.consequences] == ["exit_code"]
+
+
+def test_gloo_peer_closed_on_cpu() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+        "peer [127.0.0.1]:10895",
+    ]
+    d = diagnose(_ev(lines, "f"))
+    assert d.code == "collective_error" and d.consequences == ()
+    assert d.detail.startswith("connection closed by a peer")
+
+
+def test_earliest_traceback_wins_over_a_later_one() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        "ValueError: global batch 4096 does not divide by world size 6",
+        "Traceback (most recent call last):",
+        "KeyboardInterrupt",
+    ]
+    d = diagnose(_ev(lines, "f"))
+    assert d.detail == "ValueError: global batch 4096 does not divide by world size 6"
+
+
+def test_consequence_only_codes_are_root_only_when_alone() -> None:
+    assert "exit_code" in CONSEQUENCE_ONLY
+    d = diagnose(_ev(["srun: error: n1: task 0: Exited with exit code 3"], "f"))
+    assert d.code == "exit_code" and d.consequences == ()
+
+
+def test_every_reason_has_a_causal_rank() -> None:
+    assert set(CAUSAL_ORDER) == set(REASONS)

@@ -58,9 +58,10 @@ def test_binary_file_is_skipped_with_a_warning(tmp_path: Path) -> None:
     (tmp_path / "weights.out").write_bytes(b"\x00\x01\x02" * 1000)
     (tmp_path / "model.ckpt").write_bytes(b"\x00" * 10)  # known binary suffix: silent
     result = parse([tmp_path])
-    assert [(Path(p.file).name, p.message) for p in result.problems] == [
-        ("weights.out", "binary file, skipped")
-    ]
+    (problem,) = result.problems
+    assert Path(problem.file).name == "weights.out"
+    assert problem.message.startswith("binary file, skipped: no record in it; 3000 unreadable")
+    assert "the first at bytes 0-2999 (line 1): undecodable bytes" in problem.message
 
 
 def test_non_utf8_noise_does_not_hide_a_record(tmp_path: Path) -> None:

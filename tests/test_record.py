@@ -6,13 +6,15 @@ must land on disk whole or not at all.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import stat
-from dataclasses import replace
+import tempfile
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 from core_helpers import make_identity, make_result, make_start
@@ -23,6 +25,7 @@ from scalescope import record
 from scalescope.record import (
     MARKER,
     SCHEMA_VERSION,
+    Identity,
     RecordError,
     ResultRecord,
     StartEvent,
@@ -366,3 +369,130 @@ def test_write_json_atomic_respects_the_umask(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+# --- checksums ---------------------------------------------------------------------------------
+
+
+def test_log_line_and_result_json_carry_the_same_checksum(tmp_path: Path) -> None:
+    result = make_result(samples_per_s=math.nan)  # null in both, same canonical JSON
+    line_payload = _payload(encode(result))
+    path = write_json_atomic(tmp_path / "result.json", result.to_dict())
+    on_disk = json.loads(path.read_text(encoding="utf-8"))
+    assert len(line_payload["checksum"]) == 64
+    assert on_disk["checksum"] == line_payload["checksum"]
+    body = {k: v for k, v in line_payload.items() if k != "checksum"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    assert line_payload["checksum"] == hashlib.sha256(canonical.encode()).hexdigest()
+    assert record.checksum(result.to_dict()) == line_payload["checksum"]
+    assert read_result_json(path) == decode_line(encode(result))
+
+
+def test_start_event_line_carries_a_checksum() -> None:
+    payload = _payload(encode(make_start()))
+    assert payload["checksum"] == record.checksum(make_start().to_dict())
+
+
+def test_altered_record_is_a_checksum_mismatch() -> None:
+    payload = _payload(encode(make_result()))
+    payload["train_time_s"] = payload["train_time_s"] / 2  # a faster run, typed in by hand
+    with pytest.raises(RecordError, match=r"^checksum mismatch: the record was altered"):
+        decode_line(_line(payload))
+
+
+def test_altered_result_json_is_a_checksum_mismatch(tmp_path: Path) -> None:
+    path = write_json_atomic(tmp_path / "result.json", make_result().to_dict())
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["device_name"] = "NVIDIA H200"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    with pytest.raises(RecordError, match="checksum mismatch"):
+        read_result_json(path)
+
+
+def test_record_without_checksum_is_accepted() -> None:
+    """Records written before checksums existed."""
+    data = make_result().to_dict()
+    assert "checksum" not in data
+    assert decode_line(_line(data)) == make_result()
+
+
+def test_sweep_manifest_gets_no_checksum(tmp_path: Path) -> None:
+    path = write_json_atomic(tmp_path / "sweep.json", {"sweep_id": "s", "jobs": []})
+    assert "checksum" not in json.loads(path.read_text(encoding="utf-8"))
+
+
+# --- field types ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("train_time_s", "12.3", "should be a number, got a string"),
+        ("steps", 1.5, "should be an integer, got a number"),
+        ("steps", True, "should be an integer, got true or false"),
+        ("job_time_s", [1.0], "should be a number, got a list"),
+        ("epoch_times_s", [1.0, "2"], "should be a list of numbers"),
+        ("peak_mem_gib", 3.0, "should be a list of numbers or null"),
+        ("node_names", "node1", "should be a list of strings"),
+        ("versions", {"torch": 2}, "should be an object"),
+        ("world_size", "8", "should be an integer"),
+        ("sweep_id", 5, "should be a string or null"),
+    ],
+)
+def test_wrong_field_type_is_a_record_error_naming_field_and_type(
+    name: str, value: Any, expected: str
+) -> None:
+    data = {**make_result().to_dict(), name: value}
+    with pytest.raises(RecordError, match=rf"field '{name}' {expected}"):
+        decode_line(_line(data))
+
+
+def test_ints_pass_for_floats_and_null_for_non_finite() -> None:
+    data = {**make_result().to_dict(), "train_time_s": 12, "samples_per_s": None}
+    decoded = from_dict(data)
+    assert isinstance(decoded, ResultRecord)
+    assert decoded.train_time_s == 12 and decoded.samples_per_s is None
+
+
+def _wrong_value(tp: Any) -> Any:
+    """A JSON value of the wrong type for annotation ``tp`` (for every field type in use)."""
+    return [{"x": 1}] if "dict" in str(tp) else {"wrong": ["type"]}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *(f.name for f in fields(Identity)),
+        *(
+            f.name
+            for f in fields(ResultRecord)
+            if f.name not in ("identity", "schema_version", "event")
+        ),
+    ],
+)
+def test_every_field_is_type_checked(name: str) -> None:
+    """Derived from the dataclasses: a field added later is covered without a new test."""
+    hints = {**get_type_hints(Identity), **get_type_hints(ResultRecord)}
+    data = {**make_result().to_dict(), name: _wrong_value(hints[name])}
+    with pytest.raises(RecordError, match=rf"field '{name}' should be "):
+        from_dict(data)
+
+
+@given(
+    train_time=any_float,
+    device=texts,
+    config=st.dictionaries(
+        texts, st.one_of(any_float, texts, st.integers(), st.none()), max_size=4
+    ),
+)
+def test_result_json_and_log_line_agree_on_the_checksum(
+    train_time: float, device: str, config: dict[str, Any]
+) -> None:
+    """Whatever the values (unicode, NaN, huge ints), both copies verify and agree."""
+    result = make_result(train_time_s=train_time, device_name=device, config=config)
+    line = encode(result)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_json_atomic(Path(tmp) / "result.json", result.to_dict())
+        on_disk = json.loads(path.read_text(encoding="utf-8"))
+        assert on_disk["checksum"] == _payload(line)["checksum"]
+        assert read_result_json(path) == decode_line(line)

@@ -18,15 +18,17 @@ both sides need lives here, once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import statistics
 import tempfile
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 MARKER = ":::SCALESCOPE"
 """Every event line starts with this marker (possibly after a prefix such as ``0: `` from srun)."""
@@ -38,8 +40,13 @@ EVENT_START = "start"
 EVENT_RESULT = "result"
 
 
+CHECKSUM_KEY = "checksum"
+"""sha256 (hex) of the event's canonical JSON without this key; see :func:`checksum`."""
+
+
 class RecordError(ValueError):
-    """A line carries the marker but not a valid event (truncated, bad JSON, newer schema...)."""
+    """A line carries the marker but not a valid event (truncated, bad JSON, newer schema, a
+    field of the wrong type, a checksum that does not match...)."""
 
 
 @dataclass(frozen=True)
@@ -164,17 +171,50 @@ _IDENTITY_FIELDS = tuple(f.name for f in fields(Identity))
 _RESULT_FIELDS = tuple(
     f.name for f in fields(ResultRecord) if f.name not in ("identity", "schema_version", "event")
 )
-_IDENTITY_OPTIONAL = frozenset(f.name for f in fields(Identity) if f.default is not MISSING)
-_RESULT_OPTIONAL = frozenset(
+_RESULT_OPTIONAL = {
     f.name
     for f in fields(ResultRecord)
-    if f.default is not MISSING or f.default_factory is not MISSING
-)
+    if f.name in _RESULT_FIELDS and (f.default is not MISSING or f.default_factory is not MISSING)
+}
+_IDENTITY_OPTIONAL = {
+    f.name for f in fields(Identity) if f.default is not MISSING or f.default_factory is not MISSING
+}
+# Annotations resolved once: every field is checked against them, so a field added to one of
+# the dataclasses is validated without touching the decoder.
+_IDENTITY_TYPES = get_type_hints(Identity)
+_RESULT_TYPES = get_type_hints(ResultRecord)
+
+
+def _canonical(data: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in data.items() if k != CHECKSUM_KEY}
+    try:  # the common case: nothing to replace, no copy of the whole record
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # NaN or infinity somewhere: written as null
+        return json.dumps(_finite(body), sort_keys=True, separators=(",", ":"))
+
+
+def checksum(data: Mapping[str, Any]) -> str:
+    """sha256 hex of an event dict's canonical JSON (sorted keys, compact separators, NaN and
+    infinity as null) with the ``checksum`` key left out: the same for an event's log line and
+    its ``result.json``, whatever the indentation of either."""
+    return hashlib.sha256(_canonical(data).encode("utf-8")).hexdigest()
+
+
+def _with_checksum(data: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = _finite({k: v for k, v in data.items() if k != CHECKSUM_KEY})
+    out[CHECKSUM_KEY] = checksum(out)
+    return out
+
+
+def _is_event(data: Mapping[str, Any]) -> bool:
+    return data.get("event") in (EVENT_START, EVENT_RESULT) and "schema_version" in data
 
 
 def encode(event: StartEvent | ResultRecord) -> str:
-    """One log line: marker, space, compact JSON. NaN/inf are not JSON, so they become null."""
-    return f"{MARKER} {json.dumps(_finite(event.to_dict()), separators=(',', ':'), sort_keys=True)}"
+    """One log line: marker, space, compact JSON carrying its checksum. NaN/inf are not JSON,
+    so they become null."""
+    data = _with_checksum(event.to_dict())
+    return f"{MARKER} {json.dumps(data, separators=(',', ':'), sort_keys=True)}"
 
 
 def _finite(value: Any) -> Any:
@@ -192,6 +232,9 @@ def find_marker(line: str) -> int:
     return line.find(MARKER)
 
 
+_DECODER = json.JSONDecoder()
+
+
 def decode_line(line: str) -> StartEvent | ResultRecord | None:
     """Parse one log line. None when the line has no marker; RecordError when it is broken."""
     at = find_marker(line)
@@ -199,7 +242,9 @@ def decode_line(line: str) -> StartEvent | ResultRecord | None:
         return None
     payload = line[at + len(MARKER) :].strip()
     try:
-        data = json.loads(payload)
+        # What follows the object on the same line is not part of it: another rank's output
+        # or bytes a crash left behind (the checksum vouches for the object itself).
+        data, _ = _DECODER.raw_decode(payload)
     except json.JSONDecodeError as exc:
         raise RecordError(f"event line is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -208,9 +253,14 @@ def decode_line(line: str) -> StartEvent | ResultRecord | None:
 
 
 def from_dict(data: Mapping[str, Any]) -> StartEvent | ResultRecord:
-    """Validate a decoded event. Unknown extra keys are kept out (forward compatible)."""
+    """Validate a decoded event. Unknown extra keys are kept out (forward compatible).
+
+    A ``checksum`` key, when present, must match the rest of the event (records written
+    before checksums existed have none and are accepted). Every field must have the type its
+    dataclass annotation says: ints pass for floats, booleans are not ints, and ``null`` passes
+    for a float (NaN and infinity are written as null)."""
     version = data.get("schema_version")
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool):
         raise RecordError("event has no integer schema_version")
     if version > SCHEMA_VERSION:
         raise RecordError(
@@ -219,6 +269,8 @@ def from_dict(data: Mapping[str, Any]) -> StartEvent | ResultRecord:
         )
     if version < 1:
         raise RecordError(f"schema_version {version} is not valid")
+    if CHECKSUM_KEY in data and data[CHECKSUM_KEY] != checksum(data):
+        raise RecordError("checksum mismatch: the record was altered after it was written")
     missing = [k for k in _IDENTITY_FIELDS if k not in data and k not in _IDENTITY_OPTIONAL]
     event = data.get("event")
     if event == EVENT_RESULT:
@@ -227,21 +279,149 @@ def from_dict(data: Mapping[str, Any]) -> StartEvent | ResultRecord:
         raise RecordError(f"unknown event {event!r}")
     if missing:
         raise RecordError(f"{event} event lacks field(s): {', '.join(missing)}")
+    _check_types(event, data, _IDENTITY_CHECKS)
     identity = Identity(**{k: data[k] for k in _IDENTITY_FIELDS if k in data})
     if event == EVENT_START:
         return StartEvent(identity=identity, schema_version=version)
+    _check_types(event, data, _RESULT_CHECKS)
     values = {k: data[k] for k in _RESULT_FIELDS if k in data}
     return ResultRecord(identity=identity, schema_version=version, **values)
 
 
+# --- field types -----------------------------------------------------------------------------
+
+
+def _check_types(event: str, data: Mapping[str, Any], checks: _Checks) -> None:
+    for name, tp, ok in checks:
+        if name in data and not ok(data[name]):
+            raise RecordError(
+                f"{event} event field {name!r} should be {type_name(tp)}, "
+                f"got {_describe(data[name])}"
+            )
+
+
+_Checker = Callable[[Any], bool]
+_Checks = tuple[tuple[str, Any, _Checker], ...]
+
+
+def _always(value: Any) -> bool:
+    return True
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _is_number_or_null(value: Any) -> bool:
+    # null stands for NaN or infinity, which JSON cannot write
+    return value is None or type(value) is float or _is_int(value) or isinstance(value, float)
+
+
+def _compile(tp: Any) -> _Checker:
+    """A check that a decoded JSON value fits the annotation ``tp``, built once per field
+    (reading 10,000 records must not re-inspect annotations each time). Ints pass for floats,
+    booleans are not ints; unknown annotations pass."""
+    if tp is Any:
+        return _always
+    origin = get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        members = tuple(_compile(a) for a in get_args(tp))
+        return lambda v: any(ok(v) for ok in members)
+    if origin is Literal:
+        allowed = get_args(tp)
+        return lambda v: v in allowed
+    if tp is type(None):
+        return lambda v: v is None
+    if tp is bool:
+        return lambda v: isinstance(v, bool)
+    if tp is int:
+        return _is_int
+    if tp is float:
+        return _is_number_or_null
+    if tp is str:
+        return lambda v: isinstance(v, str)
+    if tp in (list, tuple) or origin in (list, tuple, Sequence):
+        args = [a for a in get_args(tp) if a is not Ellipsis]
+        item = _compile(args[0]) if args else _always
+        if item is _always:
+            return lambda v: isinstance(v, list)
+        return lambda v: isinstance(v, list) and all(map(item, v))
+    if tp is dict or origin in (dict, Mapping):
+        kv = get_args(tp)
+        key, val = (_compile(kv[0]), _compile(kv[1])) if kv else (_always, _always)
+        return lambda v: (
+            isinstance(v, dict) and all(map(key, v.keys())) and all(map(val, v.values()))
+        )
+    return _always
+
+
+def _checks(names: Sequence[str], hints: Mapping[str, Any]) -> _Checks:
+    return tuple((n, hints[n], _compile(hints[n])) for n in names)
+
+
+_IDENTITY_CHECKS = _checks(_IDENTITY_FIELDS, _IDENTITY_TYPES)
+_RESULT_CHECKS = _checks(_RESULT_FIELDS, _RESULT_TYPES)
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def type_name(tp: Any) -> str:
+    """An annotation in JSON words: ``a number or null``, ``a list of numbers``."""
+    origin = get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        members = get_args(tp)
+        named = [type_name(a) for a in members if a is not type(None)]
+        return " or ".join(named + (["null"] if type(None) in members else []))
+    if origin is Literal:
+        return "one of " + ", ".join(json.dumps(a) for a in get_args(tp))
+    if tp in (list, tuple) or origin in (list, tuple, Sequence):
+        args = [a for a in get_args(tp) if a is not Ellipsis]
+        if not args or args[0] is Any:
+            return "a list"
+        inner = type_name(args[0])
+        plural = {"an integer": "integers", "a number": "numbers", "a string": "strings"}
+        return f"a list of {plural.get(inner, inner)}"
+    if tp is dict or origin in (dict, Mapping):
+        return "an object"
+    return _TYPE_NAMES.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _describe(value: Any) -> str:
+    kind = (
+        "null"
+        if value is None
+        else "true or false"
+        if isinstance(value, bool)
+        else "a number"
+        if isinstance(value, (int, float))
+        else "a string"
+        if isinstance(value, str)
+        else "a list"
+        if isinstance(value, list)
+        else "an object"
+        if isinstance(value, dict)
+        else type(value).__name__
+    )
+    text = json.dumps(value, default=str)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{kind} ({text})" if kind != "null" else kind
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Mapping[str, Any]) -> Path:
-    """Write JSON next to ``path`` then rename: readers never see a half-written file."""
+    """Write JSON next to ``path`` then rename: readers never see a half-written file.
+
+    A start or result event dict (``event`` and ``schema_version`` keys) gets its
+    ``checksum`` key, equal to the one of its log line (:func:`encode`)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    # A start or result event carries the checksum of its log line (same canonical JSON).
+    body = _with_checksum(data) if _is_event(data) else _finite(dict(data))
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(_finite(dict(data)), fh, indent=2, sort_keys=True)
+            json.dump(body, fh, indent=2, sort_keys=True)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
