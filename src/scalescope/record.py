@@ -130,6 +130,13 @@ class ResultRecord:
     """What experiment tracking did (mode, experiment name/key, archive path); never secrets."""
     threads_per_process: int | None = None
     """CPU threads (torch intra-op) each rank used."""
+    peak_flops_per_s: float | None = None
+    """The dense peak per device MFU was computed against; None on CPUs and unknown devices."""
+    peak_flops_entry: str | None = None
+    """Which peak-table entry matched the device name (product and datasheet), or None."""
+    stop_reason: str | None = None
+    """Why training stopped before it finished (``sigterm``: Slurm's time limit, preemption or
+    scancel); None when it ran to the end. A stopped run's figures cover the steps it ran."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 
@@ -146,7 +153,13 @@ _IDENTITY_FIELDS = tuple(f.name for f in fields(Identity))
 _RESULT_FIELDS = tuple(
     f.name for f in fields(ResultRecord) if f.name not in ("identity", "schema_version", "event")
 )
-_RESULT_OPTIONAL = {"tracking", "threads_per_process"}
+_RESULT_OPTIONAL = {
+    "tracking",
+    "threads_per_process",
+    "peak_flops_per_s",
+    "peak_flops_entry",
+    "stop_reason",
+}
 
 
 def encode(event: StartEvent | ResultRecord) -> str:
