@@ -108,6 +108,7 @@ def test_one_process_record_is_consistent(shared: dict[str, object]) -> None:
     assert r.val_acc_best is not None and r.val_acc_best >= r.val_acc_final
 
     assert r.peak_mem_gib is None and r.mfu is None  # CPU: no device memory, no MFU
+    assert r.peak_flops_per_s is None and r.peak_flops_entry is None
     assert len(r.peak_host_rss_gib) == 1 and r.peak_host_rss_gib[0] > 0
     assert len(r.node_names) == 1
     assert r.model_flops_per_sample == 6 * (2 * 64 + 64 * 32 + 32 * 16 + 16 * 2)
@@ -283,9 +284,12 @@ def test_bf16_on_cuda_reports_memory_and_mfu(tmp_path: Path) -> None:
     assert r.peak_mem_gib[0] > 0
     assert r.versions["cuda"]
     peak = peak_flops(r.device_name, "bf16-mixed")
+    assert r.peak_flops_per_s == peak
     if peak is None:
         assert r.mfu is None, f"{r.device_name} has no listed peak, so no MFU"
+        assert r.peak_flops_entry is None
     else:
+        assert r.peak_flops_entry and "Datasheet" in r.peak_flops_entry
         assert r.mfu is not None and r.mfu > 0
         assert r.model_flops_per_sample is not None
         expected = r.model_flops_per_sample * r.samples_per_s_per_device / peak

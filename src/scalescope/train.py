@@ -413,7 +413,7 @@ def _result(
     """Rank 0's record from the agreed timings (called after torch is imported)."""
     import torch
 
-    from .hardware import mfu
+    from .hardware import mfu, peak_entry_label, peak_flops
     from .timing import median_step_time
 
     steps = int(trainer.global_step)
@@ -462,6 +462,8 @@ def _result(
         peak_host_rss_gib=agreed.peak_host_rss_gib,
         model_flops_per_sample=flops,
         mfu=mfu(flops, per_device, device_name, ident.precision),
+        peak_flops_per_s=peak_flops(device_name, ident.precision),
+        peak_flops_entry=peak_entry_label(device_name, ident.precision),
         versions=dict(versions),
         config=cfg.to_dict(),
         finished_at=_utc(time.time()),
