@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from scalescope.atomic import replace_dir_atomic
 
 from .parse import SUMMARY_MARKER
 
@@ -35,31 +35,11 @@ def write_atomically(target: str | os.PathLike[str], fill: Callable[[Path], None
     """Call ``fill(tmp_dir)`` then swap ``tmp_dir`` in as ``target``."""
     target = Path(target).absolute()
     check_replaceable(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the summary is for everyone
-    old: Path | None = None
-    try:
+
+    def marked(tmp: Path) -> None:
         (tmp / SUMMARY_MARKER).write_text(
             json.dumps({"kind": "scalescope-summary"}) + "\n", encoding="utf-8"
         )
         fill(tmp)
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            os.rename(target, old / "summary")
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if old is not None:  # put the old folder back: never leave nothing behind
-                os.rename(old / "summary", target)
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return target
+
+    return replace_dir_atomic(target, marked)

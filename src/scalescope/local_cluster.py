@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_text_atomic
 from .errors import ScalescopeError
 
 ENV_DIR = "SCALESCOPE_LOCAL_CLUSTER_DIR"
@@ -232,9 +233,7 @@ def _load_state(paths: _Paths) -> dict[str, Any]:
 
 
 def _save_state(paths: _Paths, state: dict[str, Any]) -> None:
-    tmp = paths.state.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(tmp, paths.state)
+    write_text_atomic(paths.state, json.dumps(state, indent=2) + "\n")
 
 
 @contextlib.contextmanager

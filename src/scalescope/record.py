@@ -22,11 +22,12 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from .atomic import write_text_atomic
 
 MARKER = ":::SCALESCOPE"
 """Every event line starts with this marker (possibly after a prefix such as ``0: `` from srun)."""
@@ -226,24 +227,8 @@ def from_dict(data: Mapping[str, Any]) -> StartEvent | ResultRecord:
 
 def write_json_atomic(path: str | os.PathLike[str], data: Mapping[str, Any]) -> Path:
     """Write JSON next to ``path`` then rename: readers never see a half-written file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(_finite(dict(data)), fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        # mkstemp creates 0600; results are shared with the group like any other file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    text = json.dumps(_finite(dict(data)), indent=2, sort_keys=True) + "\n"
+    return write_text_atomic(path, text)
 
 
 def read_result_json(path: str | os.PathLike[str]) -> ResultRecord:
