@@ -36,7 +36,15 @@ from scalescope.record import (
     read_result_json,
 )
 
-from .classify import KEYWORDS, Diagnosis, Evidence, EvidenceCollector, diagnose, with_attempt
+from .classify import (
+    KEYWORDS,
+    REASONS,
+    Diagnosis,
+    Evidence,
+    EvidenceCollector,
+    diagnose,
+    with_attempt,
+)
 
 MARKER_BYTES = MARKER.encode()
 SUMMARY_MARKER = ".scalescope-summary"
@@ -488,8 +496,11 @@ class _Assembler:
             self.hinted.append(scan)
 
     def finished_keys(self) -> set[str]:
+        """Jobs that ran to the end; a stopped job's log is still searched for the reason."""
         return {
-            self.alias.get(r.identity.job_id, r.identity.job_id) for r, _ in self.results.values()
+            self.alias.get(r.identity.job_id, r.identity.job_id)
+            for r, _ in self.results.values()
+            if r.stop_reason is None
         }
 
     def pending(self) -> list[FileScan]:
@@ -517,9 +528,15 @@ class _Assembler:
         by_job: dict[str, list[tuple[ResultRecord, list[str]]]] = defaultdict(list)
         for record, sources in self.results.values():
             by_job[self._key(record.identity)].append((record, sources))
+        stopped: dict[str, tuple[ResultRecord, list[str]]] = {}
         for key, results in by_job.items():
             results.sort(key=lambda rs: rs[0].identity.restart_count)
             record, sources = results[-1]
+            if record.stop_reason is not None:
+                # Stopped early (SIGTERM: time limit, preemption, scancel): its figures cover
+                # part of the training only, so it is a failed row, never a measurement.
+                stopped[key] = (record, sources)
+                continue
             if len(results) > 1:
                 self.problems.append(
                     Problem(
@@ -542,6 +559,22 @@ class _Assembler:
                 )
             )
             out.runs.append(Run(record, tuple(sorted(set(sources))), reasons))
+        for key, (record, sources) in sorted(stopped.items()):
+            final = record.identity.restart_count
+            evidence = self.evidence.get(key, [])
+            current = [e for e in evidence if e.attempt is None or e.attempt == final]
+            found = diagnose(current or evidence)
+            note = (
+                f"stopped early ({record.stop_reason}) after {record.steps} step(s); "
+                "its record is kept out of the statistics"
+            )
+            diagnosis = (
+                replace(found, detail=f"{note}; {found.detail}")
+                if found.code != "unknown"
+                else Diagnosis("cancelled", REASONS["cancelled"], note, None, ())
+            )
+            files = tuple(sorted(set(sources) | self.job_files.get(key, set())))
+            out.failures.append(Failure(key, record.identity, final, diagnosis, files))
         for key in sorted(set(self.starts) | set(self.evidence)):
             if key in by_job:
                 continue
