@@ -6,6 +6,7 @@ cores are busy). Error paths and ``--help`` answer before torch is imported and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -373,3 +374,49 @@ def _live_members(pgid: int) -> list[int]:
         if group == pgid and state not in ("Z", "X"):
             live.append(int(stat.parent.name))
     return live
+
+
+@pytest.mark.slow
+def test_a_hung_rank_fails_the_other_within_the_collective_timeout(tmp_path: Path) -> None:
+    """Rank 1 stopped (SIGSTOP) mid-training: rank 0's next all-reduce gives up after
+    trainer.collective_timeout_s, and the error says so with the configured value."""
+    import psutil
+
+    log = tmp_path / "log.txt"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "scalescope.train",
+                f"output_dir={tmp_path}",
+                "trainer.devices=2",
+                "trainer.max_epochs=100000",
+                "faults.step_sleep_s=0.2",
+                "trainer.collective_timeout_s=7",
+                "tracking.mode='off'",
+            ],
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "scalescope: tracking" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        time.sleep(8)  # into fit: the second rank is up and training
+        (child,) = psutil.Process(proc.pid).children()
+        child.suspend()
+        rc = proc.wait(timeout=120)  # far below the 30 min default
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the stopped rank
+    text = log.read_text()
+    assert rc != 0, text[-3000:]
+    assert "Timed out waiting 7000ms" in text, text[-3000:]
+    assert not list(tmp_path.rglob("result.json"))
