@@ -69,7 +69,7 @@ class StopOnSignal(L.Callback):
         # instance attribute takes the place of its notifier (which broadcasts in the handler
         # and sets the per-rank flag its loops stop on).
         connector = trainer._signal_connector
-        connector._sigterm_notifier_fn = self._on_sigterm  # type: ignore[method-assign]
+        connector._sigterm_notifier_fn = self._on_sigterm  # type: ignore[method-assign,assignment]
         self._trainer = trainer
 
     def _on_sigterm(self, signum: Any, frame: Any) -> None:
