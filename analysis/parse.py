@@ -858,8 +858,11 @@ class _Assembler:
             self.hinted.append(scan)
 
     def finished_keys(self) -> set[str]:
+        """Jobs that ran to the end; a stopped job's log is still searched for the reason."""
         return {
-            self.alias.get(r.identity.job_id, r.identity.job_id) for r, _ in self.results.values()
+            self.alias.get(r.identity.job_id, r.identity.job_id)
+            for r, _ in self.results.values()
+            if r.stop_reason is None
         }
 
     def pending(self) -> list[FileScan]:
@@ -931,6 +934,7 @@ class _Assembler:
                 (record, sources)
             )
         finished = {key for _, key in by_job}
+        stopped: dict[str, tuple[ResultRecord, list[str]]] = {}
         for (_, key), results in by_job.items():
             results.sort(key=lambda rs: rs[0].identity.restart_count)
             restarts = [r.identity.restart_count for r, _ in results]
@@ -949,6 +953,11 @@ class _Assembler:
                 out.runs.extend(Run(r, tuple(sorted(set(src)))) for r, src in results)
                 continue
             record, sources = results[-1]
+            if record.stop_reason is not None:
+                # Stopped early (SIGTERM: time limit, preemption, scancel): its figures cover
+                # part of the training only, so it is a failed row, never a measurement.
+                stopped[key] = (record, sources)
+                continue
             if len(results) > 1:
                 self.problems.append(
                     Problem(
@@ -971,6 +980,22 @@ class _Assembler:
                 )
             )
             out.runs.append(Run(record, tuple(sorted(set(sources))), reasons))
+        for key, (record, sources) in sorted(stopped.items()):
+            final = record.identity.restart_count
+            evidence = self.evidence.get(key, [])
+            current = [e for e in evidence if e.attempt is None or e.attempt == final]
+            found = diagnose(current or evidence)
+            note = (
+                f"stopped early ({record.stop_reason}) after {record.steps} step(s); "
+                "its record is kept out of the statistics"
+            )
+            diagnosis = (
+                replace(found, detail=f"{note}; {found.detail}")
+                if found.code != "unknown"
+                else Diagnosis("cancelled", REASONS["cancelled"], note, None, ())
+            )
+            files = tuple(sorted(set(sources) | self.job_files.get(key, set())))
+            out.failures.append(Failure(key, record.identity, final, diagnosis, files))
         for key in sorted(set(self.starts) | set(self.evidence)):
             if key in finished:
                 continue

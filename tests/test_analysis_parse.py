@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,19 @@ def test_reading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> 
     assert gc.isenabled()
     parse([tmp_path])
     assert gc.isenabled()
+
+
+def test_a_run_stopped_by_sigterm_is_a_failed_row_not_a_measurement(tmp_path: Path) -> None:
+    stopped = replace(make_result("13"), stop_reason="sigterm")
+    write_log(
+        tmp_path / "slurm-13.out",
+        start_of(stopped),
+        stopped,
+        "slurmstepd: error: *** JOB 13 ON n1 CANCELLED AT 2024-01-01T00:00:00 "
+        "DUE TO TIME LIMIT ***",
+    )
+    write_log(tmp_path / "slurm-14.out", start_of(make_result("14")), make_result("14"))
+    runs, failures, _ = load_all(tmp_path)
+    assert runs["job_id"].tolist() == ["14"]
+    assert failures["job_id"].tolist() == ["13"]
+    assert "stopped early (sigterm)" in failures["detail"].iloc[0]

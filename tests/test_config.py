@@ -53,7 +53,30 @@ def test_resolved_dict_carries_every_workload_default() -> None:
     assert data["workload"]["num_samples"] == 500
     assert data["workload"]["hidden_sizes"] == [64, 32, 16]
     assert data["trainer"]["batch_size"] == 256
-    assert set(data) == {"name", "workload", "trainer", "tracking", "output_dir", "sweep_id"}
+    assert set(data) == {
+        "name",
+        "workload",
+        "trainer",
+        "tracking",
+        "faults",
+        "output_dir",
+        "sweep_id",
+    }
+    assert data["faults"] == {"step_sleep_s": 0.0}  # recorded even when off
+    assert data["trainer"]["collective_timeout_s"] == 300.0
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("faults.step_sleep_s=-1", "faults.step_sleep_s: must be >= 0"),
+        ("faults.slow_rank=1", "unknown key faults.slow_rank"),
+        ("trainer.collective_timeout_s=0", "trainer.collective_timeout_s: must be > 0"),
+    ],
+)
+def test_fault_and_timeout_keys_are_validated(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_train_config(None, [override])
 
 
 def test_command_line_over_file_over_defaults(tmp_path: Path) -> None:

@@ -204,6 +204,26 @@ def test_tracking_is_optional_in_a_result() -> None:
     assert decoded.tracking == {}
 
 
+def test_records_older_than_the_peak_and_stop_fields_still_decode() -> None:
+    data = make_result().to_dict()
+    for key in ("peak_flops_per_s", "peak_flops_entry", "stop_reason"):
+        del data[key]
+    decoded = from_dict(data)
+    assert isinstance(decoded, ResultRecord)
+    assert decoded.peak_flops_per_s is None and decoded.peak_flops_entry is None
+    assert decoded.stop_reason is None
+
+
+def test_peak_and_stop_fields_round_trip() -> None:
+    result = replace(
+        make_result(),
+        peak_flops_per_s=989.5e12,
+        peak_flops_entry="H100 SXM (NVIDIA H100 Tensor Core GPU Datasheet, 2023)",
+        stop_reason="sigterm",
+    )
+    assert decode_line(encode(result)) == result
+
+
 @pytest.mark.parametrize("event", ["finish", "", None])
 def test_unknown_event_is_a_record_error(event: Any) -> None:
     data = {**make_start().to_dict(), "event": event}

@@ -353,7 +353,7 @@ def test_slurm_parameters(in_tmp: Path) -> None:
 
 
 def test_sweep_run_pickles_and_restarts_from_scratch() -> None:
-    from submitit.core.utils import DelayedSubmission
+    from submitit.helpers import DelayedSubmission
 
     from scalescope.launch import SweepRun
 
@@ -454,29 +454,14 @@ def test_bad_max_parallel(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> N
 # --- monitoring: failures are shown, not dropped ----------------------------------------------
 
 
-class _Paths:
-    def __init__(self, folder: Path, task: int) -> None:
-        self.folder = folder
-        self.result_pickle = folder / f"1_{task}_result.pkl"
-        self.stdout = folder / f"1_{task}_log.out"
-        self.stderr = folder / f"1_{task}_log.err"
-
-
-class _Job:
-    def __init__(self, folder: Path, tasks: int) -> None:
-        self.folder, self.num_tasks, self.job_id = folder, tasks, "1"
-
-    def task(self, k: int) -> Any:
-        job = _Job(self.folder, 1)
-        job.paths = _Paths(self.folder, k)  # type: ignore[attr-defined]
-        return job
-
-
 def _handle(folder: Path, tasks: int) -> Any:
+    """A handle on a real submitit job object whose task results are files in ``folder``."""
+    import submitit
+
     from scalescope.launch import JobHandle
 
     handle = JobHandle(plan=None, repeat=0)  # type: ignore[arg-type]
-    handle.job = _Job(folder, tasks)  # type: ignore[assignment]
+    handle.job = submitit.Job(folder, "1", tasks=tuple(range(tasks)))
     return handle
 
 

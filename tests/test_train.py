@@ -6,6 +6,7 @@ cores are busy). Error paths and ``--help`` answer before torch is imported and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -118,6 +119,7 @@ def test_one_process_record_is_consistent(shared: dict[str, object]) -> None:
     assert r.val_acc_best is not None and r.val_acc_best >= r.val_acc_final
 
     assert r.peak_mem_gib is None and r.mfu is None  # CPU: no device memory, no MFU
+    assert r.peak_flops_per_s is None and r.peak_flops_entry is None
     assert len(r.peak_host_rss_gib) == 1 and r.peak_host_rss_gib[0] > 0
     assert len(r.node_names) == 1
     assert r.model_flops_per_sample == 6 * (2 * 64 + 64 * 32 + 32 * 16 + 16 * 2)
@@ -320,9 +322,12 @@ def test_bf16_on_cuda_reports_memory_and_mfu(tmp_path: Path) -> None:
     assert r.peak_mem_gib[0] > 0
     assert r.versions["cuda"]
     peak = peak_flops(r.device_name, "bf16-mixed")
+    assert r.peak_flops_per_s == peak
     if peak is None:
         assert r.mfu is None, f"{r.device_name} has no listed peak, so no MFU"
+        assert r.peak_flops_entry is None
     else:
+        assert r.peak_flops_entry and "Datasheet" in r.peak_flops_entry
         assert r.mfu is not None and r.mfu > 0
         assert r.model_flops_per_sample is not None
         expected = r.model_flops_per_sample * r.samples_per_s_per_device / peak
@@ -406,3 +411,49 @@ def _live_members(pgid: int) -> list[int]:
         if group == pgid and state not in ("Z", "X"):
             live.append(int(stat.parent.name))
     return live
+
+
+@pytest.mark.slow
+def test_a_hung_rank_fails_the_other_within_the_collective_timeout(tmp_path: Path) -> None:
+    """Rank 1 stopped (SIGSTOP) mid-training: rank 0's next all-reduce gives up after
+    trainer.collective_timeout_s, and the error says so with the configured value."""
+    import psutil
+
+    log = tmp_path / "log.txt"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "scalescope.train",
+                f"output_dir={tmp_path}",
+                "trainer.devices=2",
+                "trainer.max_epochs=100000",
+                "faults.step_sleep_s=0.2",
+                "trainer.collective_timeout_s=7",
+                "tracking.mode='off'",
+            ],
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "scalescope: tracking" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        time.sleep(8)  # into fit: the second rank is up and training
+        (child,) = psutil.Process(proc.pid).children()
+        child.suspend()
+        rc = proc.wait(timeout=120)  # far below the 30 min default
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the stopped rank
+    text = log.read_text()
+    assert rc != 0, text[-3000:]
+    assert "Timed out waiting 7000ms" in text, text[-3000:]
+    assert not list(tmp_path.rglob("result.json"))

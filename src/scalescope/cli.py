@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(importlib.import_module(args._module).run(args) or 0)
     except ScalescopeError as exc:
         print(f"scalescope {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         print(f"scalescope {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -75,6 +75,13 @@ class TrainerConfig:
         "0 = none",
         check=non_negative,
     )
+    collective_timeout_s: float = option(
+        300.0,
+        help="a collective (gradient all-reduce, barrier) that waits longer than this fails "
+        "the job: when one rank dies or hangs, the others stop within it instead of "
+        "PyTorch's 30 min (10 min for NCCL). Also bounds the wait for all ranks at start-up",
+        check=positive,
+    )
 
     def validate(self, where: str) -> None:
         if self.precision == "16-mixed" and self.accelerator == "cpu":
@@ -115,6 +122,26 @@ class TrackingConfig:
 
 
 @dataclass(frozen=True)
+class FaultsConfig:
+    """Deliberate faults, to test how jobs and the analysis behave; all off by default.
+
+    Recorded in the result's config like every other key, so a run with a fault is never
+    mistaken for a clean one.
+    """
+
+    step_sleep_s: float = option(
+        0.0,
+        help="sleep this long in every optimizer step on every rank (slow steps, e.g. to test "
+        "that a job stops within Slurm's grace period); 0 = off",
+        check=non_negative,
+    )
+
+    @property
+    def active(self) -> bool:
+        return self.step_sleep_s > 0
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     name: str = option("spiral", help="configuration name, used in run directories and reports")
     workload: dict[str, Any] = option(
@@ -123,6 +150,7 @@ class TrainConfig:
     )
     trainer: TrainerConfig = option(TrainerConfig, help="how training runs")
     tracking: TrackingConfig = option(TrackingConfig, help="Comet experiment tracking")
+    faults: FaultsConfig = option(FaultsConfig, help="deliberate faults for testing; off")
     output_dir: str = option("outputs", help="where run directories, logs and archives go")
     sweep_id: str | None = option(None, help="set by `scalescope sweep`; groups a sweep's runs")
     cluster: str | None = option(

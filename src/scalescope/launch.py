@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import submitit
-from submitit.core.utils import DelayedSubmission
+from submitit.helpers import DelayedSubmission
 
 from .errors import ConfigError
 from .record import ResultRecord
@@ -144,6 +144,12 @@ def job_folder(plan: SweepPlan) -> Path:
 
 
 def submit_command(folder: Path) -> str:
+    """The command line submitit's SlurmExecutor puts in the script it submits.
+
+    submitit has no public way to get it (``SlurmExecutor._submitit_command_str`` is private),
+    so it is spelled out here exactly as submitit 1.5 spells it; the golden dry-run test
+    notices when a submitit upgrade changes it.
+    """
     return " ".join(
         [shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))]
     )
@@ -151,10 +157,17 @@ def submit_command(folder: Path) -> str:
 
 def render_sbatch(plan: SweepPlan, sp: ShapePlan) -> str | None:
     """The sbatch script submitit would submit for one run of this shape, or None if it
-    cannot say."""
+    cannot say.
+
+    submitit renders the script only while submitting; the one function that renders it
+    without submitting, ``submitit.slurm.slurm._make_sbatch_string``, is private and has no
+    public equivalent in submitit 1.5.4. A dry run needs the text without a cluster, so it is
+    used here behind an ImportError guard: a submitit that moves it gives a dry run without
+    the script, never a crash.
+    """
     try:
         from submitit.slurm.slurm import _make_sbatch_string
-    except ImportError:  # a private helper: a future submitit may move it
+    except ImportError:
         return None
     params = slurm_parameters(plan, sp)
     folder = job_folder(plan)

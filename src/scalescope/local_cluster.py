@@ -10,7 +10,8 @@ on the same machine is never touched. Clients find the cluster through ``SLURM_C
 each is checked against its command line before it is signalled (a recycled pid is left alone).
 
 Library functions return data and raise :class:`LocalClusterError`; only :func:`run` prints.
-Only the standard library is imported here, so the command starts fast on a login node.
+Only the standard library and psutil are imported here, so the command starts fast on a
+login node.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from .atomic import write_text_atomic
 from .errors import ScalescopeError
 
 ENV_DIR = "SCALESCOPE_LOCAL_CLUSTER_DIR"
@@ -173,14 +177,13 @@ def _need(program: str) -> str:
 def _cmdline(pid: int) -> list[str] | None:
     """The argv of a live, non-zombie process; None when there is none."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        proc = psutil.Process(pid)
+        if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return None
+        argv = proc.cmdline()
+    except psutil.Error:
         return None
-    # The state letter follows the parenthesised command name.
-    if stat[stat.rfind(")") + 2 :].startswith(("Z", "X")) or not raw:
-        return None
-    return [a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0")]
+    return argv or None
 
 
 def _is_ours(pid: int | None, program: str, marker: str) -> bool:
@@ -232,9 +235,7 @@ def _load_state(paths: _Paths) -> dict[str, Any]:
 
 
 def _save_state(paths: _Paths, state: dict[str, Any]) -> None:
-    tmp = paths.state.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(tmp, paths.state)
+    write_text_atomic(paths.state, json.dumps(state, indent=2) + "\n")
 
 
 @contextlib.contextmanager

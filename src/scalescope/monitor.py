@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from .launch import JobHandle, Launcher
 from .record import ResultRecord
 from .sweep_config import SweepPlan
@@ -79,25 +81,37 @@ def _last_line(trace: str) -> str:
     return lines[-1] if lines else "failed without a message"
 
 
-def read_outcome(handle: JobHandle) -> tuple[str | None, str | None, ResultRecord | None]:
-    """(COMPLETED/FAILED or None when no task left a result, detail, rank 0's record)."""
-    from submitit.core.utils import pickle_load
+_TRACE_RULE = re.compile(r"^-{10,}$", re.MULTILINE)
 
+
+def _trace_of(error: BaseException) -> str:
+    """The job's own traceback inside submitit's FailedJobError text (between its rules)."""
+    parts = _TRACE_RULE.split(str(error))
+    return parts[1] if len(parts) >= 3 else str(error)
+
+
+def read_outcome(handle: JobHandle) -> tuple[str | None, str | None, ResultRecord | None]:
+    """(COMPLETED/FAILED or None when no task left a result, detail, rank 0's record).
+
+    Through submitit's public Job API: a task whose result file exists is done, so
+    ``exception()`` and ``result()`` answer at once without polling the scheduler.
+    """
     job = handle.job
     assert job is not None
     record: ResultRecord | None = None
     found = 0
     for task in range(job.num_tasks):
-        path = Path(job.task(task).paths.result_pickle)
-        if not path.exists():
+        sub = job.task(task)
+        if not Path(sub.paths.result_pickle).exists():
             continue
         found += 1
         try:
-            outcome, value = pickle_load(path)
+            error = sub.exception()
+            value = None if error is not None else sub.result()
         except Exception as exc:  # a truncated or unreadable pickle is a failure, not a crash
             return FAILED, f"task {task}: unreadable result ({type(exc).__name__})", None
-        if outcome != "success":
-            return FAILED, f"task {task}: {_last_line(value)}", None
+        if error is not None:
+            return FAILED, f"task {task}: {_last_line(_trace_of(error))}", None
         if task == 0:
             record = value if isinstance(value, ResultRecord) else None
     if found == 0:
@@ -346,27 +360,23 @@ def _sacct_state(handle: JobHandle) -> str | None:
 # --- local process clean-up -------------------------------------------------------------------
 
 
-def _proc_table() -> dict[int, tuple[int, str]]:
-    """{pid: (ppid, start time)} from /proc (Linux; empty elsewhere)."""
-    table: dict[int, tuple[int, str]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # the command name may hold spaces and parentheses: the fields follow the last ')'
-        fields = stat.rsplit(")", 1)[1].split()
-        table[int(entry.name)] = (int(fields[1]), fields[19])
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """{pid: (ppid, create time)} of every process psutil can see."""
+    table: dict[int, tuple[int, float]] = {}
+    for proc in psutil.process_iter(["ppid", "create_time"]):
+        ppid, created = proc.info["ppid"], proc.info["create_time"]
+        if ppid is not None and created is not None:
+            table[proc.pid] = (ppid, created)
     return table
 
 
-def _descendants(pid: int) -> dict[int, str]:
-    """{pid: start time} of every descendant of ``pid``."""
+def _descendants(pid: int) -> dict[int, float]:
+    """{pid: create time} of every descendant of ``pid``."""
     table = _proc_table()
     children: dict[int, list[int]] = {}
     for child, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(child)
-    out: dict[int, str] = {}
+    out: dict[int, float] = {}
     todo = [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -390,7 +400,7 @@ def stop_local(handles: Sequence[JobHandle], grace_s: float) -> None:
     procs: list[tuple[JobHandle, Any]] = [
         (h, p) for h in handles if (p := getattr(h.job, "_process", None)) is not None
     ]
-    tree: dict[int, str] = {}
+    tree: dict[int, float] = {}
     for _, p in procs:
         tree.update(_descendants(p.pid))
     deadline = time.monotonic() + CONTROLLER_STOP_S

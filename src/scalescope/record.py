@@ -23,12 +23,13 @@ import json
 import math
 import os
 import statistics
-import tempfile
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from .atomic import write_text_atomic
 
 MARKER = ":::SCALESCOPE"
 """Every event line starts with this marker (possibly after a prefix such as ``0: `` from srun)."""
@@ -155,6 +156,13 @@ class ResultRecord:
     steady_samples_per_s_per_device: float | None = None
     steady_mfu: float | None = None
     """MFU over the steady state (None where the device's peak is unknown)."""
+    peak_flops_per_s: float | None = None
+    """The dense peak per device MFU was computed against; None on CPUs and unknown devices."""
+    peak_flops_entry: str | None = None
+    """Which peak-table entry matched the device name (product and datasheet), or None."""
+    stop_reason: str | None = None
+    """Why training stopped before it finished (``sigterm``: Slurm's time limit, preemption or
+    scancel); None when it ran to the end. A stopped run's figures cover the steps it ran."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 
@@ -414,26 +422,8 @@ def write_json_atomic(path: str | os.PathLike[str], data: Mapping[str, Any]) -> 
 
     A start or result event dict (``event`` and ``schema_version`` keys) gets its
     ``checksum`` key, equal to the one of its log line (:func:`encode`)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # A start or result event carries the checksum of its log line (same canonical JSON).
     body = _with_checksum(data) if _is_event(data) else _finite(dict(data))
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(body, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        # mkstemp creates 0600; results are shared with the group like any other file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_text_atomic(path, json.dumps(body, indent=2, sort_keys=True) + "\n")
 
 
 def read_result_json(path: str | os.PathLike[str]) -> ResultRecord:

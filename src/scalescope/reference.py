@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from . import workloads
+from .atomic import write_text_atomic
 from .cluster import ClusterProfile
 from .config import TrainConfig
 from .errors import ScalescopeError
@@ -63,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
         raise ScalescopeError(f"cannot read {path}: {exc.strerror}") from None
     new = splice(text)
     if new != text:
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(new, encoding="utf-8")
-        tmp.replace(path)
+        write_text_atomic(path, new)
     print(f"{path}: config reference {'updated' if new != text else 'already current'}")
     return 0

@@ -185,18 +185,25 @@ def _loader_steps(trainer: L.Trainer) -> int:
 
 
 def _thin_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:
-    """Check for SIGTERM every N steps instead of every step.
+    """Remove Lightning's per-call SIGTERM broadcast.
 
     Lightning 2.6 broadcasts a SIGTERM flag from rank 0 and reads it with ``.item()`` before
-    *every* training step when the world size is > 1: a collective plus a host-device sync
-    per step, which stops the CPU from running ahead of the GPU and taxes exactly the
-    multi-device runs this tool compares. Checking every N steps keeps graceful preemption
-    (at most N steps later) and removes the per-step sync. Other Lightning versions without
-    this method are left alone.
+    *every* training call when the world size is > 1: a collective plus a host-device sync
+    per call, which stops the CPU from running ahead of the GPU and taxes exactly the
+    multi-device runs this tool compares. Where the trainer carries a
+    :class:`~scalescope.preemption.StopOnSignal` callback, that callback checks on a time
+    basis at steps all ranks agree on (see its module), so the broadcast goes entirely.
+    Without one, the broadcast runs every ``every`` calls, which keeps graceful preemption
+    (later). Other Lightning versions without this method are left alone.
     """
+    from .preemption import StopOnSignal
+
     loop = trainer.fit_loop.epoch_loop
     original = getattr(loop, "_broadcast_sigterm_tensor", None)
     if original is None:
+        return
+    if any(isinstance(cb, StopOnSignal) for cb in trainer.callbacks):  # type: ignore[attr-defined]
+        loop._broadcast_sigterm_tensor = lambda: None  # type: ignore[method-assign]
         return
     calls = 0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import math
 import os
 import platform
 import socket
@@ -28,7 +29,7 @@ from typing import Any
 
 from . import __version__, record, topology
 from .config import TrainConfig, TrainerConfig, check_one_step, load_train_config, resolve_batch
-from .errors import TopologyError
+from .errors import ScalescopeError, TopologyError
 from .procinfo import process_start_unix
 from .topology import Topology
 
@@ -47,6 +48,17 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)
     run_training(cfg)
     return 0
+
+
+EXIT_STOPPED = 143
+"""Exit status of a run stopped early by SIGTERM (128 + 15, what the signal itself gives):
+it did not train what it was asked to, so it never exits 0, and its record says why."""
+
+
+class TrainingStopped(ScalescopeError):
+    """Training stopped before the end (Slurm's SIGTERM); the record, if any, was written."""
+
+    exit_code = EXIT_STOPPED
 
 
 def _say(topo: Topology, message: str) -> None:
@@ -215,7 +227,10 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
 
     import lightning as L
     import torch
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from .faults import fault_callbacks
+    from .preemption import StopOnSignal
     from .timing import TimingCallback, agree
     from .tracking import Tracker, start_tracking
     from .workloads import build_workload
@@ -302,11 +317,23 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
                 epoch=ep,
             ),
         )
+        stop = StopOnSignal()
         trainer = build_trainer(
-            cfg.trainer, topo, accelerator=accelerator, run_dir=run_dir, callbacks=[timing]
+            cfg.trainer,
+            topo,
+            accelerator=accelerator,
+            run_dir=run_dir,
+            callbacks=[*fault_callbacks(cfg.faults), timing, stop],
         )
         try:
             trainer.fit(model, datamodule=datamodule)
+        except SIGTERMException:  # a SystemExit: caught first
+            # Every rank stopped at the same step (StopOnSignal): they can still agree on
+            # the timings of the epochs they completed and write a record that says why.
+            if stop.reason is None:
+                raise
+            if timing.t.train_end_unix != timing.t.train_end_unix:  # NaN: never reached
+                timing.t.train_end_unix = time.time()
         except SystemExit:
             # Lightning answers Ctrl-C with a graceful shutdown and sys.exit(1); report it as
             # what it is (the CLI prints one line and exits 130). No record is written.
@@ -320,11 +347,22 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             result = _result(cfg, ident, agreed, timing.t, datamodule, model, versions, trainer)
             tracker.log_result(result.to_dict())
             tracker.end()  # before info(): whether the archive was completed belongs in it
-            result = replace(result, tracking=tracker.info(), threads_per_process=threads)
+            result = replace(
+                result,
+                tracking=tracker.info(),
+                threads_per_process=threads,
+                stop_reason=stop.reason,
+            )
             record.write_json_atomic(run_dir / "result.json", result.to_dict())
             print(record.encode(result), flush=True)
             _say(topo, _summary_line(result))
         _leave_process_group()
+        if stop.reason is not None:
+            raise TrainingStopped(
+                f"stopped early ({stop.reason}) at step {stop.stopped_at_step}; the record "
+                f"covers the {len(agreed.epoch_times_s)} complete epoch(s) before it and says "
+                f"stop_reason={stop.reason}"
+            )
         return result
     finally:
         tracker.end()  # no-op when already ended; bounded by tracking.end_timeout_s
@@ -374,9 +412,20 @@ def build_trainer(
     from lightning.pytorch.plugins.environments import SLURMEnvironment
     from lightning.pytorch.strategies import DDPStrategy
 
+    from .preemption import StopOnSignal
+
     # Requeue has one owner: submitit or the sbatch script, never Lightning's USR1 handler.
     plugins: Any = [SLURMEnvironment(auto_requeue=False)] if topo.launcher == "slurm" else None
-    strategy: Any = DDPStrategy(gradient_as_bucket_view=True) if topo.world_size > 1 else "auto"
+    # The process group's timeout bounds every collective (gloo and NCCL) and the start-up
+    # rendezvous: a dead or hung rank fails the others within it, not after 30 min.
+    timeout = dt.timedelta(seconds=trainer_cfg.collective_timeout_s)
+    strategy: Any = (
+        DDPStrategy(gradient_as_bucket_view=True, timeout=timeout)
+        if topo.world_size > 1
+        else "auto"
+    )
+    if not any(isinstance(cb, StopOnSignal) for cb in callbacks):
+        callbacks = [*callbacks, StopOnSignal()]
     precision = trainer_cfg.precision
     kwargs: dict[str, Any] = {
         "accelerator": accelerator,
@@ -418,7 +467,7 @@ def _result(
     """Rank 0's record from the agreed timings (called after torch is imported)."""
     import torch
 
-    from .hardware import mfu
+    from .hardware import mfu, peak_entry_label, peak_flops
     from .timing import median_step_time
 
     steps = int(trainer.global_step)
@@ -434,6 +483,8 @@ def _result(
         for t, n in zip(agreed.epoch_times_s, agreed.epoch_steps, strict=True)
         if n == steps_per_epoch
     ] or agreed.epoch_times_s
+    # A run stopped in its first epoch has no complete epoch: its times are NaN, not zero.
+    mean_epoch = sum(full) / len(full) if full else math.nan
     warmup = agreed.warmup_steps
     step_time = median_step_time(timings.step_windows, warmup) if warmup is not None else None
     steady_s = agreed.steady_time_s
@@ -462,7 +513,7 @@ def _result(
         val_time_s=agreed.val_time_s,
         job_time_s=agreed.job_time_s,
         epoch_times_s=agreed.epoch_times_s,
-        mean_epoch_time_s=sum(full) / len(full),
+        mean_epoch_time_s=mean_epoch,
         mean_epoch_time_excl_first_s=record.mean_excluding_first(full),
         samples_per_s=rate,
         samples_per_s_per_device=per_device,
@@ -486,6 +537,8 @@ def _result(
             if steady_per_device is not None
             else None
         ),
+        peak_flops_per_s=peak_flops(device_name, ident.precision),
+        peak_flops_entry=peak_entry_label(device_name, ident.precision),
         versions=dict(versions),
         config=cfg.to_dict(),
         finished_at=_utc(time.time()),
@@ -510,8 +563,9 @@ def _summary_line(r: record.ResultRecord) -> str:
         if r.steady_samples_per_s is not None
         else f"; no steady state (warm-up {r.warmup_steps} steps covered all training)"
     )
+    stopped = f"STOPPED EARLY ({r.stop_reason}) after {r.steps} steps: " if r.stop_reason else ""
     return (
-        f"trained {r.epochs} epoch(s), {r.steps} steps in {r.train_time_s:.3f} s "
+        f"{stopped}trained {r.epochs} epoch(s), {r.steps} steps in {r.train_time_s:.3f} s "
         f"(mean epoch {r.mean_epoch_time_s:.3f} s{excl}); {r.samples_per_s:,.0f} samples/s "
         f"({r.samples_per_s_per_device:,.0f} per device); setup {r.setup_time_s:.2f} s, "
         f"job {r.job_time_s:.2f} s{steady}{val}{mem}"

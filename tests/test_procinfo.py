@@ -1,0 +1,46 @@
+"""Process facts through psutil: start times and process trees of real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scalescope import local_cluster, monitor
+from scalescope.procinfo import process_start_unix
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_process_start_is_when_the_process_was_created() -> None:
+    before = time.time()
+    code = "import time; t0 = time.time(); from scalescope.procinfo import process_start_unix; "
+    code += "print(process_start_unix(), t0)"
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    started, first_line = map(float, out.stdout.split())
+    # created after we asked for it and before its first line of Python ran; Linux counts it
+    # from the boot time, which it gives in whole seconds
+    assert before - 1.05 <= started <= first_line + 1.05
+    assert process_start_unix() < before
+
+
+def test_descendants_finds_grandchildren_and_cmdline_reads_argv() -> None:
+    child = subprocess.Popen(["bash", "-c", "sleep 30 & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        tree: dict[int, float] = {}
+        while time.monotonic() < deadline and not tree:
+            tree = monitor._descendants(child.pid)
+            time.sleep(0.05)
+        (grandchild,) = tree
+        assert local_cluster._cmdline(grandchild) == ["sleep", "30"]
+    finally:
+        child.kill()
+        child.wait()
+        subprocess.run(["kill", str(grandchild)], check=False)
+    assert local_cluster._cmdline(2**22 + 12345) is None  # no such process
