@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,8 @@ import pandas as pd
 import yaml
 from scipy import optimize as _opt
 from scipy import stats as _sps
+
+from scalescope.atomic import write_text_atomic
 
 from .metrics import (
     SERIES_KEYS,
@@ -487,29 +488,10 @@ def write_reference(path: str | os.PathLike[str], doc: Mapping[str, Any], force:
     text = REFERENCE_HEADER + yaml.safe_dump(
         dict(doc), sort_keys=False, allow_unicode=True, default_flow_style=False
     )
-    return write_text_atomically(path, text, replace=force)
-
-
-def write_text_atomically(path: str | os.PathLike[str], text: str, replace: bool = True) -> Path:
-    """Write one file through a temp file in the same folder and a rename: a reader sees
-    the old file or the new one, never half of one. With ``replace=False`` an existing file
-    is never replaced, even by a writer racing this one (FileExistsError)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if replace:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # fails if path exists, atomically
+        return write_text_atomic(path, text, replace=force)
     except FileExistsError:
         raise FileExistsError(f"{path} exists; pass --force to replace it") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
 
 
 # --- exporters ----------------------------------------------------------------------------------

@@ -35,6 +35,8 @@ from typing import Any
 
 import pandas as pd
 
+from scalescope.atomic import write_text_atomic
+
 from .compare import COMPARABLE, DEFAULT_ALPHA, DEFAULT_TOLERANCE, compare_runs
 from .frame import Loaded, load_all
 from .gate import DEFAULT_ALPHA as GATE_ALPHA
@@ -50,7 +52,6 @@ from .gate import (
     reference_document,
     unreferenced,
     write_reference,
-    write_text_atomically,
 )
 from .gate import (
     MISSING as GATE_MISSING,
@@ -707,7 +708,7 @@ def export(args: argparse.Namespace) -> int:
         data = export_github_action_benchmark(loaded.runs)
     text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if args.output:
-        write_text_atomically(Path(args.output), text)
+        write_text_atomic(Path(args.output), text)
     else:
         sys.stdout.write(text)
     return 0

@@ -57,7 +57,7 @@ def test_replace_dir_swaps_whole_folders(tmp_path: Path) -> None:
     replace_dir_atomic(target, lambda d: (d / "one.txt").write_text("1"))
     replace_dir_atomic(target, lambda d: (d / "two.txt").write_text("2"))
     assert sorted(p.name for p in target.iterdir()) == ["two.txt"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".summary.lock", "summary"]
 
 
 def test_replace_dir_failure_keeps_the_old_folder(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_replace_dir_failure_keeps_the_old_folder(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="No space"):
         replace_dir_atomic(target, half)
     assert sorted(p.name for p in target.iterdir()) == ["one.txt"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".summary.lock", "summary"]
 
 
 def test_concurrent_writers_never_leave_a_torn_file(tmp_path: Path) -> None:
@@ -109,3 +109,26 @@ def test_the_analysis_and_the_cluster_state_use_the_one_helper() -> None:
             if any(s in text for s in ("mkstemp", "mkdtemp", "os.replace(", "os.rename(")):
                 offenders.append(str(path.relative_to(REPO)))
     assert offenders == []
+
+
+def test_concurrent_folder_swaps_each_land_whole(tmp_path: Path) -> None:
+    # Real processes replacing one folder at once: every swap succeeds, the survivor is one
+    # writer's complete folder, nothing is left behind but the lock.
+    import subprocess
+    import sys
+
+    target = tmp_path / "summary"
+    code = (
+        "import sys, time; from pathlib import Path; "
+        "from scalescope.atomic import replace_dir_atomic\n"
+        "def fill(d):\n"
+        "    for i in range(20): (d / f'f{i}.txt').write_text(sys.argv[2])\n"
+        "for _ in range(15): replace_dir_atomic(sys.argv[1], fill)\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(target), f"writer{i}"]) for i in range(4)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    texts = {p.read_text() for p in target.iterdir()}
+    assert len(list(target.iterdir())) == 20 and len(texts) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".summary.lock", "summary"]

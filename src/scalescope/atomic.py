@@ -27,8 +27,10 @@ def _umask() -> int:
     return mask
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Replace ``path`` with ``data`` atomically; create its folder if needed."""
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, replace: bool = True) -> Path:
+    """Replace ``path`` with ``data`` atomically; create its folder if needed. With
+    ``replace=False`` an existing file is never replaced, not even by a writer racing this
+    one: FileExistsError (the new file is linked in, which fails when the name exists)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -39,16 +41,20 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
             os.fsync(fh.fileno())
         # mkstemp creates 0600; results are shared with the group like any other file
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
+        if replace:
+            os.replace(tmp, target)
+        else:
+            os.link(tmp, target)
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
     return target
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+def write_text_atomic(
+    path: str | os.PathLike[str], text: str, encoding: str = "utf-8", *, replace: bool = True
+) -> Path:
     """Replace ``path`` with ``text`` atomically (see :func:`write_bytes_atomic`)."""
-    return write_bytes_atomic(path, text.encode(encoding))
+    return write_bytes_atomic(path, text.encode(encoding), replace=replace)
 
 
 @contextlib.contextmanager
