@@ -61,7 +61,10 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         "faults",
         "output_dir",
         "sweep_id",
+        "cluster",
+        "repeat_index",
     }
+    assert data["trainer"]["warmup_steps"] == "auto"
     assert data["faults"] == {"step_sleep_s": 0.0}  # recorded even when off
     assert data["trainer"]["collective_timeout_s"] == 300.0
 
