@@ -22,7 +22,7 @@ from analysis import load_all
 from analysis.parse import parse
 from scalescope.record import MARKER, encode
 
-REAL_LOG = FIXTURES / "sweep" / "local-20261121T105452-13013.out"
+REAL_LOG = FIXTURES / "sweep" / "local-d1-0.out"
 
 
 def _real_events() -> tuple[bytes, bytes]:
@@ -49,7 +49,7 @@ def test_nul_blocks_and_random_bytes_skip_only_their_region(tmp_path: Path) -> N
 
     runs, failures, problems = load_all(tmp_path, jobs=1)
 
-    assert runs["job_id"].tolist() == ["local-20261121T105452-13013"]
+    assert runs["job_id"].tolist() == ["local-d1-0"]
     assert runs["train_time_s"].notna().all() and failures.empty
     assert [Path(p.file).name for p in problems] == ["slurm-13013.out"] * 2
     first, second = (p.message for p in problems)
