@@ -619,8 +619,12 @@ def scan_file(item: tuple[str, str]) -> FileScan:
     unusable = damage.is_binary(bool(lines), size) or bool(lines)
     hint = None if events or unusable else job_hint(name)
     scan = FileScan(path, display, tuple(events), problems=tuple(problems), hint=hint)
-    finished = {e.identity.run_id for _, e in events if isinstance(e, ResultRecord)}
+    results = [e for _, e in events if isinstance(e, ResultRecord)]
+    finished = {e.identity.run_id for e in results}
     if any(isinstance(e, StartEvent) and e.identity.run_id not in finished for _, e in events):
+        return _with_evidence(scan)
+    if any(e.stop_reason for e in results):
+        # Stopped early: what stopped it (Slurm's time limit, a preemption) is in this log.
         return _with_evidence(scan)
     return scan
 

@@ -314,3 +314,6 @@ def test_a_run_stopped_by_sigterm_is_a_failed_row_not_a_measurement(tmp_path: Pa
     assert runs["job_id"].tolist() == ["14"]
     assert failures["job_id"].tolist() == ["13"]
     assert "stopped early (sigterm)" in failures["detail"].iloc[0]
+    # what stopped it is read from the same log: Slurm's time limit, not a bare "cancelled"
+    assert failures["reason"].iloc[0] == "time_limit"
+    assert "DUE TO TIME LIMIT" in failures["evidence"].iloc[0]

@@ -103,6 +103,7 @@ def test_time_limit_with_one_second_steps_stops_within_killwait(sbatch, tmp_path
     (row,) = summary["failures"]
     assert str(row["job_id"]) == job_id
     assert "stopped early" in str(row["detail"])
+    assert row["reason"] == "time_limit", row  # Slurm's word, read from the same log
 
 
 @pytest.mark.timeout(600)
