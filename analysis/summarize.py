@@ -557,15 +557,12 @@ def compare(args: argparse.Namespace) -> int:
         sides[0], sides[1], metric=args.metric, tolerance=args.tolerance, alpha=args.alpha
     )
     table = _compare_table(frame, args.metric, args.tolerance, args.alpha)
-    if args.format == "table":
-        _console(sys.stdout).print(rich_table(table))
-    elif args.format == "markdown":
-        sys.stdout.write(markdown(table))
-    elif args.format == "json":
-        from .report import SUMMARY_SCHEMA_VERSION, records
-
-        doc = {
-            "schema_version": SUMMARY_SCHEMA_VERSION,
+    _emit(
+        args.format,
+        table,
+        frame,
+        "rows",
+        {
             "kind": "scalescope-compare",
             "a": args.a,
             "b": args.b,
@@ -573,12 +570,27 @@ def compare(args: argparse.Namespace) -> int:
             "tolerance": args.tolerance,
             "alpha": args.alpha,
             "test": "Welch's unequal-variances t-test, two-sided",
-            "rows": records(frame),
-        }
+        },
+    )
+    return 0
+
+
+def _emit(
+    fmt: str, table: DisplayTable, frame: pd.DataFrame, rows_key: str, head: dict[str, Any]
+) -> None:
+    """One result table on stdout as a rich table, Markdown, JSON (``head`` plus the rows
+    under ``rows_key``) or CSV."""
+    if fmt == "table":
+        _console(sys.stdout).print(rich_table(table))
+    elif fmt == "markdown":
+        sys.stdout.write(markdown(table))
+    elif fmt == "json":
+        from .report import SUMMARY_SCHEMA_VERSION, records
+
+        doc = {"schema_version": SUMMARY_SCHEMA_VERSION, **head, rows_key: records(frame)}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         frame.to_csv(sys.stdout, index=False)
-    return 0
 
 
 def _gate_value(metric: str, x: Any) -> str:
@@ -668,23 +680,8 @@ def gate(args: argparse.Namespace) -> int:
     frame = check(loaded.runs, expected, args.alpha)
     n_unchecked = len(unreferenced(loaded.runs, expected))
     table = _check_table(frame, args.alpha, n_unchecked)
-    if args.format == "table":
-        _console(sys.stdout).print(rich_table(table))
-    elif args.format == "markdown":
-        sys.stdout.write(markdown(table))
-    elif args.format == "json":
-        from .report import SUMMARY_SCHEMA_VERSION, records
-
-        doc = {
-            "schema_version": SUMMARY_SCHEMA_VERSION,
-            "kind": "scalescope-check",
-            "reference": args.reference,
-            "alpha": args.alpha,
-            "checks": records(frame),
-        }
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    else:
-        frame.to_csv(sys.stdout, index=False)
+    head = {"kind": "scalescope-check", "reference": args.reference, "alpha": args.alpha}
+    _emit(args.format, table, frame, "checks", head)
     regressions = int((frame["verdict"] == REGRESSION).sum())
     missing = int((frame["verdict"] == GATE_MISSING).sum())
     summary = f"{len(frame)} check(s): {regressions} regression(s), {missing} missing"

@@ -6,10 +6,13 @@ Kept out of conftest.py (another area's fixtures live there); import what you ne
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,3 +208,43 @@ def run_train(
         stderr=proc.stderr,
         output_dir=output_dir or cwd,
     )
+
+
+@contextlib.contextmanager
+def two_rank_run(
+    tmp_path: Path, *args: str, settle_s: float, startup_s: float = 180.0
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """A 2-process ``python -m scalescope.train`` in its own session (so a signal can reach
+    the whole group, as a terminal's Ctrl-C or Slurm's does), its output in ``log.txt``.
+
+    Yields ``(process, log)`` once rank 0 has reported its tracking line and ``settle_s``
+    more seconds have passed (both ranks inside fit); kills the group on the way out.
+    """
+    log = tmp_path / "log.txt"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "scalescope.train",
+                f"output_dir={tmp_path}",
+                "trainer.devices=2",
+                *args,
+            ],
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + startup_s
+        while "scalescope: tracking" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        time.sleep(settle_s)
+        yield proc, log
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left, stopped ranks included
+        proc.wait()

@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from core_helpers import clean_env
+from core_helpers import two_rank_run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -56,41 +54,15 @@ def test_growth_from_one_reaches_the_interval() -> None:
 def test_sigterm_with_slow_steps_stops_both_ranks_and_records_why(tmp_path: Path) -> None:
     """Like Slurm at a time limit: SIGTERM to every process, SIGKILL after a 5 s grace
     period (the local cluster's KillWait). Steps take 1 s and a call holds 8 of them."""
-    log = tmp_path / "log.txt"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "scalescope.train",
-                f"output_dir={tmp_path}",
-                "trainer.devices=2",
-                "trainer.max_epochs=1000",
-                "trainer.steps_per_call=8",
-                "faults.step_sleep_s=1.0",
-                "tracking.mode=off",
-            ],
-            cwd=tmp_path,
-            env=clean_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 180
-        while "scalescope: tracking" not in log.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            time.sleep(0.2)
-        time.sleep(12)  # into fit: both ranks are up and stepping
+    args = ("trainer.max_epochs=1000", "trainer.steps_per_call=8", "faults.step_sleep_s=1.0")
+    # settle: both ranks up and stepping
+    with two_rank_run(tmp_path, *args, "tracking.mode=off", settle_s=12) as (proc, log):
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             rc = proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             rc = proc.wait()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     text = log.read_text()
     assert rc == EXIT_STOPPED, text[-3000:]
     assert "STOPPED EARLY (sigterm)" in text

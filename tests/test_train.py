@@ -6,7 +6,6 @@ cores are busy). Error paths and ``--help`` answer before torch is imported and 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from core_helpers import TINY, TrainRun, clean_env, run_train
+from core_helpers import TINY, TrainRun, clean_env, run_train, two_rank_run
 
 from scalescope.hardware import peak_flops
 from scalescope.record import ResultRecord, read_result_json
@@ -360,34 +359,10 @@ def test_max_steps_is_exact_inside_a_group(tmp_path: Path) -> None:
 def test_ctrl_c_stops_every_rank_and_writes_no_result(tmp_path: Path) -> None:
     """Ctrl-C in a terminal signals the whole foreground group: both ranks must go,
     the CLI says so in one line with exit 130, and no result.json is left behind."""
-    log = tmp_path / "log.txt"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "scalescope.train",
-                f"output_dir={tmp_path}",
-                "trainer.devices=2",
-                "trainer.max_epochs=100000",
-            ],
-            cwd=tmp_path,
-            env=clean_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while "scalescope: tracking" not in log.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            time.sleep(0.2)
-        time.sleep(6)  # into fit: the second rank is up and training
+    # settle: into fit, the second rank up and training
+    with two_rank_run(tmp_path, "trainer.max_epochs=100000", settle_s=6) as (proc, log):
         os.killpg(proc.pid, signal.SIGINT)
         rc = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     text = log.read_text()
     assert rc == 130, text
     assert text.rstrip().endswith("scalescope train: interrupted"), text
@@ -419,40 +394,12 @@ def test_a_hung_rank_fails_the_other_within_the_collective_timeout(tmp_path: Pat
     trainer.collective_timeout_s, and the error says so with the configured value."""
     import psutil
 
-    log = tmp_path / "log.txt"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "scalescope.train",
-                f"output_dir={tmp_path}",
-                "trainer.devices=2",
-                "trainer.max_epochs=100000",
-                "faults.step_sleep_s=0.2",
-                "trainer.collective_timeout_s=7",
-                "tracking.mode='off'",
-            ],
-            cwd=tmp_path,
-            env=clean_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while "scalescope: tracking" not in log.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            time.sleep(0.2)
-        time.sleep(8)  # into fit: the second rank is up and training
+    args = ("trainer.max_epochs=100000", "faults.step_sleep_s=0.2")
+    timeout = ("trainer.collective_timeout_s=7", "tracking.mode='off'")
+    with two_rank_run(tmp_path, *args, *timeout, settle_s=8) as (proc, log):
         (child,) = psutil.Process(proc.pid).children()
         child.suspend()
         rc = proc.wait(timeout=120)  # far below the 30 min default
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the stopped rank
     text = log.read_text()
     assert rc != 0, text[-3000:]
     assert "Timed out waiting 7000ms" in text, text[-3000:]
