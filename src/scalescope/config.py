@@ -146,7 +146,9 @@ class TrainConfig:
     name: str = option("spiral", help="configuration name, used in run directories and reports")
     workload: dict[str, Any] = option(
         {"name": DEFAULT_WORKLOAD},
-        help="`name` of a registered workload plus that workload's parameters",
+        help="`name` of a registered workload plus that workload's parameters, or `name` "
+        "the import path package.module:ClassName of your own LightningModule with "
+        "`datamodule`, `init_args` and `datamodule_init_args` (see the README)",
     )
     trainer: TrainerConfig = option(TrainerConfig, help="how training runs")
     tracking: TrackingConfig = option(TrackingConfig, help="Comet experiment tracking")
@@ -290,6 +292,15 @@ def resolve_batch(trainer: TrainerConfig, world_size: int) -> Resolved:
             f"across {world_size} ranks, which does not divide; pick a multiple of {world_size}"
         )
     return Resolved(trainer.batch_size // world_size, trainer.batch_size)
+
+
+def check_user_workload(cfg: TrainConfig, per_device_batch_size: int | None = None) -> None:
+    """Import and check an import-path workload's classes and constructor arguments (imports
+    lightning); a no-op for built-in workloads. ConfigError names the key."""
+    if workloads.is_user(cfg.workload_name):
+        from .workloads import user
+
+        user.check(cfg.workload_name, cfg.workload_params(), batch_size=per_device_batch_size)
 
 
 def check_one_step(params: Any, global_batch: int) -> None:
