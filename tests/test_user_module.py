@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from core_helpers import TRAIN_TIMEOUT_S, clean_env, run_train
+
 from scalescope import cli
 from scalescope.config import load_train_config
 from scalescope.errors import ConfigError, ScalescopeError
@@ -259,14 +259,14 @@ def test_local_sweep_of_the_example_shows_a_speedup_row(
     assert re.search(r"^│\s+2\s+│\s+1\s+│\s+1\s+│[^│]+│\s*\d+\.\d\dx", text, re.M), text
 
 
-BOOM = '''\
+BOOM = """\
 from examples.my_project.model import MyModel
 
 
 class Boom(MyModel):
     def training_step(self, batch, batch_idx):
         raise RuntimeError("boom: the loss went NaN in step 0")
-'''
+"""
 
 
 @pytest.mark.slow

@@ -61,7 +61,8 @@ class TrainerConfig:
     steps_per_call: int = option(
         8,
         help="optimizer steps per Lightning training_step call (one group of batches); "
-        "amortises Lightning's fixed per-call cost, training is identical",
+        "amortises Lightning's fixed per-call cost, training is identical (built-in workloads "
+        "only: a user's module is called once per batch)",
         check=positive,
     )
     log_every_n_steps: int = option(
