@@ -61,7 +61,8 @@ class TrainerConfig:
     steps_per_call: int = option(
         8,
         help="optimizer steps per Lightning training_step call (one group of batches); "
-        "amortises Lightning's fixed per-call cost, training is identical",
+        "amortises Lightning's fixed per-call cost, training is identical (built-in workloads "
+        "only: a user's module is called once per batch)",
         check=positive,
     )
     log_every_n_steps: int = option(
@@ -146,7 +147,9 @@ class TrainConfig:
     name: str = option("spiral", help="configuration name, used in run directories and reports")
     workload: dict[str, Any] = option(
         {"name": DEFAULT_WORKLOAD},
-        help="`name` of a registered workload plus that workload's parameters",
+        help="`name` of a registered workload plus that workload's parameters, or `name` "
+        "the import path package.module:ClassName of your own LightningModule with "
+        "`datamodule`, `init_args` and `datamodule_init_args` (see the README)",
     )
     trainer: TrainerConfig = option(TrainerConfig, help="how training runs")
     tracking: TrackingConfig = option(TrackingConfig, help="Comet experiment tracking")
@@ -290,6 +293,15 @@ def resolve_batch(trainer: TrainerConfig, world_size: int) -> Resolved:
             f"across {world_size} ranks, which does not divide; pick a multiple of {world_size}"
         )
     return Resolved(trainer.batch_size // world_size, trainer.batch_size)
+
+
+def check_user_workload(cfg: TrainConfig, per_device_batch_size: int | None = None) -> None:
+    """Import and check an import-path workload's classes and constructor arguments (imports
+    lightning); a no-op for built-in workloads. ConfigError names the key."""
+    if workloads.is_user(cfg.workload_name):
+        from .workloads import user
+
+        user.check(cfg.workload_name, cfg.workload_params(), batch_size=per_device_batch_size)
 
 
 def check_one_step(params: Any, global_batch: int) -> None:

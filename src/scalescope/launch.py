@@ -191,21 +191,30 @@ class SweepRun:
     starts (building them here would pickle them, and CUDA/NCCL state does not survive that).
     """
 
-    def __init__(self, config: dict[str, Any], shape: str, repeat: int) -> None:
+    def __init__(
+        self, config: dict[str, Any], shape: str, repeat: int, submit_dir: str | None = None
+    ) -> None:
         self.config = config
         self.shape = shape
         self.repeat = repeat
+        self.submit_dir = submit_dir
+        """The submitting process's working directory: an import-path workload resolved
+        there when the sweep was validated, so the job looks there too."""
 
     def __call__(self) -> ResultRecord | None:
         from .config import load_train_config
         from .train import run_training
 
+        if self.submit_dir is not None:
+            from .workloads.user import add_import_root
+
+            add_import_root(self.submit_dir)
         return run_training(load_train_config(None, self.config))  # type: ignore[no-any-return]
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
         # Called by submitit on rank 0 at preemption or timeout: requeue the same run. A benchmark
         # is not resumed mid-way: it restarts cleanly and its record carries the restart count.
-        return DelayedSubmission(SweepRun(self.config, self.shape, self.repeat))
+        return DelayedSubmission(SweepRun(self.config, self.shape, self.repeat, self.submit_dir))
 
     def __repr__(self) -> str:
         return f"SweepRun(shape={self.shape}, repeat={self.repeat})"
@@ -307,7 +316,7 @@ class Launcher:
     def _run(self, handle: JobHandle) -> SweepRun:
         # The plan travels into the job: which repeat this is (the cluster is in the config).
         config = {**handle.plan.config_dict(), "repeat_index": handle.repeat}
-        return SweepRun(config, handle.shape.label, handle.repeat)
+        return SweepRun(config, handle.shape.label, handle.repeat, os.getcwd())
 
     def submit_slurm(self, handle: JobHandle, after: str | None = None) -> None:
         """Slurm: submit one run; ``after`` is the job id it must wait for (max_parallel)."""

@@ -160,6 +160,10 @@ class ResultRecord:
     """The dense peak per device MFU was computed against; None on CPUs and unknown devices."""
     peak_flops_entry: str | None = None
     """Which peak-table entry matched the device name (product and datasheet), or None."""
+    flops_source: Literal["module", "measured"] | None = None
+    """Where ``model_flops_per_sample`` came from: ``module`` (the module's own
+    ``flops_per_sample()``), ``measured`` (FlopCounterMode on one training batch, forward and
+    backward, before timing started), or None (no FLOPs)."""
     stop_reason: str | None = None
     """Why training stopped before it finished (``sigterm``: Slurm's time limit, preemption or
     scancel); None when it ran to the end. A stopped run's figures cover the steps it ran."""

@@ -25,7 +25,8 @@ that a sweep means the same thing wherever it is launched from.
 :func:`plan_sweep` validates *everything* before anything is submitted: the train config of
 every shape (through :func:`~scalescope.config.load_train_config`), the batch split of every
 world size, every shape against the cluster profile, and GPUs asked of a machine without
-them. This module imports neither torch nor submitit.
+them, and an import-path workload's classes and constructor arguments (which imports
+lightning, for that case only). This module imports neither torch nor submitit otherwise.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .config import (
     TrainConfig,
     check_one_step,
+    check_user_workload,
     load_train_config,
     merge,
     read_yaml,
@@ -367,6 +369,12 @@ def plan_sweep(
         raise ConfigError(f"sweep id {sweep_id!r}: use letters, digits, '.', '_' and '-' only")
 
     base = load_train_config(train_path, overrides)
+    try:
+        # An import-path workload is imported and checked here, on the submitting machine
+        # (this imports lightning); built-in workloads need nothing more.
+        check_user_workload(base, resolve_batch(base.trainer, 1).per_device_batch_size)
+    except ConfigError as exc:
+        raise ConfigError(f"{train_path}: {exc}") from None
     sweep_dir = (Path(base.output_dir) / "sweeps" / sweep_id).absolute()
 
     gpus_here: int | None = None  # asked once, and only when a local run could use GPUs

@@ -28,10 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, record, topology
-from .config import TrainConfig, TrainerConfig, check_one_step, load_train_config, resolve_batch
+from .config import (
+    TrainConfig,
+    TrainerConfig,
+    check_one_step,
+    check_user_workload,
+    load_train_config,
+    resolve_batch,
+)
 from .errors import ScalescopeError, TopologyError
 from .procinfo import process_start_unix
 from .topology import Topology
+from .workloads import is_user
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -223,6 +231,9 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     batch = resolve_batch(cfg.trainer, topo.world_size)
     params = cfg.workload_params()
     check_one_step(params, batch.global_batch_size)
+    user_workload = is_user(cfg.workload_name)
+    # An import-path workload: import and check its classes before anything starts.
+    check_user_workload(cfg, batch.per_device_batch_size)
     topology.export_for_lightning(topo)
 
     import lightning as L
@@ -318,12 +329,21 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             ),
         )
         stop = StopOnSignal()
+        measures = _UserMeasures.create(model, timing) if user_workload else None
         trainer = build_trainer(
             cfg.trainer,
             topo,
             accelerator=accelerator,
             run_dir=run_dir,
-            callbacks=[*fault_callbacks(cfg.faults), timing, stop],
+            callbacks=[
+                *(measures.before_timing() if measures else []),
+                *fault_callbacks(cfg.faults),
+                timing,
+                *(measures.after_timing() if measures else []),
+                stop,
+            ],
+            # A user's module brings plain DataLoaders: Lightning gives each rank its shard.
+            **({"use_distributed_sampler": True} if user_workload else {}),
         )
         try:
             trainer.fit(model, datamodule=datamodule)
@@ -342,9 +362,15 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             raise
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         agreed = agree(trainer, timing.t, node)
+        if measures is not None:
+            measures.counted = measures.counter.agree(trainer)  # a collective: every rank
         result = None
         if topo.is_rank_zero:
-            result = _result(cfg, ident, agreed, timing.t, datamodule, model, versions, trainer)
+            if measures is not None and measures.probe is not None and measures.probe.problem:
+                _say(topo, f"FLOPs per sample not measured ({measures.probe.problem})")
+            result = _result(
+                cfg, ident, agreed, timing.t, datamodule, model, versions, trainer, measures
+            )
             tracker.log_result(result.to_dict())
             tracker.end()  # before info(): whether the archive was completed belongs in it
             result = replace(
@@ -450,6 +476,31 @@ def build_trainer(
     return L.Trainer(**kwargs)
 
 
+class _UserMeasures:
+    """What a user's module is measured with, since it keeps no books for scalescope:
+    samples counted from its loader, validation metrics from what it logs, and (without its
+    own ``flops_per_sample()``) FLOPs measured once before the clock starts."""
+
+    def __init__(self, counter: Any, history: Any, probe: Any) -> None:
+        self.counter, self.history, self.probe = counter, history, probe
+        self.counted: Any = None  # set on every rank after training (counter.agree)
+
+    @classmethod
+    def create(cls, model: Any, timing: Any) -> _UserMeasures:
+        from .workloads.user_job import FlopsProbe, SampleCounter, ValHistory
+
+        probe = None if hasattr(model, "flops_per_sample") else FlopsProbe()
+        return cls(SampleCounter(lambda: timing.t.warmup_steps), ValHistory(), probe)
+
+    def before_timing(self) -> list[Any]:
+        # Hooks run in list order: the probe measures before the TimingCallback's clock starts
+        # (same on_train_start hook), and the history's host read stays in validation time.
+        return [c for c in (self.probe, self.history) if c is not None]
+
+    def after_timing(self) -> list[Any]:
+        return [self.counter]  # reads the warm-up stamp the TimingCallback just made
+
+
 def _epoch_rate(metrics: Mapping[str, float], global_batch: int) -> float:
     return record.rate(metrics["epoch_steps"] * global_batch, metrics["epoch_time_s"])
 
@@ -463,8 +514,13 @@ def _result(
     model: Any,
     versions: Mapping[str, str | None],
     trainer: Any,
+    measures: _UserMeasures | None = None,
 ) -> record.ResultRecord:
-    """Rank 0's record from the agreed timings (called after torch is imported)."""
+    """Rank 0's record from the agreed timings (called after torch is imported).
+
+    A built-in workload's samples are steps x global batch (its batches are all full); a
+    user's module's are the samples its loaders yielded, counted on every rank and summed.
+    """
     import torch
 
     from .hardware import mfu, peak_entry_label, peak_flops
@@ -472,7 +528,8 @@ def _result(
 
     steps = int(trainer.global_step)
     train_time = sum(agreed.epoch_times_s)
-    samples = steps * ident.global_batch_size
+    counted = measures.counted if measures is not None else None
+    samples = counted.train_samples if counted is not None else steps * ident.global_batch_size
     rate = record.rate(samples, train_time)
     per_device = rate / ident.world_size
     loader = trainer.train_dataloader
@@ -489,22 +546,36 @@ def _result(
     step_time = median_step_time(timings.step_windows, warmup) if warmup is not None else None
     steady_s = agreed.steady_time_s
     steady_steps = steps - warmup if steady_s is not None and warmup is not None else None
+    steady_samples: int | None = None
+    if steady_s is not None and steady_steps is not None:
+        steady_samples = steady_steps * ident.global_batch_size
+        if counted is not None:
+            warm = counted.warmup_samples
+            steady_samples = counted.train_samples - warm if warm is not None else None
     steady_rate = (
-        record.rate(steady_steps * ident.global_batch_size, steady_s)
-        if steady_s is not None and steady_steps is not None
+        record.rate(steady_samples, steady_s)
+        if steady_s is not None and steady_samples is not None
         else None
     )
     steady_per_device = steady_rate / ident.world_size if steady_rate is not None else None
-    history = getattr(model, "val_history", [])
+    history = measures.history.history if measures is not None else model.val_history
+    losses = [h[1] for h in history if h[1] is not None]
+    accs = [h[2] for h in history if h[2] is not None]
     device = trainer.strategy.root_device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
-    flops = model.flops_per_sample() if hasattr(model, "flops_per_sample") else None
+    flops: float | None = None
+    flops_source: str | None = None
+    if hasattr(model, "flops_per_sample"):
+        flops, flops_source = float(model.flops_per_sample()), "module"
+    elif measures is not None and measures.probe is not None:
+        flops = measures.probe.flops_per_sample
+        flops_source = "measured" if flops is not None else None
     return record.ResultRecord(
         identity=ident,
         node_names=agreed.node_names,
         device_name=device_name,
-        train_samples=datamodule.num_train,
-        val_samples=datamodule.num_val,
+        train_samples=counted.first_epoch_samples if counted else datamodule.num_train,
+        val_samples=counted.val_samples if counted else datamodule.num_val,
         epochs=len(agreed.epoch_times_s),
         steps=steps,
         steps_per_epoch=steps_per_epoch,
@@ -521,11 +592,12 @@ def _result(
         predicted_epoch_time_s=step_time * steps_per_epoch if step_time else None,
         val_loss_final=history[-1][1] if history else None,
         val_acc_final=history[-1][2] if history else None,
-        val_loss_best=min(h[1] for h in history) if history else None,
-        val_acc_best=max(h[2] for h in history) if history else None,
+        val_loss_best=min(losses) if losses else None,
+        val_acc_best=max(accs) if accs else None,
         peak_mem_gib=agreed.peak_mem_gib,
         peak_host_rss_gib=agreed.peak_host_rss_gib,
         model_flops_per_sample=flops,
+        flops_source=flops_source,  # type: ignore[arg-type]
         mfu=mfu(flops, per_device, device_name, ident.precision),
         warmup_steps=warmup if warmup is not None else steps,
         steady_steps=steady_steps,
@@ -551,11 +623,9 @@ def _summary_line(r: record.ResultRecord) -> str:
         if r.mean_epoch_time_excl_first_s is not None
         else ""
     )
-    val = (
-        f"; val loss {r.val_loss_final:.4f} acc {r.val_acc_final:.4f}"
-        if r.val_loss_final is not None and r.val_acc_final is not None
-        else ""
-    )
+    val = f"; val loss {r.val_loss_final:.4f}" if r.val_loss_final is not None else ""
+    if val and r.val_acc_final is not None:
+        val += f" acc {r.val_acc_final:.4f}"
     mem = f"; peak mem {max(r.peak_mem_gib):.2f} GiB" if r.peak_mem_gib else ""
     steady = (
         f"; steady state {r.steady_samples_per_s:,.0f} samples/s after {r.warmup_steps} "

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..schema import build
 from .params import SpiralParams
+from .user import UserParams, is_import_path
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,24 @@ def get(name: str) -> WorkloadSpec:
         return REGISTRY[name]
     except KeyError:
         raise ConfigError(
-            f"workload.name: unknown workload {name!r}; registered: {', '.join(sorted(REGISTRY))}"
+            f"workload.name: unknown workload {name!r}; registered: {', '.join(sorted(REGISTRY))}; "
+            "or the import path of a LightningModule, package.module:ClassName"
         ) from None
 
 
+def is_user(name: str) -> bool:
+    """Whether ``name`` is a user's LightningModule (an import path), not a built-in."""
+    return is_import_path(name)
+
+
 def validate_params(name: str, params: Mapping[str, Any]) -> Any:
-    """The workload's params dataclass built from the config's ``workload`` section."""
+    """The workload's params dataclass built from the config's ``workload`` section
+    (:class:`~scalescope.workloads.user.UserParams` for an import path; torch-free)."""
+    if is_import_path(name):
+        from .user import check_syntax
+
+        check_syntax("workload.name", name)
+        return build(UserParams, params, where="workload")
     return build(get(name).params, params, where="workload")
 
 
@@ -67,7 +80,15 @@ def build_workload(
     A workload's training iterable yields groups of ``steps_per_call`` batches (its
     ``training_step`` takes one optimizer step per batch of the group) and exposes
     ``num_steps``, the optimizer steps per epoch.
+
+    An import-path workload is built by :func:`scalescope.workloads.user.build` instead: its
+    own module and data module (None when the module has its own loaders), as written;
+    ``steps_per_call`` does not apply.
     """
+    if is_import_path(name):
+        from .user import build as build_user
+
+        return build_user(name, params, batch_size=batch_size)
     module_name, func = get(name).builder.split(":")
     builder = getattr(importlib.import_module(module_name), func)
     return builder(params, batch_size=batch_size, seed=seed, steps_per_call=steps_per_call)

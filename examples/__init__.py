@@ -1,0 +1,1 @@
+"""Example projects that scalescope trains without knowing them (see the README)."""

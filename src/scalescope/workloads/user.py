@@ -1,0 +1,226 @@
+"""Users' own LightningModules, named by import path: ``package.module:ClassName``.
+
+Config (the ``workload`` section)::
+
+    workload:
+      name: examples.my_project.model:MyModel        # a LightningModule subclass
+      datamodule: examples.my_project.model:MyData   # its LightningDataModule (optional when
+                                                     # the module has its own train_dataloader)
+      init_args: {hidden: 64}                        # keyword arguments of MyModel(...)
+      datamodule_init_args: {num_samples: 4096}      # keyword arguments of MyData(...)
+
+:class:`UserParams` validates the section without importing anything. :func:`check` imports
+the classes (and so lightning) and refuses, with one line naming the key, a path that does
+not import, a class of the wrong kind and constructor arguments the class rejects; the
+trainer calls it before anything starts and ``scalescope sweep`` on the submitting machine.
+
+Import paths resolve against the Python path plus the working directory (inserted first,
+as ``python -m`` does): run from the folder that holds the package. A sweep's jobs insert
+the directory the sweep was submitted from (see :class:`scalescope.launch.SweepRun`).
+
+Batch size: when the data module's constructor (or the module's, when there is no data
+module) takes a ``batch_size`` argument, scalescope passes the per-device batch size that
+``trainer.batch_size`` and ``trainer.scaling`` give, and refuses a ``batch_size`` in the init
+args (it would bypass the scaling mode). Without such an argument the loaders' own batch
+size is used as written; samples are counted from what the loader yields either way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..schema import option
+
+IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+BATCH_SIZE_ARG = "batch_size"
+
+
+def is_import_path(name: str) -> bool:
+    """``package.module:ClassName`` (anything with a colon is meant as one)."""
+    return ":" in name
+
+
+def check_syntax(key: str, value: str) -> None:
+    if not IMPORT_PATH.match(value):
+        raise ConfigError(
+            f"{key}: {value!r} is not an import path; expected package.module:ClassName"
+        )
+
+
+@dataclass(frozen=True)
+class UserParams:
+    """The ``workload`` keys of an import-path workload (besides ``name``)."""
+
+    datamodule: str | None = option(
+        None,
+        help="import path package.module:ClassName of the LightningDataModule; null = the "
+        "module's own train_dataloader",
+    )
+    init_args: dict[str, Any] = option({}, help="keyword arguments of the module's constructor")
+    datamodule_init_args: dict[str, Any] = option(
+        {}, help="keyword arguments of the data module's constructor"
+    )
+
+    def validate(self, where: str) -> None:
+        if self.datamodule is not None:
+            check_syntax(f"{where}.datamodule", self.datamodule)
+        elif self.datamodule_init_args:
+            raise ConfigError(
+                f"{where}.datamodule_init_args: given without {where}.datamodule; name the "
+                "data module they are for"
+            )
+
+
+def add_import_root(path: str | os.PathLike[str] | None = None) -> None:
+    """Put ``path`` (default: the working directory) first on sys.path, once."""
+    root = os.path.abspath(path if path is not None else os.getcwd())
+    if root not in (os.path.abspath(p or os.curdir) for p in sys.path):
+        sys.path.insert(0, root)
+
+
+def load(key: str, path: str) -> Any:
+    """The object ``path`` names; ConfigError naming ``key`` and what failed."""
+    check_syntax(key, path)
+    add_import_root()
+    module_name, attr = path.split(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        raise ConfigError(
+            f"{key}: cannot import module {module_name!r}: no module named {missing!r} (import "
+            f"paths resolve from the working directory {os.getcwd()} and the Python path)"
+        ) from None
+    except Exception as exc:  # the user's module raised while importing
+        raise ConfigError(
+            f"{key}: importing module {module_name!r} failed: {type(exc).__name__}: "
+            f"{_first_line(exc)}"
+        ) from None
+    where = module_name
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{key}: {where!r} has no attribute {part!r}")
+        obj = getattr(obj, part)
+        where = f"{where}.{part}"
+    return obj
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+def _kind(obj: Any) -> str:
+    if inspect.isclass(obj):
+        return f"a class deriving from {', '.join(b.__name__ for b in obj.__bases__)}"
+    if inspect.isfunction(obj):
+        return "a function"
+    if inspect.ismodule(obj):
+        return "a module"
+    return f"a {type(obj).__name__}"
+
+
+def load_class(key: str, path: str, base: type, what: str) -> type:
+    obj = load(key, path)
+    if not (inspect.isclass(obj) and issubclass(obj, base)):
+        raise ConfigError(f"{key}: {path} is not a {what} subclass (it is {_kind(obj)})")
+    return obj
+
+
+def takes_batch_size(cls: type) -> bool:
+    try:
+        return BATCH_SIZE_ARG in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _bind(key: str, cls: type, args: Mapping[str, Any], batch_size: int | None) -> dict[str, Any]:
+    """The keyword arguments ``cls`` is built with; refuses what its signature rejects."""
+    kwargs = dict(args)
+    if batch_size is not None and takes_batch_size(cls):
+        if BATCH_SIZE_ARG in kwargs:
+            raise ConfigError(
+                f"{key}.{BATCH_SIZE_ARG}: set by scalescope from trainer.batch_size and "
+                "trainer.scaling (the per-device batch); remove it and set trainer.batch_size"
+            )
+        kwargs[BATCH_SIZE_ARG] = batch_size
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{key}: {cls.__name__} rejects them ({exc})") from None
+    except ValueError:  # no signature to check (a C extension): the constructor will say
+        pass
+    return kwargs
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What :func:`check` found: the classes and the exact constructor arguments."""
+
+    module_cls: type
+    module_kwargs: dict[str, Any]
+    datamodule_cls: type | None
+    datamodule_kwargs: dict[str, Any]
+
+    @property
+    def batch_size_passed(self) -> bool:
+        kwargs = self.datamodule_kwargs if self.datamodule_cls else self.module_kwargs
+        return BATCH_SIZE_ARG in kwargs
+
+
+def check(name: str, params: UserParams, *, batch_size: int | None = None) -> Resolved:
+    """Import and check an import-path workload (imports lightning); ConfigError otherwise.
+
+    ``batch_size`` is the per-device batch passed to a constructor that takes one.
+    """
+    import lightning as L
+
+    module_cls = load_class("workload.name", name, L.LightningModule, "LightningModule")
+    datamodule_cls = None
+    if params.datamodule is not None:
+        datamodule_cls = load_class(
+            "workload.datamodule", params.datamodule, L.LightningDataModule, "LightningDataModule"
+        )
+    elif not _defines(module_cls, "train_dataloader", L.LightningModule):
+        raise ConfigError(
+            f"workload.datamodule: missing; {name} defines no train_dataloader of its own, so "
+            "name its LightningDataModule (package.module:ClassName)"
+        )
+    module_kwargs = _bind(
+        "workload.init_args",
+        module_cls,
+        params.init_args,
+        batch_size if datamodule_cls is None else None,
+    )
+    datamodule_kwargs: dict[str, Any] = {}
+    if datamodule_cls is not None:
+        datamodule_kwargs = _bind(
+            "workload.datamodule_init_args", datamodule_cls, params.datamodule_init_args, batch_size
+        )
+    return Resolved(module_cls, module_kwargs, datamodule_cls, datamodule_kwargs)
+
+
+def _defines(cls: type, method: str, base: type) -> bool:
+    """Whether a class between ``cls`` and ``base`` in the MRO defines ``method``."""
+    for klass in cls.__mro__:
+        if klass is base:
+            return False
+        if method in vars(klass):
+            return True
+    return False
+
+
+def build(name: str, params: UserParams, *, batch_size: int) -> tuple[Any, Any]:
+    """(module, data module or None), built as :func:`check` resolved them."""
+    r = check(name, params, batch_size=batch_size)
+    model = r.module_cls(**r.module_kwargs)
+    datamodule = r.datamodule_cls(**r.datamodule_kwargs) if r.datamodule_cls else None
+    return model, datamodule

@@ -1,0 +1,238 @@
+"""Job-side measurement of a user's LightningModule, which knows nothing of scalescope.
+
+* :func:`batch_size_of`: how many samples a batch holds (the README's rule).
+* :class:`SampleCounter`: counts the samples every rank's training loader yields; the record's
+  throughput uses these counts, not steps x batch size (a loader may end on a short batch,
+  and its batch size may not be the config's).
+* :class:`FlopsProbe`: training FLOPs per sample measured once, before the clock starts.
+* :class:`ValHistory`: validation loss/accuracy per epoch from what the module logs.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+
+from ..errors import ScalescopeError
+
+VAL_LOSS_KEYS = ("val_loss",)
+VAL_ACC_KEYS = ("val_acc", "val_accuracy")
+
+
+def _first_tensor(batch: Any) -> torch.Tensor | None:
+    """Depth first through tuples, lists and mapping values (in order); 0-d tensors skipped."""
+    if isinstance(batch, torch.Tensor):
+        return batch if batch.ndim > 0 else None
+    if isinstance(batch, Mapping):
+        items: Sequence[Any] = list(batch.values())
+    elif isinstance(batch, (list, tuple)):
+        items = batch
+    else:
+        return None
+    for item in items:
+        found = _first_tensor(item)
+        if found is not None:
+            return found
+    return None
+
+
+def batch_size_of(module: Any, batch: Any) -> int:
+    """The module's ``batch_size_of(batch)`` if it has one, else the first dimension of the
+    first tensor in the batch."""
+    declared = getattr(module, "batch_size_of", None)
+    if callable(declared):
+        return int(declared(batch))
+    tensor = _first_tensor(batch)
+    if tensor is None:
+        raise ScalescopeError(
+            f"cannot tell how many samples a training batch of type {type(batch).__name__} "
+            "holds (no tensor in it): define batch_size_of(self, batch) -> int on the module"
+        )
+    return int(tensor.shape[0])
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Samples summed over every rank."""
+
+    train_samples: int
+    """All training samples of the run."""
+    first_epoch_samples: int
+    warmup_samples: int | None
+    """Training samples up to the end of the warm-up; None when training never left it."""
+    val_samples: int
+    """Samples of the first validation pass."""
+
+
+@dataclass
+class SampleCounter(L.Callback):
+    """Counts this rank's training (and first validation) samples, and where the warm-up ended.
+
+    ``warmup_steps`` reads the TimingCallback's warm-up stamp: put this callback after it, so
+    that the stamp of a step is known when that step's samples are added.
+    """
+
+    warmup_steps: Callable[[], int | None]
+    total: int = 0
+    warmup_samples: int | None = None
+    epoch_samples: list[int] = field(default_factory=list)
+    val_samples: int = 0
+    _epoch_start: int = 0
+    _validations: int = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.warmup_steps() == 0:
+            self.warmup_samples = 0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_start = self.total
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, i: int
+    ) -> None:
+        self.total += batch_size_of(pl_module, batch)  # shapes only: no device sync
+        if self.warmup_samples is None and self.warmup_steps() is not None:
+            self.warmup_samples = self.total
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.epoch_samples.append(self.total - self._epoch_start)
+
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        i: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if not trainer.sanity_checking and self._validations == 0:
+            self.val_samples += batch_size_of(pl_module, batch)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validations += 1
+
+    def agree(self, trainer: L.Trainer) -> Counted:
+        """Sums over ranks (call on every rank)."""
+        mine = [
+            self.total,
+            self.epoch_samples[0] if self.epoch_samples else self.total,
+            -1 if self.warmup_samples is None else self.warmup_samples,
+            self.val_samples,
+        ]
+        device = trainer.strategy.root_device
+        summed = trainer.strategy.reduce(
+            torch.tensor(mine, dtype=torch.int64, device=device), reduce_op="sum"
+        )
+        total, first, warmup, val = (int(v) for v in summed.tolist())
+        # The warm-up ends at the same step on every rank: all -1 or none.
+        return Counted(total, first, warmup if warmup >= 0 else None, val)
+
+
+class FlopsProbe(L.Callback):
+    """Training FLOPs per sample of one real batch, measured on rank 0 before the clock starts.
+
+    On ``on_train_start`` (put this callback before the TimingCallback, whose clock starts in
+    the same hook after a barrier) rank 0 takes one batch from a fresh iterator of the training
+    loader, moves it to the device, and runs the module's ``training_step`` and a backward pass
+    under ``torch.utils.flop_counter.FlopCounterMode`` on a *deep copy* of the module (the
+    trainer reference left out of the copy). Training is unchanged: the real module's
+    parameters, gradients and buffers (batch-norm statistics) are never touched, and the
+    Python, NumPy and torch random states are restored afterwards, so the shuffling and
+    dropout of training are those of a run without the probe. FLOPs per sample = the counted
+    total / that batch's size. A module whose ``training_step`` needs its trainer (manual
+    optimization, ``self.trainer...``) cannot be probed this way: the record then has no
+    FLOPs, and ``problem`` says why; such a module can define ``flops_per_sample()``.
+    """
+
+    def __init__(self) -> None:
+        self.flops_per_sample: float | None = None
+        self.problem: str | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_rank != 0:
+            return
+        try:
+            self.flops_per_sample = measure_flops_per_sample(trainer, pl_module)
+        except Exception as exc:
+            text = str(exc).strip().splitlines()
+            self.problem = f"{type(exc).__name__}: {text[0] if text else '(no message)'}"
+
+
+def _rng_states() -> tuple[Any, ...]:
+    import numpy as np
+
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
+
+
+def _restore_rng(states: tuple[Any, ...]) -> None:
+    import numpy as np
+
+    py, npy, cpu, cuda = states
+    random.setstate(py)
+    np.random.set_state(npy)
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def measure_flops_per_sample(trainer: L.Trainer, module: L.LightningModule) -> float:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    states = _rng_states()
+    try:
+        batch = next(iter(trainer.train_dataloader))  # type: ignore[arg-type]
+        batch = trainer.strategy.batch_to_device(batch)
+        samples = batch_size_of(module, batch)
+        probe = copy.deepcopy(module, memo={id(trainer): None})
+        probe.train()
+        counter = FlopCounterMode(display=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # self.log() without a trainer warns
+            with counter, trainer.precision_plugin.train_step_context():
+                out = probe.training_step(batch, 0)
+                loss = out["loss"] if isinstance(out, Mapping) else out
+                if not isinstance(loss, torch.Tensor):
+                    raise ScalescopeError("training_step returned no loss tensor")
+                loss.backward()
+        del probe
+    finally:
+        _restore_rng(states)
+    if samples <= 0:
+        raise ScalescopeError("the probed batch holds no samples")
+    return float(counter.get_total_flops()) / samples
+
+
+class ValHistory(L.Callback):
+    """(epoch, val loss, val accuracy) after each validation, from ``trainer.callback_metrics``
+    (``val_loss``; ``val_acc`` or ``val_accuracy``), None where the module logs no such key.
+
+    Put it before the TimingCallback: its host read then falls inside the validation time.
+    """
+
+    def __init__(self) -> None:
+        self.history: list[tuple[int, float | None, float | None]] = []
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        metrics = trainer.callback_metrics
+        self.history.append(
+            (trainer.current_epoch, _metric(metrics, VAL_LOSS_KEYS), _metric(metrics, VAL_ACC_KEYS))
+        )
+
+
+def _metric(metrics: Mapping[str, Any], keys: Sequence[str]) -> float | None:
+    for key in keys:
+        if key in metrics:
+            return float(metrics[key])
+    return None
