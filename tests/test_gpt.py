@@ -231,3 +231,13 @@ def test_two_processes_follow_the_one_process_trajectory(runs: dict[str, TrainRu
     assert two.steps == one.steps
     assert one.val_loss_final is not None and two.val_loss_final is not None
     assert two.val_loss_final == pytest.approx(one.val_loss_final, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_bf16_mixed_on_the_cpu_trains_and_says_so(tmp_path: Path) -> None:
+    """The precision axis's other value runs on a CPU-only machine too (autocast to bf16)."""
+    run = run_train(tmp_path, *TINY_GPT, "trainer.precision=bf16-mixed", output_dir=tmp_path)
+    r = _finished(run)
+    assert r.identity.precision == "bf16-mixed"
+    assert r.val_loss_final is not None
+    assert r.val_loss_final < 0.7 * math.log(GptParams().shape().vocab_size)
