@@ -65,7 +65,7 @@ def test_base_preset_is_gpt2_small_sized() -> None:
         ({"d_model": 64, "n_heads": 5}, "workload.n_heads", "do not divide d_model 64"),
         ({"preset": "small", "n_heads": 7}, "workload.n_heads", "do not divide d_model 384"),
         ({"n_layers": 0}, "workload.n_layers", "must be > 0"),
-        ({"noise": 1.5}, "workload.noise", "between 0 and 1"),
+        ({"noise": 1.0}, "workload.noise", "must be in [0, 1)"),
         ({"vocab_size": 1}, "workload.vocab_size", "at least 2"),
         ({"layers": 2}, "workload.layers", "valid keys in workload"),
     ],

@@ -98,7 +98,7 @@ class GptParams:
         help="share of tokens drawn uniformly at random; the rest follow the source's fixed "
         "successor of the previous token (an order-1 Markov source, so the loss can fall "
         "from ln(vocab_size) towards its entropy)",
-        check=fraction,
+        check=lambda v: None if 0 <= v < 1 else "must be in [0, 1)",
     )
     data_seed: int = option(0, help="seed of the token data (identical on every rank)")
     lr: float = option(1e-3, help="AdamW learning rate", check=positive)
