@@ -727,12 +727,105 @@ def serial_fraction_notes(scaling: pd.DataFrame, amdahl: pd.DataFrame) -> list[s
 # --- everything at once -----------------------------------------------------------------------
 
 
+# --- mixed precision vs fp32 ----------------------------------------------------------------
+
+FP32 = "32"
+PRECISION_COLUMNS = [
+    "series",
+    "fp32_series",
+    *SERIES_KEYS,
+    *SCALE_KEYS,
+    "n",
+    "fp32_n",
+    "headline_basis",
+    "samples_per_s_mean",
+    "fp32_samples_per_s_mean",
+    "speed_ratio",
+    "speed_ratio_ci_low",
+    "speed_ratio_ci_high",
+    "peak_mem_gib_mean",
+    "fp32_peak_mem_gib_mean",
+    "peak_mem_ratio",
+    "val_loss_final_mean",
+    "fp32_val_loss_final_mean",
+    "val_loss_rel_diff",
+]
+
+
+def _mean_recorded(rows: pd.DataFrame, column: str) -> float:
+    """Mean over the runs that recorded ``column`` (GPU peak memory is absent on the CPU)."""
+    if column not in rows:
+        return math.nan
+    values = pd.to_numeric(rows[column], errors="coerce").dropna()
+    return float(values.mean()) if len(values) else math.nan
+
+
+def precision_table(runs: pd.DataFrame, *, confidence: float = DEFAULT_CONFIDENCE) -> pd.DataFrame:
+    """Mixed precision against fp32: one row per (mixed-precision group, its fp32 twin).
+
+    Twins are groups whose series keys differ only in ``precision`` (one of them ``32``) at
+    the same scale. ``speed_ratio`` is mixed / fp32 mean headline throughput (steady state
+    when every run of both has one, else whole training) with its :func:`ratio_ci` interval;
+    ``peak_mem_ratio`` is mixed / fp32 mean ``peak_mem_gib_max`` where both recorded it;
+    ``val_loss_rel_diff`` is (mixed - fp32) / fp32 mean final validation loss. Empty when no
+    twins exist.
+    """
+    groups = _groups(runs, confidence)
+    labels = series_labels([g.series_key for g in groups])
+    i = SERIES_KEYS.index("precision")
+
+    def twin_key(g: _Group) -> tuple[Any, ...]:
+        return (*g.series_key[:i], *g.series_key[i + 1 :], g.nodes, g.devices_per_node)
+
+    fp32 = {twin_key(g): g for g in groups if str(g.series_key[i]) == FP32}
+    rows = []
+    for g in groups:
+        base = fp32.get(twin_key(g))
+        if base is None or str(g.series_key[i]) == FP32:
+            continue
+        x, _, basis = _headline(g, base)
+        speed = ratio_ci(g.stats[x], base.stats[x], confidence)
+        mem, base_mem = (
+            _mean_recorded(g.rows, "peak_mem_gib_max"),
+            _mean_recorded(base.rows, "peak_mem_gib_max"),
+        )
+        loss, base_loss = g.stats["val_loss_final"].mean, base.stats["val_loss_final"].mean
+        row: dict[str, Any] = {
+            "series": labels[g.series_key],
+            "fp32_series": labels[base.series_key],
+        }
+        row.update(zip(SERIES_KEYS, g.series_key, strict=True))
+        row.update(
+            nodes=g.nodes,
+            devices_per_node=g.devices_per_node,
+            world_size=g.world_size,
+            n=g.stats[x].n,
+            fp32_n=base.stats[x].n,
+            headline_basis=basis,
+            samples_per_s_mean=g.stats[x].mean,
+            fp32_samples_per_s_mean=base.stats[x].mean,
+            speed_ratio=speed[0],
+            speed_ratio_ci_low=speed[1],
+            speed_ratio_ci_high=speed[2],
+            peak_mem_gib_mean=mem,
+            fp32_peak_mem_gib_mean=base_mem,
+            peak_mem_ratio=_ratio(mem, base_mem),
+            val_loss_final_mean=loss,
+            fp32_val_loss_final_mean=base_loss,
+            val_loss_rel_diff=_ratio(loss - base_loss, base_loss),
+        )
+        rows.append(row)
+    return pd.DataFrame(rows, columns=PRECISION_COLUMNS)
+
+
 @dataclass
 class Analysis:
     groups: pd.DataFrame
     scaling: pd.DataFrame
     amdahl: pd.DataFrame
     notes: list[str]
+    precision: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PRECISION_COLUMNS))
+    """Mixed precision vs fp32 (:func:`precision_table`); empty without such pairs."""
 
 
 def analyze(
@@ -809,4 +902,5 @@ def analyze(
             f"{len(single)} of {len(groups)} configuration(s) ran once: no confidence interval "
             "without repeats."
         )
-    return Analysis(groups, scaling, amdahl, notes)
+    precision = precision_table(runs, confidence=confidence)
+    return Analysis(groups, scaling, amdahl, notes, precision)

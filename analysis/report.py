@@ -55,6 +55,11 @@ METHODS = {
         "f is outside [0, 1]"
     ),
     "weak_scaling_efficiency": "mean per-device throughput / baseline mean per-device throughput",
+    "precision": (
+        "groups whose series differ only in precision (one fp32), same scale: speed_ratio = "
+        "mixed / fp32 mean headline throughput with ratio_ci; peak_mem_ratio = mixed / fp32 "
+        "mean peak_mem_gib_max; val_loss_rel_diff = (mixed - fp32) / fp32 mean final val loss"
+    ),
     "parity": "final val loss relative change > loss tolerance, or val accuracy drop > tolerance",
 }
 
@@ -173,6 +178,7 @@ def document(
         "groups": records(analysis.groups),
         "scaling": records(analysis.scaling),
         "amdahl": records(analysis.amdahl),
+        "precision": records(analysis.precision),
         "failures": records(failures),
         "problems": [asdict(p) for p in problems],
     }

@@ -81,7 +81,7 @@ from .tables import (
 
 PROG = "python -m analysis.summarize"
 FORMATS = ("table", "markdown", "json", "csv")
-CSV_TABLES = ("runs", "groups", "scaling", "amdahl", "failures", "problems")
+CSV_TABLES = ("runs", "groups", "scaling", "amdahl", "precision", "failures", "problems")
 LOOKED_FOR = (
     "looked for ':::SCALESCOPE' event lines in job logs (slurm-*.out, submitit *_log.out / "
     "*_log.err, any other text file) and for result.json files in run directories"
@@ -288,6 +288,7 @@ def _csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
         "groups": analysis.groups,
         "scaling": analysis.scaling,
         "amdahl": analysis.amdahl,
+        "precision": analysis.precision,
         "failures": loaded.failures,
         "problems": problems,
     }

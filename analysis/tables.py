@@ -417,6 +417,63 @@ def amdahl_table(analysis: Analysis) -> DisplayTable | None:
     )
 
 
+def precision_table(analysis: Analysis) -> DisplayTable | None:
+    """Mixed precision vs fp32 at each scale; None when no series pair differs only in it."""
+    a = analysis.precision
+    if a.empty:
+        return None
+    columns = [
+        "Configuration",
+        "vs",
+        "Nodes x devices",
+        "Runs (mixed / fp32)",
+        "Speed (mixed / fp32) [95% CI]",
+        "Peak memory (mixed / fp32)",
+        "Val loss (mixed vs fp32)",
+    ]
+    rows = []
+    for _, r in a.iterrows():
+        mem = MISSING
+        if not _nan(r["peak_mem_ratio"]):
+            mem = (
+                f"{r['peak_mem_ratio']:.2f}x ({r['peak_mem_gib_mean']:.2f} / "
+                f"{r['fp32_peak_mem_gib_mean']:.2f} GiB)"
+            )
+        loss = MISSING
+        if not _nan(r["val_loss_rel_diff"]):
+            loss = (
+                f"{100 * r['val_loss_rel_diff']:+.2f}% ({sig(r['val_loss_final_mean'])} vs "
+                f"{sig(r['fp32_val_loss_final_mean'])})"
+            )
+        speed = with_ci(r["speed_ratio"], r["speed_ratio_ci_low"], r["speed_ratio_ci_high"])
+        if r["headline_basis"] != STEADY:
+            speed += " (whole training)"
+        rows.append(
+            [
+                r["series"],
+                precision_label("32"),
+                f"{r['nodes']}x{r['devices_per_node']}",
+                f"{r['n']} / {r['fp32_n']}",
+                speed,
+                mem,
+                loss,
+            ]
+        )
+    return DisplayTable(
+        "precision",
+        "Mixed precision vs fp32",
+        pd.DataFrame(rows, columns=columns, dtype="object"),
+        caption=[
+            "Pairs of series that differ only in precision, at the same scale. Speed: mean "
+            "headline throughput (steady state) of the mixed-precision runs / the fp32 runs', "
+            "delta-method 95% CI on the log scale; above 1 = mixed is faster. Peak memory: "
+            "mean of each run's largest device peak (GPU runs only). Val loss: relative "
+            "difference of the mean final validation loss (parity: near 0)."
+        ],
+        right={"Runs (mixed / fp32)"},
+    )
+
+
 def failure_label(row: pd.Series) -> str:
     """Like a series label, without what only a result knows (epochs, workload parameters)."""
     if _nan(row["config_name"]):
@@ -505,6 +562,9 @@ def all_tables(
         amdahl = amdahl_table(analysis)
         if amdahl is not None:
             tables.append(amdahl)
+        precision = precision_table(analysis)
+        if precision is not None:
+            tables.append(precision)
         tables.append(variability_table(analysis))
     if len(failures):
         tables.append(failures_table(failures, max_rows))

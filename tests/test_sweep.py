@@ -514,9 +514,14 @@ def test_failed_jobs_are_listed_and_set_the_exit_code(
     from scalescope.monitor import JobStatus
 
     shape = SimpleNamespace(label="1x2", world_size=2)
-    ok = SimpleNamespace(job_id="7_0", shape=shape, repeat=0, stdout=None, stderr=None)
+    ok = SimpleNamespace(job_id="7_0", shape=shape, label="1x2", repeat=0, stdout=None, stderr=None)
     bad = SimpleNamespace(
-        job_id="7_1", shape=shape, repeat=1, stdout=tmp_path / "o", stderr=tmp_path / "e"
+        job_id="7_1",
+        shape=shape,
+        label="1x2",
+        repeat=1,
+        stdout=tmp_path / "o",
+        stderr=tmp_path / "e",
     )
     rows = [
         (ok, JobStatus(state="COMPLETED", elapsed_s=3.0)),

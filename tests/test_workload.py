@@ -307,8 +307,11 @@ def test_build_workload_from_validated_params() -> None:
 def test_registry_knows_spiral_and_names_the_unknown() -> None:
     assert "spiral" in REGISTRY
     assert get("spiral").params is SpiralParams
-    with pytest.raises(ConfigError, match=r"unknown workload 'resnet'; registered: spiral"):
-        get("resnet")
+    with pytest.raises(ConfigError, match=r"unknown workload 'nosuch'; registered: ") as err:
+        get("nosuch")
+    listed = str(err.value).split("registered: ")[1].split("; or the import path")[0]
+    assert listed.split(", ") == sorted(REGISTRY)
+    assert str(err.value).endswith("package.module:ClassName")
 
 
 @pytest.mark.parametrize("k", [1, 3, 8, 100])

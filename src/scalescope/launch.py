@@ -175,9 +175,7 @@ def render_sbatch(plan: SweepPlan, sp: ShapePlan) -> str | None:
         text: str = _make_sbatch_string(command=submit_command(folder), folder=folder, **params)
     except (ValueError, TypeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(
-            f"shape {sp.shape.label}: submitit refuses the parameters: {first}"
-        ) from None
+        raise ConfigError(f"shape {sp.label}: submitit refuses the parameters: {first}") from None
     return text
 
 
@@ -274,6 +272,11 @@ class JobHandle:
         return self.plan.shape
 
     @property
+    def label(self) -> str:
+        """The shape, with the precision in a sweep over precisions (``1x2@bf16-mixed``)."""
+        return self.plan.label
+
+    @property
     def job_id(self) -> str | None:
         return None if self.job is None else str(self.job.job_id)
 
@@ -316,7 +319,7 @@ class Launcher:
     def _run(self, handle: JobHandle) -> SweepRun:
         # The plan travels into the job: which repeat this is (the cluster is in the config).
         config = {**handle.plan.config_dict(), "repeat_index": handle.repeat}
-        return SweepRun(config, handle.shape.label, handle.repeat, os.getcwd())
+        return SweepRun(config, handle.label, handle.repeat, os.getcwd())
 
     def submit_slurm(self, handle: JobHandle, after: str | None = None) -> None:
         """Slurm: submit one run; ``after`` is the job id it must wait for (max_parallel)."""

@@ -253,7 +253,7 @@ class SweepWatch:
                 first = _last_line(str(exc)) if str(exc) else type(exc).__name__
                 already = f"; cancelled the {len(done)} jobs already submitted" if done else ""
                 raise ScalescopeError(
-                    f"submitting shape {h.shape.label} repeat {h.repeat} failed: {first}{already}"
+                    f"submitting shape {h.label} repeat {h.repeat} failed: {first}{already}"
                 ) from exc
             self.status_of(h).state = PENDING
             done.append(h)

@@ -141,10 +141,18 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+def _jobs_breakdown(plan: SweepPlan) -> str:
+    """``2 shapes x 3 repeats``, or ``2 shapes x 2 precisions x 3 repeats``."""
+    shapes = len({sp.shape.label for sp in plan.shapes})
+    precisions = len({sp.precision for sp in plan.shapes})
+    axis = f" x {precisions} precisions" if any(sp.precision_axis for sp in plan.shapes) else ""
+    return f"{shapes} shapes{axis} x {plan.repeats} repeats"
+
+
 def _round_orders(plan: SweepPlan) -> list[str]:
     rounds: dict[int, list[str]] = {}
     for repeat, sp in plan.submission_order():
-        rounds.setdefault(repeat, []).append(sp.shape.label)
+        rounds.setdefault(repeat, []).append(sp.label)
     return [f"{r + 1}: {' '.join(labels)}" for r, labels in rounds.items()]
 
 
@@ -159,7 +167,7 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
         f"  train config  {_rel(plan.train_config_file)}",
         f"  executor      {where}: {why}",
         f"  folder        {plan.sweep_dir}",
-        f"  jobs          {plan.num_jobs} ({len(plan.shapes)} shapes x {plan.repeats} repeats)",
+        f"  jobs          {plan.num_jobs} ({_jobs_breakdown(plan)})",
         f"  order         round by round, shapes shuffled (seed {plan.order_seed}): "
         + "; ".join(_round_orders(plan)),
     ]
@@ -170,10 +178,10 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
         t = sp.config.trainer
         lines += [
             "",
-            f"[{i}/{len(plan.shapes)}] shape {sp.shape.label}: world size {sp.shape.world_size}, "
+            f"[{i}/{len(plan.shapes)}] shape {sp.label}: world size {sp.shape.world_size}, "
             f"{t.scaling} scaling, global batch {sp.global_batch_size} "
             f"({sp.per_device_batch_size} per device), accelerator {t.accelerator}, "
-            f"{plan.repeats} job(s)",
+            f"precision {t.precision}, {plan.repeats} job(s)",
             f"  nodes {r.nodes}, tasks per node {r.tasks_per_node}, gpus per node "
             f"{r.gpus_per_node}, cpus per task {r.cpus_per_task}, "
             f"mem {f'{r.mem_gb} GB' if r.mem_gb is not None else 'site default'}, "
@@ -220,8 +228,8 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
     launcher = Launcher(plan, max_parallel=None if local else args.max_parallel)
     watch = SweepWatch(plan, launcher, max_parallel=parallel)
     console.print(
-        f"sweep {plan.sweep_id}: {plan.num_jobs} jobs ({len(plan.shapes)} shapes x "
-        f"{plan.repeats} repeats), executor {plan.executor} ({why})",
+        f"sweep {plan.sweep_id}: {plan.num_jobs} jobs ({_jobs_breakdown(plan)}), "
+        f"executor {plan.executor} ({why})",
         markup=False,
     )
     console.print(f"logs: {plan.sweep_dir}", markup=False)
@@ -231,7 +239,7 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
         _write_manifest(plan, watch)
         for h in watch.handles:
             console.print(
-                f"  submitted {h.job_id}  shape {h.shape.label}  repeat {h.repeat}  log {h.stdout}",
+                f"  submitted {h.job_id}  shape {h.label}  repeat {h.repeat}  log {h.stdout}",
                 markup=False,
             )
         if not args.wait:
@@ -278,7 +286,7 @@ def status_table(watch: SweepWatch) -> Any:
         elapsed = "" if st.elapsed_s is None else f"{st.elapsed_s:.0f} s"
         table.add_row(
             h.job_id or "-",
-            h.shape.label,
+            h.label,
             str(h.shape.world_size),
             str(h.repeat),
             Text(st.state, style=_state_style(st.state)),
@@ -290,7 +298,7 @@ def status_table(watch: SweepWatch) -> Any:
 def _line(h: Any, st: Any) -> str:
     detail = f"  {st.detail}" if st.detail and st.state != "COMPLETED" else ""
     elapsed = "" if st.elapsed_s is None or st.active else f"  {st.elapsed_s:.0f} s"
-    where = f"  {h.job_id or '-'}  shape {h.shape.label}  repeat {h.repeat}"
+    where = f"  {h.job_id or '-'}  shape {h.label}  repeat {h.repeat}"
     return f"{where}  {st.state}{elapsed}{detail}"
 
 
@@ -341,7 +349,7 @@ def _interrupted(watch: SweepWatch, plan: SweepPlan, console: Any) -> int:
         finished = [h for h, st in watch.rows() if st.state == "COMPLETED"]
         if plan.executor == "local":
             cancelled, never = watch.cancel()
-            what = ", ".join(f"{h.job_id} ({h.shape.label} repeat {h.repeat})" for h in cancelled)
+            what = ", ".join(f"{h.job_id} ({h.label} repeat {h.repeat})" for h in cancelled)
             console.print(
                 f"interrupted: cancelled {what or 'no running job'}; {len(never)} not started; "
                 f"{len(finished)} finished result(s) kept in {plan.sweep_dir}",
@@ -367,7 +375,7 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
     failed = watch.failed
     for h, st in failed:
         console.print(
-            f"{st.state} {h.job_id} (shape {h.shape.label} repeat {h.repeat}): {st.detail}; "
+            f"{st.state} {h.job_id} (shape {h.label} repeat {h.repeat}): {st.detail}; "
             f"log {h.stdout}, errors {h.stderr}",
             markup=False,
         )
@@ -415,10 +423,11 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
         jobs.append(
             {
                 "job_id": h.job_id,
-                "shape": h.shape.label,
+                "shape": h.label,
                 "nodes": h.shape.nodes,
                 "devices_per_node": h.shape.devices_per_node,
                 "world_size": h.shape.world_size,
+                "precision": h.plan.precision,
                 "repeat": h.repeat,
                 "round": h.repeat + 1,
                 "order": order,
@@ -444,6 +453,7 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
             {
                 "shape": sp.shape.label,
                 "world_size": sp.shape.world_size,
+                "precision": sp.precision,
                 "global_batch_size": sp.global_batch_size,
                 "per_device_batch_size": sp.per_device_batch_size,
                 "config": sp.config_dict(),

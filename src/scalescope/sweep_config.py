@@ -10,13 +10,18 @@ and how often to repeat each::
     shapes:                       # world size = nodes x devices_per_node
       - {nodes: 1, devices_per_node: 1}
       - {nodes: 1, devices_per_node: 2}
+    precisions: ["32", "bf16-mixed"]  # optional: every shape at each; default: the train
+                                      # config's trainer.precision
     repeats: 3                    # runs per shape, submitted in rounds (see below)
     timeout_min: 20               # per job; null = the cluster profile's timeout_min
     order_seed: null              # shuffles the shapes within each round; null = random
 
 Repeats are interleaved: round 1 submits every shape once, in a shuffled order, then round 2,
-and so on (:meth:`SweepPlan.submission_order`). A slow period on the cluster (a busy file
-system, a noisy neighbour) then falls on several shapes instead of biasing all repeats of one.
+and so on (:meth:`SweepPlan.submission_order`). With ``precisions``, each shape runs at
+each precision: a plan entry (:class:`ShapePlan`) is a (shape, precision) pair, the jobs are
+shapes x precisions x repeats, and each round holds every pair once, shuffled. A slow period
+on the cluster (a busy file system, a noisy neighbour) then falls on several shapes instead of
+biasing all repeats of one.
 The order and its seed are kept in ``sweep.json``.
 
 ``train_config`` is resolved against the sweep file's folder, not the current directory, so
@@ -42,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .config import (
+    Precision,
     TrainConfig,
     check_one_step,
     check_user_workload,
@@ -102,6 +108,11 @@ class SweepConfig:
     overrides: dict[str, Any] = option(
         {}, help="dotted train-config keys applied to every run, e.g. trainer.max_epochs: 3"
     )
+    precisions: list[Precision] | None = option(
+        None,
+        help='run every shape at each of these trainer.precision values (e.g. ["32", '
+        '"bf16-mixed"]); null = the train config\'s precision',
+    )
     repeats: int = option(
         3,
         help="runs per shape, submitted round by round (every shape once per round)",
@@ -129,6 +140,12 @@ class SweepConfig:
             if shape.label in seen:
                 raise ConfigError(f"shapes: {shape.label} is listed twice; use repeats instead")
             seen.add(shape.label)
+        if self.precisions is not None:
+            if not self.precisions:
+                raise ConfigError("precisions: the list is empty; leave it out or name one")
+            twice = sorted({p for p in self.precisions if self.precisions.count(p) > 1})
+            if twice:
+                raise ConfigError(f"precisions: {twice[0]} is listed twice")
 
 
 def load_sweep_config(path: str | os.PathLike[str]) -> SweepConfig:
@@ -164,6 +181,17 @@ class ShapePlan:
     per_device_batch_size: int
     global_batch_size: int
     resources: Resources
+    precision_axis: bool = False
+    """Whether the sweep lists precisions: the label then names the precision too."""
+
+    @property
+    def precision(self) -> str:
+        return self.config.trainer.precision
+
+    @property
+    def label(self) -> str:
+        """``1x2``, or ``1x2@bf16-mixed`` in a sweep over precisions."""
+        return f"{self.shape.label}@{self.precision}" if self.precision_axis else self.shape.label
 
     def config_dict(self) -> dict[str, Any]:
         return self.config.to_dict()
@@ -180,6 +208,7 @@ class SweepPlan:
     executor: ExecutorKind
     repeats: int
     shapes: list[ShapePlan]
+    """One entry per (shape, precision) pair; the shape alone without a precision axis."""
     profile: ClusterProfile | None
     order_seed: int = 0
     """Seed of the shape order within each round (:meth:`submission_order`)."""
@@ -194,9 +223,10 @@ class SweepPlan:
         return self.profile.name if self.profile else "local"
 
     def submission_order(self) -> list[tuple[int, ShapePlan]]:
-        """(repeat, shape) in the order jobs are submitted: round by round, every shape once
-        per round, shuffled within the round by a generator seeded from ``order_seed`` and
-        the round, so the same seed always gives the same order."""
+        """(repeat, shape) in the order jobs are submitted: round by round, every shape (every
+        shape x precision pair) once per round, shuffled within the round by a generator
+        seeded from ``order_seed`` and the round, so the same seed always gives the same
+        order."""
         out: list[tuple[int, ShapePlan]] = []
         for repeat in range(self.repeats):
             shapes = list(self.shapes)
@@ -225,6 +255,11 @@ def _nested(overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
         set_dotted(nested, str(key), value)
         out = merge(out, nested)
     return out
+
+
+def _sets_precision(overrides: Mapping[str, Any]) -> bool:
+    extra = overrides.get("trainer")
+    return isinstance(extra, Mapping) and "precision" in extra
 
 
 def _sets_project(overrides: Mapping[str, Any]) -> bool:
@@ -360,6 +395,11 @@ def plan_sweep(
                 f"override {key}: the sweep sets it for every run (from shapes, the sweep id and "
                 "the sweep folder); remove it"
             )
+    if sweep.precisions is not None and _sets_precision(overrides):
+        raise ConfigError(
+            "override trainer.precision: the sweep's precisions list sets it for every run; "
+            "remove one of the two"
+        )
     # One Comet project per sweep family: the sweep's name, over the train file's project.
     if not _sets_project(overrides):
         overrides = merge(overrides, {"tracking": {"project": sweep.name}})
@@ -379,12 +419,19 @@ def plan_sweep(
 
     gpus_here: int | None = None  # asked once, and only when a local run could use GPUs
     plans: list[ShapePlan] = []
-    for shape in sweep.shapes:
+    precisions: list[str | None] = list(sweep.precisions) if sweep.precisions else [None]
+    pairs = [(shape, precision) for shape in sweep.shapes for precision in precisions]
+    for shape, precision in pairs:
         where = f"shape {shape.label} (world size {shape.world_size})"
+        if precision is not None:
+            where += f" at precision {precision}"
+        trainer: dict[str, Any] = {"num_nodes": shape.nodes, "devices": shape.devices_per_node}
+        if precision is not None:
+            trainer["precision"] = precision
         per_run = merge(
             overrides,
             {
-                "trainer": {"num_nodes": shape.nodes, "devices": shape.devices_per_node},
+                "trainer": trainer,
                 "sweep_id": sweep_id,
                 "output_dir": str(sweep_dir),
                 "cluster": profile.name if profile else "local",
@@ -411,6 +458,7 @@ def plan_sweep(
                 per_device_batch_size=batch.per_device_batch_size,
                 global_batch_size=batch.global_batch_size,
                 resources=resources,
+                precision_axis=sweep.precisions is not None,
             )
         )
     return SweepPlan(

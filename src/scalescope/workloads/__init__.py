@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..schema import build
-from .params import SpiralParams
+from .params import GptParams, SpiralParams
 from .user import UserParams, is_import_path
 
 
@@ -42,6 +42,14 @@ register(
         params=SpiralParams,
         builder="scalescope.workloads.spiral:build",
         description="two interleaved spirals, MLP classifier; data held in device memory",
+    )
+)
+register(
+    WorkloadSpec(
+        name="gpt",
+        params=GptParams,
+        builder="scalescope.workloads.gpt:build",
+        description="decoder-only transformer LM on synthetic Markov tokens; compute-bound",
     )
 )
 
