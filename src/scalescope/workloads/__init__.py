@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..schema import build
-from .params import SpiralParams
+from .params import ResnetParams, SpiralParams
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,17 @@ register(
         params=SpiralParams,
         builder="scalescope.workloads.spiral:build",
         description="two interleaved spirals, MLP classifier; data held in device memory",
+    )
+)
+
+
+register(
+    WorkloadSpec(
+        name="resnet",
+        params=ResnetParams,
+        builder="scalescope.workloads.resnet:build",
+        description="ResNet image classifier; generated uint8 images in memory-mapped shards "
+        "on disk, read by a DataLoader with CPU augmentation",
     )
 )
 
