@@ -25,7 +25,9 @@ def _int_list(flag: str) -> Any:
         try:
             values = [int(v) for v in text.split(",") if v.strip()]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag}: expected integers like 0,2,4, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"{flag}: expected integers like 0,2,4, got {text!r}"
+            ) from None
         if not values:
             raise argparse.ArgumentTypeError(f"{flag}: empty list")
         return values

@@ -19,6 +19,8 @@ least the step rate.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -117,14 +119,12 @@ def time_loader(loader: Any, batches: int, progress: Progress | None = None) -> 
     if workers:
         cpu = 0.0
         for p in worker_procs.values():
-            try:
+            with contextlib.suppress(psutil.Error):  # a worker that has already exited
                 cpu += _cpu_s(p)
-            except psutil.Error:  # a worker of an earlier epoch that has exited
-                pass
     else:
         cpu = _cpu_s(me) - cpu_main0
     del it
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     steady = stamps[-1] - stamps[0]
     return {
         "samples_per_s": sum(sizes[1:]) / steady if steady > 0 else math.nan,

@@ -141,14 +141,16 @@ class ResnetParams:
         "checked); false skips the full read for very large sets",
     )
     num_workers: int = option(
-        0, help="DataLoader worker processes per rank (0 = load in the training process)",
+        0,
+        help="DataLoader worker processes per rank (0 = load in the training process)",
         check=non_negative,
     )
     pin_memory: bool | Literal["auto"] = option(
         "auto", help="page-locked host batches for faster copies; auto = on when training on a GPU"
     )
     prefetch_factor: int | None = option(
-        None, help="batches each worker loads ahead (needs num_workers > 0; null = 2)",
+        None,
+        help="batches each worker loads ahead (needs num_workers > 0; null = 2)",
         check=positive,
     )
     persistent_workers: bool = option(
@@ -177,8 +179,7 @@ class ResnetParams:
             )
         if (self.image_size or 0) < 2 ** (len(widths) - 1):
             raise ConfigError(
-                f"{where}.image_size: {self.image_size} px cannot be halved "
-                f"{len(widths) - 1} times"
+                f"{where}.image_size: {self.image_size} px cannot be halved {len(widths) - 1} times"
             )
         if self.crop_padding is not None and self.crop_padding >= (self.image_size or 0):
             raise ConfigError(

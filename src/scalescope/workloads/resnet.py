@@ -235,7 +235,7 @@ def make_loader(
         kwargs["persistent_workers"] = persistent
     return DataLoader(
         dataset,
-        batch_sampler=sampler,
+        batch_sampler=sampler,  # type: ignore[arg-type]  # key arrays, not lists
         num_workers=workers,
         collate_fn=collate_identity,
         pin_memory=pin_memory,

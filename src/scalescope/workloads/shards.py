@@ -152,7 +152,9 @@ def _build(spec: ImageSetSpec, folder: Path) -> None:
         n = spec.count(split)
         img_name, lab_name = _file_names(split)
         shape = (n, 3, spec.image_size, spec.image_size)
-        images = np.lib.format.open_memmap(folder / img_name, mode="w+", dtype=np.uint8, shape=shape)
+        images = np.lib.format.open_memmap(
+            folder / img_name, mode="w+", dtype=np.uint8, shape=shape
+        )
         labels = np.empty(n, dtype=np.int64)
         for chunk in range((n + CHUNK - 1) // CHUNK):
             imgs, labs = generate_chunk(spec, patterns, split, chunk)
