@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..schema import build
-from .params import GptParams, SpiralParams
+from .params import GptParams, ResnetParams, SpiralParams
 from .user import UserParams, is_import_path
 
 
@@ -50,6 +50,17 @@ register(
         params=GptParams,
         builder="scalescope.workloads.gpt:build",
         description="decoder-only transformer LM on synthetic Markov tokens; compute-bound",
+    )
+)
+
+
+register(
+    WorkloadSpec(
+        name="resnet",
+        params=ResnetParams,
+        builder="scalescope.workloads.resnet:build",
+        description="ResNet image classifier; generated uint8 images in memory-mapped shards "
+        "on disk, read by a DataLoader with CPU augmentation",
     )
 )
 

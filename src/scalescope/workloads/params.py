@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..schema import all_positive, fraction, non_negative, option, positive
 
@@ -138,3 +138,165 @@ class GptParams:
             )
         if s.vocab_size < 2:
             raise ConfigError(f"{where}.vocab_size: needs at least 2 tokens, got {s.vocab_size}")
+
+
+RESNET_PRESETS: dict[str, dict[str, object]] = {
+    # CPU tests: a few thousand 16x16 images, two narrow stages; an epoch takes about a second.
+    "tiny": {
+        "image_size": 16,
+        "num_classes": 4,
+        "widths": [8, 16],
+        "depths": [1, 1],
+        "train_samples": 2048,
+        "val_samples": 512,
+    },
+    "small": {
+        "image_size": 32,
+        "num_classes": 10,
+        "widths": [32, 64, 128],
+        "depths": [2, 2, 2],
+        "train_samples": 20_000,
+        "val_samples": 2_000,
+    },
+    # ResNet-18's stages (64-128-256-512, two basic blocks each) at 64 px: one modern GPU.
+    "base": {
+        "image_size": 64,
+        "num_classes": 100,
+        "widths": [64, 128, 256, 512],
+        "depths": [2, 2, 2, 2],
+        "train_samples": 100_000,
+        "val_samples": 10_000,
+    },
+}
+"""What ``workload.preset`` fills in; a key given explicitly wins over its preset."""
+
+
+def _cache_dir_problem(path: str) -> str | None:
+    """Why ``path`` cannot hold the data cache, or None. Nothing is created: the nearest
+    existing ancestor must be a writable folder (it is created on first use)."""
+    import os
+
+    p = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    if not os.path.isdir(p):
+        return f"{p} is not a folder"
+    if not os.access(p, os.W_OK | os.X_OK):
+        return f"{p} is not writable"
+    return None
+
+
+@dataclass(frozen=True)
+class ResnetParams:
+    preset: Literal["tiny", "small", "base"] = option(
+        "tiny",
+        help="size preset (tiny: CPU tests, 16 px; small: 32 px; base: ResNet-18 stages at "
+        "64 px for one GPU); the keys below left null take the preset's value",
+    )
+    image_size: int | None = option(None, help="image height and width in pixels", check=positive)
+    num_classes: int | None = option(None, help="classes (one pattern each)", check=positive)
+    widths: list[int] | None = option(
+        None, help="channels of each stage (stage i>0 halves the resolution)"
+    )
+    depths: list[int] | None = option(None, help="basic blocks in each stage")
+    train_samples: int | None = option(None, help="training images", check=positive)
+    val_samples: int | None = option(None, help="validation images", check=positive)
+    noise: float = option(
+        0.8, help="std of the per-pixel noise, relative to the class pattern", check=non_negative
+    )
+    data_seed: int = option(0, help="seed of the generated images (identical on every rank)")
+    norm: Literal["group", "batch"] = option(
+        "group",
+        help="group: GroupNorm, independent of the batch, so every world size follows the "
+        "same trajectory; batch: BatchNorm with per-rank statistics (DDP's usual)",
+    )
+    lr: float = option(2e-3, help="Adam learning rate", check=positive)
+    crop_padding: int | None = option(
+        None,
+        help="random-crop augmentation: pad by this many pixels, crop back (null = "
+        "image_size // 8; 0 = no crop)",
+        check=non_negative,
+    )
+    flip: bool = option(True, help="random horizontal flip augmentation")
+    cache_dir: str | None = option(
+        None,
+        help="folder of the generated image shards (created once, shared by jobs); null = "
+        "$SCALESCOPE_CACHE/data, else ~/.cache/scalescope/data",
+    )
+    verify_checksum: bool = option(
+        True,
+        help="check each shard's sha256 once per process on open (the size is always "
+        "checked); false skips the full read for very large sets",
+    )
+    num_workers: int = option(
+        0,
+        help="DataLoader worker processes per rank (0 = load in the training process)",
+        check=non_negative,
+    )
+    pin_memory: bool | Literal["auto"] = option(
+        "auto", help="page-locked host batches for faster copies; auto = on when training on a GPU"
+    )
+    prefetch_factor: int | None = option(
+        None,
+        help="batches each worker loads ahead (needs num_workers > 0; null = 2)",
+        check=positive,
+    )
+    persistent_workers: bool = option(
+        False, help="keep workers alive between epochs (needs num_workers > 0)"
+    )
+    val_batch_size: int = option(512, help="validation batch per rank", check=positive)
+
+    input_pipeline: ClassVar[bool] = True
+    """Trains from a DataLoader: ``scalescope bench-data`` can time it."""
+
+    def validate(self, where: str) -> None:
+        from ..errors import ConfigError
+
+        for key, value in RESNET_PRESETS[self.preset].items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, value)
+        if self.crop_padding is None:
+            object.__setattr__(self, "crop_padding", max(1, int(self.image_size or 0) // 8))
+        widths, depths = self.widths or [], self.depths or []
+        if not widths or any(w <= 0 for w in widths):
+            raise ConfigError(f"{where}.widths: needs at least one stage, each > 0, got {widths}")
+        if len(depths) != len(widths) or any(d <= 0 for d in depths):
+            raise ConfigError(
+                f"{where}.depths: one block count > 0 per stage ({len(widths)} stages), "
+                f"got {depths}"
+            )
+        if (self.image_size or 0) < 2 ** (len(widths) - 1):
+            raise ConfigError(
+                f"{where}.image_size: {self.image_size} px cannot be halved {len(widths) - 1} times"
+            )
+        if self.crop_padding is not None and self.crop_padding >= (self.image_size or 0):
+            raise ConfigError(
+                f"{where}.crop_padding: must be smaller than image_size {self.image_size}, "
+                f"got {self.crop_padding}"
+            )
+        if self.num_workers == 0 and self.prefetch_factor is not None:
+            raise ConfigError(
+                f"{where}.prefetch_factor: needs {where}.num_workers > 0 (the training "
+                f"process loads batches itself with 0 workers), got {self.prefetch_factor}"
+            )
+        if self.num_workers == 0 and self.persistent_workers:
+            raise ConfigError(
+                f"{where}.persistent_workers: needs {where}.num_workers > 0 (there are no "
+                "workers to keep)"
+            )
+        problem = _cache_dir_problem(self.resolved_cache_dir)
+        if problem:
+            raise ConfigError(f"{where}.cache_dir: cannot hold the data cache: {problem}")
+
+    @property
+    def resolved_cache_dir(self) -> str:
+        import os
+
+        if self.cache_dir:
+            return os.path.abspath(os.path.expanduser(self.cache_dir))
+        env = os.environ.get("SCALESCOPE_CACHE")
+        base = env if env else os.path.join(os.path.expanduser("~"), ".cache", "scalescope")
+        return os.path.abspath(os.path.join(base, "data"))
