@@ -8,8 +8,8 @@ bash scripts/setup.sh --dev
 # shellcheck disable=SC1091
 source .venv/bin/activate
 
-ruff check src analysis tests benchmarks
-ruff format --check src analysis tests benchmarks
+ruff check src analysis tests benchmarks examples
+ruff format --check src analysis tests benchmarks examples
 
 # The Slurm integration tests need the local cluster; leave one that was already up as is.
 started_cluster=0
