@@ -16,7 +16,7 @@ process so that the machine's noise falls on both:
 
 Prints the median samples/s of each and the ratio (target >= 0.95x). Never asserted in tests.
 
-    python benchmarks/user_module_overhead.py [--rounds 5] [--epochs 4]
+    python benchmarks/user_module_overhead.py [--rounds 5] [--epochs 10]
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def run_scalescope(epochs: int, root: Path) -> float:
 
 
 def run_lightning(epochs: int, root: Path) -> float:
-    cfg = load_train_config(CONFIG, None)
+    cfg = load_train_config(CONFIG, {})
     model = MyModel(**cfg.workload["init_args"])
     data = MyData(batch_size=cfg.trainer.batch_size, **cfg.workload["datamodule_init_args"])
     clock = SteadyClock()
@@ -114,7 +114,7 @@ def run_lightning(epochs: int, root: Path) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=10)
     args = ap.parse_args()
     os.chdir(REPO)
     torch.set_num_threads(1)
