@@ -104,3 +104,4 @@ def test_dry_run_lists_every_shape_and_precision(
         assert f"shape {label}: world size" in out
         assert out.count(f" {label}") >= 3  # its header, and once in each round's order
     assert "precision bf16-mixed, 2 job(s)" in out
+    assert "order         round by round, (shape, precision) pairs shuffled (seed" in out

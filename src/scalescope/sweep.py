@@ -149,6 +149,11 @@ def _jobs_breakdown(plan: SweepPlan) -> str:
     return f"{shapes} shapes{axis} x {plan.repeats} repeats"
 
 
+def _what_is_shuffled(plan: SweepPlan) -> str:
+    axis = any(sp.precision_axis for sp in plan.shapes)
+    return "(shape, precision) pairs" if axis else "shapes"
+
+
 def _round_orders(plan: SweepPlan) -> list[str]:
     rounds: dict[int, list[str]] = {}
     for repeat, sp in plan.submission_order():
@@ -168,7 +173,8 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
         f"  executor      {where}: {why}",
         f"  folder        {plan.sweep_dir}",
         f"  jobs          {plan.num_jobs} ({_jobs_breakdown(plan)})",
-        f"  order         round by round, shapes shuffled (seed {plan.order_seed}): "
+        f"  order         round by round, {_what_is_shuffled(plan)} shuffled "
+        f"(seed {plan.order_seed}): "
         + "; ".join(_round_orders(plan)),
     ]
     if plan.executor == "slurm" and max_parallel:
