@@ -174,8 +174,7 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
         f"  folder        {plan.sweep_dir}",
         f"  jobs          {plan.num_jobs} ({_jobs_breakdown(plan)})",
         f"  order         round by round, {_what_is_shuffled(plan)} shuffled "
-        f"(seed {plan.order_seed}): "
-        + "; ".join(_round_orders(plan)),
+        f"(seed {plan.order_seed}): " + "; ".join(_round_orders(plan)),
     ]
     if plan.executor == "slurm" and max_parallel:
         lines.append(f"  at once       {max_parallel} job(s), by afterany dependencies")
