@@ -289,3 +289,49 @@ def test_a_module_that_raises_gives_a_failed_row_with_its_exception(
     summary = _summarize(sweep_dir)
     text = summary.stdout + summary.stderr
     assert "RuntimeError: boom: the loss went NaN in step 0" in text, text
+
+
+MANUAL = """\
+import torch.nn.functional as F
+
+from examples.my_project.model import MyModel
+
+
+class Manual(MyModel):
+    \"\"\"Manual optimization: training_step steps the optimizer itself and returns None.\"\"\"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+"""
+
+
+@pytest.mark.slow
+def test_a_manual_optimization_module_returning_none_is_timed(tmp_path: Path) -> None:
+    # Its steps still advance global_step, so the timing callback reaches its every-N read
+    # with no loss to read: it must stamp the clock after a device sync instead.
+    _example_sweep(tmp_path, shapes="")
+    (tmp_path / "manualpkg").mkdir()
+    (tmp_path / "manualpkg" / "__init__.py").write_text("")
+    (tmp_path / "manualpkg" / "model.py").write_text(MANUAL)
+    run = run_train(
+        tmp_path,
+        "workload.name=manualpkg.model:Manual",
+        "trainer.max_epochs=2",
+        "trainer.log_every_n_steps=5",
+        "tracking.mode='off'",
+        output_dir=tmp_path / "out",
+        module_args=("--config", "examples/my_project.yaml"),
+    )
+    assert run.returncode == 0, run.describe()
+    (result,) = run.results()
+    assert result.steps == 2 * result.steps_per_epoch and result.steady_samples_per_s
+    assert result.step_time_s is not None  # windows from the stamps without a loss

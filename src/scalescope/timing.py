@@ -131,15 +131,19 @@ class TimingCallback(L.Callback):
         last = self._last_stamp[0] if self._last_stamp is not None else step - 1
         if step // self.every == last // self.every or trainer.global_rank != 0:
             return
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        value = float(loss.detach().float().item())  # the one sync every N steps
-        now = time.perf_counter()
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            value: float | None = float(loss.detach().float().item())  # the one sync every N
+            now = time.perf_counter()
+        else:
+            # No loss to read (manual optimization returns None): the same sync, explicitly.
+            value, now = None, self._now()
         if self._last_stamp is not None and step > self._last_stamp[0]:
             self.t.step_windows.append(
                 (self._last_stamp[0], step - self._last_stamp[0], now - self._last_stamp[1])
             )
         self._last_stamp = (step, now)
-        if self.on_loss is not None:
+        if self.on_loss is not None and value is not None:
             self.on_loss(value, step, trainer.current_epoch)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
