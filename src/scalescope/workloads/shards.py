@@ -31,13 +31,13 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ..atomic import replace_dir_atomic
 
 FORMAT_VERSION = 1
 """Bump when the generator changes: the cache key changes with it."""
@@ -254,17 +254,9 @@ def open_shards(
                 return OpenedShards(folder, _open(spec, folder), False, None, verified)
             except ShardError as exc:
                 reason = str(exc)
-                # moved aside, not deleted in place: a reader holding old maps keeps its pages
-                aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.bad-", dir=root))
-                os.rename(folder, aside / folder.name)
-                shutil.rmtree(aside, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.new-", dir=root))
-        try:
-            _build(spec, tmp)
-            os.rename(tmp, folder)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        # Built in a fresh folder and swapped in; a bad set is moved aside first, not deleted
+        # in place (a reader holding its old maps keeps its pages).
+        replace_dir_atomic(folder, lambda tmp: _build(spec, tmp))
         for split in SPLITS:  # the builder hashed what it wrote: no second full read
             for name in _file_names(split):
                 _VERIFIED.add(_stat_key(folder / name))
