@@ -657,7 +657,7 @@ def _opt_str(entry: dict[str, object], key: str, where: str) -> str | None:
 
 
 def read_manifest(path: str, display: str) -> list[PlannedJob]:
-    """The jobs of a sweep.json (``scalescope.sweep.manifest``); ValueError saying what is
+    """The jobs of a sweep.json (``scalescope.launch.sweep.manifest``); ValueError saying what is
     wrong when it is not one. Keys it does not know are ignored."""
     try:
         with open(path, "rb") as fh:

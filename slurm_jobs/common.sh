@@ -21,7 +21,7 @@ scalescope_fail() {
 # Print the `setup: |` literal block of a cluster profile with its indentation removed,
 # without Python (the venv is not active yet). YAML rules kept: the block ends at the first
 # non-blank line indented less than its first line; blank lines inside are kept, trailing
-# ones dropped. Equal to what scalescope.cluster.load_profile reads (tests/golden/ checks it).
+# ones dropped. Equal to what scalescope.launch.cluster.load_profile reads (tests/golden/ checks it).
 scalescope_setup_block() {
     awk '
         !inblock && /^setup:[ \t]*\|[-+]?[ \t]*$/ { inblock = 1; indent = -1; blank = 0; next }
@@ -38,7 +38,7 @@ scalescope_setup_block() {
 }
 
 # The profile's `name:` (a plain scalar, optionally quoted), which runs record as their
-# cluster. Equal to what scalescope.cluster.load_profile reads (tests check it).
+# cluster. Equal to what scalescope.launch.cluster.load_profile reads (tests check it).
 scalescope_profile_name() {
     awk '
         /^name:[ \t]*/ {

@@ -18,7 +18,7 @@ def slurm_cluster() -> Iterator[object]:
     stopped at the end. Skipped only when this machine cannot host it (not root, no apt);
     any other failure to start is an error, not a skip.
     """
-    from scalescope import local_cluster
+    from scalescope.launch import local_cluster
 
     try:
         info = local_cluster.up(timeout_s=120)

@@ -12,7 +12,7 @@ from analysis import load_all
 
 
 def _entry(job_id: str | None, shape: str, repeat: int, folder: Path, **extra: Any) -> dict:
-    """A job entry as scalescope.sweep.manifest writes it (plus keys a newer one may add)."""
+    """A job entry as scalescope.launch.sweep.manifest writes it (plus keys a newer one may add)."""
     nodes, dpn = (int(x) for x in shape.split("x"))
     log = None if job_id is None else folder / job_id / f"{job_id}_0_log"
     return {

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scalescope.hardware import PEAKS, lookup, mfu, peak_entry_label, peak_flops
+from scalescope.job.hardware import PEAKS, lookup, mfu, peak_entry_label, peak_flops
 
 
 def test_h100_sxm_bf16_is_the_dense_figure() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from slurm_helpers import REPO, wait_for_job
 
-from scalescope import local_cluster as lc
+from scalescope.launch import local_cluster as lc
 
 # --- without Slurm ---------------------------------------------------------------------------
 
@@ -191,7 +191,7 @@ def test_down_stops_exactly_its_own_processes(
 def test_local_cluster_cli_module_keeps_imports_light() -> None:
     """The command must start fast on a login node: no torch behind it."""
     code = (
-        "import sys, scalescope.local_cluster as m, argparse; "
+        "import sys, scalescope.launch.local_cluster as m, argparse; "
         "p = argparse.ArgumentParser(); m.add_arguments(p); "
         "print(any(k.split('.')[0] in ('torch', 'lightning', 'rich') for k in sys.modules))"
     )

@@ -12,9 +12,9 @@ from core_helpers import two_rank_run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scalescope.preemption import CHECK_INTERVAL_S, next_interval_steps
+from scalescope.job.entry import EXIT_STOPPED
+from scalescope.job.preemption import CHECK_INTERVAL_S, next_interval_steps
 from scalescope.record import read_result_json
-from scalescope.train import EXIT_STOPPED
 
 
 @given(

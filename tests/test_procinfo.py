@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from scalescope import local_cluster, monitor
+from scalescope.launch import local_cluster, monitor
 from scalescope.procinfo import process_start_unix
 
 REPO = Path(__file__).resolve().parents[1]

@@ -52,14 +52,14 @@ def test_setup_block_read_by_awk_equals_the_profile(profile: Path) -> None:
         golden.write_text(out.stdout)
     assert golden.exists(), f"{golden} missing: run with SCALESCOPE_UPDATE_GOLDEN=1"
     assert out.stdout == golden.read_text()
-    from scalescope.cluster import load_profile
+    from scalescope.launch.cluster import load_profile
 
     assert out.stdout == load_profile(profile).setup
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.stem)
 def test_profile_name_read_by_awk_equals_the_profile(profile: Path) -> None:
-    from scalescope.cluster import load_profile
+    from scalescope.launch.cluster import load_profile
 
     out = _bash(f'scalescope_profile_name "{profile}"')
     assert out.returncode == 0, out.stderr

@@ -200,7 +200,7 @@ def test_gpu_asked_of_a_cpu_cluster(in_tmp: Path, capsys: pytest.CaptureFixture[
 
 
 def test_gpu_asked_of_this_machine(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from scalescope.sweep_config import load_sweep_config, plan_sweep
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
     sweep = write_sweep(in_tmp, overrides="  trainer.accelerator: gpu\n")
     with pytest.raises(
@@ -258,7 +258,7 @@ def test_bad_repeats(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_plan_sets_shape_sweep_id_project_and_folder(in_tmp: Path) -> None:
-    from scalescope.sweep_config import load_sweep_config, plan_sweep
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
     sweep = write_sweep(in_tmp, shapes=((1, 1), (1, 2)), extra="repeats: 2\n")
     plan = plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="test-1")
@@ -275,7 +275,7 @@ def test_plan_sets_shape_sweep_id_project_and_folder(in_tmp: Path) -> None:
 
 
 def test_submission_order_interleaves_repeats_in_rounds(in_tmp: Path) -> None:
-    from scalescope.sweep_config import load_sweep_config, plan_sweep
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
     shapes = ((1, 1), (1, 2), (1, 4))
     sweep = write_sweep(in_tmp, shapes=shapes, extra="repeats: 4\norder_seed: 11\n")
@@ -295,7 +295,7 @@ def test_submission_order_interleaves_repeats_in_rounds(in_tmp: Path) -> None:
         (r, sp.shape.label) for r, sp in order
     ]
     # the launcher hands out jobs in exactly that order, each run told its repeat and cluster
-    from scalescope.launch import Launcher
+    from scalescope.launch.executor import Launcher
 
     launcher = Launcher(plan)
     handles = launcher.handles()
@@ -306,7 +306,7 @@ def test_submission_order_interleaves_repeats_in_rounds(in_tmp: Path) -> None:
 
 
 def test_random_order_seed_is_recorded(in_tmp: Path) -> None:
-    from scalescope.sweep_config import load_sweep_config, plan_sweep
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
     sweep = write_sweep(in_tmp, extra="repeats: 2\n")
     seeds = {
@@ -317,9 +317,10 @@ def test_random_order_seed_is_recorded(in_tmp: Path) -> None:
 
 
 def test_slurm_parameters(in_tmp: Path) -> None:
-    from scalescope.cluster import load_profile
-    from scalescope.launch import local_parameters, slurm_parameters
-    from scalescope.sweep_config import load_sweep_config, plan_sweep
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
+
+    from scalescope.launch.cluster import load_profile
+    from scalescope.launch.executor import local_parameters, slurm_parameters
 
     sweep = write_sweep(in_tmp, shapes=((1, 1), (2, 4)), overrides="  trainer.accelerator: gpu\n")
     profile = load_profile(write_profile(in_tmp, GPU_PROFILE))
@@ -355,7 +356,7 @@ def test_slurm_parameters(in_tmp: Path) -> None:
 def test_sweep_run_pickles_and_restarts_from_scratch() -> None:
     from submitit.helpers import DelayedSubmission
 
-    from scalescope.launch import SweepRun
+    from scalescope.launch.executor import SweepRun
 
     run = SweepRun({"name": "spiral", "trainer": {"devices": 2}}, "1x2", 1)
     again = pickle.loads(pickle.dumps(run))
@@ -368,8 +369,9 @@ def test_sweep_run_pickles_and_restarts_from_scratch() -> None:
 
 def test_every_sweep_config_validates(monkeypatch: pytest.MonkeyPatch) -> None:
     """The committed sweeps plan cleanly with the executor they are written for."""
-    from scalescope.cluster import load_profile
-    from scalescope.sweep_config import load_sweep_config, plan_sweep
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
+
+    from scalescope.launch.cluster import load_profile
 
     monkeypatch.chdir(REPO)
     cases = {
@@ -392,7 +394,7 @@ def test_every_sweep_config_validates(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_executor_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from scalescope import launch
+    from scalescope.launch import executor as launch
 
     monkeypatch.setattr(launch, "slurm_reachable", lambda: (True, "sinfo answered"))
     assert launch.choose_executor("auto") == ("slurm", "sinfo answered")
@@ -403,7 +405,7 @@ def test_executor_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
 
 
 def test_slurm_unreachable_without_sinfo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from scalescope.launch import require_slurm, slurm_reachable
+    from scalescope.launch.executor import require_slurm, slurm_reachable
 
     monkeypatch.setenv("PATH", str(tmp_path))
     assert slurm_reachable() == (False, "sbatch/sinfo not on PATH")
@@ -412,9 +414,10 @@ def test_slurm_unreachable_without_sinfo(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 
 def test_sbatch_extra_needs_long_options(in_tmp: Path) -> None:
-    from scalescope.cluster import load_profile
-    from scalescope.launch import slurm_parameters
-    from scalescope.sweep_config import load_sweep_config, plan_sweep
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
+
+    from scalescope.launch.cluster import load_profile
+    from scalescope.launch.executor import slurm_parameters
 
     sweep = write_sweep(in_tmp)
     profile = load_profile(write_profile(in_tmp, CPU_PROFILE + "sbatch_extra: ['-x node3']\n"))
@@ -424,8 +427,9 @@ def test_sbatch_extra_needs_long_options(in_tmp: Path) -> None:
 
 
 def test_cpu_runs_ignore_the_profile_gpus_locally(in_tmp: Path) -> None:
-    from scalescope.cluster import load_profile
-    from scalescope.sweep_config import load_sweep_config, plan_sweep
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
+
+    from scalescope.launch.cluster import load_profile
 
     sweep = write_sweep(in_tmp)  # accelerator: cpu
     profile = load_profile(write_profile(in_tmp, GPU_PROFILE))
@@ -458,7 +462,7 @@ def _handle(folder: Path, tasks: int) -> Any:
     """A handle on a real submitit job object whose task results are files in ``folder``."""
     import submitit
 
-    from scalescope.launch import JobHandle
+    from scalescope.launch.executor import JobHandle
 
     handle = JobHandle(plan=None, repeat=0)  # type: ignore[arg-type]
     handle.job = submitit.Job(folder, "1", tasks=tuple(range(tasks)))
@@ -474,7 +478,7 @@ def _dump(path: Path, value: Any) -> None:
 def test_outcomes(tmp_path: Path) -> None:
     from analysis_helpers import make_result
 
-    from scalescope.monitor import JobStatus, _finish, _parse_elapsed
+    from scalescope.launch.monitor import JobStatus, _finish, _parse_elapsed
 
     record = make_result()
     assert isinstance(record, ResultRecord)
@@ -510,8 +514,8 @@ def test_failed_jobs_are_listed_and_set_the_exit_code(
 
     from rich.console import Console
 
-    from scalescope import sweep as sweep_cli_module
-    from scalescope.monitor import JobStatus
+    from scalescope.launch import sweep as sweep_cli_module
+    from scalescope.launch.monitor import JobStatus
 
     shape = SimpleNamespace(label="1x2", world_size=2)
     ok = SimpleNamespace(job_id="7_0", shape=shape, label="1x2", repeat=0, stdout=None, stderr=None)

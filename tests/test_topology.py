@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scalescope.errors import TopologyError
-from scalescope.topology import (
+from scalescope.job.topology import (
     Topology,
     detect,
     export_for_lightning,

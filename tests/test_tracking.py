@@ -1,4 +1,4 @@
-"""Comet tracking (scalescope.tracking) against the real comet_ml, without network.
+"""Comet tracking (scalescope.job.tracking) against the real comet_ml, without network.
 
 Every "server" here is on the loopback interface: a closed port (refused), a listener whose
 accept queue is full (connect never answered), a listener that accepts and never replies,
@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from scalescope import tracking
 from scalescope.config import TrackingConfig, load_train_config
 from scalescope.errors import ConfigError
+from scalescope.job import tracking
 from scalescope.record import read_result_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ DRIVER = r"""
 import json, sys, time
 t0 = time.monotonic()
 from scalescope.config import TrackingConfig
-from scalescope import tracking
+from scalescope.job import tracking
 spec = json.loads(sys.argv[1])
 cfg = TrackingConfig(**spec["cfg"])
 out = {"comet_imported_before": "comet_ml" in sys.modules}
@@ -369,7 +369,7 @@ def test_other_ranks_never_start_an_experiment(tmp_path: Path) -> None:
 
 
 def test_importing_the_module_does_not_import_comet(tmp_path: Path) -> None:
-    code = "import sys, scalescope.tracking; print('comet_ml' in sys.modules)"
+    code = "import sys, scalescope.job.tracking; print('comet_ml' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=_clean_env(tmp_path)
     )
@@ -608,7 +608,7 @@ def test_a_failing_comet_call_is_one_warning_and_turns_tracking_off(
 ) -> None:
     experiment = _BrokenExperiment()
     tracker = _tracker(experiment)
-    with caplog.at_level(logging.WARNING, logger="scalescope.tracking"):
+    with caplog.at_level(logging.WARNING, logger="scalescope.job.tracking"):
         tracker.log_metrics({"train_loss": 1.0}, step=1)
         tracker.log_metrics({"train_loss": 0.5}, step=2)  # tracking is off: no second line
         tracker.log_result(RECORD)
@@ -624,7 +624,7 @@ def test_a_failing_comet_call_is_one_warning_and_turns_tracking_off(
 def test_end_is_bounded_even_if_comet_hangs(caplog: pytest.LogCaptureFixture) -> None:
     tracker = _tracker(_BrokenExperiment(end_sleep_s=30), end_timeout_s=0.5)
     start = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="scalescope.tracking"):
+    with caplog.at_level(logging.WARNING, logger="scalescope.job.tracking"):
         tracker.end()
     assert time.monotonic() - start < 5
     info = tracker.info()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from core_helpers import TINY, TrainRun, clean_env, run_train, two_rank_run
 
-from scalescope.hardware import peak_flops
+from scalescope.job.hardware import peak_flops
 from scalescope.record import ResultRecord, read_result_json
 
 JOB_ID = "local-test-shared-id"

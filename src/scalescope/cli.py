@@ -16,13 +16,16 @@ from .errors import ScalescopeError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("scalescope.train", "train one configuration (one job; under srun, one task)"),
-    "sweep": ("scalescope.sweep", "submit a scaling sweep with submitit (Slurm or local)"),
+    "train": ("scalescope.job.entry", "train one configuration (one job; under srun, one task)"),
+    "sweep": ("scalescope.launch.sweep", "submit a scaling sweep with submitit (Slurm or local)"),
     "bench-data": (
-        "scalescope.bench_data",
+        "scalescope.job.bench_data",
         "time a workload's input pipeline alone over loader settings, against its step rate",
     ),
-    "local-cluster": ("scalescope.local_cluster", "a real two-node Slurm cluster on this machine"),
+    "local-cluster": (
+        "scalescope.launch.local_cluster",
+        "a real two-node Slurm cluster on this machine",
+    ),
     "config-reference": ("scalescope.reference", "print every config key with type and default"),
 }
 

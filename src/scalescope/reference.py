@@ -11,9 +11,9 @@ from pathlib import Path
 
 from . import workloads
 from .atomic import write_text_atomic
-from .cluster import ClusterProfile
 from .config import TrainConfig
 from .errors import ScalescopeError
+from .launch.cluster import ClusterProfile
 from .schema import describe
 
 

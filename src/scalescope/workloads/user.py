@@ -16,7 +16,7 @@ trainer calls it before anything starts and ``scalescope sweep`` on the submitti
 
 Import paths resolve against the Python path plus the working directory (inserted first,
 as ``python -m`` does): run from the folder that holds the package. A sweep's jobs insert
-the directory the sweep was submitted from (see :class:`scalescope.launch.SweepRun`).
+the directory the sweep was submitted from (see :class:`scalescope.launch.executor.SweepRun`).
 
 Batch size: when the data module's constructor (or the module's, when there is no data
 module) takes a ``batch_size`` argument, scalescope passes the per-device batch size that

@@ -1,6 +1,6 @@
 """``scalescope bench-data``: the input pipeline alone, against the step it feeds.
 
-Command-line layer of :mod:`scalescope.databench`: parses the grid, shows a live progress
+Command-line layer of :mod:`scalescope.job.databench`: parses the grid, shows a live progress
 display, prints the table and writes ``bench-data.csv`` and ``bench-data.json`` atomically.
 """
 
@@ -15,9 +15,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_text_atomic
-from .config import load_train_config
-from .errors import ConfigError
+from ..atomic import write_text_atomic
+from ..config import load_train_config
+from ..errors import ConfigError
 
 
 def _int_list(flag: str) -> Any:

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import read_yaml
-from .errors import ConfigError
-from .schema import build, non_negative, option, positive
+from ..config import read_yaml
+from ..errors import ConfigError
+from ..schema import build, non_negative, option, positive
 
 
 @dataclass(frozen=True, kw_only=True)

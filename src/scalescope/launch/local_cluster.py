@@ -34,8 +34,8 @@ from typing import Any
 
 import psutil
 
-from .atomic import write_text_atomic
-from .errors import ScalescopeError
+from ..atomic import write_text_atomic
+from ..errors import ScalescopeError
 
 ENV_DIR = "SCALESCOPE_LOCAL_CLUSTER_DIR"
 NODES = ("node1", "node2")

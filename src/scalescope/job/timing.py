@@ -30,8 +30,8 @@ import lightning as L
 import torch
 import torch.distributed as dist
 
-from .config import WARMUP_AUTO_MAX_STEPS
-from .procinfo import peak_host_rss_gib, process_start_unix
+from ..config import WARMUP_AUTO_MAX_STEPS
+from ..procinfo import peak_host_rss_gib, process_start_unix
 
 __all__ = ["TimingCallback", "agree", "median_step_time", "process_start_unix", "resolve_warmup"]
 
@@ -195,7 +195,7 @@ def _thin_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:
     *every* training call when the world size is > 1: a collective plus a host-device sync
     per call, which stops the CPU from running ahead of the GPU and taxes exactly the
     multi-device runs this tool compares. Where the trainer carries a
-    :class:`~scalescope.preemption.StopOnSignal` callback, that callback checks on a time
+    :class:`~scalescope.job.preemption.StopOnSignal` callback, that callback checks on a time
     basis at steps all ranks agree on (see its module), so the broadcast goes entirely.
     Without one, the broadcast runs every ``every`` calls, which keeps graceful preemption
     (later). Other Lightning versions without this method are left alone.

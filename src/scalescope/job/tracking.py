@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from .config import TrackingConfig
-from .errors import ScalescopeError
+from ..config import TrackingConfig
+from ..errors import ScalescopeError
 
 LOGGER = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .config import (
+from ..config import (
     Precision,
     TrainConfig,
     check_one_step,
@@ -56,8 +56,8 @@ from .config import (
     read_yaml,
     resolve_batch,
 )
-from .errors import ConfigError
-from .schema import build, option, positive, set_dotted
+from ..errors import ConfigError
+from ..schema import build, option, positive, set_dotted
 
 if TYPE_CHECKING:
     from .cluster import ClusterProfile

@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning as L
 
-from .config import FaultsConfig
+from ..config import FaultsConfig
 
 
 class FaultInjection(L.Callback):

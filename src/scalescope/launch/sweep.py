@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from .monitor import SweepWatch
@@ -109,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> tuple[SweepPlan, str]:
-    from .config import parse_overrides
-    from .launch import choose_executor
+    from ..config import parse_overrides
+    from .executor import choose_executor
     from .sweep_config import load_sweep_config, plan_sweep
 
     if args.max_parallel is not None and args.max_parallel < 1:
@@ -163,7 +163,7 @@ def _round_orders(plan: SweepPlan) -> list[str]:
 
 def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) -> list[str]:
     """What --dry-run prints: the sweep, then every shape's resources and sbatch script."""
-    from .launch import local_parameters, render_sbatch
+    from .executor import local_parameters, render_sbatch
 
     where = plan.executor + (f" (profile {plan.profile.name})" if plan.profile else "")
     lines = [
@@ -214,7 +214,7 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
 
 
 def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -> int:
-    from .launch import Launcher, render_sbatch, require_slurm
+    from .executor import Launcher, render_sbatch, require_slurm
     from .monitor import SweepWatch
 
     if plan.executor == "slurm":
@@ -472,6 +472,6 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
 
 
 def _write_manifest(plan: SweepPlan, watch: SweepWatch) -> None:
-    from .record import write_json_atomic
+    from ..record import write_json_atomic
 
     write_json_atomic(plan.sweep_dir / "sweep.json", json.loads(json.dumps(manifest(plan, watch))))

@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import workloads
-from .config import TrainConfig
-from .errors import ConfigError
+from .. import workloads
+from ..config import TrainConfig
+from ..errors import ConfigError
 
 Progress = Callable[[str, int, int], None]
 """(what, done, total) after each measured batch or step."""
@@ -223,7 +223,7 @@ def bench(
             )
     import torch
 
-    from .workloads import build_workload
+    from ..workloads import build_workload
 
     device = _device(cfg)
     torch.set_num_threads(_threads(cfg, device))

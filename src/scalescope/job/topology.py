@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-from .errors import TopologyError
+from ..errors import TopologyError
 
 _INTERACTIVE_JOB_NAMES = {"bash", "interactive"}
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import psutil
 
-from .launch import JobHandle, Launcher
-from .record import ResultRecord
+from ..record import ResultRecord
+from .executor import JobHandle, Launcher
 from .sweep_config import SweepPlan
 
 WAITING = "WAITING"
@@ -248,7 +248,7 @@ class SweepWatch:
                 for d in done:
                     with contextlib.suppress(Exception):
                         d.job.cancel(check=False)  # type: ignore[union-attr]
-                from .errors import ScalescopeError
+                from ..errors import ScalescopeError
 
                 first = _last_line(str(exc)) if str(exc) else type(exc).__name__
                 already = f"; cancelled the {len(done)} jobs already submitted" if done else ""

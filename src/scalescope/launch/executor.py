@@ -2,7 +2,7 @@
 parameters, render the sbatch script, submit.
 
 Kept apart, as in submitit itself: this module submits and hands back :class:`JobHandle`
-objects; :mod:`scalescope.monitor` polls them; :class:`SweepRun` is what runs *inside* the
+objects; :mod:`scalescope.launch.monitor` polls them; :class:`SweepRun` is what runs *inside* the
 job. Nothing here prints.
 """
 
@@ -22,8 +22,8 @@ from typing import Any, Literal
 import submitit
 from submitit.helpers import DelayedSubmission
 
-from .errors import ConfigError
-from .record import ResultRecord
+from ..errors import ConfigError
+from ..record import ResultRecord
 from .sweep_config import ExecutorKind, Shape, ShapePlan, SweepPlan
 
 ExecutorChoice = Literal["auto", "slurm", "local"]
@@ -200,11 +200,11 @@ class SweepRun:
         there when the sweep was validated, so the job looks there too."""
 
     def __call__(self) -> ResultRecord | None:
-        from .config import load_train_config
-        from .train import run_training
+        from ..config import load_train_config
+        from ..job.entry import run_training
 
         if self.submit_dir is not None:
-            from .workloads.user import add_import_root
+            from ..workloads.user import add_import_root
 
             add_import_root(self.submit_dir)
         return run_training(load_train_config(None, self.config))  # type: ignore[no-any-return]

@@ -1,0 +1,653 @@
+"""``scalescope train`` / ``python -m scalescope.train``: one job, one result record.
+
+Data flow: validated config -> topology (from the launcher's environment) -> Lightning
+Trainer + TimingCallback -> timings agreed by all ranks -> one ResultRecord, printed by
+rank 0 behind the record marker and written atomically to the run directory.
+
+torch and lightning are imported inside :func:`run_training`, so ``--help`` and config
+errors answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .. import __version__, record
+from ..config import (
+    TrainConfig,
+    TrainerConfig,
+    check_one_step,
+    check_user_workload,
+    load_train_config,
+    resolve_batch,
+)
+from ..errors import ScalescopeError, TopologyError
+from ..procinfo import process_start_unix
+from ..workloads import is_user
+from . import topology
+from .topology import Topology
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", help="train config YAML (default: built-in defaults)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="override config keys, e.g. trainer.max_epochs=3 workload.hidden_sizes=[128,64]",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_train_config(args.config, args.overrides)
+    run_training(cfg)
+    return 0
+
+
+EXIT_STOPPED = 143
+"""Exit status of a run stopped early by SIGTERM (128 + 15, what the signal itself gives):
+it did not train what it was asked to, so it never exits 0, and its record says why."""
+
+
+class TrainingStopped(ScalescopeError):
+    """Training stopped before the end (Slurm's SIGTERM); the record, if any, was written."""
+
+    exit_code = EXIT_STOPPED
+
+
+def _say(topo: Topology, message: str) -> None:
+    """Human-readable log lines: rank 0 only, flushed so they interleave in order."""
+    if topo.is_rank_zero:
+        print(f"scalescope: {message}", flush=True)
+
+
+def _utc(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _unique_dir(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``...: never reuse an earlier run's directory."""
+    candidate, n = base, 1
+    while True:
+        try:
+            candidate.mkdir(parents=True, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = base.with_name(f"{base.name}-{n}")
+
+
+def _code_version() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+        commit = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{__version__}+g{commit}" if commit else __version__
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _threads(setting: int | str, topo: Topology, accelerator: str) -> int:
+    """Intra-op threads per process.
+
+    On the CPU a "device" is one core: a 1-process baseline given every core would not be
+    comparable with N processes of one core each, and on a shared machine idle OpenMP
+    threads spinning against other jobs made 1-process runs up to 20x slower.
+    """
+    if setting != "auto":
+        return int(setting)
+    if os.environ.get("SLURM_CPUS_PER_TASK"):
+        return max(1, int(os.environ["SLURM_CPUS_PER_TASK"]))
+    if accelerator == "cpu":
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // topo.devices_per_node)
+
+
+def _accelerator(requested: str, topo: Topology) -> str:
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    if requested == "gpu" and not has_cuda:
+        raise TopologyError(
+            "trainer.accelerator=gpu but no CUDA GPU is visible (torch.cuda.is_available() is "
+            "False); use trainer.accelerator=cpu or request GPUs (--gpus-per-node)"
+        )
+    accelerator = "gpu" if requested == "gpu" or (requested == "auto" and has_cuda) else "cpu"
+    if accelerator == "gpu" and topo.launcher != "slurm":
+        visible = torch.cuda.device_count()
+        if topo.devices_per_node > visible:
+            raise TopologyError(
+                f"trainer.devices={topo.devices_per_node} but only {visible} GPU(s) are visible"
+            )
+    return accelerator
+
+
+def _versions() -> dict[str, str | None]:
+    import lightning
+    import torch
+
+    nccl = None
+    if torch.cuda.is_available():
+        try:
+            nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except (AttributeError, RuntimeError):
+            nccl = None
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "scalescope": _code_version(),
+    }
+
+
+def _experiment_name(cfg: TrainConfig, topo: Topology) -> str:
+    suffix = f"-r{topo.restart_count}" if topo.restart_count else ""
+    return f"{cfg.name}-{topo.num_nodes}n{topo.devices_per_node}d-{topo.job_label}{suffix}"
+
+
+def _tracking_inputs(
+    cfg: TrainConfig,
+    topo: Topology,
+    ident: record.Identity,
+    versions: Mapping[str, Any],
+    node_list: str,
+) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    tags = [
+        f"world{topo.world_size}",
+        f"nodes{topo.num_nodes}",
+        cfg.trainer.precision,
+        cfg.trainer.scaling,
+        cfg.workload_name,
+    ]
+    if cfg.sweep_id:
+        tags.append(f"sweep:{cfg.sweep_id}")
+    resolved = cfg.to_dict()
+    params: dict[str, Any] = {
+        "world_size": topo.world_size,
+        "nodes": topo.num_nodes,
+        "devices_per_node": topo.devices_per_node,
+        "per_device_batch_size": ident.per_device_batch_size,
+        "global_batch_size": ident.global_batch_size,
+        "precision": cfg.trainer.precision,
+        "scaling_mode": cfg.trainer.scaling,
+        "max_epochs": cfg.trainer.max_epochs,
+        "max_steps": cfg.trainer.max_steps,
+        "seed": cfg.trainer.seed,
+        "accelerator": ident.accelerator,
+        "workload": cfg.workload_name,
+        "code_version": versions.get("scalescope"),
+    }
+    params.update({f"workload.{k}": v for k, v in resolved["workload"].items() if k != "name"})
+    others = {
+        "run_id": ident.run_id,
+        "job_id": ident.job_id,
+        "launcher": ident.launcher,
+        "node_list": node_list,
+        "sweep_id": cfg.sweep_id,
+        "run_dir": ident.run_dir,
+        **{f"version.{k}": v for k, v in versions.items()},
+    }
+    return tags, params, others
+
+
+def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
+    """Train ``cfg`` in this process (one rank). Returns the record on rank 0, else None."""
+    process_start = process_start_unix()
+    topo = topology.detect(cfg.trainer.devices, cfg.trainer.num_nodes)
+    batch = resolve_batch(cfg.trainer, topo.world_size)
+    params = cfg.workload_params()
+    check_one_step(params, batch.global_batch_size)
+    user_workload = is_user(cfg.workload_name)
+    # An import-path workload: import and check its classes before anything starts.
+    check_user_workload(cfg, batch.per_device_batch_size)
+    topology.export_for_lightning(topo)
+
+    import lightning as L
+    import torch
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from ..workloads import build_workload
+    from .faults import fault_callbacks
+    from .preemption import StopOnSignal
+    from .timing import TimingCallback, agree
+    from .tracking import Tracker, start_tracking
+
+    _quiet_known_noise(topo)
+    accelerator = _accelerator(cfg.trainer.accelerator, topo)
+    threads = _threads(cfg.trainer.threads_per_process, topo, accelerator)
+    torch.set_num_threads(threads)
+
+    # Lightning's own launcher re-executes this command for ranks 1..N-1; they inherit the
+    # job id so that every rank names the same run.
+    os.environ.setdefault("SCALESCOPE_JOB_ID", topo.job_id)
+    run_dir = Path(cfg.output_dir) / "runs" / cfg.name / topo.run_id
+    if topo.is_rank_zero:
+        run_dir = _unique_dir(run_dir)
+    ident = record.Identity(
+        run_id=topo.run_id,
+        job_id=topo.job_id,
+        array_job_id=topo.array_job_id,
+        array_task_id=topo.array_task_id,
+        restart_count=topo.restart_count,
+        launcher=topo.launcher,
+        config_name=cfg.name,
+        workload=cfg.workload_name,
+        scaling_mode=cfg.trainer.scaling,
+        precision=cfg.trainer.precision,
+        accelerator=accelerator,
+        nodes=topo.num_nodes,
+        devices_per_node=topo.devices_per_node,
+        world_size=topo.world_size,
+        per_device_batch_size=batch.per_device_batch_size,
+        global_batch_size=batch.global_batch_size,
+        sweep_id=cfg.sweep_id,
+        run_dir=str(run_dir),
+        started_at=_utc(process_start),
+        cluster=cfg.cluster or topo.cluster_name or "local",
+        repeat_index=cfg.repeat_index,
+        run_uuid=uuid.uuid4().hex,
+    )
+    if topo.is_rank_zero:
+        print(record.encode(record.StartEvent(ident)), flush=True)
+    _say(
+        topo,
+        f"run {ident.run_id}: {cfg.name} on {topo.num_nodes} node(s) x "
+        f"{topo.devices_per_node} {accelerator} device(s) = world {topo.world_size}, "
+        f"batch {batch.per_device_batch_size}/device {batch.global_batch_size} global "
+        f"({cfg.trainer.scaling} scaling), precision {cfg.trainer.precision}, "
+        f"run dir {run_dir}",
+    )
+
+    versions = _versions()
+    tracker = Tracker("not rank 0")  # only rank 0 tracks; the others hold the no-op tracker
+    if topo.is_rank_zero:
+        tags, tparams, others = _tracking_inputs(
+            cfg, topo, ident, versions, os.environ.get("SLURM_JOB_NODELIST", socket.gethostname())
+        )
+        tracker, line = start_tracking(
+            cfg.tracking,
+            output_dir=cfg.output_dir,
+            experiment_name=_experiment_name(cfg, topo),
+            tags=tags,
+            params=tparams,
+            others=others,
+        )
+        _say(topo, line)
+
+    try:
+        L.seed_everything(cfg.trainer.seed, workers=False, verbose=False)
+        model, datamodule = build_workload(
+            cfg.workload_name,
+            params,
+            batch_size=batch.per_device_batch_size,
+            seed=cfg.trainer.seed,
+            steps_per_call=cfg.trainer.steps_per_call,
+        )
+        timing = TimingCallback(
+            process_start=process_start,
+            log_every_n_steps=cfg.trainer.log_every_n_steps,
+            warmup_steps=cfg.trainer.warmup_steps,
+            on_loss=lambda v, step, ep: tracker.log_metrics({"train_loss": v}, step=step, epoch=ep),
+            on_epoch=lambda m, step, ep: tracker.log_metrics(
+                {**m, "samples_per_s": _epoch_rate(m, batch.global_batch_size)},
+                step=step,
+                epoch=ep,
+            ),
+        )
+        stop = StopOnSignal()
+        measures = _UserMeasures.create(model, timing) if user_workload else None
+        trainer = build_trainer(
+            cfg.trainer,
+            topo,
+            accelerator=accelerator,
+            run_dir=run_dir,
+            callbacks=[
+                *(measures.before_timing() if measures else []),
+                *fault_callbacks(cfg.faults),
+                timing,
+                *(measures.after_timing() if measures else []),
+                stop,
+            ],
+            # A user's module brings plain DataLoaders: Lightning gives each rank its shard.
+            **({"use_distributed_sampler": True} if user_workload else {}),
+        )
+        try:
+            trainer.fit(model, datamodule=datamodule)
+        except SIGTERMException:  # a SystemExit: caught first
+            # Every rank stopped at the same step (StopOnSignal): they can still agree on
+            # the timings of the epochs they completed and write a record that says why.
+            if stop.reason is None:
+                raise
+            if timing.t.train_end_unix != timing.t.train_end_unix:  # NaN: never reached
+                timing.t.train_end_unix = time.time()
+        except SystemExit:
+            # Lightning answers Ctrl-C with a graceful shutdown and sys.exit(1); report it as
+            # what it is (the CLI prints one line and exits 130). No record is written.
+            if trainer.interrupted:
+                raise KeyboardInterrupt from None
+            raise
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        agreed = agree(trainer, timing.t, node)
+        if measures is not None:
+            measures.counted = measures.counter.agree(trainer)  # a collective: every rank
+        result = None
+        if topo.is_rank_zero:
+            if measures is not None and measures.probe is not None and measures.probe.problem:
+                _say(topo, f"FLOPs per sample not measured ({measures.probe.problem})")
+            result = _result(
+                cfg, ident, agreed, timing.t, datamodule, model, versions, trainer, measures
+            )
+            tracker.log_result(result.to_dict())
+            tracker.end()  # before info(): whether the archive was completed belongs in it
+            result = replace(
+                result,
+                tracking=tracker.info(),
+                threads_per_process=threads,
+                stop_reason=stop.reason,
+            )
+            record.write_json_atomic(run_dir / "result.json", result.to_dict())
+            print(record.encode(result), flush=True)
+            _say(topo, _summary_line(result))
+        _leave_process_group()
+        if stop.reason is not None:
+            raise TrainingStopped(
+                f"stopped early ({stop.reason}) at step {stop.stopped_at_step}; the record "
+                f"covers the {len(agreed.epoch_times_s)} complete epoch(s) before it and says "
+                f"stop_reason={stop.reason}"
+            )
+        return result
+    finally:
+        tracker.end()  # no-op when already ended; bounded by tracking.end_timeout_s
+
+
+def _leave_process_group() -> None:
+    """All ranks meet, then tear the process group down before the interpreter exits.
+
+    Left to interpreter shutdown, a non-zero rank could abort in the communicator's
+    destructor ("terminate called without an active exception") while rank 0 was still
+    finishing its Comet archive; srun --kill-on-bad-exit then killed rank 0 too. The
+    barrier also keeps the other ranks alive until rank 0 has written its record.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _quiet_known_noise(topo: Topology) -> None:
+    """Silence messages that say nothing about this run, so real warnings stand out."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    if topo.launcher != "slurm":
+        # Slurm's client tools being installed does not mean this run is a Slurm job.
+        warnings.filterwarnings("ignore", message=r".*`srun` command is available.*")
+
+
+def build_trainer(
+    trainer_cfg: TrainerConfig,
+    topo: Topology,
+    *,
+    accelerator: str,
+    run_dir: Path,
+    callbacks: list[Any],
+    **overrides: Any,
+) -> Any:
+    """The Lightning Trainer scalescope trains with (also timed by benchmarks/overhead.py).
+
+    Everything that costs per step and measures nothing is off: logger, progress bar,
+    checkpointing, model summary, sanity validation, the distributed sampler (each rank's
+    slice comes from the data module).
+    """
+    import lightning as L
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from .preemption import StopOnSignal
+
+    # Requeue has one owner: submitit or the sbatch script, never Lightning's USR1 handler.
+    plugins: Any = [SLURMEnvironment(auto_requeue=False)] if topo.launcher == "slurm" else None
+    # The process group's timeout bounds every collective (gloo and NCCL) and the start-up
+    # rendezvous: a dead or hung rank fails the others within it, not after 30 min.
+    timeout = dt.timedelta(seconds=trainer_cfg.collective_timeout_s)
+    strategy: Any = (
+        DDPStrategy(gradient_as_bucket_view=True, timeout=timeout)
+        if topo.world_size > 1
+        else "auto"
+    )
+    if not any(isinstance(cb, StopOnSignal) for cb in callbacks):
+        callbacks = [*callbacks, StopOnSignal()]
+    precision = trainer_cfg.precision
+    kwargs: dict[str, Any] = {
+        "accelerator": accelerator,
+        "devices": topo.devices_per_node,
+        "num_nodes": topo.num_nodes,
+        "strategy": strategy,
+        "plugins": plugins,
+        "precision": "32-true" if precision == "32" else precision,
+        "max_epochs": trainer_cfg.max_epochs,
+        "max_steps": trainer_cfg.max_steps or -1,
+        "check_val_every_n_epoch": trainer_cfg.val_every_n_epochs,
+        "num_sanity_val_steps": 0,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "use_distributed_sampler": False,
+        "default_root_dir": str(run_dir),
+        "callbacks": callbacks,
+    }
+    kwargs.update(overrides)
+    return L.Trainer(**kwargs)
+
+
+class _UserMeasures:
+    """What a user's module is measured with, since it keeps no books for scalescope:
+    samples counted from its loader, validation metrics from what it logs, and (without its
+    own ``flops_per_sample()``) FLOPs measured once before the clock starts."""
+
+    def __init__(self, counter: Any, history: Any, probe: Any) -> None:
+        self.counter, self.history, self.probe = counter, history, probe
+        self.counted: Any = None  # set on every rank after training (counter.agree)
+
+    @classmethod
+    def create(cls, model: Any, timing: Any) -> _UserMeasures:
+        from ..workloads.user_job import FlopsProbe, SampleCounter, ValHistory
+
+        probe = None if hasattr(model, "flops_per_sample") else FlopsProbe()
+        return cls(SampleCounter(lambda: timing.t.warmup_steps), ValHistory(), probe)
+
+    def before_timing(self) -> list[Any]:
+        # Hooks run in list order: the probe measures before the TimingCallback's clock starts
+        # (same on_train_start hook), and the history's host read stays in validation time.
+        return [c for c in (self.probe, self.history) if c is not None]
+
+    def after_timing(self) -> list[Any]:
+        return [self.counter]  # reads the warm-up stamp the TimingCallback just made
+
+
+def _epoch_rate(metrics: Mapping[str, float], global_batch: int) -> float:
+    return record.rate(metrics["epoch_steps"] * global_batch, metrics["epoch_time_s"])
+
+
+def _result(
+    cfg: TrainConfig,
+    ident: record.Identity,
+    agreed: Any,
+    timings: Any,
+    datamodule: Any,
+    model: Any,
+    versions: Mapping[str, str | None],
+    trainer: Any,
+    measures: _UserMeasures | None = None,
+) -> record.ResultRecord:
+    """Rank 0's record from the agreed timings (called after torch is imported).
+
+    A built-in workload's samples are steps x global batch (its batches are all full); a
+    user's module's are the samples its loaders yielded, counted on every rank and summed.
+    """
+    import torch
+
+    from .hardware import mfu, peak_entry_label, peak_flops
+    from .timing import median_step_time
+
+    steps = int(trainer.global_step)
+    train_time = sum(agreed.epoch_times_s)
+    counted = measures.counted if measures is not None else None
+    samples = counted.train_samples if counted is not None else steps * ident.global_batch_size
+    rate = record.rate(samples, train_time)
+    per_device = rate / ident.world_size
+    loader = trainer.train_dataloader
+    steps_per_epoch = int(getattr(loader, "num_steps", len(loader) if loader else 0))
+    # Mean epoch times over complete epochs only (max_steps may cut the last one short).
+    full = [
+        t
+        for t, n in zip(agreed.epoch_times_s, agreed.epoch_steps, strict=True)
+        if n == steps_per_epoch
+    ] or agreed.epoch_times_s
+    # A run stopped in its first epoch has no complete epoch: its times are NaN, not zero.
+    mean_epoch = sum(full) / len(full) if full else math.nan
+    warmup = agreed.warmup_steps
+    step_time = median_step_time(timings.step_windows, warmup) if warmup is not None else None
+    steady_s = agreed.steady_time_s
+    steady_steps = steps - warmup if steady_s is not None and warmup is not None else None
+    steady_samples: int | None = None
+    if steady_s is not None and steady_steps is not None:
+        steady_samples = steady_steps * ident.global_batch_size
+        if counted is not None:
+            warm = counted.warmup_samples
+            steady_samples = counted.train_samples - warm if warm is not None else None
+    steady_rate = (
+        record.rate(steady_samples, steady_s)
+        if steady_s is not None and steady_samples is not None
+        else None
+    )
+    steady_per_device = steady_rate / ident.world_size if steady_rate is not None else None
+    history = measures.history.history if measures is not None else model.val_history
+    losses = [h[1] for h in history if h[1] is not None]
+    accs = [h[2] for h in history if h[2] is not None]
+    device = trainer.strategy.root_device
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    flops: float | None = None
+    flops_source: str | None = None
+    if hasattr(model, "flops_per_sample"):
+        flops, flops_source = float(model.flops_per_sample()), "module"
+    elif measures is not None and measures.probe is not None:
+        flops = measures.probe.flops_per_sample
+        flops_source = "measured" if flops is not None else None
+    return record.ResultRecord(
+        identity=ident,
+        node_names=agreed.node_names,
+        device_name=device_name,
+        train_samples=counted.first_epoch_samples if counted else datamodule.num_train,
+        val_samples=counted.val_samples if counted else datamodule.num_val,
+        epochs=len(agreed.epoch_times_s),
+        steps=steps,
+        steps_per_epoch=steps_per_epoch,
+        setup_time_s=agreed.setup_time_s,
+        train_time_s=train_time,
+        val_time_s=agreed.val_time_s,
+        job_time_s=agreed.job_time_s,
+        epoch_times_s=agreed.epoch_times_s,
+        mean_epoch_time_s=mean_epoch,
+        mean_epoch_time_excl_first_s=record.mean_excluding_first(full),
+        samples_per_s=rate,
+        samples_per_s_per_device=per_device,
+        step_time_s=step_time,
+        predicted_epoch_time_s=step_time * steps_per_epoch if step_time else None,
+        val_loss_final=history[-1][1] if history else None,
+        val_acc_final=history[-1][2] if history else None,
+        val_loss_best=min(losses) if losses else None,
+        val_acc_best=max(accs) if accs else None,
+        peak_mem_gib=agreed.peak_mem_gib,
+        peak_host_rss_gib=agreed.peak_host_rss_gib,
+        model_flops_per_sample=flops,
+        flops_source=flops_source,  # type: ignore[arg-type]
+        mfu=mfu(flops, per_device, device_name, ident.precision),
+        warmup_steps=warmup if warmup is not None else steps,
+        steady_steps=steady_steps,
+        steady_time_s=steady_s,
+        steady_samples_per_s=steady_rate,
+        steady_samples_per_s_per_device=steady_per_device,
+        steady_mfu=(
+            mfu(flops, steady_per_device, device_name, ident.precision)
+            if steady_per_device is not None
+            else None
+        ),
+        peak_flops_per_s=peak_flops(device_name, ident.precision),
+        peak_flops_entry=peak_entry_label(device_name, ident.precision),
+        versions=dict(versions),
+        config=cfg.to_dict(),
+        finished_at=_utc(time.time()),
+    )
+
+
+def _summary_line(r: record.ResultRecord) -> str:
+    excl = (
+        f", {r.mean_epoch_time_excl_first_s:.3f} s excl. first"
+        if r.mean_epoch_time_excl_first_s is not None
+        else ""
+    )
+    val = f"; val loss {r.val_loss_final:.4f}" if r.val_loss_final is not None else ""
+    if val and r.val_acc_final is not None:
+        val += f" acc {r.val_acc_final:.4f}"
+    mem = f"; peak mem {max(r.peak_mem_gib):.2f} GiB" if r.peak_mem_gib else ""
+    steady = (
+        f"; steady state {r.steady_samples_per_s:,.0f} samples/s after {r.warmup_steps} "
+        "warm-up steps"
+        if r.steady_samples_per_s is not None
+        else f"; no steady state (warm-up {r.warmup_steps} steps covered all training)"
+    )
+    stopped = f"STOPPED EARLY ({r.stop_reason}) after {r.steps} steps: " if r.stop_reason else ""
+    return (
+        f"{stopped}trained {r.epochs} epoch(s), {r.steps} steps in {r.train_time_s:.3f} s "
+        f"(mean epoch {r.mean_epoch_time_s:.3f} s{excl}); {r.samples_per_s:,.0f} samples/s "
+        f"({r.samples_per_s_per_device:,.0f} per device); setup {r.setup_time_s:.2f} s, "
+        f"job {r.job_time_s:.2f} s{steady}{val}{mem}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..cli import main as cli_main
+
+    return cli_main(["train", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
