@@ -119,7 +119,7 @@ def test_flops_match_flop_counter_within_5_percent(tmp_path: Path, extra: dict) 
     x = torch.randint(0, 256, (batch, 3, params.image_size, params.image_size), dtype=torch.uint8)
     y = torch.randint(0, params.num_classes, (batch,))
     with FlopCounterMode(display=False) as counter:
-        model.training_loss((x, y)).backward()
+        model.micro_batch_loss(x, y).backward()
     measured = counter.get_total_flops() / batch
     assert model.flops_per_sample() == pytest.approx(measured, rel=0.05)
 

@@ -137,9 +137,82 @@ class FaultsConfig:
         check=non_negative,
     )
 
+    input_sleep_s: float = option(
+        0.0,
+        help="the training input sleeps this long before handing over each batch, on every "
+        "rank (a slow input pipeline; shows as input wait); 0 = off",
+        check=non_negative,
+    )
+    slow_rank: int | None = option(
+        None,
+        help="this global rank sleeps slow_rank_sleep_s in every optimizer step (one straggler; "
+        "the others wait for it in the gradient all-reduce); null = none",
+        check=non_negative,
+    )
+    slow_rank_sleep_s: float = option(
+        0.0, help="how long slow_rank sleeps per optimizer step", check=non_negative
+    )
+    exit_rank: int | None = option(
+        None,
+        help="this global rank exits abruptly (exit status 1) at exit_at: a rank that dies "
+        "while the others wait in a collective; null = none",
+        check=non_negative,
+    )
+    exit_at: Literal["calibration", "gather"] = option(
+        "calibration",
+        help="where exit_rank dies: calibration = in the diagnosis' calibration windows, "
+        "gather = before the end-of-run gather of every rank's numbers",
+    )
+
     @property
     def active(self) -> bool:
-        return self.step_sleep_s > 0
+        return (
+            self.step_sleep_s > 0
+            or self.input_sleep_s > 0
+            or (self.slow_rank is not None and self.slow_rank_sleep_s > 0)
+        )
+
+    def validate(self, where: str) -> None:
+        if self.slow_rank is not None and self.slow_rank_sleep_s <= 0:
+            raise ConfigError(
+                f"{where}.slow_rank_sleep_s: must be > 0 when {where}.slow_rank is set"
+            )
+
+
+@dataclass(frozen=True)
+class DiagnosisConfig:
+    """Where the lost efficiency goes: the step-time breakdown of every rank, the calibration
+    windows, the all-reduce baseline and GPU sampling (see the README, "Scaling diagnosis")."""
+
+    enabled: bool = option(
+        True,
+        help="measure each rank's input wait, compute and communication wait over the "
+        "steady-state steps and gather them into the record; false = none of this section",
+    )
+    calibration_steps: int = option(
+        8,
+        help="forward+backward passes per calibration window (after training, outside every "
+        "timed interval: windows with and without gradient sync, interleaved; no optimizer "
+        "step, gradients discarded); 0 = no calibration (exposed communication not measured)",
+        check=non_negative,
+    )
+    calibration_windows: int = option(
+        2, help="windows of each kind (no_sync / sync); the fastest of each is kept", check=positive
+    )
+    allreduce_baseline: bool = option(
+        True,
+        help="before training, time all-reduces (nccl-tests style) from 4 KiB up to the "
+        "model's gradient size on the job's own allocation (multi-device jobs only)",
+    )
+    allreduce_budget_s: float = option(
+        3.0, help="upper bound on the all-reduce baseline's duration", check=positive
+    )
+    nvml: bool = option(
+        True,
+        help="sample each GPU through NVML (utilisation, memory, power, throttle reasons) about "
+        "every nvml_interval_s, one sampler per node; null fields with a reason without NVML",
+    )
+    nvml_interval_s: float = option(1.0, help="NVML sampling interval", check=positive)
 
 
 @dataclass(frozen=True)
@@ -153,6 +226,9 @@ class TrainConfig:
     )
     trainer: TrainerConfig = option(TrainerConfig, help="how training runs")
     tracking: TrackingConfig = option(TrackingConfig, help="Comet experiment tracking")
+    diagnosis: DiagnosisConfig = option(
+        DiagnosisConfig, help="where the lost efficiency goes (step-time breakdown)"
+    )
     faults: FaultsConfig = option(FaultsConfig, help="deliberate faults for testing; off")
     output_dir: str = option("outputs", help="where run directories, logs and archives go")
     sweep_id: str | None = option(None, help="set by `scalescope sweep`; groups a sweep's runs")

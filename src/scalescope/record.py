@@ -167,6 +167,11 @@ class ResultRecord:
     stop_reason: str | None = None
     """Why training stopped before it finished (``sigterm``: Slurm's time limit, preemption or
     scancel); None when it ran to the end. A stopped run's figures cover the steps it ran."""
+    diagnosis: dict[str, Any] | None = None
+    """Where the step time went, per rank: input wait, compute and communication wait, the
+    calibration windows, the all-reduce baseline and NVML samples (README, "Scaling
+    diagnosis"). ``status: off`` with a reason when switched off; None in records written
+    before it existed."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 

@@ -170,7 +170,7 @@ def time_steps(
     def step(i: int) -> int:
         x, y = data[i % len(data)]
         with torch.autocast(device.type, dtype=dtype, enabled=amp):
-            loss = model.training_loss((x, y))
+            loss = model.micro_batch_loss(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -331,16 +331,20 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         )
         stop = StopOnSignal()
         measures = _UserMeasures.create(model, timing) if user_workload else None
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        diag = _Diagnosis.create(cfg, timing, topo, node)
         trainer = build_trainer(
             cfg.trainer,
             topo,
             accelerator=accelerator,
             run_dir=run_dir,
             callbacks=[
+                *(diag.before_timing() if diag else []),
                 *(measures.before_timing() if measures else []),
                 *fault_callbacks(cfg.faults),
                 timing,
                 *(measures.after_timing() if measures else []),
+                *(diag.after_timing() if diag else []),
                 stop,
             ],
             # A user's module brings plain DataLoaders: Lightning gives each rank its shard.
@@ -361,8 +365,11 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             if trainer.interrupted:
                 raise KeyboardInterrupt from None
             raise
-        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-        agreed = agree(trainer, timing.t, node)
+        if diag is not None:
+            diag.before.stop_sampler()  # a run stopped early never reached on_train_end
+        if cfg.faults.exit_rank == trainer.global_rank and cfg.faults.exit_at == "gather":
+            os._exit(1)
+        agreed = agree(trainer, timing.t, node, diag.mine(trainer) if diag else None)
         if measures is not None:
             measures.counted = measures.counter.agree(trainer)  # a collective: every rank
         result = None
@@ -371,6 +378,14 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
                 _say(topo, f"FLOPs per sample not measured ({measures.probe.problem})")
             result = _result(
                 cfg, ident, agreed, timing.t, datamodule, model, versions, trainer, measures
+            )
+            result = replace(
+                result,
+                diagnosis=(
+                    diag.section(agreed, result.steady_steps, ident.per_device_batch_size)
+                    if diag
+                    else _diagnosis_off()
+                ),
             )
             tracker.log_result(result.to_dict())
             tracker.end()  # before info(): whether the archive was completed belongs in it
@@ -500,6 +515,61 @@ class _UserMeasures:
 
     def after_timing(self) -> list[Any]:
         return [self.counter]  # reads the warm-up stamp the TimingCallback just made
+
+
+class _Diagnosis:
+    """The diagnosis' callbacks (see :mod:`.diagnosis`): the all-reduce baseline and NVML
+    sampler before the training clock starts, the step-time breakdown after it."""
+
+    def __init__(self, before: Any, breakdown: Any, cfg: TrainConfig) -> None:
+        self.before, self.breakdown, self.cfg = before, breakdown, cfg
+
+    @classmethod
+    def create(cls, cfg: TrainConfig, timing: Any, topo: Topology, node: str) -> _Diagnosis | None:
+        if not cfg.diagnosis.enabled:
+            return None
+        from .diagnosis import BeforeTiming, StepBreakdown
+
+        before = BeforeTiming(cfg.diagnosis, local_rank=topo.local_rank, node=node)
+        return cls(before, StepBreakdown(cfg.diagnosis, timing.t, cfg.faults), cfg)
+
+    def before_timing(self) -> list[Any]:
+        return [self.before]
+
+    def after_timing(self) -> list[Any]:
+        return [self.breakdown]
+
+    def mine(self, trainer: Any) -> dict[str, Any]:
+        from .timing import rank_steady_s
+
+        t = self.breakdown.t
+        steady_steps = (
+            int(trainer.global_step) - t.warmup_steps if t.warmup_steps is not None else None
+        )
+        return {
+            "diagnosis": self.breakdown.mine(rank_steady_s(t), steady_steps),
+            "nvml": self.before.nvml,
+        }
+
+    def section(
+        self, agreed: Any, steady_steps: int | None, per_device_batch_size: int
+    ) -> dict[str, Any]:
+        from .diagnosis import assemble, merge_nvml
+
+        return assemble(
+            per_rank=agreed.per_rank,
+            steady_steps=steady_steps,
+            per_device_batch_size=per_device_batch_size,
+            allreduce=self.before.allreduce,
+            nvml=merge_nvml([p.get("nvml") for p in agreed.per_rank]),
+            calibration_steps=self.cfg.diagnosis.calibration_steps,
+        )
+
+
+def _diagnosis_off() -> dict[str, Any]:
+    from .diagnosis import off
+
+    return off("diagnosis.enabled=false")
 
 
 def _epoch_rate(metrics: Mapping[str, float], global_batch: int) -> float:

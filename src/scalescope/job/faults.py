@@ -1,8 +1,19 @@
 """Deliberate faults (config section ``faults``), injected through a Lightning callback.
 
 Each fault is off by default and recorded in the result's config. They exist to test how a
-job and the analysis behave when things go wrong: slow steps (preemption within the grace
-period), and later slow input or one slow rank.
+job and the analysis behave when things go wrong, and to show that the diagnosis names the
+right cause:
+
+* ``step_sleep_s`` -- slow steps on every rank (preemption within the grace period);
+* ``input_sleep_s`` -- a slow input pipeline: the training input sleeps before each batch,
+  inside the fetch Lightning does between two training calls (where a slow data set would
+  block), so it is input wait, not compute;
+* ``slow_rank`` / ``slow_rank_sleep_s`` -- one straggler: that rank sleeps in every optimizer
+  step and the others wait for it in the next gradient all-reduce;
+* ``exit_rank`` / ``exit_at`` -- a rank that dies in the calibration windows or before the
+  end-of-run gather (see :mod:`.diagnosis` and :mod:`.entry`).
+
+A communication-heavy model is not a fault but a model: ``configs/diagnosis/comm_heavy.yaml``.
 """
 
 from __future__ import annotations
@@ -18,12 +29,41 @@ from ..config import FaultsConfig
 class FaultInjection(L.Callback):
     def __init__(self, faults: FaultsConfig) -> None:
         self.faults = faults
+        self._sleep_s = 0.0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        f = self.faults
+        self._sleep_s = f.step_sleep_s
+        if f.slow_rank is not None and f.slow_rank == trainer.global_rank:
+            self._sleep_s += f.slow_rank_sleep_s
+        if f.input_sleep_s > 0:
+            _slow_fetches(trainer, f.input_sleep_s)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
     ) -> None:
-        if self.faults.step_sleep_s > 0:
-            time.sleep(self.faults.step_sleep_s)
+        if self._sleep_s > 0:
+            time.sleep(self._sleep_s)
+
+
+def _slow_fetches(trainer: L.Trainer, seconds: float) -> None:
+    """Make every training batch fetch sleep first: the fit loop's data fetcher (which
+    Lightning calls between two training calls, and which calls the loader's iterator)
+    becomes a subclass whose ``__next__`` sleeps. A test-only fault; it names what it needs
+    if a Lightning version lacks it."""
+    fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+    if fetcher is None or not hasattr(type(fetcher), "__next__"):
+        raise RuntimeError(
+            "faults.input_sleep_s: this Lightning version has no fit_loop._data_fetcher to "
+            "slow down"
+        )
+    base = type(fetcher)
+
+    def __next__(self: Any) -> Any:
+        time.sleep(seconds)
+        return base.__next__(self)
+
+    fetcher.__class__ = type(f"Slow{base.__name__}", (base,), {"__next__": __next__})
 
 
 def fault_callbacks(faults: FaultsConfig) -> list[L.Callback]:

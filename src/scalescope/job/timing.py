@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,10 +236,27 @@ class Agreed:
     """Steps left out as warm-up (the same on every rank); None if training ended in it."""
     steady_time_s: float | None
     """Training time after the warm-up, max over ranks; None without a steady state."""
+    per_rank: list[dict[str, Any]] = field(default_factory=list)
+    """What each rank sent, in rank order (node, local rank, peaks, and ``extra``)."""
 
 
-def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
-    """Reduce this rank's timings with every other rank's (call on all ranks)."""
+def rank_steady_s(t: Timings) -> float | None:
+    """This rank's own training time after the warm-up (validation excluded)."""
+    return sum(t.epoch_times_s) - t.warmup_train_s if t.warmup_steps is not None else None
+
+
+def agree(
+    trainer: L.Trainer,
+    t: Timings,
+    node_name: str,
+    extra: Mapping[str, Any] | None = None,
+) -> Agreed:
+    """Reduce this rank's timings with every other rank's (call on all ranks).
+
+    One gather of a small dict per rank, bounded by the process group's timeout
+    (``trainer.collective_timeout_s``): a rank that died makes the others fail within it.
+    ``extra`` (the diagnosis' per-rank part) travels in the same gather.
+    """
     device = trainer.strategy.root_device
     peak_dev = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     mine = {
@@ -253,7 +270,9 @@ def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
         "peak_dev": peak_dev,
         "rss": peak_host_rss_gib(),
         "warmup_steps": t.warmup_steps,
-        "steady": sum(t.epoch_times_s) - t.warmup_train_s if t.warmup_steps is not None else None,
+        "steady": rank_steady_s(t),
+        "local_rank": trainer.local_rank,
+        **(dict(extra) if extra else {}),
     }
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         everyone: list[Any] = [None] * dist.get_world_size()
@@ -280,6 +299,7 @@ def agree(trainer: L.Trainer, t: Timings, node_name: str) -> Agreed:
         peak_host_rss_gib=[r["rss"] for r in everyone],
         warmup_steps=warmup,
         steady_time_s=max(steady) if has_steady else None,
+        per_rank=everyone,
     )
 
 

@@ -141,20 +141,8 @@ class GptModel(WorkloadModule):
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction=reduction)
         return loss, logits
 
-    def training_step(self, batch: list[tuple[Tensor, Tensor]], batch_idx: int) -> Tensor:
-        # One optimizer step per batch of the group, as SpiralMLP.training_step.
-        opt = self.optimizers()
-        assert not isinstance(opt, list)
-        limit = self.trainer.max_steps
-        loss = torch.zeros(())
-        for x, y in batch:
-            if 0 <= limit <= self.trainer.global_step:
-                break
-            loss, _ = self._loss(x, y)
-            opt.zero_grad(set_to_none=True)
-            self.manual_backward(loss)
-            opt.step()
-        return loss.detach()
+    def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        return self._loss(x, y)[0]
 
     def on_validation_epoch_start(self) -> None:
         self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)

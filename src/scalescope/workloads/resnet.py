@@ -25,7 +25,7 @@ them either).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -386,24 +386,8 @@ class ResnetModule(WorkloadModule):
     def flops_per_sample(self) -> float:
         return flops_per_sample(self.params)
 
-    def training_loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
-        x, y = batch
+    def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
         return F.cross_entropy(self(x), y)
-
-    def training_step(self, batch: Iterable[tuple[Tensor, Tensor]], batch_idx: int) -> Tensor:
-        # One optimizer step per batch of the group (see spiral.SpiralMLP.training_step).
-        opt = self.optimizers()
-        assert not isinstance(opt, list)
-        limit = self.trainer.max_steps
-        loss = torch.zeros(())
-        for x, y in batch:
-            if 0 <= limit <= self.trainer.global_step:
-                break
-            loss = self.training_loss((x, y))
-            opt.zero_grad(set_to_none=True)
-            self.manual_backward(loss)
-            opt.step()
-        return loss.detach()
 
     def on_validation_epoch_start(self) -> None:
         self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)

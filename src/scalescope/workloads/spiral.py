@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import lightning as L
 import torch
@@ -209,21 +209,8 @@ class SpiralMLP(WorkloadModule):
         macs = sum(m.in_features * m.out_features for m in self.net if isinstance(m, nn.Linear))
         return 6.0 * macs
 
-    def training_step(self, batch: Iterable[tuple[Tensor, Tensor]], batch_idx: int) -> Tensor:
-        # Manual optimization: the same zero_grad/backward/step as Lightning's automatic loop
-        # (DDP all-reduces gradients in every backward), one step per batch of the group.
-        opt = self.optimizers()
-        assert not isinstance(opt, list)  # one optimizer (configure_optimizers)
-        limit = self.trainer.max_steps
-        loss = torch.zeros(())
-        for x, y in batch:
-            if 0 <= limit <= self.trainer.global_step:
-                break
-            loss = F.cross_entropy(self(x), y)
-            opt.zero_grad(set_to_none=True)
-            self.manual_backward(loss)
-            opt.step()
-        return loss.detach()
+    def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        return F.cross_entropy(self(x), y)
 
     def on_validation_epoch_start(self) -> None:
         self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)

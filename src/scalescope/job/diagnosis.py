@@ -1,0 +1,591 @@
+"""Where a step's time goes, on every rank, without a per-step device sync.
+
+Three measurements, each outside or beside what :mod:`.timing` measures and none of them
+changing what is trained:
+
+* **In the timed loop, per rank** (over the steady-state steps only):
+
+  - *input wait*: from the end of one training call to the start of the next, which is
+    where Lightning fetches the next batch and copies it to the device;
+  - *communication wait*: from the moment DDP hands the last gradient bucket to the
+    all-reduce (a comm hook that wraps the standard all-reduce marks it) to the moment
+    ``backward`` returns: the all-reduce not hidden behind backward plus any wait for
+    slower ranks;
+  - *compute*: the rest of the rank's own steady-state time (forward, backward, optimizer,
+    framework).
+
+  On the CPU the marks are the wall clock. On GPUs they are CUDA events on the current
+  stream, read lazily (never waited for inside the loop): the gap between two events is
+  the time the device idled or waited between them.
+
+* **Calibration windows, after training** (outside every timed interval): with the last
+  training batch, K forward+backward passes under DDP's ``no_sync()`` and K with gradient
+  sync, interleaved, the fastest window of each kind kept. No optimizer step is taken; the
+  gradients are discarded, buffers (e.g. batch-norm statistics) and RNG states restored.
+  ``sync - no_sync`` per pass is the exposed all-reduce time without any skew between ranks.
+
+* **All-reduce baseline, before training** (:mod:`.allreduce`) and **GPU sampling**
+  (:mod:`.sampling`), for the comparison and the device view.
+
+Everything is gathered with the other end-of-run numbers in :func:`.timing.agree` (one
+gather, bounded by the process group's timeout) and assembled into the record's
+``diagnosis`` section by :func:`assemble` on rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+
+from ..config import DiagnosisConfig, FaultsConfig
+from .timing import Timings
+
+ONE_DEVICE = "1 device: nothing to all-reduce"
+
+
+# -- clocks ------------------------------------------------------------------------------
+class _Clock:
+    """Marks and accumulated intervals: the wall clock on CPUs, CUDA events on GPUs."""
+
+    kind = "wall"
+
+    def mark(self) -> Any:
+        return time.perf_counter()
+
+    def add(self, key: str, start: Any, end: Any) -> None:
+        self.totals[key] = self.totals.get(key, 0.0) + (end - start)
+
+    def settle(self) -> None:
+        """Resolve everything pending (call where the device was synchronised)."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+
+
+class _CudaClock(_Clock):
+    kind = "cuda_events"
+    _MAX_PENDING = 1024
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+        self.pending: list[tuple[str, Any, Any]] = []
+        self._spare: list[Any] = []
+
+    def mark(self) -> Any:
+        event = self._spare.pop() if self._spare else torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def add(self, key: str, start: Any, end: Any) -> None:
+        self.pending.append((key, start, end))
+        if len(self.pending) > self._MAX_PENDING:
+            self._drain(block=False)
+
+    def _drain(self, *, block: bool) -> None:
+        done = 0
+        for key, start, end in self.pending:
+            if not block and not end.query():
+                break
+            if block:
+                end.synchronize()
+            ms = start.elapsed_time(end)
+            self.totals[key] = self.totals.get(key, 0.0) + ms / 1000.0
+            done += 1
+        for _, start, end in self.pending[:done]:
+            if len(self._spare) < 2 * self._MAX_PENDING:
+                self._spare += [start, end]
+        del self.pending[:done]
+
+    def settle(self) -> None:
+        self._drain(block=True)
+
+
+def _clock_for(device: torch.device) -> _Clock:
+    return _CudaClock(device) if device.type == "cuda" else _Clock()
+
+
+# -- the comm hook -----------------------------------------------------------------------
+class _HookState:
+    """State of :func:`timed_allreduce_hook`: the process group and the probe to notify."""
+
+    def __init__(self, probe: StepBreakdown, process_group: Any = None) -> None:
+        self.probe = probe
+        self.process_group = process_group
+
+
+def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """DDP's standard all-reduce (PyTorch's ``allreduce_hook``: divide by the world size,
+    then sum), marking when the last bucket of a backward pass is handed over.
+
+    Unannotated on purpose: DDP checks the hook's annotations against the real classes, and
+    this module's annotations are strings."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    if bucket.is_last():
+        state.probe.last_bucket_ready()
+    return allreduce_hook(state.process_group, bucket)
+
+
+# -- the callbacks -----------------------------------------------------------------------
+class StepBreakdown(L.Callback):
+    """The per-rank step-time breakdown (after :class:`~.timing.TimingCallback`), and the
+    calibration windows at the end of training."""
+
+    def __init__(
+        self,
+        cfg: DiagnosisConfig,
+        timings: Timings,
+        faults: FaultsConfig | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.t = timings
+        self.faults = faults
+        self.clock: _Clock = _Clock()
+        self._last_end: Any = None
+        self._ready: Any = None
+        self._counting = False
+        self._batch: Any = None
+        self.calibration: dict[str, Any] = {}
+        self.hooked = False
+
+    # timed loop ----------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.clock = _clock_for(trainer.strategy.root_device)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = trainer.strategy.model
+        if isinstance(model, DistributedDataParallel):
+            model.register_comm_hook(_HookState(self), timed_allreduce_hook)
+            self.hooked = True
+
+    def last_bucket_ready(self) -> None:
+        if self._counting:
+            self._ready = self.clock.mark()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._counting = self.t.warmup_steps is not None
+        self._last_end = self.clock.mark() if self._counting else None
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._batch = batch  # a reference: the calibration windows reuse the last batch
+        if self._counting and self._last_end is not None:
+            self.clock.add("input_wait_s", self._last_end, self.clock.mark())
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._counting and self._ready is not None:
+            self.clock.add("comm_wait_s", self._ready, self.clock.mark())
+        self._ready = None
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        # The TimingCallback (earlier in the list) stamps the warm-up at this same hook.
+        self._counting = self.t.warmup_steps is not None
+        self._last_end = self.clock.mark() if self._counting else None
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last_end = None  # a gap that spans validation is not input wait
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.clock.settle()  # the TimingCallback synchronised the device just before
+
+    # calibration ---------------------------------------------------------------------
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.clock.settle()
+        started = time.perf_counter()
+        self.calibration = calibrate(trainer, pl_module, self._batch, self.cfg, self.faults)
+        if self.calibration.get("status") == "measured":
+            self.calibration["seconds"] = time.perf_counter() - started
+        self._batch = None
+
+    def mine(self, rank_steady_s: float | None, steady_steps: int | None) -> dict[str, Any]:
+        """This rank's share of the end-of-run gather (per-step figures)."""
+        out: dict[str, Any] = {"clock": self.clock.kind, "calibration": self.calibration}
+        if rank_steady_s is None or not steady_steps:
+            return out
+        per = 1.0 / steady_steps
+        step = rank_steady_s * per
+        wait = self.clock.totals.get("input_wait_s", 0.0) * per
+        comm = self.clock.totals.get("comm_wait_s", 0.0) * per
+        out.update(
+            step_time_s=step,
+            input_wait_s=wait,
+            comm_wait_s=comm,
+            compute_s=max(0.0, step - wait - comm),
+        )
+        return out
+
+
+def calibrate(
+    trainer: L.Trainer,
+    pl_module: L.LightningModule,
+    batch: Any,
+    cfg: DiagnosisConfig,
+    faults: FaultsConfig | None = None,
+) -> dict[str, Any]:
+    """The calibration windows (all ranks). Returns this rank's ``calibration`` part."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    def skipped(reason: str, status: str = "skipped") -> dict[str, Any]:
+        return {"status": status, "reason": reason, "steps": cfg.calibration_steps}
+
+    if cfg.calibration_steps == 0:
+        return skipped("diagnosis.calibration_steps=0", "off")
+    model = trainer.strategy.model
+    if trainer.world_size <= 1:
+        return skipped(ONE_DEVICE)
+    if not isinstance(model, DistributedDataParallel):
+        return skipped(f"not trained under DDP ({type(model).__name__})")
+    if batch is None:
+        return skipped("no training batch was seen")
+    loss_of = _loss_function(pl_module)
+    if isinstance(loss_of, str):
+        return skipped(loss_of)
+    if faults is not None and faults.exit_rank == trainer.global_rank:
+        if faults.exit_at == "calibration":
+            os._exit(1)
+
+    device = trainer.strategy.root_device
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    k = cfg.calibration_steps
+
+    def one_pass(grad_sync: bool) -> None:
+        pl_module.zero_grad(set_to_none=True)
+        with _forward_as(pl_module, lambda: loss_of(batch)):
+            if grad_sync:
+                loss = model()
+            else:
+                with model.no_sync():
+                    loss = model()
+            loss.backward()
+
+    def window(grad_sync: bool) -> float:
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            sync()
+            start.record()
+            for _ in range(k):
+                one_pass(grad_sync)
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1000.0 / k
+        t0 = time.perf_counter()
+        for _ in range(k):
+            one_pass(grad_sync)
+        return (time.perf_counter() - t0) / k
+
+    with _preserved(pl_module, device):
+        try:
+            try:
+                one_pass(False)  # warm-up, untimed; no collective yet, so every rank that
+                # fails here fails alike and none is left waiting for it
+            except Exception as exc:  # a user's training_step outside the training loop
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                return skipped(f"the calibration pass failed: {type(exc).__name__}: {first}")
+            one_pass(True)
+            nosync: list[float] = []
+            synced: list[float] = []
+            for _ in range(cfg.calibration_windows):
+                trainer.strategy.barrier("scalescope-calibration")
+                nosync.append(window(False))
+                trainer.strategy.barrier("scalescope-calibration")
+                synced.append(window(True))
+        finally:
+            pl_module.zero_grad(set_to_none=True)
+    return {
+        "status": "measured",
+        "reason": None,
+        "steps": k,
+        "windows": cfg.calibration_windows,
+        "fwd_bwd_s": min(nosync),
+        "fwd_bwd_sync_s": min(synced),
+    }
+
+
+def _loss_function(pl_module: L.LightningModule) -> Callable[[Any], torch.Tensor] | str:
+    """How one forward pass's loss is computed, or why it cannot be (a reason)."""
+    own = getattr(pl_module, "calibration_loss", None)
+    if callable(own):
+        return own  # type: ignore[no-any-return]
+    if not pl_module.automatic_optimization:
+        return (
+            "manual optimization: the module's training_step steps its own optimizer, so it "
+            "cannot run without one (define calibration_loss(batch) to enable)"
+        )
+
+    def from_training_step(batch: Any) -> torch.Tensor:
+        out = pl_module.training_step(batch, 0)
+        loss = out.get("loss") if isinstance(out, Mapping) else out
+        if not isinstance(loss, torch.Tensor):
+            raise _NoLoss
+        return loss
+
+    return from_training_step
+
+
+class _NoLoss(RuntimeError):
+    pass
+
+
+@contextmanager
+def _forward_as(pl_module: L.LightningModule, fn: Callable[[], torch.Tensor]) -> Any:
+    """Route DDP's forward to ``fn`` (as Lightning's own forward redirection does), with
+    ``self.log`` allowed as in a training step."""
+    previous_fx = getattr(pl_module, "_current_fx_name", None)
+
+    def outer(*args: Any, **kwargs: Any) -> torch.Tensor:
+        del pl_module.forward  # only DDP's call is redirected; the loss calls the real one
+        return fn()
+
+    pl_module.forward = outer  # type: ignore[method-assign]
+    pl_module._current_fx_name = "training_step"
+    try:
+        yield
+    finally:
+        if "forward" in vars(pl_module):
+            del pl_module.forward
+        pl_module._current_fx_name = previous_fx
+
+
+@contextmanager
+def _preserved(pl_module: L.LightningModule, device: torch.device) -> Any:
+    """Buffers (batch-norm statistics...) and every RNG state as they were."""
+    buffers = {name: b.detach().clone() for name, b in pl_module.named_buffers()}
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    py_rng = random.getstate()
+    try:
+        import numpy as np
+
+        np_rng: Any = np.random.get_state()
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        np_rng = None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, b in pl_module.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng, device)
+        random.setstate(py_rng)
+        if np_rng is not None:
+            import numpy as np
+
+            np.random.set_state(np_rng)
+
+
+# -- rank 0: the record's section ---------------------------------------------------------
+def off(reason: str) -> dict[str, Any]:
+    """The section of a run measured without the breakdown: null fields and why."""
+    return {"status": "off", "reason": reason, "ranks": None}
+
+
+def assemble(
+    *,
+    per_rank: Sequence[Mapping[str, Any]],
+    steady_steps: int | None,
+    per_device_batch_size: int,
+    allreduce: Mapping[str, Any],
+    nvml: Mapping[str, Any],
+    calibration_steps: int,
+) -> dict[str, Any]:
+    """The record's ``diagnosis`` section from every rank's gathered part (rank order)."""
+    ranks = []
+    for i, part in enumerate(per_rank):
+        d = part.get("diagnosis") or {}
+        row: dict[str, Any] = {
+            "rank": i,
+            "local_rank": part.get("local_rank"),
+            "node": part.get("node"),
+            "peak_mem_gib": part.get("peak_dev"),
+            "peak_host_rss_gib": part.get("rss"),
+        }
+        if "step_time_s" in d:
+            row.update(
+                {k: d[k] for k in ("step_time_s", "input_wait_s", "comm_wait_s", "compute_s")}
+            )
+            row["own_s"] = d["input_wait_s"] + d["compute_s"]
+        ranks.append(row)
+    parts = [p.get("diagnosis") or {} for p in per_rank]
+    clock = parts[0].get("clock", "wall") if parts else "wall"
+    out: dict[str, Any] = {
+        "status": "recorded",
+        "reason": None,
+        "clock": clock,
+        "steady_steps": steady_steps,
+        "per_device_batch_size": per_device_batch_size,
+        "ranks": ranks,
+        "slowest_rank": None,
+        "slowest_node": None,
+        "typical_rank": None,
+        "rank_skew": None,
+    }
+    timed = [r for r in ranks if "own_s" in r]
+    if timed and len(timed) == len(ranks):
+        slowest = max(timed, key=lambda r: r["own_s"])
+        typical = _lower_median(timed)
+        out.update(
+            slowest_rank=slowest["rank"],
+            slowest_node=slowest["node"],
+            typical_rank=typical["rank"],
+            rank_skew=(
+                (slowest["own_s"] - typical["own_s"]) / typical["own_s"]
+                if typical["own_s"] > 0
+                else None
+            ),
+        )
+    elif not timed:
+        out["reason"] = "no steady-state steps: training ended within the warm-up"
+    out["calibration"] = _calibration_section([p.get("calibration") or {} for p in parts])
+    if out["calibration"].get("steps") is None:
+        out["calibration"]["steps"] = calibration_steps
+    out["allreduce"] = dict(allreduce)
+    out["nvml"] = dict(nvml)
+    out["overhead_s"] = {
+        "calibration": out["calibration"].get("seconds"),
+        "allreduce_baseline": allreduce.get("seconds"),
+    }
+    return out
+
+
+def _lower_median(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The rank at the lower median of own time: in a 2-rank job, the faster one, so one
+    slow rank's whole excess counts as skew."""
+    ordered = sorted(rows, key=lambda r: (r["own_s"], r["rank"]))
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _calibration_section(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    measured = [p for p in parts if p.get("status") == "measured"]
+    if not measured or len(measured) != len(parts):
+        first = next((p for p in parts if p.get("status") != "measured"), {}) if parts else {}
+        return {
+            "status": first.get("status", "skipped"),
+            "reason": first.get("reason") or "not measured on every rank",
+            "steps": first.get("steps"),
+            "windows": None,
+            "fwd_bwd_s": None,
+            "fwd_bwd_sync_s": None,
+            "exposed_comm_s": None,
+            "seconds": None,
+        }
+    fwd_bwd = max(p["fwd_bwd_s"] for p in measured)
+    synced = statistics.median(p["fwd_bwd_sync_s"] for p in measured)
+    return {
+        "status": "measured",
+        "reason": None,
+        "steps": measured[0]["steps"],
+        "windows": measured[0]["windows"],
+        "fwd_bwd_s": fwd_bwd,
+        "fwd_bwd_sync_s": synced,
+        "exposed_comm_s": max(0.0, synced - fwd_bwd),
+        "seconds": max((p.get("seconds") or 0.0) for p in measured) or None,
+    }
+
+
+class BeforeTiming(L.Callback):
+    """Before the training clock starts (earlier in the list than the TimingCallback): the
+    all-reduce baseline on every rank, and the NVML sampler on each node's local rank 0."""
+
+    def __init__(self, cfg: DiagnosisConfig, *, local_rank: int, node: str) -> None:
+        self.cfg = cfg
+        self.local_rank = local_rank
+        self.node = node
+        self.allreduce: dict[str, Any] = {"status": "skipped", "reason": "training never started"}
+        self.nvml: dict[str, Any] | None = None
+        self._sampler: Any = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        device = trainer.strategy.root_device
+        if self.local_rank != 0:
+            return
+        if not self.cfg.nvml:
+            self.nvml = {"status": "off", "reason": "diagnosis.nvml=false"}
+        elif device.type != "cuda":
+            self.nvml = {"status": "unavailable", "reason": "CPU run: no GPU to sample"}
+        else:
+            from .sampling import GpuSampler
+
+            self._sampler = GpuSampler(
+                interval_s=self.cfg.nvml_interval_s,
+                pci_bus_ids=_local_pci_bus_ids(),
+                node=self.node,
+            )
+            self._sampler.start()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.cfg.allreduce_baseline:
+            self.allreduce = {"status": "off", "reason": "diagnosis.allreduce_baseline=false"}
+            return
+        if trainer.world_size <= 1 or not dist_ready():
+            self.allreduce = {"status": "skipped", "reason": ONE_DEVICE}
+            return
+        from .allreduce import allreduce_baseline, gradient_bytes
+
+        self.allreduce = allreduce_baseline(
+            gradient_bytes=gradient_bytes(pl_module),
+            device=trainer.strategy.root_device,
+            budget_s=self.cfg.allreduce_budget_s,
+        )
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.stop_sampler()
+
+    def stop_sampler(self) -> None:
+        if self._sampler is not None:
+            self.nvml = self._sampler.stop()
+            self._sampler = None
+
+
+def _local_pci_bus_ids() -> list[str] | None:
+    """PCI bus ids of the GPUs this process sees (NVML ignores CUDA_VISIBLE_DEVICES)."""
+    try:
+        ids = []
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            domain, bus, dev = (getattr(p, f"pci_{k}_id") for k in ("domain", "bus", "device"))
+            ids.append(f"{domain:08x}:{bus:02x}:{dev:02x}.0")
+        return ids
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def merge_nvml(parts: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """One ``nvml`` section from each node's sampler result (local rank 0 of each node)."""
+    found = [p for p in parts if p]
+    sampled = [p for p in found if p.get("status") == "sampled"]
+    if not sampled:
+        first = found[0] if found else {"status": "unavailable", "reason": "no sampler ran"}
+        return {"status": first.get("status"), "reason": first.get("reason"), "gpus": None}
+    return {
+        "status": "sampled",
+        "reason": None,
+        "interval_s": sampled[0].get("interval_s"),
+        "gpus": [g for p in sampled for g in (p.get("gpus") or [])],
+    }
+
+
+def dist_ready() -> bool:
+    return dist.is_available() and dist.is_initialized()
