@@ -167,6 +167,10 @@ class ResultRecord:
     stop_reason: str | None = None
     """Why training stopped before it finished (``sigterm``: Slurm's time limit, preemption or
     scancel); None when it ran to the end. A stopped run's figures cover the steps it ran."""
+    diagnosis: dict[str, Any] | None = None
+    """Where the step time went, per rank: input wait, compute, exposed communication, the
+    all-reduce baseline and GPU sampling (README, "Where the efficiency went"). None in
+    records written before it existed: the analysis shows "not recorded", never zeros."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 
