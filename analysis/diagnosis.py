@@ -566,10 +566,18 @@ def chart_series(wf: Waterfall) -> list[str]:
     return list(dict.fromkeys(t.loc[t["n_recorded"] > 0, "series"]))
 
 
+MINOR_PTS = 1.0
+"""Parts smaller than this (either sign) are named together, without advice."""
+
+
+def _whole(x: float) -> int:
+    return int(round(x)) + 0  # never "-0"
+
+
 def _pts(mean: float, low: float, high: float) -> str:
-    text = f"{mean:.0f} point{'' if round(abs(mean)) == 1 else 's'}"
+    text = f"{_whole(mean)} point{'' if abs(_whole(mean)) == 1 else 's'}"
     if math.isfinite(low) and math.isfinite(high):
-        text += f" [{low:.0f}, {high:.0f}]"
+        text += f" [{_whole(low)}, {_whole(high)}]"
     return text
 
 
@@ -633,12 +641,16 @@ def finding(r: Mapping[str, Any]) -> str:
         (c for c in COMPONENTS if math.isfinite(r[f"{c}_pts_mean"])),
         key=lambda c: -r[f"{c}_pts_mean"],
     )
+    big = [c for c in parts if abs(r[f"{c}_pts_mean"]) >= MINOR_PTS]
     said = [
         f"{LABELS[c]}, "
-        f"{_pts(r[f'{c}_pts_mean'], r[f'{c}_pts_ci_low'], r[f'{c}_pts_ci_high'])}: "
-        f"{_advice(c, r)}"
-        for c in parts
+        f"{_pts(r[f'{c}_pts_mean'], r[f'{c}_pts_ci_low'], r[f'{c}_pts_ci_high'])}"
+        f"{' (a gain)' if r[f'{c}_pts_mean'] < 0 else ''}: {_advice(c, r)}"
+        for c in big
     ]
+    small = [LABELS[c] for c in parts if c not in big]
+    if small:
+        said.append(f"under {MINOR_PTS:g} point each: {', '.join(small)}")
     said += [
         f"{LABELS[c]}: {NOT_RECORDED}"
         + (f" ({r['comm_note']})" if c == "comm" and r["comm_note"] else "")

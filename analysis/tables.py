@@ -482,8 +482,13 @@ def _points(r: Any, part: str) -> str:
     if _nan(mean):
         return NOT_RECORDED
     low, high = r[f"{part}_pts_ci_low"], r[f"{part}_pts_ci_high"]
-    ci = "" if _nan(low) or _nan(high) else f" [{low:.1f}, {high:.1f}]"
-    return f"{mean:.1f}{ci}"
+    ci = "" if _nan(low) or _nan(high) else f" [{_one(low)}, {_one(high)}]"
+    return f"{_one(mean)}{ci}"
+
+
+def _one(x: float) -> str:
+    """One decimal, never ``-0.0``."""
+    return f"{round(float(x), 1) + 0.0:.1f}"
 
 
 def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
@@ -518,10 +523,7 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
     rows = []
     for _, r in t.iterrows():
         recorded = r["status"] == "recorded"
-        lost = r["lost_pts_mean"]
-        lost_text = MISSING if _nan(lost) else _points(r, "lost")
-        if not _nan(lost) and _nan(r["lost_pts_ci_low"]):
-            lost_text = f"{lost:.1f}"
+        lost_text = MISSING if _nan(r["lost_pts_mean"]) else _points(r, "lost")
         hidden = pct(r["hidden_share_mean"], 0) if recorded else NOT_RECORDED
         if recorded and _nan(r["hidden_share_mean"]) and r["hidden_note"]:
             hidden = f"{MISSING} ({r['hidden_note']})"
