@@ -117,16 +117,24 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a boolean), else None."""
+    if not _is_number(value):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
 def _num(data: Mapping[str, Any], key: str, where: str) -> float:
-    value = data.get(key)
-    if not _is_number(value) or not math.isfinite(float(value)):
+    value = _finite(data.get(key))
+    if value is None:
         raise _Malformed(f"diagnosis.{where}{key} is not a number")
-    return float(value)
+    return value
 
 
 def _opt_num(data: Any, key: str) -> float:
-    value = data.get(key) if isinstance(data, Mapping) else None
-    return float(value) if _is_number(value) and math.isfinite(float(value)) else math.nan
+    value = _finite(data.get(key)) if isinstance(data, Mapping) else None
+    return math.nan if value is None else value
 
 
 def _section(diagnosis: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -571,7 +579,7 @@ MINOR_PTS = 1.0
 
 
 def _whole(x: float) -> int:
-    return int(round(x)) + 0  # never "-0"
+    return round(x)  # an int: never "-0"
 
 
 def _pts(mean: float, low: float, high: float) -> str:
