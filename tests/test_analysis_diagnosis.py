@@ -130,12 +130,13 @@ def diag_record(
     jitter: float = 1.0,
     with_diagnosis: bool = True,
     num_workers: int = 2,
+    scaling_mode: str = "strong",
     **extra: Any,
 ) -> ResultRecord:
     """A strong-scaling run on ``world`` devices (global batch 256) whose headline throughput
     follows from the step its breakdown describes (``jitter`` scales the compute time: a
     repeat's noise)."""
-    batch = GLOBAL_BATCH // world
+    batch = GLOBAL_BATCH // world if scaling_mode == "strong" else GLOBAL_BATCH // 2
     d = make_diagnosis(
         world,
         batch=batch,
@@ -146,7 +147,10 @@ def diag_record(
     )
     step = d["ranks"][0]["step_time_s"]
     per_device = batch / step
-    record = make_result(job_id, world=(1, world), global_batch_size=GLOBAL_BATCH)
+    held = GLOBAL_BATCH if scaling_mode == "strong" else batch
+    record = make_result(
+        job_id, world=(1, world), global_batch_size=held, scaling_mode=scaling_mode
+    )
     config = {"name": "spiral", "workload": {"name": "spiral", "num_workers": num_workers}}
     return replace(
         record,
@@ -427,6 +431,39 @@ def test_findings_read_correctly_for_each_cause(tmp_path: Path) -> None:
         assert "unexplained, 0 points [0, 0]." in text
 
 
+def test_weak_scaling_uses_the_weak_scaling_efficiency(tmp_path: Path) -> None:
+    # weak scaling: the per-device batch stays 128, so compute per sample stays put and the
+    # loss is the slow input alone
+    records = []
+    for i, j in enumerate(JITTER):
+        records.append(
+            diag_record(f"1{i}", 1, input_s=0.001, compute_s=0.05, jitter=j, scaling_mode="weak")
+        )
+        records.append(diag_record(f"2{i}", 2, jitter=j, scaling_mode="weak", **PATTERNS["input"]))
+    analysis = analyze(runs_of(tmp_path, records))
+    assert analysis.waterfall is not None
+    row = scaled_row(analysis.waterfall.table)
+    scaled = analysis.scaling[~analysis.scaling["is_baseline"]].iloc[0]
+    expected = 100 * (1 - scaled["per_device_throughput_efficiency"])
+    assert row["lost_pts_mean"] == pytest.approx(expected)
+    assert row["input_pts_mean"] > 0.8 * row["lost_pts_mean"]
+    assert abs(row["compute_pts_mean"]) < 3
+    (item,) = findings(analysis.waterfall)
+    assert "input wait, " in item["text"]
+
+
+def test_repeats_without_a_breakdown_are_left_out_of_the_parts_only(tmp_path: Path) -> None:
+    records = pattern_records("input")
+    records.append(diag_record("29", 2, with_diagnosis=False, **PATTERNS["input"]))
+    analysis = analyze(runs_of(tmp_path, records))
+    assert analysis.waterfall is not None
+    row = scaled_row(analysis.waterfall.table)
+    assert (row["n"], row["n_recorded"], row["input_pts_n"]) == (4, 3, 3)
+    assert row["status"] == "recorded"
+    table = diagnosis_table(analysis)
+    assert table is not None and table.frame.iloc[0]["n (breakdown)"] == "4 (3)"
+
+
 # --- not recorded -------------------------------------------------------------------------------
 
 
@@ -483,6 +520,19 @@ def test_charts_render_to_png(tmp_path: Path) -> None:
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     texts = [t.get_text() for t in ranks_chart(wf.ranks, series).axes[0].texts]
     assert "slowest: rank 1\non node1" in texts
+
+
+def test_a_scale_without_a_breakdown_is_labelled_in_the_chart(tmp_path: Path) -> None:
+    from analysis.charts import step_parts_chart
+
+    records = [r for r in pattern_records("input") if r.identity.world_size == 1]
+    records += [
+        diag_record(f"2{i}", 2, with_diagnosis=False, **PATTERNS["input"]) for i in range(2)
+    ]
+    wf = waterfall(runs_of(tmp_path, records))
+    fig = step_parts_chart(wf.table, wf.table["series"].iloc[0])
+    assert NOT_RECORDED in [t.get_text() for t in fig.axes[0].texts]
+    fig.savefig(tmp_path / "chart.png")
 
 
 def test_chart_slugs_are_file_safe_and_unique() -> None:
