@@ -375,3 +375,94 @@ CHARTS = {
     "val_loss": ("scaling", val_loss_chart),
 }
 """Chart name -> (which frame it takes, function)."""
+
+
+# --- where the efficiency went (:mod:`analysis.diagnosis`) -----------------------------------
+
+_STEP_PARTS = (
+    ("input_step_s", "input wait", "tab:orange"),
+    ("compute_step_s", "compute", "tab:blue"),
+    ("skew_step_s", "rank skew (waiting for the slowest rank)", "tab:purple"),
+    ("comm_step_s", "exposed communication", "tab:red"),
+    ("other_step_s", "other (step - the parts)", "0.75"),
+)
+
+
+def step_parts_chart(table: pd.DataFrame, series: str) -> Figure:
+    """Per-step time of one series, stacked by part (ms, typical rank, mean over repeats)
+    against world size; a scale without a breakdown is labelled 'not recorded', not drawn
+    as zero. ``table``: :attr:`analysis.diagnosis.Waterfall.table`."""
+    from .diagnosis import NOT_RECORDED
+
+    fig, ax = _figure()
+    part = table[table["series"] == series].sort_values(["world_size", "nodes"])
+    labels = [
+        f"{w}\n({n} node{'s' if n > 1 else ''})"
+        for w, n in zip(part["world_size"], part["nodes"], strict=True)
+    ]
+    xs = np.arange(len(part))
+    bottom = np.zeros(len(part))
+    recorded = (part["n_recorded"] > 0).to_numpy()
+    for col, name, color in _STEP_PARTS:
+        ms = 1000.0 * part[col].to_numpy(float)
+        drawn = np.where(recorded & np.isfinite(ms), ms, 0.0)
+        ax.bar(xs, drawn, bottom=bottom, color=color, label=name, width=0.6)
+        bottom += drawn
+    top = float(bottom.max()) if len(bottom) else 0.0
+    for x, (_, r), ok in zip(xs, part.iterrows(), recorded, strict=True):
+        if not ok:
+            ax.text(x, top * 0.05, NOT_RECORDED, ha="center", va="bottom", rotation=90)
+        elif not np.isfinite(r["comm_step_s"]):
+            note = "exposed comm\nnot recorded"
+            ax.text(x, bottom[x], note, ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels)
+    ax.set_ylim(0, max(top * 1.2, 1e-6))
+    ax.set_xlabel(devices_header(part["accelerator"].tolist()))
+    ax.set_ylabel("Time per step (ms, typical rank)")
+    ax.set_title(f"Where the step time went: {series}", fontsize="medium")
+    ax.grid(True, axis="y", alpha=0.3)
+    _legend_below(ax, len(_STEP_PARTS))
+    return fig
+
+
+def ranks_chart(ranks: pd.DataFrame, series: str) -> Figure:
+    """Each rank's per-step input wait, compute and communication wait, stacked (ms), for the
+    representative run of one series at its largest recorded scale; the slowest rank is
+    marked and named with its node. ``ranks``: :attr:`analysis.diagnosis.Waterfall.ranks`."""
+    fig, ax = _figure()
+    part = ranks[ranks["series"] == series].sort_values("rank")
+    xs = np.arange(len(part))
+    bottom = np.zeros(len(part))
+    for col, name, color in (
+        ("input_wait_s", "input wait", "tab:orange"),
+        ("compute_s", "compute", "tab:blue"),
+        ("comm_wait_s", "communication wait (exposed all-reduce + waiting for others)", "tab:red"),
+    ):
+        ms = 1000.0 * part[col].to_numpy(float)
+        ax.bar(xs, ms, bottom=bottom, color=color, label=name, width=0.7)
+        bottom += ms
+    top = float(bottom.max()) if len(bottom) else 0.0
+    for x, (_, r) in zip(xs, part.iterrows(), strict=True):
+        if r["is_slowest"]:
+            own = 1000.0 * float(r["own_s"])
+            ax.annotate(
+                f"slowest: rank {r['rank']}\non {r['node']}",
+                xy=(x, own),
+                xytext=(x, top * 1.08),
+                ha="center",
+                fontsize=8,
+                arrowprops={"arrowstyle": "->", "color": "0.2"},
+            )
+            ax.bar([x], [own], fill=False, edgecolor="black", linewidth=2, width=0.7)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{r}\n{n}" for r, n in zip(part["rank"], part["node"], strict=True)])
+    ax.set_ylim(0, max(top * 1.3, 1e-6))
+    run = part["run_id"].iloc[0] if len(part) else ""
+    world = part["world_size"].iloc[0] if len(part) else 0
+    ax.set_xlabel("Rank and node")
+    ax.set_ylabel("Time per step (ms)")
+    ax.set_title(f"Per rank at {world} devices (run {run}): {series}", fontsize="medium")
+    ax.grid(True, axis="y", alpha=0.3)
+    _legend_below(ax, 3)
+    return fig

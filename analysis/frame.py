@@ -90,6 +90,7 @@ RUN_COLUMNS: dict[str, str] = {
     "warmup_share": "float64",
     "epoch_times_s": "object",
     "versions": "object",
+    "diagnosis": "object",
     "restart_reasons": "str",
     "sources": "str",
 }

@@ -61,11 +61,14 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from .stats import Summary, ratio_ci, summarize, t_ppf
+
+if TYPE_CHECKING:
+    from .diagnosis import Waterfall
 
 SERIES_KEYS = (
     "config_name",
@@ -826,6 +829,8 @@ class Analysis:
     notes: list[str]
     precision: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PRECISION_COLUMNS))
     """Mixed precision vs fp32 (:func:`precision_table`); empty without such pairs."""
+    waterfall: Waterfall | None = None
+    """Where each scale point's lost efficiency went (:func:`analysis.diagnosis.waterfall`)."""
 
 
 def analyze(
@@ -903,4 +908,7 @@ def analyze(
             "without repeats."
         )
     precision = precision_table(runs, confidence=confidence)
-    return Analysis(groups, scaling, amdahl, notes, precision)
+    from .diagnosis import waterfall  # it builds on this module's grouping and baselines
+
+    falls = waterfall(runs, baseline=baseline, confidence=confidence)
+    return Analysis(groups, scaling, amdahl, notes, precision, falls)

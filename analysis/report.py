@@ -19,6 +19,7 @@ import pandas as pd
 
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
 
+from .diagnosis import findings
 from .metrics import Analysis
 from .parse import Problem
 from .tables import DisplayTable, markdown
@@ -61,6 +62,19 @@ METHODS = {
         "mean peak_mem_gib_max; val_loss_rel_diff = (mixed - fp32) / fp32 mean final val loss"
     ),
     "parity": "final val loss relative change > loss tolerance, or val accuracy drop > tolerance",
+    "waterfall": (
+        "per run at a scale beyond the baseline: lost = 100 (1 - E_run), E_run = steady "
+        "per-device throughput / the baseline's mean (the parallel efficiency per run); part "
+        "c = 100 (c_run - mean_baseline(c)) / t_run, t = 1 / steady per-device throughput, c "
+        "in seconds per sample per device of the typical rank: input wait, compute, rank skew "
+        "(own time of the slowest rank - the typical rank's), exposed communication "
+        "(calibration, 0 on one device); unexplained = lost - the parts; mean and Student-t "
+        "interval over the repeats; 'not recorded' (null) where a run has no breakdown"
+    ),
+    "comm_hidden_share": (
+        "clip(1 - exposed_comm_s / allreduce.predicted_step_s, 0, 1): the share of the "
+        "all-reduce predicted from busbw and the gradient bytes hidden behind backward"
+    ),
 }
 
 
@@ -174,11 +188,13 @@ def document(
         "methods": METHODS,
         "environment": environment(runs),
         "notes": analysis.notes,
-        "runs": records(runs, drop=("versions",)),
+        "runs": records(runs, drop=("versions", "diagnosis")),
         "groups": records(analysis.groups),
         "scaling": records(analysis.scaling),
         "amdahl": records(analysis.amdahl),
         "precision": records(analysis.precision),
+        "diagnosis": records(analysis.waterfall.table) if analysis.waterfall else [],
+        "diagnosis_findings": findings(analysis.waterfall) if analysis.waterfall else [],
         "failures": records(failures),
         "problems": [asdict(p) for p in problems],
     }
@@ -224,6 +240,10 @@ def report_markdown(
     ]
     if doc["notes"]:
         out += ["## Read this first", "", *(f"- {n}" for n in doc["notes"]), ""]
+    if doc.get("diagnosis_findings"):
+        out += ["## Where the efficiency went, in words", ""]
+        for item in doc["diagnosis_findings"]:
+            out += [f"### {item['series']}", "", item["text"], ""]
     if charts:
         out += ["## Charts", ""]
         out += [f"![{title}]({path})" for title, path in charts]

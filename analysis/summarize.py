@@ -81,7 +81,16 @@ from .tables import (
 
 PROG = "python -m analysis.summarize"
 FORMATS = ("table", "markdown", "json", "csv")
-CSV_TABLES = ("runs", "groups", "scaling", "amdahl", "precision", "failures", "problems")
+CSV_TABLES = (
+    "runs",
+    "groups",
+    "scaling",
+    "amdahl",
+    "precision",
+    "diagnosis",
+    "failures",
+    "problems",
+)
 LOOKED_FOR = (
     "looked for ':::SCALESCOPE' event lines in job logs (slurm-*.out, submitit *_log.out / "
     "*_log.err, any other text file) and for result.json files in run directories"
@@ -277,7 +286,7 @@ def _warn(problems: Sequence[Problem]) -> None:
 
 
 def _csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
-    runs = loaded.runs.drop(columns=["versions"]).copy()
+    runs = loaded.runs.drop(columns=["versions", "diagnosis"]).copy()
     runs["epoch_times_s"] = [";".join(f"{t:.6g}" for t in ts) for ts in runs["epoch_times_s"]]
     problems = pd.DataFrame(
         [(p.file, p.severity, p.message) for p in loaded.problems],
@@ -289,9 +298,17 @@ def _csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
         "scaling": analysis.scaling,
         "amdahl": analysis.amdahl,
         "precision": analysis.precision,
+        "diagnosis": _waterfall_table(analysis),
         "failures": loaded.failures,
         "problems": problems,
     }
+
+
+def _waterfall_table(analysis: Analysis) -> pd.DataFrame:
+    from .diagnosis import WATERFALL_COLUMNS
+
+    w = analysis.waterfall
+    return w.table if w is not None else pd.DataFrame(columns=WATERFALL_COLUMNS)
 
 
 def _markdown_all(tables: Sequence[DisplayTable], notes: Sequence[str]) -> str:
@@ -336,6 +353,49 @@ def _save_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> 
             # No timestamps in the files: a summary of the same inputs is byte-identical.
             meta = {"Date": None} if ext == "svg" else {"Software": None}
             fig.savefig(directory / f"{name}.{ext}", metadata=meta)
+    for name, fig in _diagnosis_figures(analysis):
+        fig.savefig(directory / f"{name}.png", metadata={"Software": None})
+
+
+def _diagnosis_charts(analysis: Analysis) -> list[tuple[str, str, str]]:
+    """(kind, series, file stem) of each series' waterfall (``diagnosis_<slug>``) and
+    per-rank chart (``ranks_<slug>``), in series order (slug:
+    :func:`analysis.diagnosis.chart_slugs`); series without any breakdown get none."""
+    from .diagnosis import chart_series, chart_slugs
+
+    w = analysis.waterfall
+    if w is None:
+        return []
+    slugs = chart_slugs(list(dict.fromkeys(w.table["series"])))
+    out = []
+    for series in chart_series(w):
+        out.append(("diagnosis", series, f"diagnosis_{slugs[series]}"))
+        if (w.ranks["series"] == series).any():
+            out.append(("ranks", series, f"ranks_{slugs[series]}"))
+    return out
+
+
+def diagnosis_chart_links(analysis: Analysis) -> list[tuple[str, str]]:
+    """(title, relative path) of the diagnosis charts, for report.md."""
+    titles = {"diagnosis": "Where the step time went", "ranks": "Per-rank step time"}
+    return [
+        (f"{titles[kind]}: {series}", f"charts/{stem}.png")
+        for kind, series, stem in _diagnosis_charts(analysis)
+    ]
+
+
+def _diagnosis_figures(analysis: Analysis) -> list[tuple[str, Any]]:
+    from . import charts
+
+    w = analysis.waterfall
+    out = []
+    for kind, series, stem in _diagnosis_charts(analysis):
+        assert w is not None
+        if kind == "diagnosis":
+            out.append((stem, charts.step_parts_chart(w.table, series)))
+        else:
+            out.append((stem, charts.ranks_chart(w.ranks, series)))
+    return out
 
 
 def _chart_child(conn: Any, directory: Path, analysis: Analysis, loss_tolerance: float) -> None:
@@ -395,6 +455,7 @@ def _write_outputs(
                 frame.to_csv(tmp / f"{name}.csv", index=False)
             (tmp / "summary.json").write_text(doc_text, encoding="utf-8")
             links = [(title, f"charts/{name}.png") for name, title in CHART_TITLES.items()]
+            links += diagnosis_chart_links(analysis)
             (tmp / "report.md").write_text(
                 report_markdown(doc=doc, tables=tables, charts=links if with_charts else []),
                 encoding="utf-8",

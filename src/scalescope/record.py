@@ -169,9 +169,9 @@ class ResultRecord:
     scancel); None when it ran to the end. A stopped run's figures cover the steps it ran."""
     diagnosis: dict[str, Any] | None = None
     """Where the step time went, per rank: input wait, compute and communication wait, the
-    calibration windows, the all-reduce baseline and NVML samples (README, "Scaling
-    diagnosis"). ``status: off`` with a reason when switched off; None in records written
-    before it existed."""
+    calibration windows, the all-reduce baseline and NVML samples (README, "Where the
+    efficiency went"). ``status: off`` with a reason when switched off; None in records
+    written before it existed: the analysis shows "not recorded", never zeros."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 

@@ -1,0 +1,694 @@
+"""The efficiency waterfall: where each scale point's lost parallel efficiency went.
+
+Input: the runs frame (its ``diagnosis`` column holds each record's ``diagnosis`` dict, see
+the README section "Where the efficiency went"). Output: a :class:`Waterfall` of frames and
+the sentences of the report. Pure: no printing, no files, no plotting.
+
+Definitions (one per quantity)
+------------------------------
+Per run with a steady state and ``diagnosis.status == "recorded"``, from the TYPICAL rank
+(``typical_rank``: the lower median of what each rank needs on its own), per step:
+
+* input = ``input_wait_s``; compute = ``compute_s``;
+* skew = ``own_s[slowest] - own_s[typical]`` (the time the typical rank waits for the
+  slowest one, which DDP's all-reduce makes every rank wait);
+* comm = ``calibration.exposed_comm_s``: 0 on one device (nothing to all-reduce), not
+  recorded (NaN) on several devices when the calibration did not measure it.
+
+Divided by ``per_device_batch_size`` these are seconds per sample per device; the
+headline time per sample per device is t = 1 / ``steady_samples_per_s_per_device``.
+
+Per run at scale N against its series' baseline B (the baseline
+:func:`analysis.metrics.scaling_table` picks):
+
+* E_run = x_run / mean(x_B), x = steady per-device throughput: the per-device form of the
+  parallel efficiency S / p (both are the same number for strong and weak scaling, since
+  x = X / world_size); lost = 100 (1 - E_run) points;
+* points_c = 100 (c_run - mean_B(c)) / t_run for c in comm, input, skew, compute;
+* remainder = lost - sum(points_c): the parts always add up to the loss.
+
+Per scale point: the mean of each over its runs with a Student-t 95% interval
+(:func:`analysis.stats.summarize`; one run: no interval). Hidden communication share:
+clip(1 - exposed / predicted, 0, 1) with predicted = ``allreduce.predicted_step_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from .metrics import (
+    DEFAULT_CONFIDENCE,
+    SERIES_KEYS,
+    STEADY,
+    BaselineSpec,
+    _groups,
+    _headline,
+    _pick_baseline,
+    series_labels,
+)
+from .stats import summarize
+
+NOT_RECORDED = "not recorded"
+"""What a table, chart or sentence shows for a part that was not measured (never 0)."""
+
+COMPONENTS = ("comm", "input", "skew", "compute")
+PARTS = (*COMPONENTS, "remainder")
+LABELS = {
+    "comm": "exposed communication",
+    "input": "input wait",
+    "skew": "rank skew",
+    "compute": "compute per sample",
+    "remainder": "unexplained",
+}
+
+
+# --- one run ----------------------------------------------------------------------------------
+
+
+class _Malformed(ValueError):
+    """A diagnosis dict that does not follow the record's layout."""
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """One run's step split, per step on the typical rank (seconds); NaN = not recorded."""
+
+    t_s: float
+    """Headline time per sample per device: 1 / steady_samples_per_s_per_device."""
+    per_device_batch_size: int | None
+    input_step_s: float = math.nan
+    compute_step_s: float = math.nan
+    skew_step_s: float = math.nan
+    comm_step_s: float = math.nan
+    reason: str = ""
+    """Why nothing is recorded ('' when the breakdown is there)."""
+    comm_reason: str = ""
+    """Why exposed communication is not recorded ('' when it is, or is 0 on one device)."""
+    typical_rank: int | None = None
+    slowest_rank: int | None = None
+    slowest_node: str | None = None
+    rank_skew: float = math.nan
+    hidden_share: float = math.nan
+    hidden_reason: str = ""
+    busbw_gbps: float = math.nan
+    predicted_allreduce_s: float = math.nan
+    exposed_comm_s: float = math.nan
+
+    @property
+    def recorded(self) -> bool:
+        return not self.reason
+
+    def per_sample(self, component: str) -> float:
+        """Seconds per sample per device of one component (NaN when not recorded)."""
+        b = self.per_device_batch_size
+        value = getattr(self, f"{component}_step_s")
+        return value / b if b and b > 0 and not self.reason else math.nan
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a boolean), else None."""
+    if not _is_number(value):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _num(data: Mapping[str, Any], key: str, where: str) -> float:
+    value = _finite(data.get(key))
+    if value is None:
+        raise _Malformed(f"diagnosis.{where}{key} is not a number")
+    return value
+
+
+def _opt_num(data: Any, key: str) -> float:
+    value = _finite(data.get(key)) if isinstance(data, Mapping) else None
+    return math.nan if value is None else value
+
+
+def _section(diagnosis: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = diagnosis.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _why(section: Mapping[str, Any], name: str) -> str:
+    status = section.get("status") or "missing"
+    reason = section.get("reason")
+    return f"{name} {status}" + (f": {reason}" if reason else "")
+
+
+def hidden_share(predicted_s: float, exposed_s: float) -> tuple[float, str]:
+    """Share of the predicted all-reduce time hidden behind backward:
+    clip(1 - exposed / predicted, 0, 1), and '' -- or NaN and why not."""
+    if math.isnan(predicted_s):
+        return math.nan, "no predicted all-reduce time"
+    if math.isnan(exposed_s):
+        return math.nan, "exposed communication not measured"
+    if predicted_s <= 0:
+        return math.nan, "predicted all-reduce time is not positive"
+    return min(1.0, max(0.0, 1.0 - exposed_s / predicted_s)), ""
+
+
+def _ranks(diagnosis: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    ranks = diagnosis.get("ranks")
+    if not isinstance(ranks, list) or not ranks:
+        raise _Malformed("diagnosis.ranks is not a list of ranks")
+    out: dict[int, Mapping[str, Any]] = {}
+    for i, entry in enumerate(ranks):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("rank"), int):
+            raise _Malformed(f"diagnosis.ranks[{i}].rank is not an integer")
+        for key in ("input_wait_s", "compute_s", "comm_wait_s", "own_s"):
+            _num(entry, key, f"ranks[{i}].")
+        out[int(entry["rank"])] = entry
+    return out
+
+
+def _pick_rank(diagnosis: Mapping[str, Any], key: str, by_rank: Mapping[int, Any]) -> int:
+    """``typical_rank`` / ``slowest_rank`` as recorded; derived from own_s when null."""
+    value = diagnosis.get(key)
+    if value is None:
+        order = sorted(by_rank, key=lambda r: (float(by_rank[r]["own_s"]), r))
+        return order[-1] if key == "slowest_rank" else order[(len(order) - 1) // 2]
+    if not isinstance(value, int) or isinstance(value, bool) or value not in by_rank:
+        raise _Malformed(f"diagnosis.{key} ({value!r}) names no rank in diagnosis.ranks")
+    return int(value)
+
+
+def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) -> RunParts:
+    """Read one record's ``diagnosis`` (see the module doc). Never raises: a missing,
+    switched-off or malformed breakdown gives a :class:`RunParts` whose ``reason`` says why."""
+    x = float(samples_per_s_per_device) if _is_number(samples_per_s_per_device) else math.nan
+    t = 1.0 / x if math.isfinite(x) and x > 0 else math.nan
+    if diagnosis is None or (isinstance(diagnosis, float) and math.isnan(diagnosis)):
+        return RunParts(t, None, reason="record has no breakdown")
+    if not isinstance(diagnosis, Mapping):
+        return RunParts(t, None, reason="diagnosis is not an object")
+    b = diagnosis.get("per_device_batch_size")
+    batch = int(b) if isinstance(b, int) and not isinstance(b, bool) and b > 0 else None
+    if diagnosis.get("status") != "recorded":
+        return RunParts(t, batch, reason=_why(diagnosis, "diagnosis"))
+    if math.isnan(t):
+        return RunParts(t, batch, reason="no steady state")
+    try:
+        if batch is None:
+            raise _Malformed("diagnosis.per_device_batch_size is not a positive integer")
+        by_rank = _ranks(diagnosis)
+        typical = _pick_rank(diagnosis, "typical_rank", by_rank)
+        slowest = _pick_rank(diagnosis, "slowest_rank", by_rank)
+    except _Malformed as exc:
+        return RunParts(t, batch, reason=f"malformed: {exc}")
+    typ, slow = by_rank[typical], by_rank[slowest]
+    calibration = _section(diagnosis, "calibration")
+    allreduce = _section(diagnosis, "allreduce")
+    exposed = (
+        _opt_num(calibration, "exposed_comm_s")
+        if calibration.get("status") == "measured"
+        else math.nan
+    )
+    if world_size <= 1:
+        comm, comm_reason = 0.0, ""  # one device: no all-reduce, honestly nothing
+        hidden, hidden_reason = math.nan, "1 device: nothing to all-reduce"
+    else:
+        comm = exposed
+        comm_reason = _why(calibration, "calibration") if math.isnan(exposed) else ""
+        predicted = (
+            _opt_num(allreduce, "predicted_step_s")
+            if allreduce.get("status") == "measured"
+            else math.nan
+        )
+        hidden, hidden_reason = hidden_share(predicted, exposed)
+        if math.isnan(predicted):
+            hidden_reason = _why(allreduce, "all-reduce baseline")
+    own_typ, own_slow = float(typ["own_s"]), float(slow["own_s"])
+    skew = _opt_num(diagnosis, "rank_skew")
+    if math.isnan(skew) and own_typ > 0:
+        skew = (own_slow - own_typ) / own_typ
+    node = slow.get("node")
+    return RunParts(
+        t_s=t,
+        per_device_batch_size=batch,
+        input_step_s=float(typ["input_wait_s"]),
+        compute_step_s=float(typ["compute_s"]),
+        skew_step_s=own_slow - own_typ,
+        comm_step_s=comm,
+        comm_reason=comm_reason,
+        typical_rank=typical,
+        slowest_rank=slowest,
+        slowest_node=str(node) if node is not None else None,
+        rank_skew=skew,
+        hidden_share=hidden,
+        hidden_reason=hidden_reason,
+        busbw_gbps=_opt_num(allreduce, "busbw_gbps"),
+        predicted_allreduce_s=_opt_num(allreduce, "predicted_step_s"),
+        exposed_comm_s=exposed,
+    )
+
+
+# --- the attribution --------------------------------------------------------------------------
+
+
+def attribute(
+    t_run_s: float,
+    run_s: Mapping[str, float],
+    base_throughput: float,
+    base_s: Mapping[str, float],
+) -> dict[str, float]:
+    """Points of efficiency lost by one run and their parts.
+
+    ``t_run_s``: the run's time per sample per device (1 / its steady per-device
+    throughput); ``base_throughput``: the baseline's mean steady per-device throughput;
+    ``run_s`` / ``base_s``: seconds per sample per device of each component (the
+    baseline's averaged over its runs), NaN when not recorded.
+
+    lost = 100 (1 - (1 / t_run) / base_throughput); part_c = 100 (run_c - base_c) / t_run;
+    remainder = lost - sum of parts (NaN when a part is): they add up to ``lost``.
+    """
+    lost = 100.0 * (1.0 - (1.0 / t_run_s) / base_throughput)
+    out = {"lost": lost}
+    for c in COMPONENTS:
+        out[c] = 100.0 * (run_s.get(c, math.nan) - base_s.get(c, math.nan)) / t_run_s
+    parts = [out[c] for c in COMPONENTS]
+    out["remainder"] = lost - math.fsum(parts) if all(map(math.isfinite, parts)) else math.nan
+    return out
+
+
+# --- per scale point --------------------------------------------------------------------------
+
+
+STEP_PARTS = ("input", "compute", "skew", "comm")
+"""Stacking order of the step-time chart (bottom to top), ``other`` last."""
+
+WATERFALL_COLUMNS = [
+    "series",
+    *SERIES_KEYS,
+    "nodes",
+    "devices_per_node",
+    "world_size",
+    "is_baseline",
+    "baseline_nodes",
+    "baseline_devices_per_node",
+    "baseline_world_size",
+    "n",
+    "n_recorded",
+    "status",
+    "per_device_batch_size",
+    "baseline_per_device_batch_size",
+    "num_workers",
+    "lost_pts_mean",
+    "lost_pts_ci_low",
+    "lost_pts_ci_high",
+    *(f"{p}_pts_{s}" for p in PARTS for s in ("mean", "ci_low", "ci_high", "n")),
+    "comm_note",
+    "t_s",
+    *(f"{c}_s" for c in COMPONENTS),
+    "step_s",
+    *(f"{c}_step_s" for c in STEP_PARTS),
+    "other_step_s",
+    "hidden_share_mean",
+    "hidden_share_ci_low",
+    "hidden_share_ci_high",
+    "hidden_note",
+    "busbw_gbps_mean",
+    "predicted_allreduce_s_mean",
+    "exposed_comm_s_mean",
+    "rank_skew_mean",
+    "slowest_rank",
+    "slowest_node",
+    "slowest_seen",
+]
+"""Columns of :attr:`Waterfall.table` (``diagnosis.csv``): points (``_pts``) are points of
+efficiency; ``_s`` seconds per sample per device; ``_step_s`` seconds per step."""
+
+RANK_COLUMNS = [
+    "series",
+    "world_size",
+    "nodes",
+    "job_id",
+    "run_id",
+    "rank",
+    "local_rank",
+    "node",
+    "input_wait_s",
+    "compute_s",
+    "comm_wait_s",
+    "step_time_s",
+    "own_s",
+    "is_slowest",
+    "is_typical",
+]
+
+
+@dataclass
+class Waterfall:
+    table: pd.DataFrame
+    """One row per series and scale point (:data:`WATERFALL_COLUMNS`)."""
+    ranks: pd.DataFrame
+    """Per rank of one representative run at each series' largest recorded scale."""
+    runs: list[tuple[str, int, str, RunParts, dict[str, float]]]
+    """(series, world size, run id, parts, attribution) per run, for notebooks."""
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return math.fsum(finite) / len(finite) if finite else math.nan
+
+
+def _num_workers(params: Sequence[Any]) -> str:
+    seen = []
+    for text in params:
+        try:
+            value = json.loads(text or "{}").get("num_workers")
+        except (ValueError, AttributeError):
+            value = None
+        if value is not None and str(value) not in seen:
+            seen.append(str(value))
+    return "/".join(seen)
+
+
+def _batch(rows: pd.DataFrame) -> Any:
+    values = sorted({int(v) for v in rows["per_device_batch_size"].dropna()})
+    return values[0] if len(values) == 1 else None
+
+
+def waterfall(
+    runs: pd.DataFrame,
+    *,
+    baseline: BaselineSpec | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Waterfall:
+    """The waterfall of every series (see the module doc); baselines as
+    :func:`analysis.metrics.scaling_table` picks them (``baseline`` is ``--baseline``)."""
+    groups = _groups(runs, confidence)
+    labels = series_labels([g.series_key for g in groups])
+    by_series: dict[tuple[Any, ...], list[Any]] = {}
+    for g in groups:
+        by_series.setdefault(g.series_key, []).append(g)
+    rows: list[dict[str, Any]] = []
+    rank_rows: list[dict[str, Any]] = []
+    per_run: list[tuple[str, int, str, RunParts, dict[str, float]]] = []
+
+    def parts_of(g: Any) -> list[tuple[pd.Series, RunParts]]:
+        diag = g.rows["diagnosis"] if "diagnosis" in g.rows else [None] * len(g.rows)
+        return [
+            (r, run_parts(d, r["steady_samples_per_s_per_device"], g.world_size))
+            for (_, r), d in zip(g.rows.iterrows(), diag, strict=True)
+        ]
+
+    for key, members in by_series.items():
+        label = labels[key]
+        base, _note = _pick_baseline(members, baseline)
+        base_parts = [p for _, p in parts_of(base)]
+        base_x = base.stats["steady_samples_per_s_per_device"].mean
+        base_s = {c: _mean([p.per_sample(c) for p in base_parts]) for c in COMPONENTS}
+        largest: tuple[int, Any, list[tuple[pd.Series, RunParts]]] | None = None
+        for g in members:
+            is_base = g is base
+            _, _, basis = _headline(g, base)
+            these = parts_of(g)
+            recorded = [p for _, p in these if p.recorded]
+            row: dict[str, Any] = {"series": label}
+            row.update(zip(SERIES_KEYS, key, strict=True))
+            row.update(
+                nodes=g.nodes,
+                devices_per_node=g.devices_per_node,
+                world_size=g.world_size,
+                is_baseline=is_base,
+                baseline_nodes=base.nodes,
+                baseline_devices_per_node=base.devices_per_node,
+                baseline_world_size=base.world_size,
+                n=len(these),
+                n_recorded=len(recorded),
+                per_device_batch_size=_batch(g.rows),
+                baseline_per_device_batch_size=_batch(base.rows),
+                num_workers=_num_workers(g.rows["workload_params"].tolist()),
+            )
+            status = _status(basis, these, base_parts, is_base)
+            row["status"] = status
+            attributions = []
+            if basis == STEADY and not is_base:
+                for r, p in these:
+                    if not math.isfinite(p.t_s):
+                        continue
+                    run_s = {c: p.per_sample(c) for c in COMPONENTS}
+                    a = attribute(p.t_s, run_s, base_x, base_s)
+                    attributions.append(a)
+                    per_run.append((label, g.world_size, str(r["run_id"]), p, a))
+            lost = summarize([a["lost"] for a in attributions], confidence)
+            row.update(
+                lost_pts_mean=lost.mean, lost_pts_ci_low=lost.ci_low, lost_pts_ci_high=lost.ci_high
+            )
+            for part in PARTS:
+                s = summarize([a[part] for a in attributions], confidence)
+                row.update(
+                    {
+                        f"{part}_pts_mean": s.mean,
+                        f"{part}_pts_ci_low": s.ci_low,
+                        f"{part}_pts_ci_high": s.ci_high,
+                        f"{part}_pts_n": s.n,
+                    }
+                )
+            # why exposed communication is missing here, or in the baseline it is compared with
+            row["comm_note"] = _first([p.comm_reason for p in recorded]) or (
+                "" if is_base else _first([p.comm_reason for p in base_parts if p.recorded])
+            )
+            row["t_s"] = _mean([p.t_s for _, p in these])
+            for c in COMPONENTS:
+                row[f"{c}_s"] = _mean([p.per_sample(c) for p in recorded])
+            batch = row["per_device_batch_size"]
+            row["step_s"] = row["t_s"] * batch if batch else math.nan
+            for c in STEP_PARTS:
+                row[f"{c}_step_s"] = _mean([getattr(p, f"{c}_step_s") for p in recorded])
+            explained = [row[f"{c}_step_s"] for c in STEP_PARTS]
+            row["other_step_s"] = (
+                max(0.0, row["step_s"] - math.fsum(explained))
+                if all(map(math.isfinite, [*explained, row["step_s"]]))
+                else math.nan
+            )
+            hidden = summarize([p.hidden_share for p in recorded], confidence)
+            row.update(
+                hidden_share_mean=hidden.mean,
+                hidden_share_ci_low=hidden.ci_low,
+                hidden_share_ci_high=hidden.ci_high,
+                hidden_note=_first([p.hidden_reason for p in recorded]) if hidden.n == 0 else "",
+                busbw_gbps_mean=_mean([p.busbw_gbps for p in recorded]),
+                predicted_allreduce_s_mean=_mean([p.predicted_allreduce_s for p in recorded]),
+                exposed_comm_s_mean=_mean([p.exposed_comm_s for p in recorded]),
+                rank_skew_mean=_mean([p.rank_skew for p in recorded]),
+            )
+            slow = Counter((p.slowest_rank, p.slowest_node) for p in recorded)
+            if slow:
+                (rank, node), count = slow.most_common(1)[0]
+                row.update(slowest_rank=rank, slowest_node=node, slowest_seen=count)
+            else:
+                row.update(slowest_rank=None, slowest_node=None, slowest_seen=0)
+            rows.append(row)
+            with_ranks = [(r, p) for r, p in these if p.recorded]
+            if with_ranks and (largest is None or g.world_size > largest[0]):
+                largest = (g.world_size, g, with_ranks)
+        if largest is not None:
+            rank_rows += _rank_rows(label, largest[1], largest[2])
+    table = pd.DataFrame(rows, columns=WATERFALL_COLUMNS)
+    for col in ("slowest_rank", "per_device_batch_size", "baseline_per_device_batch_size"):
+        table[col] = table[col].astype("Int64")
+    return Waterfall(table, pd.DataFrame(rank_rows, columns=RANK_COLUMNS), per_run)
+
+
+def _first(values: Sequence[str]) -> str:
+    return next((v for v in values if v), "")
+
+
+def _status(
+    basis: str, these: Sequence[tuple[pd.Series, RunParts]], base: Sequence[RunParts], is_base: bool
+) -> str:
+    """``recorded``, or ``not recorded (why)`` for the scale point as a whole."""
+    mine = [p for _, p in these]
+    if basis != STEADY:
+        return f"{NOT_RECORDED} (no steady state in this scale or its baseline)"
+    if not any(p.recorded for p in mine):
+        return f"{NOT_RECORDED} ({_first([p.reason for p in mine])})"
+    if not is_base and not any(p.recorded for p in base):
+        return f"{NOT_RECORDED} (baseline: {_first([p.reason for p in base])})"
+    return "recorded"
+
+
+def _rank_rows(label: str, g: Any, runs: Sequence[tuple[pd.Series, RunParts]]) -> list[dict]:
+    """The ranks of one representative run: the lower median of throughput at that scale."""
+    ordered = sorted(runs, key=lambda rp: (rp[1].t_s, str(rp[0]["run_id"])))
+    row, parts = ordered[(len(ordered) - 1) // 2]
+    out = []
+    for entry in row["diagnosis"]["ranks"]:
+        out.append(
+            {
+                "series": label,
+                "world_size": g.world_size,
+                "nodes": g.nodes,
+                "job_id": str(row["job_id"]),
+                "run_id": str(row["run_id"]),
+                "rank": int(entry["rank"]),
+                "local_rank": entry.get("local_rank"),
+                "node": str(entry.get("node", "")),
+                "input_wait_s": float(entry["input_wait_s"]),
+                "compute_s": float(entry["compute_s"]),
+                "comm_wait_s": float(entry["comm_wait_s"]),
+                "step_time_s": _opt_num(entry, "step_time_s"),
+                "own_s": float(entry["own_s"]),
+                "is_slowest": int(entry["rank"]) == parts.slowest_rank,
+                "is_typical": int(entry["rank"]) == parts.typical_rank,
+            }
+        )
+    return out
+
+
+# --- names and words --------------------------------------------------------------------------
+
+
+def chart_slugs(series: Sequence[str]) -> dict[str, str]:
+    """A file-name-safe name per series label (``spiral · strong · fp32`` ->
+    ``spiral-strong-fp32``), unique: a clash gets ``-2``, ``-3``..."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for label in dict.fromkeys(series):
+        slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:60].strip("-") or "series"
+        unique, i = slug, 2
+        while unique in used:
+            unique, i = f"{slug}-{i}", i + 1
+        used.add(unique)
+        out[label] = unique
+    return out
+
+
+def chart_series(wf: Waterfall) -> list[str]:
+    """Series with something to draw: at least one scale point with a recorded breakdown."""
+    t = wf.table
+    return list(dict.fromkeys(t.loc[t["n_recorded"] > 0, "series"]))
+
+
+MINOR_PTS = 1.0
+"""Parts smaller than this (either sign) are named together, without advice."""
+
+
+def _whole(x: float) -> int:
+    return round(x)  # an int: never "-0"
+
+
+def _pts(mean: float, low: float, high: float) -> str:
+    text = f"{_whole(mean)} point{'' if abs(_whole(mean)) == 1 else 's'}"
+    if math.isfinite(low) and math.isfinite(high):
+        text += f" [{_whole(low)}, {_whole(high)}]"
+    return text
+
+
+def _advice(part: str, r: Mapping[str, Any]) -> str:
+    if part == "input":
+        workers = r["num_workers"]
+        if workers:
+            return (
+                f"{workers} loader worker(s) per device (workload.num_workers); "
+                "see `scalescope bench-data`"
+            )
+        return "loader workers per device not in the config; see `scalescope bench-data`"
+    if part == "comm":
+        bits = []
+        if math.isfinite(r["busbw_gbps_mean"]):
+            bits.append(f"busbw {r['busbw_gbps_mean']:.3g} GB/s")
+        if math.isfinite(r["hidden_share_mean"]):
+            bits.append(
+                f"{r['hidden_share_mean']:.0%} of the predicted all-reduce hidden behind backward"
+            )
+        bits.append("try a larger per-device batch, gradient accumulation or larger DDP buckets")
+        return ", ".join(bits[:-1]) + ("; " if len(bits) > 1 else "") + bits[-1]
+    if part == "skew":
+        rank, node = r["slowest_rank"], r["slowest_node"]
+        if rank is None or rank is pd.NA:
+            return "check the slowest rank's node"
+        seen = (
+            f" (in {r['slowest_seen']} of {r['n_recorded']} runs)"
+            if r["slowest_seen"] < r["n_recorded"]
+            else ""
+        )
+        over = r["rank_skew_mean"]
+        pct = f" (+{over:.0%} over the typical rank)" if math.isfinite(over) else ""
+        return f"rank {rank} on node {node} is slowest{pct}{seen}; check that node"
+    if part == "compute":
+        b, b0 = r["per_device_batch_size"], r["baseline_per_device_batch_size"]
+        if not (b is None or b is pd.NA or b0 is None or b0 is pd.NA) and b != b0:
+            verb = "fell" if b < b0 else "rose"
+            return f"the per-device batch {verb} from {b0} to {b} ({r['scaling_mode']} scaling)"
+        return (
+            "the per-device batch is unchanged: look for slower devices (clocks, throttling) "
+            "or processes contending for CPU cores"
+        )
+    return "not attributed to any measured part"
+
+
+def finding(r: Mapping[str, Any]) -> str:
+    """One scale point in words: the loss, then its parts biggest first, each with what to
+    try; ``not recorded`` where there is no breakdown."""
+    where = f"At {r['world_size']} devices ({r['nodes']} node{'s' if r['nodes'] > 1 else ''})"
+    lost = r["lost_pts_mean"]
+    if not math.isfinite(lost):
+        return f"{where}: {r['status']}."
+    head = (
+        f"{where}, {r['n']} run(s): {100 - lost:.0f}% efficiency, "
+        f"{_pts(lost, r['lost_pts_ci_low'], r['lost_pts_ci_high'])} lost"
+    )
+    if r["status"] != "recorded":
+        return f"{head}; where they went: {r['status']}."
+    parts = sorted(
+        (c for c in COMPONENTS if math.isfinite(r[f"{c}_pts_mean"])),
+        key=lambda c: -r[f"{c}_pts_mean"],
+    )
+    big = [c for c in parts if abs(r[f"{c}_pts_mean"]) >= MINOR_PTS]
+    said = [
+        f"{LABELS[c]}, "
+        f"{_pts(r[f'{c}_pts_mean'], r[f'{c}_pts_ci_low'], r[f'{c}_pts_ci_high'])}"
+        f"{' (a gain)' if r[f'{c}_pts_mean'] < 0 else ''}: {_advice(c, r)}"
+        for c in big
+    ]
+    small = [LABELS[c] for c in parts if c not in big]
+    if small:
+        said.append(f"under {MINOR_PTS:g} point each: {', '.join(small)}")
+    said += [
+        f"{LABELS[c]}: {NOT_RECORDED}"
+        + (f" ({r['comm_note']})" if c == "comm" and r["comm_note"] else "")
+        for c in COMPONENTS
+        if not math.isfinite(r[f"{c}_pts_mean"])
+    ]
+    rem = r["remainder_pts_mean"]
+    if math.isfinite(rem):
+        said.append(
+            f"unexplained, {_pts(rem, r['remainder_pts_ci_low'], r['remainder_pts_ci_high'])}"
+        )
+    else:
+        said.append(f"unexplained: {NOT_RECORDED} (a part is missing)")
+    return f"{head}: " + "; ".join(said) + "."
+
+
+def findings(wf: Waterfall) -> list[dict[str, str]]:
+    """A paragraph per series: every scale point beyond the baseline in words."""
+    out = []
+    t = wf.table
+    for series, part in t.groupby("series", sort=False):
+        scaled = part[~part["is_baseline"]]
+        base = part[part["is_baseline"]].iloc[0]
+        intro = (
+            f"Against the baseline at {base['world_size']} device(s); points of parallel "
+            "efficiency, 95% interval over repeats in brackets, a negative part is a gain."
+        )
+        if scaled.empty:
+            text = f"{intro} Only the baseline scale was measured: nothing was lost yet."
+        else:
+            text = " ".join([intro, *(finding(r) for _, r in scaled.iterrows())])
+        out.append({"series": str(series), "text": text})
+    return out
