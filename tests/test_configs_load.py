@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
 from scalescope import reference
 from scalescope.config import TrainConfig, load_train_config, resolve_batch
 from scalescope.errors import ConfigError
 from scalescope.launch.cluster import ClusterProfile, load_profile
+from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"

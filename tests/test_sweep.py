@@ -317,10 +317,9 @@ def test_random_order_seed_is_recorded(in_tmp: Path) -> None:
 
 
 def test_slurm_parameters(in_tmp: Path) -> None:
-    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
-
     from scalescope.launch.cluster import load_profile
     from scalescope.launch.executor import local_parameters, slurm_parameters
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
     sweep = write_sweep(in_tmp, shapes=((1, 1), (2, 4)), overrides="  trainer.accelerator: gpu\n")
     profile = load_profile(write_profile(in_tmp, GPU_PROFILE))
@@ -369,9 +368,8 @@ def test_sweep_run_pickles_and_restarts_from_scratch() -> None:
 
 def test_every_sweep_config_validates(monkeypatch: pytest.MonkeyPatch) -> None:
     """The committed sweeps plan cleanly with the executor they are written for."""
-    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
-
     from scalescope.launch.cluster import load_profile
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
     monkeypatch.chdir(REPO)
     cases = {
@@ -414,10 +412,9 @@ def test_slurm_unreachable_without_sinfo(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 
 def test_sbatch_extra_needs_long_options(in_tmp: Path) -> None:
-    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
-
     from scalescope.launch.cluster import load_profile
     from scalescope.launch.executor import slurm_parameters
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
     sweep = write_sweep(in_tmp)
     profile = load_profile(write_profile(in_tmp, CPU_PROFILE + "sbatch_extra: ['-x node3']\n"))
@@ -427,9 +424,8 @@ def test_sbatch_extra_needs_long_options(in_tmp: Path) -> None:
 
 
 def test_cpu_runs_ignore_the_profile_gpus_locally(in_tmp: Path) -> None:
-    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
-
     from scalescope.launch.cluster import load_profile
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
     sweep = write_sweep(in_tmp)  # accelerator: cpu
     profile = load_profile(write_profile(in_tmp, GPU_PROFILE))
