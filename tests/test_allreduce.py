@@ -22,6 +22,7 @@ from scalescope.job.allreduce import (
     DDP_FIRST_BUCKET_BYTES,
     SKIPPED_ONE_DEVICE,
     allreduce_baseline,
+    backend_name,
     bus_factor,
     ddp_bucket_bytes,
     gradient_bytes,
@@ -61,6 +62,13 @@ def test_ddp_buckets_cover_the_gradients_exactly(nbytes: int) -> None:
     assert sum(buckets) == nbytes
     assert buckets[0] <= DDP_FIRST_BUCKET_BYTES
     assert all(0 < b <= DDP_BUCKET_CAP_BYTES for b in buckets)
+
+
+def test_backend_is_the_one_carrying_the_device() -> None:
+    assert backend_name("gloo", "cpu") == "gloo"
+    assert backend_name("nccl", "cuda") == "nccl"
+    assert backend_name("cpu:gloo,cuda:nccl", "cuda") == "nccl"
+    assert backend_name("cpu:gloo,cuda:nccl", "cpu") == "gloo"
 
 
 def test_size_row_formulas() -> None:

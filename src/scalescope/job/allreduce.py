@@ -87,6 +87,14 @@ def ddp_bucket_bytes(gradient_bytes: int) -> list[int]:
     return buckets
 
 
+def backend_name(backend: str, device_type: str) -> str:
+    """The backend that carries ``device_type`` tensors: ``"cpu:gloo,cuda:nccl"`` -> per device."""
+    if ":" not in backend:
+        return backend
+    by_device = dict(part.split(":", 1) for part in backend.split(","))
+    return by_device.get(device_type, backend)
+
+
 def bus_factor(world_size: int) -> float:
     """busbw / algbw for a ring all-reduce over ``world_size`` ranks: 2 (n - 1) / n."""
     return 2 * (world_size - 1) / world_size
@@ -182,7 +190,7 @@ def allreduce_baseline(
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return section("skipped", SKIPPED_ONE_DEVICE, gradient_bytes=gradient_bytes)
     world = dist.get_world_size()
-    backend = str(dist.get_backend())
+    backend = backend_name(str(dist.get_backend()), device.type)
     if gradient_bytes <= 0:
         return section(
             "skipped",
