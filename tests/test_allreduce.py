@@ -313,3 +313,37 @@ def test_a_peer_dying_mid_sweep_fails_the_other_rank_instead_of_hanging(tmp_path
     assert survivor.returncode != 0
     assert not (tmp_path / "r0.json").exists()
     assert "Traceback" in err and "allreduce_baseline" in err, err[-2000:]
+
+
+@pytest.mark.slow
+def test_the_benchmark_prints_the_table_from_spawned_ranks() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "allreduce.py"),
+            "--nproc",
+            "2",
+            "--gradient-bytes",
+            "64K",
+            "--budget-s",
+            "5",
+        ],
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
+            "OMP_NUM_THREADS": "1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "# backend gloo, 2 ranks, float32, gradient 65536 B" in out.stdout
+    rows = [line.split() for line in out.stdout.splitlines() if not line.startswith("#")]
+    assert [int(r[0]) for r in rows] == [4096, 8192, 16384, 32768, 65536]
+    for size, time_us, algbw, busbw in rows:
+        assert float(algbw) == pytest.approx(
+            int(size) / (float(time_us) * 1e-6) / 1e9, rel=0.05, abs=1e-3
+        )
+        assert busbw == algbw  # 2 ranks: 2(n-1)/n = 1
+    assert "# predicted all-reduce time of one step (DDP buckets):" in out.stdout
