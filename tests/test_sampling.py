@@ -1,0 +1,327 @@
+"""The NVML sampler: its pure aggregation, its failure modes, and a real GPU where there is one."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scalescope.job.sampling import (
+    RESERVOIR_SIZE,
+    GpuSampler,
+    GpuStats,
+    cuda_pci_bus_ids,
+    off_section,
+    parse_bus_id,
+    percentile,
+    reason_table,
+    throttle_names,
+)
+
+
+def nvml_works() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:
+        return False
+
+
+# --- aggregation ----------------------------------------------------------------------------------
+
+
+def stats_of(utils: list[float], **kw: Any) -> GpuStats:
+    s = GpuStats(node="n1", index=0, name="GPU", **kw)
+    for u in utils:
+        s.add(util_pct=u, mem_used_bytes=0.0, power_w=None, throttle_mask=0)
+    return s
+
+
+def test_summary_means_p5_max_power_and_reasons() -> None:
+    import pynvml
+
+    s = GpuStats(node="node7", index=3, name="NVIDIA H100")
+    s.add(util_pct=100.0, mem_used_bytes=2 * 2**30, power_w=300.0, throttle_mask=0)
+    s.add(util_pct=50.0, mem_used_bytes=6 * 2**30, power_w=None, throttle_mask=0x4)
+    s.add(util_pct=0.0, mem_used_bytes=4 * 2**30, power_w=100.0, throttle_mask=0x1)
+    row = s.summary(reason_table(pynvml))
+    assert row == {
+        "node": "node7",
+        "index": 3,
+        "name": "NVIDIA H100",
+        "samples": 3,
+        "util_mean_pct": pytest.approx(50.0),
+        "util_p5_pct": pytest.approx(float(np.percentile([0.0, 50.0, 100.0], 5))),
+        "mem_used_max_gib": pytest.approx(6.0),
+        "power_mean_w": pytest.approx(200.0),  # over the samples that reported power
+        "throttle_reasons": ["GpuIdle", "SwPowerCap"],
+    }
+
+
+def test_unsupported_readings_are_null_never_zero() -> None:
+    s = GpuStats(node="", index=0, name="GPU")
+    s.add(util_pct=None, mem_used_bytes=1.0, power_w=None, throttle_mask=0)
+    row = s.summary({})
+    assert row["samples"] == 1
+    assert row["util_mean_pct"] is None and row["util_p5_pct"] is None
+    assert row["power_mean_w"] is None
+    assert row["throttle_reasons"] == []
+
+
+def test_reason_names_come_from_the_nvml_bindings() -> None:
+    import pynvml
+
+    table = reason_table(pynvml)
+    assert table[pynvml.nvmlClocksThrottleReasonGpuIdle] == "GpuIdle"
+    assert table[pynvml.nvmlClocksThrottleReasonHwThermalSlowdown] == "HwThermalSlowdown"
+    assert table[0x2] == "ApplicationsClocksSetting"  # one name per bit (UserDefinedClocks too)
+    assert 0 not in table and pynvml.nvmlClocksThrottleReasonAll not in table
+    assert throttle_names(0x4 | 0x40 | 0x1000, table) == [
+        "SwPowerCap",
+        "HwThermalSlowdown",
+        "bit0x1000",
+    ]
+    assert throttle_names(0, table) == []
+
+
+def test_p5_is_not_bounded_by_the_mean() -> None:
+    # Why the property tests bound p5 by the median and not by the mean: 4 idle samples in 100
+    # put the 5th percentile above the mean.
+    s = stats_of([0.0] * 4 + [100.0] * 96).summary({})
+    assert s["util_p5_pct"] == 100.0 > s["util_mean_pct"] == 96.0
+
+
+@given(st.lists(st.floats(min_value=0, max_value=100), min_size=1, max_size=300))
+def test_p5_and_mean_lie_within_the_samples(utils: list[float]) -> None:
+    row = stats_of(utils).summary({})
+    lo, hi = min(utils), max(utils)
+    assert lo <= row["util_p5_pct"] <= hi
+    assert lo - 1e-9 <= row["util_mean_pct"] <= hi + 1e-9
+    # up to the reservoir's size p5 is exact, and below the median
+    assert row["util_p5_pct"] == pytest.approx(float(np.percentile(utils, 5)))
+    assert row["util_p5_pct"] <= float(np.median(utils)) + 1e-9
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0, max_value=100), min_size=1, max_size=50),
+    st.integers(min_value=RESERVOIR_SIZE + 1, max_value=3 * RESERVOIR_SIZE),
+)
+def test_beyond_the_reservoir_p5_stays_within_the_samples(pattern: list[float], n: int) -> None:
+    utils = [pattern[i % len(pattern)] for i in range(n)]
+    s = stats_of(utils)
+    row = s.summary({})
+    assert len(s.reservoir) == RESERVOIR_SIZE
+    assert min(utils) <= row["util_p5_pct"] <= max(utils)
+    assert row["util_mean_pct"] == pytest.approx(sum(utils) / n)
+
+
+def test_memory_is_bounded_for_100k_samples_and_p5_stays_accurate() -> None:
+    rng = np.random.default_rng(0)
+    utils = rng.uniform(0, 100, size=100_000).tolist()
+    s = stats_of(utils, seed=1)
+    assert s.samples == 100_000
+    assert len(s.reservoir) == RESERVOIR_SIZE
+    row = s.summary({})
+    assert row["util_mean_pct"] == pytest.approx(float(np.mean(utils)))
+    # a seeded 4096-value reservoir of U(0, 100): the 5th percentile within about a point
+    assert row["util_p5_pct"] == pytest.approx(float(np.percentile(utils, 5)), abs=1.5)
+
+
+def test_percentile_matches_numpy() -> None:
+    values = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    for q in (0.0, 0.05, 0.5, 0.95, 1.0):
+        assert percentile(sorted(values), q) == pytest.approx(float(np.percentile(values, 100 * q)))
+
+
+def test_bus_ids_compare_across_nvml_and_cuda_spellings() -> None:
+    assert parse_bus_id("00000000:3B:00.0") == parse_bus_id("0000:3b:00.0") == (0, 0x3B, 0, 0)
+    assert parse_bus_id("3B:00.0") == (0, 0x3B, 0, 0)
+    with pytest.raises(ValueError, match="'nonsense'"):
+        parse_bus_id("nonsense")
+
+
+# --- the sampler without a GPU --------------------------------------------------------------------
+
+
+@pytest.mark.skipif(nvml_works(), reason="NVML works on this machine: nothing is unavailable")
+def test_without_nvml_the_section_is_unavailable_with_the_reason() -> None:
+    sampler = GpuSampler(interval_s=0.05, node="n1").start()
+    time.sleep(0.2)
+    section = sampler.stop()
+    assert section["status"] == "unavailable"
+    assert section["reason"] == "NVML library not found (no NVIDIA driver)"
+    assert section["gpus"] == [] and section["interval_s"] == 0.05
+    assert sampler._thread is not None and not sampler._thread.is_alive()
+
+
+def test_without_the_bindings_the_section_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    section = GpuSampler(interval_s=0.05).start().stop()
+    assert section["status"] == "unavailable"
+    assert "nvidia-ml-py is not installed" in section["reason"]
+
+
+def test_stop_never_raises_even_unstarted_or_twice() -> None:
+    sampler = GpuSampler()
+    assert sampler.stop() == {
+        "status": "unavailable",
+        "reason": "sampler never started",
+        "interval_s": 1.0,
+        "gpus": [],
+    }
+    sampler.start()
+    first = sampler.stop()
+    assert sampler.stop()["status"] == first["status"]
+
+
+def test_off_section() -> None:
+    assert off_section("diagnosis.enabled=false") == {
+        "status": "off",
+        "reason": "diagnosis.enabled=false",
+        "interval_s": 1.0,
+        "gpus": [],
+    }
+
+
+# --- the sampling loop against a stand-in NVML ----------------------------------------------------
+# NVML cannot be made to lose a GPU or hang on this machine; a stand-in module with the bindings'
+# names drives the real thread, selection and error handling.
+
+
+def fake_nvml(*, lose_after: int | None = None, hang: threading.Event | None = None) -> Any:
+    import pynvml
+
+    nv = types.ModuleType("pynvml")
+    nv.NVMLError = pynvml.NVMLError
+    nv.NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+    for name in dir(pynvml):
+        if name.startswith(("nvmlClocksEventReason", "nvmlClocksThrottleReason")):
+            setattr(nv, name, getattr(pynvml, name))
+    gpus = [("00000000:1A:00.0", "NVIDIA A"), ("00000000:3B:00.0", "NVIDIA B")]
+    reads = [0]
+
+    nv.nvmlInit = lambda: None
+    nv.nvmlShutdown = lambda: None
+    nv.nvmlDeviceGetCount = lambda: len(gpus)
+    nv.nvmlDeviceGetHandleByIndex = lambda i: i
+    nv.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=gpus[h][0].encode())
+    nv.nvmlDeviceGetName = lambda h: gpus[h][1]
+
+    def util(h: int) -> Any:
+        reads[0] += 1
+        if lose_after is not None and reads[0] > lose_after:
+            raise pynvml.NVMLError_GpuIsLost()
+        if hang is not None and reads[0] > 2:
+            hang.wait(30)
+        return types.SimpleNamespace(gpu=80.0 if h == 1 else 20.0)
+
+    def power(h: int) -> int:
+        if h == 0:
+            raise pynvml.NVMLError_NotSupported()
+        return 250_000  # mW
+
+    nv.nvmlDeviceGetUtilizationRates = util
+    nv.nvmlDeviceGetPowerUsage = power
+    nv.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=2**30 * (h + 1))
+    nv.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4 if h == 1 else 0
+    return nv
+
+
+def test_the_loop_samples_the_selected_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
+    sampler = GpuSampler(interval_s=0.01, pci_bus_ids=["3b:00.0"], node="n2").start()
+    time.sleep(0.2)
+    section = sampler.stop()
+    assert section["status"] == "sampled" and section["reason"] is None
+    [gpu] = section["gpus"]
+    assert (gpu["node"], gpu["index"], gpu["name"]) == ("n2", 0, "NVIDIA B")
+    assert gpu["samples"] >= 2
+    assert gpu["util_mean_pct"] == 80.0 and gpu["util_p5_pct"] == 80.0
+    assert gpu["mem_used_max_gib"] == 2.0 and gpu["power_mean_w"] == 250.0
+    assert gpu["throttle_reasons"] == ["SwPowerCap"]
+
+
+def test_all_gpus_and_unsupported_power(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
+    section = GpuSampler(interval_s=0.01).start()
+    time.sleep(0.1)
+    gpus = section.stop()["gpus"]
+    assert [g["name"] for g in gpus] == ["NVIDIA A", "NVIDIA B"]
+    assert gpus[0]["power_mean_w"] is None and gpus[1]["power_mean_w"] == 250.0
+
+
+def test_an_unknown_bus_id_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
+    section = GpuSampler(interval_s=0.01, pci_bus_ids=["00000000:99:00.0"]).start().stop()
+    assert section["status"] == "unavailable"
+    assert "no NVML device has PCI bus id 00000000:99:00.0" in section["reason"]
+
+
+def test_a_gpu_lost_mid_run_is_unavailable_and_keeps_what_was_sampled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(lose_after=6))
+    sampler = GpuSampler(interval_s=0.01).start()
+    time.sleep(0.2)
+    section = sampler.stop()
+    assert section["status"] == "unavailable"
+    assert section["reason"].startswith(
+        "GPU 0 stopped answering after 3 samples: NVMLError_GpuIsLost"
+    )
+    assert "\n" not in section["reason"]
+    assert [g["samples"] for g in section["gpus"]] == [3, 3]
+
+
+def test_a_hung_nvml_call_does_not_hold_up_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(hang=release))
+    sampler = GpuSampler(interval_s=0.01).start()
+    time.sleep(0.1)
+    try:
+        section = sampler.stop()
+        assert section["status"] == "unavailable"
+        assert section["reason"] == "NVML did not answer within 2 s"
+        assert [g["samples"] for g in section["gpus"]] == [1, 1]
+    finally:
+        release.set()
+
+
+# --- a real GPU -----------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_samples_a_real_gpu_under_load() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible (torch.cuda.is_available() is False)")
+    bus_ids = cuda_pci_bus_ids()
+    assert bus_ids is not None and len(bus_ids) == torch.cuda.device_count()
+    sampler = GpuSampler(interval_s=0.2, pci_bus_ids=bus_ids, node="gpu-node").start()
+    a = torch.randn(4096, 4096, device="cuda")
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        for _ in range(20):
+            a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
+    section = sampler.stop()
+    assert section["status"] == "sampled", section["reason"]
+    assert len(section["gpus"]) == torch.cuda.device_count()
+    gpu = section["gpus"][0]
+    assert gpu["name"] == torch.cuda.get_device_name(0)
+    assert gpu["samples"] >= 3
+    assert gpu["util_mean_pct"] > 0 and 0 <= gpu["util_p5_pct"] <= 100
+    assert gpu["mem_used_max_gib"] > 0
+    assert gpu["power_mean_w"] is None or gpu["power_mean_w"] > 0
+    assert all(isinstance(r, str) for r in gpu["throttle_reasons"])
