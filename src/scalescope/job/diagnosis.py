@@ -526,11 +526,11 @@ class BeforeTiming(L.Callback):
         elif device.type != "cuda":
             self.nvml = {"status": "unavailable", "reason": "CPU run: no GPU to sample"}
         else:
-            from .sampling import GpuSampler
+            from .sampling import GpuSampler, cuda_pci_bus_ids
 
             self._sampler = GpuSampler(
                 interval_s=self.cfg.nvml_interval_s,
-                pci_bus_ids=_local_pci_bus_ids(),
+                pci_bus_ids=cuda_pci_bus_ids(),
                 node=self.node,
             )
             self._sampler.start()
@@ -544,11 +544,14 @@ class BeforeTiming(L.Callback):
             return
         from .allreduce import allreduce_baseline, gradient_bytes
 
+        device = trainer.strategy.root_device
         self.allreduce = allreduce_baseline(
             gradient_bytes=gradient_bytes(pl_module),
-            device=trainer.strategy.root_device,
+            device=device,
             budget_s=self.cfg.allreduce_budget_s,
         )
+        if device.type == "cuda":  # the record's peak memory is training's, not the sweep's
+            torch.cuda.reset_peak_memory_stats(device)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.stop_sampler()
@@ -557,19 +560,6 @@ class BeforeTiming(L.Callback):
         if self._sampler is not None:
             self.nvml = self._sampler.stop()
             self._sampler = None
-
-
-def _local_pci_bus_ids() -> list[str] | None:
-    """PCI bus ids of the GPUs this process sees (NVML ignores CUDA_VISIBLE_DEVICES)."""
-    try:
-        ids = []
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            domain, bus, dev = (getattr(p, f"pci_{k}_id") for k in ("domain", "bus", "device"))
-            ids.append(f"{domain:08x}:{bus:02x}:{dev:02x}.0")
-        return ids
-    except (AttributeError, RuntimeError):
-        return None
 
 
 def merge_nvml(parts: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
