@@ -125,10 +125,17 @@ def test_one_device_skips_calibration_and_baseline_and_says_why(tmp_path: Path) 
 
 def test_a_users_module_is_diagnosed_and_trains_the_same(tmp_path: Path) -> None:
     """examples/my_project: automatic optimization, its own loaders, self.log in its step."""
-    args = ("--config", "examples/my_project.yaml", "tracking.mode=off", "trainer.devices=2")
-    on = only_result(run_train(REPO, *args, output_dir=tmp_path / "on"))
+    args = ("tracking.mode=off", "trainer.devices=2")
+    config = ("--config", "examples/my_project.yaml")
+    on = only_result(run_train(REPO, *args, output_dir=tmp_path / "on", module_args=config))
     off = only_result(
-        run_train(REPO, *args, "diagnosis.enabled=false", output_dir=tmp_path / "off")
+        run_train(
+            REPO,
+            *args,
+            "diagnosis.enabled=false",
+            output_dir=tmp_path / "off",
+            module_args=config,
+        )
     )
     assert on.val_loss_final == off.val_loss_final
     d = diag(on)
@@ -138,11 +145,11 @@ def test_a_users_module_is_diagnosed_and_trains_the_same(tmp_path: Path) -> None
 
 # --- injected causes, attributed ------------------------------------------------------------
 
-CAUSES: dict[str, tuple[str, tuple[str, ...]]] = {
-    # cause -> (the waterfall part it must land in, the train arguments)
-    "slow input": ("input", ("faults.input_sleep_s=0.1",)),
-    "one slow rank": ("skew", ("faults.slow_rank=1", "faults.slow_rank_sleep_s=0.01")),
-    "communication-heavy model": ("comm", ("--config", "configs/diagnosis/comm_heavy.yaml")),
+CAUSES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    # cause -> (the waterfall part it must land in, the config, the train arguments)
+    "slow input": ("input", (), ("faults.input_sleep_s=0.15",)),
+    "one slow rank": ("skew", (), ("faults.slow_rank=1", "faults.slow_rank_sleep_s=0.01")),
+    "communication-heavy model": ("comm", ("--config", "configs/diagnosis/comm_heavy.yaml"), ()),
 }
 
 
@@ -150,12 +157,18 @@ CAUSES: dict[str, tuple[str, tuple[str, ...]]] = {
 def attributed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Each cause at 1 and 2 processes, summarised; one folder per cause."""
     out = {}
-    for cause, (_, args) in CAUSES.items():
+    for cause, (_, config, args) in CAUSES.items():
         folder = tmp_path_factory.mktemp(cause.replace(" ", "-"))
         for devices in (1, 2):
-            only_result(
-                run_train(REPO, *QUICK, *args, f"trainer.devices={devices}", output_dir=folder)
+            run = run_train(
+                REPO,
+                *QUICK,
+                *args,
+                f"trainer.devices={devices}",
+                output_dir=folder,
+                module_args=config,
             )
+            only_result(run)
         loaded = load_all(folder)
         summary = _summarize(folder)
         out[cause] = (waterfall(loaded.runs), summary)

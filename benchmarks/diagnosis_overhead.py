@@ -1,0 +1,103 @@
+"""What the diagnosis costs: steady-state throughput with it on against off.
+
+Runs ``scalescope train`` (real processes, the real record) with ``diagnosis.enabled=true``
+and ``false`` in turn, ``--pairs`` times, the order of each pair alternating so machine noise
+and drift spread over both, and prints per workload the median steady-state samples/s of
+each setting, the median of the per-pair ratios (on / off: 1.00 = free; the aim is >= 0.98),
+and the seconds the diagnosis spent outside the timed region (calibration windows and the
+all-reduce baseline, from the records). Timings are reported, never asserted.
+
+    python benchmarks/diagnosis_overhead.py [--pairs 7] [--devices 2] [--epochs 4]
+        [--workloads spiral,comm-heavy] [key=value ...]
+
+On a GPU node: ``--devices 8 --workloads gpt`` (add ``trainer.precision=bf16-mixed``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from scalescope.record import ResultRecord, decode_line, find_marker
+
+WORKLOADS = {
+    "spiral": ["--config", "configs/spiral.yaml"],
+    "comm-heavy": ["--config", "configs/diagnosis/comm_heavy.yaml"],
+    "gpt": ["--config", "configs/gpt.yaml"],
+}
+
+
+def _train(argv: list[str], out: Path) -> ResultRecord:
+    proc = subprocess.run(
+        [sys.executable, "-m", "scalescope.train", *argv, f"output_dir={out}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if find_marker(line) >= 0:
+            event = decode_line(line)
+            if isinstance(event, ResultRecord):
+                return event
+    raise SystemExit(f"training failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--workloads", default="spiral,comm-heavy")
+    parser.add_argument("overrides", nargs="*", help="more train overrides (key=value)")
+    args = parser.parse_args()
+    names = args.workloads.split(",")
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"--workloads: unknown {unknown}; known: {', '.join(WORKLOADS)}")
+    common = [
+        f"trainer.devices={args.devices}",
+        f"trainer.max_epochs={args.epochs}",
+        "tracking.mode=off",
+        *args.overrides,
+    ]
+    print(
+        f"diagnosis on/off, {args.devices} process(es), {args.pairs} pairs, "
+        f"{platform.node()} ({platform.processor() or platform.machine()})"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            rates: dict[bool, list[float]] = {True: [], False: []}
+            ratios: list[float] = []
+            outside: list[float] = []
+            for i in range(args.pairs):
+                order = (True, False) if i % 2 == 0 else (False, True)
+                pair: dict[bool, float] = {}
+                for on in order:
+                    out = Path(tmp) / f"{name}-{i}-{on}"
+                    argv = [*WORKLOADS[name], *common, f"diagnosis.enabled={str(on).lower()}"]
+                    r = _train(argv, out)
+                    rate = r.steady_samples_per_s
+                    if rate is None:
+                        raise SystemExit(f"{name}: no steady state; raise --epochs")
+                    pair[on] = rate
+                    rates[on].append(rate)
+                    if on and r.diagnosis:
+                        cost = r.diagnosis.get("overhead_s") or {}
+                        outside.append(sum(v for v in cost.values() if v))
+                ratios.append(pair[True] / pair[False])
+            on_med, off_med = statistics.median(rates[True]), statistics.median(rates[False])
+            print(
+                f"{name:12s} on {on_med:12,.0f} samples/s   off {off_med:12,.0f} samples/s   "
+                f"on/off {statistics.median(ratios):.3f} (median of {len(ratios)} pairs; "
+                f"range {min(ratios):.3f}-{max(ratios):.3f})   outside the timed region "
+                f"{statistics.median(outside):.2f} s per run"
+            )
+
+
+if __name__ == "__main__":
+    main()
