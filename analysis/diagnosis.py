@@ -49,9 +49,9 @@ from .metrics import (
     SERIES_KEYS,
     STEADY,
     BaselineSpec,
-    _groups,
-    _headline,
-    _pick_baseline,
+    headline_columns,
+    pick_baseline,
+    scale_groups,
     series_labels,
 )
 from .stats import summarize
@@ -389,7 +389,7 @@ def waterfall(
 ) -> Waterfall:
     """The waterfall of every series (see the module doc); baselines as
     :func:`analysis.metrics.scaling_table` picks them (``baseline`` is ``--baseline``)."""
-    groups = _groups(runs, confidence)
+    groups = scale_groups(runs, confidence)
     labels = series_labels([g.series_key for g in groups])
     by_series: dict[tuple[Any, ...], list[Any]] = {}
     for g in groups:
@@ -407,14 +407,14 @@ def waterfall(
 
     for key, members in by_series.items():
         label = labels[key]
-        base, _note = _pick_baseline(members, baseline)
+        base, _note = pick_baseline(members, baseline)
         base_parts = [p for _, p in parts_of(base)]
         base_x = base.stats["steady_samples_per_s_per_device"].mean
         base_s = {c: _mean([p.per_sample(c) for p in base_parts]) for c in COMPONENTS}
         largest: tuple[int, Any, list[tuple[pd.Series, RunParts]]] | None = None
         for g in members:
             is_base = g is base
-            _, _, basis = _headline(g, base)
+            _, _, basis = headline_columns(g, base)
             these = parts_of(g)
             recorded = [p for _, p in these if p.recorded]
             row: dict[str, Any] = {"series": label}

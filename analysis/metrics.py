@@ -191,7 +191,7 @@ def natural_key(text: Any) -> tuple[Any, ...]:
 
 
 @dataclass
-class _Group:
+class ScaleGroup:
     series_key: tuple[Any, ...]
     nodes: int
     devices_per_node: int
@@ -200,13 +200,13 @@ class _Group:
     stats: dict[str, Summary] = field(default_factory=dict)
 
 
-def _groups(runs: pd.DataFrame, confidence: float) -> list[_Group]:
+def scale_groups(runs: pd.DataFrame, confidence: float) -> list[ScaleGroup]:
     """Groups in a canonical order (series key, world size, nodes) whatever the row order."""
-    out: list[_Group] = []
+    out: list[ScaleGroup] = []
     if runs.empty:
         return out
     for (key, nodes, dpn, world), rows in _grouped(runs):
-        g = _Group(key, nodes, dpn, world, rows)
+        g = ScaleGroup(key, nodes, dpn, world, rows)
         for col in STAT_COLUMNS:
             values = rows[col].tolist() if col in rows else []
             g.stats[col] = summarize(values, confidence, log_scale=positive_quantity(col))
@@ -253,7 +253,7 @@ def group_stats(
     the t-interval of the mean, except for times and rates (:func:`positive_quantity`):
     there it is the t-interval of the log values, back-transformed (around ``gmean``).
     ``high_variance`` flags a training-time CV above ``cv_threshold``."""
-    groups = _groups(runs, confidence)
+    groups = scale_groups(runs, confidence)
     labels = series_labels([g.series_key for g in groups])
     rows = []
     for g in groups:
@@ -302,7 +302,7 @@ class BaselineSpec:
             return cls(nodes * dpn, nodes, dpn)
         return cls(world_size=int(m.group(1)))
 
-    def matches(self, g: _Group) -> bool:
+    def matches(self, g: ScaleGroup) -> bool:
         if self.nodes is not None:
             return g.nodes == self.nodes and g.devices_per_node == self.devices_per_node
         return g.world_size == self.world_size
@@ -313,7 +313,9 @@ class BaselineSpec:
         return f"world size {self.world_size}"
 
 
-def _pick_baseline(groups: Sequence[_Group], spec: BaselineSpec | None) -> tuple[_Group, str]:
+def pick_baseline(
+    groups: Sequence[ScaleGroup], spec: BaselineSpec | None
+) -> tuple[ScaleGroup, str]:
     """The baseline group of one series and a sentence saying how it was chosen."""
     ordered = sorted(groups, key=lambda g: (g.world_size, g.nodes))
     if spec is not None:
@@ -409,20 +411,20 @@ def scaling_table(
     headline uses; ``karp_flatt_note`` says why ``karp_flatt`` is NaN; ``headline_cv`` is
     the coefficient of variation of the headline throughput.
     """
-    groups = _groups(runs, confidence)
+    groups = scale_groups(runs, confidence)
     labels = series_labels([g.series_key for g in groups])
-    by_series: dict[tuple[Any, ...], list[_Group]] = {}
+    by_series: dict[tuple[Any, ...], list[ScaleGroup]] = {}
     for g in groups:
         by_series.setdefault(g.series_key, []).append(g)
     rows = []
     for key, members in by_series.items():
-        base, note = _pick_baseline(members, baseline)
+        base, note = pick_baseline(members, baseline)
         mixed = mixed_versions(pd.concat([g.rows for g in members]))
         bj = base.stats["job_time_s"]
         for g in members:
             p = g.world_size / base.world_size
             is_base = g is base
-            x, xd, basis = _headline(g, base)
+            x, xd, basis = headline_columns(g, base)
             j = g.stats["job_time_s"]
             if is_base:
                 speed = pde = (1.0, math.nan, math.nan)
@@ -504,7 +506,7 @@ STEADY = "steady state"
 WHOLE = "whole training (no steady state recorded)"
 
 
-def _headline(g: _Group, base: _Group) -> tuple[str, str, str]:
+def headline_columns(g: ScaleGroup, base: ScaleGroup) -> tuple[str, str, str]:
     """(throughput column, per-device column, basis) of a group's headline: the steady
     state when every run of the group and of its baseline has one, else whole training (the
     two are never mixed within one ratio)."""
@@ -773,11 +775,11 @@ def precision_table(runs: pd.DataFrame, *, confidence: float = DEFAULT_CONFIDENC
     ``val_loss_rel_diff`` is (mixed - fp32) / fp32 mean final validation loss. Empty when no
     twins exist.
     """
-    groups = _groups(runs, confidence)
+    groups = scale_groups(runs, confidence)
     labels = series_labels([g.series_key for g in groups])
     i = SERIES_KEYS.index("precision")
 
-    def twin_key(g: _Group) -> tuple[Any, ...]:
+    def twin_key(g: ScaleGroup) -> tuple[Any, ...]:
         return (*g.series_key[:i], *g.series_key[i + 1 :], g.nodes, g.devices_per_node)
 
     fp32 = {twin_key(g): g for g in groups if str(g.series_key[i]) == FP32}
@@ -786,7 +788,7 @@ def precision_table(runs: pd.DataFrame, *, confidence: float = DEFAULT_CONFIDENC
         base = fp32.get(twin_key(g))
         if base is None or str(g.series_key[i]) == FP32:
             continue
-        x, _, basis = _headline(g, base)
+        x, _, basis = headline_columns(g, base)
         speed = ratio_ci(g.stats[x], base.stats[x], confidence)
         mem, base_mem = (
             _mean_recorded(g.rows, "peak_mem_gib_max"),

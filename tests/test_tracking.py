@@ -645,6 +645,36 @@ def test_result_record_split_into_metrics_and_others() -> None:
     assert tracking.result_to_comet(nan_record) == ({}, {})
 
 
+def test_the_diagnosis_goes_to_comet_as_its_headline_numbers() -> None:
+    diagnosis = {
+        "status": "recorded",
+        "typical_rank": 1,
+        "ranks": [
+            {"step_time_s": 0.02, "input_wait_s": 0.001, "compute_s": 0.01, "comm_wait_s": 0.009},
+            {"step_time_s": 0.02, "input_wait_s": 0.002, "compute_s": 0.008, "comm_wait_s": 0.01},
+        ],
+        "rank_skew": 0.25,
+        "slowest_rank": 0,
+        "slowest_node": "gpu07",
+        "calibration": {"status": "measured", "exposed_comm_s": 0.004},
+        "allreduce": {"status": "skipped", "predicted_step_s": None, "busbw_gbps": None},
+        "nvml": {"status": "unavailable", "gpus": None},
+    }
+    metrics, others = tracking.result_to_comet({"steps": 10, "diagnosis": diagnosis})
+    assert metrics == {
+        "result/steps": 10,
+        "diagnosis/step_time_s": 0.02,
+        "diagnosis/input_wait_s": 0.002,  # the typical rank's
+        "diagnosis/compute_s": 0.008,
+        "diagnosis/comm_wait_s": 0.01,
+        "diagnosis/rank_skew": 0.25,
+        "diagnosis/exposed_comm_s": 0.004,
+    }  # what was not measured is absent, not 0
+    assert others == {"diagnosis.slowest_rank": 0, "diagnosis.slowest_node": "gpu07"}
+    off = {"status": "off", "reason": "diagnosis.enabled=false", "ranks": None}
+    assert tracking.result_to_comet({"diagnosis": off}) == ({}, {})
+
+
 def test_read_offline_archive_reports_bad_lines(tmp_path: Path) -> None:
     path = tmp_path / "x.zip"
     lines = [

@@ -44,12 +44,10 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.distributed as dist
 
 from ..config import DiagnosisConfig, FaultsConfig
+from .allreduce import SKIPPED_ONE_DEVICE
 from .timing import Timings
-
-ONE_DEVICE = "1 device: nothing to all-reduce"
 
 
 # -- clocks ------------------------------------------------------------------------------
@@ -155,8 +153,10 @@ class StepBreakdown(L.Callback):
         self._ready: Any = None
         self._counting = False
         self._batch: Any = None
-        self.calibration: dict[str, Any] = {}
-        self.hooked = False
+        self.calibration: dict[str, Any] = {
+            "status": "skipped",
+            "reason": "training stopped before its end",
+        }
 
     # timed loop ----------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -168,7 +168,6 @@ class StepBreakdown(L.Callback):
         model = trainer.strategy.model
         if isinstance(model, DistributedDataParallel):
             model.register_comm_hook(_HookState(self), timed_allreduce_hook)
-            self.hooked = True
 
     def last_bucket_ready(self) -> None:
         if self._counting:
@@ -252,7 +251,7 @@ def calibrate(
         return skipped("diagnosis.calibration_steps=0", "off")
     model = trainer.strategy.model
     if trainer.world_size <= 1:
-        return skipped(ONE_DEVICE)
+        return skipped(SKIPPED_ONE_DEVICE)
     if not isinstance(model, DistributedDataParallel):
         return skipped(f"not trained under DDP ({type(model).__name__})")
     if batch is None:
@@ -513,7 +512,10 @@ class BeforeTiming(L.Callback):
         self.cfg = cfg
         self.local_rank = local_rank
         self.node = node
-        self.allreduce: dict[str, Any] = {"status": "skipped", "reason": "training never started"}
+        self.allreduce: dict[str, Any] = {
+            "status": "skipped",
+            "reason": "training never started",
+        }
         self.nvml: dict[str, Any] | None = None
         self._sampler: Any = None
 
@@ -521,29 +523,27 @@ class BeforeTiming(L.Callback):
         device = trainer.strategy.root_device
         if self.local_rank != 0:
             return
-        if not self.cfg.nvml:
-            self.nvml = {"status": "off", "reason": "diagnosis.nvml=false"}
-        elif device.type != "cuda":
-            self.nvml = {"status": "unavailable", "reason": "CPU run: no GPU to sample"}
-        else:
-            from .sampling import GpuSampler, cuda_pci_bus_ids
+        from .sampling import GpuSampler, cuda_pci_bus_ids, nvml_section, off_section
 
+        interval = self.cfg.nvml_interval_s
+        if not self.cfg.nvml:
+            self.nvml = off_section("diagnosis.nvml=false", interval)
+        elif device.type != "cuda":
+            self.nvml = nvml_section("unavailable", "CPU run: no GPU to sample", interval)
+        else:
             self._sampler = GpuSampler(
-                interval_s=self.cfg.nvml_interval_s,
+                interval_s=interval,
                 pci_bus_ids=cuda_pci_bus_ids(),
                 node=self.node,
             )
             self._sampler.start()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self.cfg.allreduce_baseline:
-            self.allreduce = {"status": "off", "reason": "diagnosis.allreduce_baseline=false"}
-            return
-        if trainer.world_size <= 1 or not dist_ready():
-            self.allreduce = {"status": "skipped", "reason": ONE_DEVICE}
-            return
-        from .allreduce import allreduce_baseline, gradient_bytes
+        from .allreduce import allreduce_baseline, gradient_bytes, off_section
 
+        if not self.cfg.allreduce_baseline:
+            self.allreduce = off_section("diagnosis.allreduce_baseline=false")
+            return
         device = trainer.strategy.root_device
         self.allreduce = allreduce_baseline(
             gradient_bytes=gradient_bytes(pl_module),
@@ -568,14 +568,15 @@ def merge_nvml(parts: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
     sampled = [p for p in found if p.get("status") == "sampled"]
     if not sampled:
         first = found[0] if found else {"status": "unavailable", "reason": "no sampler ran"}
-        return {"status": first.get("status"), "reason": first.get("reason"), "gpus": None}
+        return {
+            "status": first.get("status"),
+            "reason": first.get("reason"),
+            "interval_s": first.get("interval_s"),
+            "gpus": None,
+        }
     return {
         "status": "sampled",
         "reason": None,
         "interval_s": sampled[0].get("interval_s"),
         "gpus": [g for p in sampled for g in (p.get("gpus") or [])],
     }
-
-
-def dist_ready() -> bool:
-    return dist.is_available() and dist.is_initialized()

@@ -55,7 +55,7 @@ and per-epoch series of the same name (``samples_per_s`` is both)."""
 
 # Result-record fields that are not logged as metrics or others: the resolved config is
 # already in the parameters, ``tracking`` is what this module reports about itself.
-_RESULT_SKIP = {"config", "tracking", "event", "schema_version", "epoch_times_s"}
+_RESULT_SKIP = {"config", "tracking", "event", "schema_version", "epoch_times_s", "diagnosis"}
 _FALSEY = {"0", "false", "no", "off"}
 _TRUTHY = {"1", "true", "yes", "on"}
 
@@ -285,6 +285,42 @@ def result_to_comet(record: Mapping[str, Any]) -> tuple[dict[str, float], dict[s
                     metrics[f"{METRIC_PREFIX}{key}_min"] = min(finite)
             else:
                 others[key] = ",".join(str(v) for v in value)
+    diag_metrics, diag_others = diagnosis_to_comet(record.get("diagnosis"))
+    metrics.update(diag_metrics)
+    others.update(diag_others)
+    return metrics, others
+
+
+def diagnosis_to_comet(diagnosis: Any) -> tuple[dict[str, float], dict[str, Any]]:
+    """The diagnosis' headline numbers for Comet: the typical rank's parts per step, the
+    skew, the exposed and predicted all-reduce, busbw (``diagnosis/<name>``), and the
+    slowest rank and node as others. Fields that were not measured are left out."""
+    metrics: dict[str, float] = {}
+    others: dict[str, Any] = {}
+    if not isinstance(diagnosis, Mapping) or diagnosis.get("status") != "recorded":
+        return metrics, others
+
+    def put(name: str, value: Any) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if math.isfinite(value):
+                metrics[f"diagnosis/{name}"] = value
+
+    ranks = diagnosis.get("ranks") or []
+    typical = diagnosis.get("typical_rank")
+    if isinstance(typical, int) and 0 <= typical < len(ranks):
+        for part in ("step_time_s", "input_wait_s", "compute_s", "comm_wait_s"):
+            put(part, ranks[typical].get(part))
+    put("rank_skew", diagnosis.get("rank_skew"))
+    calibration = diagnosis.get("calibration") or {}
+    put("exposed_comm_s", calibration.get("exposed_comm_s"))
+    allreduce = diagnosis.get("allreduce") or {}
+    put("allreduce_predicted_step_s", allreduce.get("predicted_step_s"))
+    put("allreduce_busbw_gbps", allreduce.get("busbw_gbps"))
+    for gpu in (diagnosis.get("nvml") or {}).get("gpus") or []:
+        put(f"gpu{gpu.get('index')}_util_mean_pct", gpu.get("util_mean_pct"))
+    for key in ("slowest_rank", "slowest_node"):
+        if diagnosis.get(key) is not None:
+            others[f"diagnosis.{key}"] = diagnosis[key]
     return metrics, others
 
 
