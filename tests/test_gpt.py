@@ -92,10 +92,24 @@ def test_heads_not_dividing_width_fails_train_before_anything_runs(tmp_path: Pat
 
 
 def test_too_few_sequences_for_one_global_batch(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="training samples hold no full global batch"):
-        from scalescope.config import check_one_step
+    from scalescope.config import check_one_step
 
+    with pytest.raises(ConfigError, match=r"^workload\.train_sequences: 16 training samples hold"):
         check_one_step(validate_params("gpt", {"train_sequences": 16}), 32)
+
+
+@pytest.mark.parametrize(
+    ("workload", "params", "key"),
+    [
+        ("spiral", {"num_samples": 100}, "num_samples"),
+        ("resnet", {"train_samples": 16}, "train_samples"),
+    ],
+)
+def test_too_few_samples_names_the_workloads_own_key(workload: str, params: dict, key: str) -> None:
+    from scalescope.config import check_one_step
+
+    with pytest.raises(ConfigError, match=rf"^workload\.{key}: "):
+        check_one_step(validate_params(workload, params), 4096)
 
 
 # --- tokens -------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -384,7 +384,12 @@ def check_one_step(params: Any, global_batch: int) -> None:
     """Refuse a data set that holds less than one global batch: zero steps measure nothing."""
     train = getattr(params, "train_samples", None)
     if train is not None and train < global_batch:
+        names = {f.name for f in fields(params)} if is_dataclass(params) else set()
+        key = next(
+            (k for k in ("train_samples", "train_sequences", "num_samples") if k in names),
+            "num_samples",
+        )
         raise ConfigError(
-            f"workload.num_samples: {train} training samples hold no full global batch of "
+            f"workload.{key}: {train} training samples hold no full global batch of "
             f"{global_batch} (trainer.batch_size); use more samples or a smaller batch"
         )
