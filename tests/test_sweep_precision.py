@@ -48,6 +48,12 @@ def test_jobs_are_shapes_x_precisions_x_repeats_interleaved_by_round(in_tmp: Pat
     }
     run = Launcher(plan)._run(handles[0])
     assert run.config["trainer"]["precision"] == handles[0].plan.precision
+    # Two precisions of one shape are two Slurm job names, told apart in squeue.
+    from scalescope.launch.executor import slurm_parameters
+
+    names = {slurm_parameters(plan, sp)["job_name"] for sp in plan.shapes}
+    assert len(names) == 4
+    assert f"scalescope-{plan.name}-1x2@bf16-mixed" in names
 
 
 def test_without_the_list_every_run_uses_the_train_configs_precision(in_tmp: Path) -> None:

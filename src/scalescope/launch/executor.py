@@ -95,16 +95,18 @@ def _sbatch_extra(options: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def job_name(plan: SweepPlan, shape: Shape) -> str:
-    # Never "bash" or "interactive": Lightning treats those as not-a-batch-job.
-    return f"scalescope-{plan.name}-{shape.label}"
+def job_name(plan: SweepPlan, sp: ShapePlan) -> str:
+    """``scalescope-<sweep>-<shape>``, with ``@<precision>`` when precision is a sweep axis
+    (two precisions of one shape are two jobs in squeue). Never "bash" or "interactive":
+    Lightning treats those as not-a-batch-job."""
+    return f"scalescope-{plan.name}-{sp.label}"
 
 
 def slurm_parameters(plan: SweepPlan, sp: ShapePlan) -> dict[str, Any]:
     """SlurmExecutor parameters of one shape; the same dict renders the dry-run preview."""
     r = sp.resources
     params: dict[str, Any] = {
-        "job_name": job_name(plan, sp.shape),
+        "job_name": job_name(plan, sp),
         "time": r.timeout_min,
         "nodes": r.nodes,
         "ntasks_per_node": r.tasks_per_node,
