@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["replace_dir_atomic", "write_bytes_atomic", "write_text_atomic"]
+__all__ = ["file_lock", "replace_dir_atomic", "write_bytes_atomic", "write_text_atomic"]
 
 
 def _umask() -> int:
@@ -58,17 +58,23 @@ def write_text_atomic(
 
 
 @contextlib.contextmanager
-def _swap_lock(target: Path) -> Iterator[None]:
-    """One swap of ``target`` at a time, across processes: two writers at once (a sweep's
-    --wait summary and a user's command, say) would otherwise race between moving the old
-    folder away and moving the new one in. The hidden lock file stays: removing it would
-    race too."""
-    fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+def file_lock(lock_path: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive ``flock`` on ``lock_path`` (created if missing), across processes and
+    jobs on one file system; released when the block ends, even if the process dies. The
+    lock file stays: removing it would race with the next process to open it."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def _swap_lock(target: Path) -> contextlib.AbstractContextManager[None]:
+    """One swap of ``target`` at a time, across processes: two writers at once (a sweep's
+    --wait summary and a user's command, say) would otherwise race between moving the old
+    folder away and moving the new one in. The lock file is hidden beside the target."""
+    return file_lock(target.parent / f".{target.name}.lock")
 
 
 def replace_dir_atomic(

@@ -26,18 +26,15 @@ numpy only (no torch): the generator and the checks are testable and fast to imp
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..atomic import replace_dir_atomic
+from ..atomic import file_lock, replace_dir_atomic
 
 FORMAT_VERSION = 1
 """Bump when the generator changes: the cache key changes with it."""
@@ -227,16 +224,6 @@ def _open(spec: ImageSetSpec, folder: Path) -> dict[str, tuple[np.ndarray, np.nd
     return out
 
 
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # concurrent ranks and jobs wait here
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock; the lock file stays (removing it races)
-
-
 def open_shards(
     spec: ImageSetSpec, cache_dir: str | os.PathLike[str], *, verify_checksum: bool = True
 ) -> OpenedShards:
@@ -247,7 +234,7 @@ def open_shards(
     root.mkdir(parents=True, exist_ok=True)
     folder = root / f"images-{spec.key}"
     reason: str | None = None
-    with _locked(root / f"images-{spec.key}.lock"):
+    with file_lock(root / f"images-{spec.key}.lock"):  # concurrent ranks and jobs wait
         if folder.exists():
             try:
                 verified = _check(spec, folder, checksum=verify_checksum)
