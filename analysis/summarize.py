@@ -710,6 +710,21 @@ def _check_table(frame: pd.DataFrame, alpha: float, n_unchecked: int) -> Display
     )
 
 
+def _finished_runs(args: argparse.Namespace, command: str, consequence: str) -> Loaded | None:
+    """The records under ``args.paths`` (problems warned on stderr), or None with one line
+    saying there was no finished run."""
+    loaded = load_all(args.paths, jobs=args.jobs)
+    _warn(loaded.problems)
+    if loaded.runs.empty:
+        print(
+            f"{PROG} {command}: no finished run in {', '.join(args.paths)}: {consequence}; "
+            f"{LOOKED_FOR}.",
+            file=sys.stderr,
+        )
+        return None
+    return loaded
+
+
 def gate(args: argparse.Namespace) -> int:
     if args.reference:
         try:
@@ -717,14 +732,8 @@ def gate(args: argparse.Namespace) -> int:
         except BadReference as exc:
             print(f"{PROG} check: error: {exc}", file=sys.stderr)
             return 2
-    loaded = load_all(args.paths, jobs=args.jobs)
-    _warn(loaded.problems)
-    if loaded.runs.empty:
-        print(
-            f"{PROG} check: no finished run in {', '.join(args.paths)}: nothing to check; "
-            f"{LOOKED_FOR}.",
-            file=sys.stderr,
-        )
+    loaded = _finished_runs(args, "check", "nothing to check")
+    if loaded is None:
         return 1
     if args.write_reference:
         doc = reference_document(loaded.runs, args.tolerance)
@@ -753,13 +762,8 @@ def gate(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    loaded = load_all(args.paths, jobs=args.jobs)
-    _warn(loaded.problems)
-    if loaded.runs.empty:
-        print(
-            f"{PROG} export: no finished run in {', '.join(args.paths)}; {LOOKED_FOR}.",
-            file=sys.stderr,
-        )
+    loaded = _finished_runs(args, "export", "nothing to export")
+    if loaded is None:
         return 1
     if args.format == "bencher":
         data: Any = export_bencher(loaded.runs)
