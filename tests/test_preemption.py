@@ -72,4 +72,11 @@ def test_sigterm_with_slow_steps_stops_both_ranks_and_records_why(tmp_path: Path
     assert record.stop_reason == "sigterm"
     assert record.identity.world_size == 2
     assert record.steps >= 1
-    assert record.config["faults"] == {"step_sleep_s": 1.0}
+    assert record.config["faults"]["step_sleep_s"] == 1.0
+    # Stopped inside its first epoch: no complete steady-state epoch, so no step breakdown
+    # (not figures from a partial epoch), and the calibration says why it did not run.
+    d = record.diagnosis
+    assert d is not None and d["status"] == "recorded"
+    assert all("step_time_s" not in r for r in d["ranks"]), d["ranks"]
+    assert d["calibration"]["status"] == "skipped"
+    assert d["calibration"]["reason"] == "training stopped before its end"

@@ -92,9 +92,10 @@ class _CudaClock(_Clock):
     def _drain(self, *, block: bool) -> None:
         done = 0
         for key, start, end in self.pending:
-            if not block and not end.query():
+            if not block and not (end.query() and start.query()):
                 break
             if block:
+                start.synchronize()
                 end.synchronize()
             ms = start.elapsed_time(end)
             self.totals[key] = self.totals.get(key, 0.0) + ms / 1000.0
@@ -112,32 +113,27 @@ def _clock_for(device: torch.device) -> _Clock:
     return _CudaClock(device) if device.type == "cuda" else _Clock()
 
 
-# -- the comm hook -----------------------------------------------------------------------
-class _HookState:
-    """State of :func:`timed_allreduce_hook`: the process group and the probe to notify."""
-
-    def __init__(self, probe: StepBreakdown, process_group: Any = None) -> None:
-        self.probe = probe
-        self.process_group = process_group
-
-
-def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
-    """DDP's standard all-reduce (PyTorch's ``allreduce_hook``: divide by the world size,
-    then sum), marking when the last bucket of a backward pass is handed over.
-
-    Unannotated on purpose: DDP checks the hook's annotations against the real classes, and
-    this module's annotations are strings."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-    if bucket.is_last():
-        state.probe.last_bucket_ready()
-    return allreduce_hook(state.process_group, bucket)
-
-
 # -- the callbacks -----------------------------------------------------------------------
 class StepBreakdown(L.Callback):
-    """The per-rank step-time breakdown (after :class:`~.timing.TimingCallback`), and the
-    calibration windows at the end of training."""
+    """The per-rank step-time breakdown (after :class:`~.timing.TimingCallback` in the
+    callback list), and the calibration windows at the end of training.
+
+    Marks, all cheap and none a sync:
+
+    * **fetch**: the fit loop's data fetcher is wrapped so the time from asking it for the
+      next batch (and, at an epoch's start, from creating the iterator, which fetches the
+      first one) to the start of the training call -- the fetch plus the copy to the
+      device -- is input wait. Where a Lightning version has no such fetcher, the gap from
+      one training call's end to the next one's start is used instead;
+    * **last gradient**: during the first backward, a post-accumulate-grad hook on every
+      trainable parameter learns which gradient is computed last; from then on one hook on
+      that parameter marks the moment backward's own compute ends and DDP's last bucket goes
+      to the all-reduce. ``backward`` returning ends the communication wait. DDP's built-in
+      all-reduce is left as it is (a comm hook would change its arithmetic);
+    * **buffer broadcast**: for a module with buffers, DDP broadcasts them from rank 0 before
+      every forward; the wait from the start of the training call to the module's forward
+      is communication wait too.
+    """
 
     def __init__(
         self,
@@ -149,16 +145,23 @@ class StepBreakdown(L.Callback):
         self.t = timings
         self.faults = faults
         self.clock: _Clock = _Clock()
-        self._last_end: Any = None
+        self.committed: dict[str, float] = {}
+        """Totals at the end of the last complete epoch: what the steady time covers."""
+        self._fetch_start: Any = None
+        self._call_start: Any = None
         self._ready: Any = None
         self._counting = False
+        self._direct_fetch = False
+        self._grad_order: list[int] | None = None
+        self._grad_hooks: list[Any] = []
         self._batch: Any = None
+        self.peak_dev_gib: float | None = None
         self.calibration: dict[str, Any] = {
             "status": "skipped",
             "reason": "training stopped before its end",
         }
 
-    # timed loop ----------------------------------------------------------------------
+    # set-up ----------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.clock = _clock_for(trainer.strategy.root_device)
 
@@ -166,28 +169,73 @@ class StepBreakdown(L.Callback):
         from torch.nn.parallel import DistributedDataParallel
 
         model = trainer.strategy.model
-        if isinstance(model, DistributedDataParallel):
-            model.register_comm_hook(_HookState(self), timed_allreduce_hook)
+        if not isinstance(model, DistributedDataParallel):
+            return  # one device: no gradient all-reduce, no buffer broadcast
+        params = [p for p in pl_module.parameters() if p.requires_grad]
+        self._grad_order = []
+        order = self._grad_order
+        for i, p in enumerate(params):
+            self._grad_hooks.append(
+                p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i))
+            )
+        self._params = params
+        if model.broadcast_buffers and any(True for _ in pl_module.buffers()):
+            pl_module.register_forward_pre_hook(self._forward_starts)
 
-    def last_bucket_ready(self) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._direct_fetch = _time_fetches(trainer, self)
+
+    # marks -----------------------------------------------------------------------------
+    def fetch_starts(self) -> None:
+        # An epoch's first batch is fetched when the iterator is made, before the first
+        # __next__: keep the earlier mark, so both count.
+        if self._counting and self._fetch_start is None:
+            self._fetch_start = self.clock.mark()
+
+    def fetched(self, start: Any) -> None:
+        if self._counting and start is not None:
+            self.clock.add("input_wait_s", start, self.clock.mark())
+
+    def _last_gradient(self, _param: Any) -> None:
         if self._counting:
             self._ready = self.clock.mark()
 
+    def _forward_starts(self, module: Any, args: Any) -> None:
+        if self._call_start is not None:  # the call's first forward: after DDP's broadcast
+            self.clock.add("comm_wait_s", self._call_start, self.clock.mark())
+            self._call_start = None
+
+    # the timed loop --------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._counting = self.t.warmup_steps is not None
-        self._last_end = self.clock.mark() if self._counting else None
+        if not self._direct_fetch:
+            self.fetch_starts()
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._batch = batch  # a reference: the calibration windows reuse the last batch
-        if self._counting and self._last_end is not None:
-            self.clock.add("input_wait_s", self._last_end, self.clock.mark())
+        if self._fetch_start is not None:
+            self.fetched(self._fetch_start)
+            self._fetch_start = None
+        self._call_start = self.clock.mark() if self._counting else None
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._grad_order is not None and self._grad_hooks and len(self._grad_hooks) > 1:
+            self._settle_last_gradient()
         if self._counting and self._ready is not None:
             self.clock.add("comm_wait_s", self._ready, self.clock.mark())
         self._ready = None
+
+    def _settle_last_gradient(self) -> None:
+        """After the first backward: keep one hook, on the gradient computed last."""
+        for handle in self._grad_hooks:
+            handle.remove()
+        self._grad_hooks = []
+        if self._grad_order:
+            last = self._params[self._grad_order[-1]]
+            self._grad_hooks = [last.register_post_accumulate_grad_hook(self._last_gradient)]
+        self._grad_order = None
 
     def on_train_batch_end(
         self,
@@ -199,17 +247,25 @@ class StepBreakdown(L.Callback):
     ) -> None:
         # The TimingCallback (earlier in the list) stamps the warm-up at this same hook.
         self._counting = self.t.warmup_steps is not None
-        self._last_end = self.clock.mark() if self._counting else None
+        self._call_start = None
+        if not self._direct_fetch:
+            self.fetch_starts()
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._last_end = None  # a gap that spans validation is not input wait
+        self._fetch_start = None  # a gap that spans validation is not input wait
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._fetch_start = None  # the fetcher's last, empty call ends the epoch
         self.clock.settle()  # the TimingCallback synchronised the device just before
+        self.committed = dict(self.clock.totals)
 
     # calibration ---------------------------------------------------------------------
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._counting = False
         self.clock.settle()
+        device = trainer.strategy.root_device
+        if device.type == "cuda":  # training's peak, before the calibration's passes
+            self.peak_dev_gib = torch.cuda.max_memory_allocated(device) / 2**30
         started = time.perf_counter()
         self.calibration = calibrate(trainer, pl_module, self._batch, self.cfg, self.faults)
         if self.calibration.get("status") == "measured":
@@ -217,14 +273,15 @@ class StepBreakdown(L.Callback):
         self._batch = None
 
     def mine(self, rank_steady_s: float | None, steady_steps: int | None) -> dict[str, Any]:
-        """This rank's share of the end-of-run gather (per-step figures)."""
+        """This rank's share of the end-of-run gather: per-step figures over the complete
+        epochs after the warm-up (what ``rank_steady_s`` covers)."""
         out: dict[str, Any] = {"clock": self.clock.kind, "calibration": self.calibration}
-        if rank_steady_s is None or not steady_steps:
+        if rank_steady_s is None or not steady_steps or steady_steps <= 0:
             return out
         per = 1.0 / steady_steps
         step = rank_steady_s * per
-        wait = self.clock.totals.get("input_wait_s", 0.0) * per
-        comm = self.clock.totals.get("comm_wait_s", 0.0) * per
+        wait = self.committed.get("input_wait_s", 0.0) * per
+        comm = self.committed.get("comm_wait_s", 0.0) * per
         out.update(
             step_time_s=step,
             input_wait_s=wait,
@@ -232,6 +289,28 @@ class StepBreakdown(L.Callback):
             compute_s=max(0.0, step - wait - comm),
         )
         return out
+
+
+def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:
+    """Wrap the fit loop's data fetcher so each fetch is timed (see :class:`StepBreakdown`).
+    False where this Lightning version has no such fetcher (the caller falls back)."""
+    fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+    base: Any = type(fetcher)
+    if fetcher is None or not hasattr(base, "__next__") or not hasattr(base, "__iter__"):
+        return False
+
+    def __iter__(self: Any) -> Any:  # an epoch's first batch is fetched here
+        probe.fetch_starts()
+        return base.__iter__(self)
+
+    def __next__(self: Any) -> Any:
+        probe.fetch_starts()
+        return base.__next__(self)
+
+    fetcher.__class__ = type(
+        f"Timed{base.__name__}", (base,), {"__iter__": __iter__, "__next__": __next__}
+    )
+    return True
 
 
 def calibrate(
@@ -267,15 +346,18 @@ def calibrate(
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     k = cfg.calibration_steps
 
+    precision = trainer.strategy.precision_plugin
+
     def one_pass(grad_sync: bool) -> None:
         pl_module.zero_grad(set_to_none=True)
-        with _forward_as(pl_module, lambda: loss_of(batch)):
+        # As in a training step: the precision plugin's autocast around the forward.
+        with precision.train_step_context(), _forward_as(pl_module, lambda: loss_of(batch)):
             if grad_sync:
                 loss = model()
             else:
                 with model.no_sync():
                     loss = model()
-            loss.backward()
+        loss.backward()
 
     def window(grad_sync: bool) -> float:
         if device.type == "cuda":
@@ -294,12 +376,18 @@ def calibrate(
 
     with _preserved(pl_module, device):
         try:
+            failed = ""
             try:
-                one_pass(False)  # warm-up, untimed; no collective yet, so every rank that
-                # fails here fails alike and none is left waiting for it
-            except Exception as exc:  # a user's training_step outside the training loop
+                one_pass(False)  # warm-up, untimed
+            except Exception as exc:  # e.g. a user's training_step outside the training loop
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                return skipped(f"the calibration pass failed: {type(exc).__name__}: {first}")
+                failed = f"the calibration pass failed: {type(exc).__name__}: {first}"
+            # Every rank learns whether every rank can go on: one failing alone must not
+            # leave the others waiting in the synced passes.
+            ok = torch.tensor([0.0 if failed else 1.0], device=device)
+            torch.distributed.all_reduce(ok, op=torch.distributed.ReduceOp.MIN)
+            if ok.item() < 1:
+                return skipped(failed or "the calibration pass failed on another rank")
             one_pass(True)
             nosync: list[float] = []
             synced: list[float] = []
@@ -335,7 +423,7 @@ def _loss_function(pl_module: L.LightningModule) -> Callable[[Any], torch.Tensor
         out = pl_module.training_step(batch, 0)
         loss = out.get("loss") if isinstance(out, Mapping) else out
         if not isinstance(loss, torch.Tensor):
-            raise _NoLoss
+            raise _NoLoss(f"training_step returned {type(out).__name__}, not a loss tensor")
         return loss
 
     return from_training_step
@@ -456,7 +544,7 @@ def assemble(
             ),
         )
     elif not timed:
-        out["reason"] = "no steady-state steps: training ended within the warm-up"
+        out["reason"] = "no complete epoch after the warm-up: nothing to break down"
     out["calibration"] = _calibration_section([p.get("calibration") or {} for p in parts])
     if out["calibration"].get("steps") is None:
         out["calibration"]["steps"] = calibration_steps

@@ -543,13 +543,17 @@ class _Diagnosis:
         from .timing import rank_steady_s
 
         t = self.breakdown.t
-        steady_steps = (
-            int(trainer.global_step) - t.warmup_steps if t.warmup_steps is not None else None
-        )
-        return {
+        # Steps of the complete epochs after the warm-up: what rank_steady_s covers (a run
+        # stopped by SIGTERM ends inside an epoch that no figure counts).
+        done = sum(t.epoch_steps)
+        steady_steps = done - t.warmup_steps if t.warmup_steps is not None else None
+        out: dict[str, Any] = {
             "diagnosis": self.breakdown.mine(rank_steady_s(t), steady_steps),
             "nvml": self.before.nvml,
         }
+        if self.breakdown.peak_dev_gib is not None:
+            out["peak_dev"] = self.breakdown.peak_dev_gib  # training's, not calibration's
+        return out
 
     def section(
         self, agreed: Any, steady_steps: int | None, per_device_batch_size: int
