@@ -5,12 +5,12 @@ changing what is trained:
 
 * **In the timed loop, per rank** (over the steady-state steps only):
 
-  - *input wait*: from the end of one training call to the start of the next, which is
-    where Lightning fetches the next batch and copies it to the device;
-  - *communication wait*: from the moment DDP hands the last gradient bucket to the
-    all-reduce (a comm hook that wraps the standard all-reduce marks it) to the moment
-    ``backward`` returns: the all-reduce not hidden behind backward plus any wait for
-    slower ranks;
+  - *input wait*: the batch fetch Lightning does between two training calls, and the copy
+    to the device;
+  - *communication wait*: from backward's last gradient (when DDP hands its last bucket to
+    the all-reduce) to ``backward`` returning: the all-reduce not hidden behind backward
+    plus any wait for slower ranks (and, for modules with buffers, DDP's broadcast of them
+    before forward);
   - *compute*: the rest of the rank's own steady-state time (forward, backward, optimizer,
     framework).
 
