@@ -7,7 +7,7 @@ each setting, the median of the per-pair ratios (on / off: 1.00 = free; the aim 
 and the seconds the diagnosis spent outside the timed region (calibration windows and the
 all-reduce baseline, from the records). Timings are reported, never asserted.
 
-    python benchmarks/diagnosis_overhead.py [--pairs 7] [--devices 2] [--epochs 4]
+    python benchmarks/diagnosis_overhead.py [--pairs 9] [--devices 2] [--epochs N]
         [--workloads spiral,comm-heavy] [key=value ...]
 
 On a GPU node: ``--devices 8 --workloads gpt`` (add ``trainer.precision=bf16-mixed``).
@@ -26,9 +26,11 @@ from pathlib import Path
 from scalescope.record import ResultRecord, decode_line, find_marker
 
 WORKLOADS = {
-    "spiral": ["--config", "configs/spiral.yaml"],
-    "comm-heavy": ["--config", "configs/diagnosis/comm_heavy.yaml"],
-    "gpt": ["--config", "configs/gpt.yaml"],
+    # name -> (train arguments, default epochs: enough steady-state steps that one run's
+    # throughput is more than start-up noise on a 2-core machine)
+    "spiral": (["--config", "configs/spiral.yaml"], 12),
+    "comm-heavy": (["--config", "configs/diagnosis/comm_heavy.yaml"], 3),
+    "gpt": (["--config", "configs/gpt.yaml"], 3),
 }
 
 
@@ -49,9 +51,9 @@ def _train(argv: list[str], out: Path) -> ResultRecord:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--pairs", type=int, default=9)
     parser.add_argument("--devices", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=None, help="default: per workload")
     parser.add_argument("--workloads", default="spiral,comm-heavy")
     parser.add_argument("overrides", nargs="*", help="more train overrides (key=value)")
     args = parser.parse_args()
@@ -59,12 +61,7 @@ def main() -> None:
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         raise SystemExit(f"--workloads: unknown {unknown}; known: {', '.join(WORKLOADS)}")
-    common = [
-        f"trainer.devices={args.devices}",
-        f"trainer.max_epochs={args.epochs}",
-        "tracking.mode=off",
-        *args.overrides,
-    ]
+    common = [f"trainer.devices={args.devices}", "tracking.mode=off", *args.overrides]
     print(
         f"diagnosis on/off, {args.devices} process(es), {args.pairs} pairs, "
         f"{platform.node()} ({platform.processor() or platform.machine()})"
@@ -79,7 +76,13 @@ def main() -> None:
                 pair: dict[bool, float] = {}
                 for on in order:
                     out = Path(tmp) / f"{name}-{i}-{on}"
-                    argv = [*WORKLOADS[name], *common, f"diagnosis.enabled={str(on).lower()}"]
+                    config, epochs = WORKLOADS[name]
+                    argv = [
+                        *config,
+                        f"trainer.max_epochs={args.epochs or epochs}",
+                        *common,
+                        f"diagnosis.enabled={str(on).lower()}",
+                    ]
                     r = _train(argv, out)
                     rate = r.steady_samples_per_s
                     if rate is None:
