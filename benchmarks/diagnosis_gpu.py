@@ -18,28 +18,11 @@ from __future__ import annotations
 
 import argparse
 import platform
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from scalescope.record import ResultRecord, decode_line, find_marker
-
-
-def _train(argv: list[str], out: Path) -> ResultRecord:
-    proc = subprocess.run(
-        [sys.executable, "-m", "scalescope.train", *argv, f"output_dir={out}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    for line in (proc.stdout + proc.stderr).splitlines():
-        if find_marker(line) >= 0:
-            event = decode_line(line)
-            if isinstance(event, ResultRecord):
-                return event
-    raise SystemExit(f"training failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+from train_runs import train_record
 
 
 def _ms(value: Any) -> str:
@@ -70,7 +53,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         for w in (int(x) for x in args.workers.split(",")):
-            r = _train([*common, f"workload.num_workers={w}"], Path(tmp) / f"w{w}")
+            r = train_record([*common, f"workload.num_workers={w}"], Path(tmp) / f"w{w}")
             d = r.diagnosis or {}
             ranks = d.get("ranks") or [{}]
             rank = ranks[d.get("typical_rank") or 0]

@@ -21,12 +21,10 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from scalescope.record import ResultRecord, decode_line, find_marker
+from train_runs import train_record
 
 WORKLOADS = {
     # name -> (train arguments, default epochs: enough steady-state steps that one run's
@@ -38,21 +36,6 @@ WORKLOADS = {
         1,
     ),
 }
-
-
-def _train(argv: list[str], out: Path) -> ResultRecord:
-    proc = subprocess.run(
-        [sys.executable, "-m", "scalescope.train", *argv, f"output_dir={out}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    for line in (proc.stdout + proc.stderr).splitlines():
-        if find_marker(line) >= 0:
-            event = decode_line(line)
-            if isinstance(event, ResultRecord):
-                return event
-    raise SystemExit(f"training failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
 def main() -> None:
@@ -89,7 +72,7 @@ def main() -> None:
                         *common,
                         f"diagnosis.enabled={str(on).lower()}",
                     ]
-                    r = _train(argv, out)
+                    r = train_record(argv, out)
                     rate = r.steady_samples_per_s
                     if rate is None:
                         raise SystemExit(f"{name}: no steady state; raise --epochs")

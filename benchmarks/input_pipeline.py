@@ -19,30 +19,15 @@ import argparse
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from train_runs import train_record
+
 from scalescope.config import load_train_config
-from scalescope.record import ResultRecord, decode_line, find_marker
+from scalescope.record import ResultRecord
 from scalescope.workloads.resnet import image_spec
 from scalescope.workloads.shards import open_shards
-
-
-def _train(overrides: list[str], out: Path) -> ResultRecord:
-    proc = subprocess.run(
-        [sys.executable, "-m", "scalescope.train", f"output_dir={out}", *overrides],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    for line in (proc.stdout + proc.stderr).splitlines():
-        if find_marker(line) >= 0:
-            event = decode_line(line)
-            if isinstance(event, ResultRecord):
-                return event
-    raise SystemExit(f"training failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
 def main() -> None:
@@ -73,7 +58,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for w in workers:
-                rec = _train([*common, f"workload.num_workers={w}"], Path(tmp) / f"{r}-{w}")
+                rec = train_record([*common, f"workload.num_workers={w}"], Path(tmp) / f"{r}-{w}")
                 rate = rec.steady_samples_per_s or rec.samples_per_s
                 rates[w].append(rate)
                 last[w] = rec
