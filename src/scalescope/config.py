@@ -199,6 +199,13 @@ class DiagnosisConfig:
     calibration_windows: int = option(
         2, help="windows of each kind (no_sync / sync); the fastest of each is kept", check=positive
     )
+    calibration_budget_s: float = option(
+        5.0,
+        help="upper bound on the timed calibration windows: where one forward+backward pass "
+        "is slow, fewer passes per window (then fewer windows) are run, at least one of each "
+        "kind",
+        check=positive,
+    )
     allreduce_baseline: bool = option(
         True,
         help="before training, time all-reduces (nccl-tests style) from 4 KiB up to the "

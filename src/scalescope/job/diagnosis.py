@@ -344,8 +344,6 @@ def calibrate(
 
     device = trainer.strategy.root_device
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    k = cfg.calibration_steps
-
     precision = trainer.strategy.precision_plugin
 
     def one_pass(grad_sync: bool) -> None:
@@ -359,7 +357,7 @@ def calibrate(
                     loss = model()
         loss.backward()
 
-    def window(grad_sync: bool) -> float:
+    def window(grad_sync: bool, k: int) -> float:
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             sync()
@@ -377,35 +375,56 @@ def calibrate(
     with _preserved(pl_module, device):
         try:
             failed = ""
+            started = time.perf_counter()
             try:
                 one_pass(False)  # warm-up, untimed
+                sync()
             except Exception as exc:  # e.g. a user's training_step outside the training loop
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 failed = f"the calibration pass failed: {type(exc).__name__}: {first}"
-            # Every rank learns whether every rank can go on: one failing alone must not
-            # leave the others waiting in the synced passes.
-            ok = torch.tensor([0.0 if failed else 1.0], device=device)
-            torch.distributed.all_reduce(ok, op=torch.distributed.ReduceOp.MIN)
-            if ok.item() < 1:
+            # Every rank learns whether every rank can go on (one failing alone must not
+            # leave the others waiting in the synced passes) and the slowest first pass.
+            agreed = torch.tensor(
+                [1.0 if failed else 0.0, time.perf_counter() - started],
+                dtype=torch.float64,
+                device=device,
+            )
+            torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MAX)
+            failed_anywhere, pass_s = agreed.tolist()
+            if failed_anywhere > 0:
                 return skipped(failed or "the calibration pass failed on another rank")
+            k, windows = calibration_plan(
+                pass_s, cfg.calibration_steps, cfg.calibration_windows, cfg.calibration_budget_s
+            )
             one_pass(True)
             nosync: list[float] = []
             synced: list[float] = []
-            for _ in range(cfg.calibration_windows):
+            for _ in range(windows):
                 trainer.strategy.barrier("scalescope-calibration")
-                nosync.append(window(False))
+                nosync.append(window(False, k))
                 trainer.strategy.barrier("scalescope-calibration")
-                synced.append(window(True))
+                synced.append(window(True, k))
         finally:
             pl_module.zero_grad(set_to_none=True)
     return {
         "status": "measured",
         "reason": None,
         "steps": k,
-        "windows": cfg.calibration_windows,
+        "windows": windows,
         "fwd_bwd_s": min(nosync),
         "fwd_bwd_sync_s": min(synced),
     }
+
+
+def calibration_plan(pass_s: float, steps: int, windows: int, budget_s: float) -> tuple[int, int]:
+    """(passes per window, windows of each kind) that keep the timed windows within
+    ``budget_s`` at ``pass_s`` a pass, taking passes off before windows; at least one pass
+    in one window of each kind, whatever the budget. Every rank computes it from the same
+    reduced ``pass_s``, so all agree."""
+    affordable = int(budget_s / pass_s) if pass_s > 0 else steps * windows * 2
+    k = max(1, min(steps, affordable // (2 * windows)))
+    w = max(1, min(windows, affordable // (2 * k)))
+    return k, w
 
 
 def _loss_function(pl_module: L.LightningModule) -> Callable[[Any], torch.Tensor] | str:

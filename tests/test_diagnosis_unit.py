@@ -1,0 +1,119 @@
+"""Pure parts of the job-side diagnosis: the calibration's budget plan and the record section
+rank 0 assembles from every rank's gathered part."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scalescope.job.diagnosis import assemble, calibration_plan, merge_nvml
+
+
+@given(
+    pass_s=st.floats(1e-6, 100.0),
+    steps=st.integers(1, 64),
+    windows=st.integers(1, 8),
+    budget_s=st.floats(0.01, 600.0),
+)
+def test_the_calibration_plan_keeps_to_its_budget(
+    pass_s: float, steps: int, windows: int, budget_s: float
+) -> None:
+    k, w = calibration_plan(pass_s, steps, windows, budget_s)
+    assert 1 <= k <= steps and 1 <= w <= windows
+    # Within the budget, or the least there is: one pass in one window of each kind.
+    assert 2 * k * w * pass_s <= budget_s * (1 + 1e-9) or (k, w) == (1, 1)
+    if 2 * steps * windows * pass_s <= budget_s * (1 - 1e-9):
+        assert (k, w) == (steps, windows)  # a budget that affords everything changes nothing
+
+
+def test_a_slow_pass_takes_passes_off_before_windows() -> None:
+    # 8 passes x 2 windows x 2 kinds = 32 passes wanted; 5 s at 0.5 s a pass affords 10.
+    assert calibration_plan(0.5, 8, 2, 5.0) == (2, 2)
+    assert calibration_plan(3.0, 8, 2, 5.0) == (1, 1)
+
+
+def _part(rank: int, node: str, own: float, comm: float, **over: Any) -> dict[str, Any]:
+    step = own + comm
+    d = {
+        "clock": "wall",
+        "calibration": {
+            "status": "measured",
+            "reason": None,
+            "steps": 8,
+            "windows": 2,
+            "fwd_bwd_s": 0.010 + rank * 0.001,
+            "fwd_bwd_sync_s": 0.014 + rank * 0.001,
+            "seconds": 0.5,
+        },
+        "step_time_s": step,
+        "input_wait_s": 0.001,
+        "comm_wait_s": comm,
+        "compute_s": own - 0.001,
+    }
+    d.update(over)
+    return {"node": node, "local_rank": rank % 2, "peak_dev": None, "rss": 0.4, "diagnosis": d}
+
+
+def _assemble(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return assemble(
+        per_rank=parts,
+        steady_steps=100,
+        per_device_batch_size=32,
+        allreduce={"status": "measured", "seconds": 0.2},
+        nvml={"status": "unavailable", "reason": "CPU run: no GPU to sample"},
+        calibration_steps=8,
+    )
+
+
+def test_the_slowest_and_the_typical_rank_and_the_skew() -> None:
+    # Rank 2 needs 30 ms on its own, the others 10-11 ms: the others wait for it.
+    parts = [
+        _part(0, "n1", 0.010, 0.021),
+        _part(1, "n1", 0.011, 0.020),
+        _part(2, "n2", 0.030, 0.001),
+        _part(3, "n2", 0.0105, 0.0205),
+    ]
+    d = _assemble(parts)
+    assert d["status"] == "recorded"
+    assert [r["rank"] for r in d["ranks"]] == [0, 1, 2, 3]
+    assert d["slowest_rank"] == 2 and d["slowest_node"] == "n2"
+    assert d["typical_rank"] == 3  # lower median of 10, 10.5, 11, 30 ms
+    assert d["rank_skew"] == pytest.approx((0.030 - 0.0105) / 0.0105)
+    cal = d["calibration"]
+    assert cal["fwd_bwd_s"] == pytest.approx(0.013)  # the slowest rank's no_sync pass
+    assert cal["fwd_bwd_sync_s"] == pytest.approx(0.0155)  # median of the synced ones
+    assert cal["exposed_comm_s"] == pytest.approx(0.0025)
+    assert d["overhead_s"] == {"calibration": 0.5, "allreduce_baseline": 0.2}
+
+
+def test_two_ranks_count_one_slow_rank_whole_as_skew() -> None:
+    d = _assemble([_part(0, "a", 0.010, 0.011), _part(1, "b", 0.020, 0.001)])
+    assert d["typical_rank"] == 0 and d["slowest_rank"] == 1
+    assert d["rank_skew"] == pytest.approx(1.0)
+
+
+def test_a_rank_without_figures_leaves_skew_unknown_and_calibration_says_why() -> None:
+    late = _part(1, "b", 0.010, 0.01)
+    for key in ("step_time_s", "input_wait_s", "comm_wait_s", "compute_s"):
+        del late["diagnosis"][key]
+    late["diagnosis"]["calibration"] = {"status": "skipped", "reason": "training stopped"}
+    d = _assemble([_part(0, "a", 0.010, 0.011), late])
+    assert d["slowest_rank"] is None and d["rank_skew"] is None  # unknown, not 0
+    assert d["calibration"]["status"] == "skipped"
+    assert d["calibration"]["exposed_comm_s"] is None
+    assert d["calibration"]["reason"] == "training stopped"
+
+
+def test_nvml_sections_of_several_nodes_merge() -> None:
+    gpu = {"node": "n1", "index": 0, "util_mean_pct": 90.0}
+    sampled = {"status": "sampled", "reason": None, "interval_s": 1.0, "gpus": [gpu]}
+    other = {**sampled, "gpus": [{**gpu, "node": "n2"}]}
+    merged = merge_nvml([sampled, None, other, None])
+    assert merged["status"] == "sampled"
+    assert [g["node"] for g in merged["gpus"]] == ["n1", "n2"]
+    none = merge_nvml([{"status": "unavailable", "reason": "no driver", "interval_s": 1.0}])
+    assert none["status"] == "unavailable" and none["gpus"] is None
+    assert none["reason"] == "no driver"
