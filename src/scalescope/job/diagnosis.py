@@ -396,7 +396,7 @@ def calibrate(
             k, windows = calibration_plan(
                 pass_s, cfg.calibration_steps, cfg.calibration_windows, cfg.calibration_budget_s
             )
-            # No synced warm-up: training has just run thousands of synced passes of this
+            # No synced warm-up: training has just run synced passes of this very
             # shape; the first no_sync pass only measured the pass and tested the path.
             nosync: list[float] = []
             synced: list[float] = []
