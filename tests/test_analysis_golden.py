@@ -101,13 +101,19 @@ def test_written_summary_folder(tmp_path: Path) -> None:
     }
     assert expected <= {p.name for p in out.iterdir()}
     charts = sorted(p.name for p in (out / "charts").iterdir())
+    # The recorded runs carry a step breakdown: the waterfall's two charts (PNG) join in.
+    breakdown = ["diagnosis_spiral-strong-fp32.png", "ranks_spiral-strong-fp32.png"]
     assert charts == sorted(
-        f"{n}.{e}"
-        for n in ("speedup", "efficiency", "throughput", "epoch_time", "val_loss")
-        for e in ("png", "svg")
+        [
+            f"{n}.{e}"
+            for n in ("speedup", "efficiency", "throughput", "epoch_time", "val_loss")
+            for e in ("png", "svg")
+        ]
+        + breakdown
     )
     report = (out / "report.md").read_text(encoding="utf-8")
-    for link in ("charts/speedup.png", "charts/val_loss.png"):
+    for link in ("charts/speedup.png", "charts/val_loss.png", *(f"charts/{b}" for b in breakdown)):
         assert f"]({link})" in report
+    assert "## Where the efficiency went, in words" in report
     assert "NVIDIA H200" in report and "2.13.0+cpu" in report
     assert json.loads((out / "summary.json").read_text()) == json.loads(proc.stdout)

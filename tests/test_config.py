@@ -58,6 +58,7 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         "workload",
         "trainer",
         "tracking",
+        "diagnosis",
         "faults",
         "output_dir",
         "sweep_id",
@@ -65,7 +66,15 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         "repeat_index",
     }
     assert data["trainer"]["warmup_steps"] == "auto"
-    assert data["faults"] == {"step_sleep_s": 0.0}  # recorded even when off
+    assert data["faults"] == {  # recorded even when off
+        "step_sleep_s": 0.0,
+        "input_sleep_s": 0.0,
+        "slow_rank": None,
+        "slow_rank_sleep_s": 0.0,
+        "exit_rank": None,
+        "exit_at": "calibration",
+    }
+    assert data["diagnosis"]["enabled"] is True
     assert data["trainer"]["collective_timeout_s"] == 300.0
 
 
@@ -73,7 +82,10 @@ def test_resolved_dict_carries_every_workload_default() -> None:
     ("override", "message"),
     [
         ("faults.step_sleep_s=-1", "faults.step_sleep_s: must be >= 0"),
-        ("faults.slow_rank=1", "unknown key faults.slow_rank"),
+        ("faults.slow_rank=1", "faults.slow_rank_sleep_s: must be > 0 when faults.slow_rank"),
+        ("faults.exit_at=later", "faults.exit_at"),
+        ("diagnosis.calibration_budget_s=0", "diagnosis.calibration_budget_s"),
+        ("faults.slow_node=1", "unknown key faults.slow_node"),
         ("trainer.collective_timeout_s=0", "trainer.collective_timeout_s: must be > 0"),
     ],
 )

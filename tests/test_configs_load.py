@@ -15,7 +15,7 @@ from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
-TRAIN_CONFIGS = sorted(CONFIGS.glob("*.yaml"))
+TRAIN_CONFIGS = sorted([*CONFIGS.glob("*.yaml"), *(CONFIGS / "diagnosis").glob("*.yaml")])
 SWEEPS = sorted((CONFIGS / "sweeps").glob("*.yaml"))
 CLUSTERS = sorted((CONFIGS / "clusters").glob("*.yaml"))
 README = REPO / "README.md"
