@@ -212,13 +212,17 @@ def run_train(
 
 @contextlib.contextmanager
 def two_rank_run(
-    tmp_path: Path, *args: str, settle_s: float, startup_s: float = 180.0
+    tmp_path: Path,
+    *args: str,
+    settle_s: float,
+    startup_s: float = 180.0,
+    ready: str = "scalescope: tracking",
 ) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """A 2-process ``python -m scalescope.train`` in its own session (so a signal can reach
     the whole group, as a terminal's Ctrl-C or Slurm's does), its output in ``log.txt``.
 
-    Yields ``(process, log)`` once rank 0 has reported its tracking line and ``settle_s``
-    more seconds have passed (both ranks inside fit); kills the group on the way out.
+    Yields ``(process, log)`` once rank 0 has printed ``ready`` (its tracking line by
+    default) and ``settle_s`` more seconds have passed; kills the group on the way out.
     """
     log = tmp_path / "log.txt"
     with log.open("w") as out:
@@ -239,7 +243,7 @@ def two_rank_run(
         )
     try:
         deadline = time.monotonic() + startup_s
-        while "scalescope: tracking" not in log.read_text() and time.monotonic() < deadline:
+        while ready not in log.read_text() and time.monotonic() < deadline:
             assert proc.poll() is None, log.read_text()
             time.sleep(0.2)
         time.sleep(settle_s)

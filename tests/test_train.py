@@ -19,6 +19,7 @@ import pytest
 from core_helpers import TINY, TrainRun, clean_env, run_train, two_rank_run
 
 from scalescope.job.hardware import peak_flops
+from scalescope.job.timing import READY_LINE
 from scalescope.record import ResultRecord, read_result_json
 
 JOB_ID = "local-test-shared-id"
@@ -399,7 +400,9 @@ def test_a_hung_rank_fails_the_other_within_the_collective_timeout(tmp_path: Pat
 
     args = ("trainer.max_epochs=100000", "faults.step_sleep_s=0.2")
     timeout = ("trainer.collective_timeout_s=7", "tracking.mode='off'")
-    with two_rank_run(tmp_path, *args, *timeout, settle_s=8) as (proc, log):
+    # Training under way on both ranks (past the rendezvous, whose own timeout reads
+    # differently) before rank 1 stops.
+    with two_rank_run(tmp_path, *args, *timeout, settle_s=3, ready=READY_LINE) as (proc, log):
         (child,) = psutil.Process(proc.pid).children()
         child.suspend()
         rc = proc.wait(timeout=120)  # far below the 30 min default

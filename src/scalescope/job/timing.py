@@ -36,6 +36,10 @@ from ..procinfo import peak_host_rss_gib, process_start_unix
 __all__ = ["TimingCallback", "agree", "median_step_time", "process_start_unix", "resolve_warmup"]
 
 
+READY_LINE = "scalescope: training starts"
+"""Printed by rank 0 once every rank has met at the start of training (the clock starts)."""
+
+
 @dataclass
 class Timings:
     """What one rank measured; :func:`agree` reduces them over ranks."""
@@ -103,6 +107,8 @@ class TimingCallback(L.Callback):
         trainer.strategy.barrier("scalescope-train-start")
         self._sync()
         self.t.train_start_unix = time.time()
+        if trainer.global_rank == 0:
+            print(f"{READY_LINE} (all {trainer.world_size} ranks met)", flush=True)
         self._warmup_target = resolve_warmup(self.warmup_setting, self._steps_per_epoch(trainer))
         if self._warmup_target == 0:
             self.t.warmup_steps, self.t.warmup_train_s = 0, 0.0
