@@ -154,6 +154,7 @@ class StepBreakdown(L.Callback):
         self._direct_fetch = False
         self._grad_order: list[int] | None = None
         self._grad_hooks: list[Any] = []
+        self._params: list[Any] = []
         self._batch: Any = None
         self.peak_dev_gib: float | None = None
         self.calibration: dict[str, Any] = {
@@ -221,7 +222,7 @@ class StepBreakdown(L.Callback):
         self._call_start = self.clock.mark() if self._counting else None
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._grad_order is not None and self._grad_hooks and len(self._grad_hooks) > 1:
+        if self._grad_order is not None:  # the first backward: keep one hook from now on
             self._settle_last_gradient()
         if self._counting and self._ready is not None:
             self.clock.add("comm_wait_s", self._ready, self.clock.mark())
