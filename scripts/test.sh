@@ -1,21 +1,91 @@
 #!/usr/bin/env bash
-# Everything: set up with the test tools, lint, bring up the local two-node Slurm cluster
-# (installs Debian's Slurm packages when missing), run the whole test suite, take the
-# cluster down again. Extra arguments go to pytest.
+# The whole test suite, in tiers (tests/unit, tests/integration, tests/slurm):
+#   bash scripts/test.sh             set up (with the test tools), lint, the unit tier (stops at
+#                                    the first failure), then integration and Slurm tiers on the
+#                                    local two-node cluster (started here, installing Debian's
+#                                    Slurm packages when missing; taken down again if started here)
+#   bash scripts/test.sh --quick     set up, lint and the unit tier only: no root, no cluster, no
+#                                    training
+#   bash scripts/test.sh --no-slurm  everything but the Slurm tier, said loudly at start and end
+# Other arguments go to every pytest run (e.g. -k name). If the cluster cannot come up, the run
+# fails with the reason: the Slurm tier is never skipped silently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+quick=0
+slurm=1
+pytest_args=()
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --no-slurm) slurm=0 ;;
+    *) pytest_args+=("$arg") ;;
+  esac
+done
+
+banner() { printf '\n=== %s ===\n' "$*"; }
+
 bash scripts/setup.sh --dev
 # shellcheck disable=SC1091
 source .venv/bin/activate
 
+reports=$(mktemp -d)
+trap 'rm -rf "$reports"' EXIT
+totals() {
+  # One closing line over every tier that ran: "tests: N passed, N failed, N skipped".
+  python - "$reports" <<'PY'
+import sys, pathlib, xml.etree.ElementTree as ET
+t = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*.xml")):
+    for suite in ET.parse(f).getroot().iter("testsuite"):
+        for k in t:
+            t[k] += int(suite.get(k, 0))
+failed = t["failures"] + t["errors"]
+print(f"tests: {t['tests'] - failed - t['skipped']} passed, {failed} failed, {t['skipped']} skipped")
+PY
+}
+
+banner "lint"
 ruff check src analysis tests benchmarks examples
 ruff format --check src analysis tests benchmarks examples
 
-# The Slurm integration tests need the local cluster; leave one that was already up as is.
-started_cluster=0
-scalescope local-cluster status -q >/dev/null 2>&1 || started_cluster=1
-eval "$(scalescope local-cluster up -q)"
-cleanup() { if [ "$started_cluster" = 1 ]; then scalescope local-cluster down || true; fi; }
-trap cleanup EXIT
+banner "unit tier (in-process; stops at the first failure)"
+python -m pytest tests/unit -x -q --junitxml="$reports/unit.xml" "${pytest_args[@]}"
 
-python -m pytest -q "$@"
+if [ "$quick" = 1 ]; then
+  totals
+  echo "quick run: lint and the unit tier only; integration and Slurm tiers not run"
+  exit 0
+fi
+
+tiers=(tests/integration)
+if [ "$slurm" = 1 ]; then
+  # The Slurm tier needs the local cluster; one that was already up is left as it is.
+  started_cluster=0
+  scalescope local-cluster status -q >/dev/null 2>&1 || started_cluster=1
+  if ! export_line=$(scalescope local-cluster up -q); then
+    echo "test.sh: the local Slurm cluster did not come up (reason above); the Slurm tier" \
+      "cannot run. Fix it, or opt out explicitly with --no-slurm." >&2
+    exit 1
+  fi
+  eval "$export_line"
+  export SCALESCOPE_REQUIRE_SLURM=1 # the tier's fixture fails, never skips, without a cluster
+  cleanup() {
+    if [ "$started_cluster" = 1 ]; then scalescope local-cluster down || true; fi
+    rm -rf "$reports"
+  }
+  trap cleanup EXIT
+  tiers+=(tests/slurm)
+else
+  banner "--no-slurm: the Slurm tier (tests/slurm) is NOT run"
+fi
+
+banner "${tiers[*]}"
+rc=0
+python -m pytest "${tiers[@]}" -q --durations=25 --junitxml="$reports/rest.xml" \
+  "${pytest_args[@]}" || rc=$?
+totals
+if [ "$slurm" = 0 ]; then
+  echo "not run: the Slurm tier (tests/slurm), by --no-slurm"
+fi
+exit "$rc"

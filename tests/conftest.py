@@ -1,61 +1,60 @@
-"""Shared fixtures: the local Slurm cluster and job submission to it."""
+"""What every tier shares: the tier marks, taken from the folder, and hypothesis profiles.
+
+A test's tier is where it lives (``tests/unit``, ``tests/integration``, ``tests/slurm``); the
+folder's name becomes its marker, so ``-m unit`` and ``tests/unit`` select the same tests and
+no decorator can disagree with the layout. A test file directly under ``tests/`` is refused.
+"""
 
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "integration", "slurm")
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[object]:
-    """The local two-node cluster, with SLURM_CONF set for the session.
-
-    Uses the same state directory as `scalescope local-cluster up` (CI starts it before the
-    tests), so a running cluster is reused and left running; one this fixture started is
-    stopped at the end. Skipped only when this machine cannot host it (not root, no apt);
-    any other failure to start is an error, not a skip.
-    """
-    from scalescope.launch import local_cluster
-
-    try:
-        info = local_cluster.up(timeout_s=120)
-    except local_cluster.LocalClusterUnavailable as exc:
-        pytest.skip(f"no local Slurm cluster on this machine: {exc}")
-    previous = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = info.conf
-    try:
-        yield info
-    finally:
-        if previous is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = previous
-        if not info.already_running:
-            local_cluster.down(info.dir)
-
-
-Submit = Callable[..., str]
+# The property tests cost the same everywhere: `dev` for a quick local run, `ci` (chosen when
+# CI is set) with more examples and a fixed database-free run, so CI never replays a failure
+# found on someone's laptop and never writes .hypothesis/ into the clone.
+settings.register_profile(
+    "dev", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(
+    os.environ.get("SCALESCOPE_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 
 @pytest.fixture
-def sbatch(slurm_cluster: object) -> Submit:
-    """``sbatch(*args, cwd=..., env=...) -> job id`` on the local cluster."""
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in an empty folder: `outputs/` appears there if anything is submitted."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
 
-    def submit(
-        *args: str, cwd: str | os.PathLike[str], env: Mapping[str, str] | None = None
-    ) -> str:
-        out = subprocess.run(
-            ["sbatch", "--parsable", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            env={**os.environ, **(env or {})},
-            timeout=60,
-        )
-        assert out.returncode == 0, f"sbatch {' '.join(args)} failed: {out.stderr.strip()}"
-        return out.stdout.strip().split(";")[0]
 
-    return submit
+def tier_of(path: Path) -> str | None:
+    try:
+        first = Path(path).resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return first if first in TIERS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is None:
+            raise pytest.UsageError(
+                f"{item.nodeid}: every test lives in tests/unit, tests/integration or tests/slurm"
+            )
+        item.add_marker(getattr(pytest.mark, tier))

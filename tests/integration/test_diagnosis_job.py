@@ -23,8 +23,6 @@ from analysis.diagnosis import LABELS, waterfall
 from analysis.frame import load_all
 from scalescope.record import ResultRecord
 
-pytestmark = pytest.mark.slow
-
 QUICK = ("tracking.mode=off", "trainer.max_epochs=3")
 
 

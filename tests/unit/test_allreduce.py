@@ -32,7 +32,7 @@ from scalescope.job.allreduce import (
     sweep_sizes,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "allreduce_worker.py"
 
 # --- pure arithmetic ------------------------------------------------------------------------------
@@ -206,7 +206,6 @@ def three_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]
     return results  # type: ignore[return-value]
 
 
-@pytest.mark.slow
 def test_three_ranks_sweep_every_size_with_nccl_tests_formulas(
     three_ranks: list[dict[str, Any]],
 ) -> None:
@@ -222,14 +221,12 @@ def test_three_ranks_sweep_every_size_with_nccl_tests_formulas(
     assert s["seconds"] > 0
 
 
-@pytest.mark.slow
 def test_every_rank_returns_the_same_section(three_ranks: list[dict[str, Any]]) -> None:
     first = three_ranks[0]["section"]
     for r in three_ranks[1:]:
         assert _same_but_seconds(r["section"], first)
 
 
-@pytest.mark.slow
 def test_prediction_reads_the_buckets_off_the_table(three_ranks: list[dict[str, Any]]) -> None:
     s = three_ranks[0]["section"]
     rows = s["sizes"]
@@ -243,12 +240,10 @@ def test_prediction_reads_the_buckets_off_the_table(three_ranks: list[dict[str, 
     )
 
 
-@pytest.mark.slow
 def test_the_baseline_leaves_rng_and_tensors_alone(three_ranks: list[dict[str, Any]]) -> None:
     assert all(r["rng_unchanged"] and r["weight_unchanged"] for r in three_ranks)
 
 
-@pytest.mark.slow
 def test_a_tiny_budget_stops_early_on_every_rank_with_a_reason(tmp_path: Path) -> None:
     done, results = run_group(tmp_path, 2, "--gradient-bytes", str(2**20), "--budget-s", "0")
     assert all(p.returncode == 0 for p in done), [p.stderr[-2000:] for p in done]
@@ -260,7 +255,6 @@ def test_a_tiny_budget_stops_early_on_every_rank_with_a_reason(tmp_path: Path) -
     assert a["predicted_step_s"] > 0  # extrapolated at the largest measured size's bandwidth
 
 
-@pytest.mark.slow
 def test_world_size_one_is_skipped_with_the_reason(tmp_path: Path) -> None:
     done, results = run_group(tmp_path, 1, "--gradient-bytes", "100000")
     assert done[0].returncode == 0, done[0].stderr[-2000:]
@@ -269,7 +263,6 @@ def test_world_size_one_is_skipped_with_the_reason(tmp_path: Path) -> None:
     assert s["sizes"] == [] and s["predicted_step_s"] is None
 
 
-@pytest.mark.slow
 def test_a_peer_dying_mid_sweep_fails_the_other_rank_instead_of_hanging(tmp_path: Path) -> None:
     # Rank 1 is patched to exit hard at its 6th all-reduce (inside the sweep); rank 0 must end
     # with an error, within the process group's 10 s timeout (run_group fails a hang at 60 s).
@@ -315,7 +308,6 @@ def test_a_peer_dying_mid_sweep_fails_the_other_rank_instead_of_hanging(tmp_path
     assert "Traceback" in err and "allreduce_baseline" in err, err[-2000:]
 
 
-@pytest.mark.slow
 def test_the_benchmark_prints_the_table_from_spawned_ranks() -> None:
     out = subprocess.run(
         [

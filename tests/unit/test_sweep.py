@@ -17,103 +17,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sweep_helpers import (
+    CPU_PROFILE,
+    GPU_PROFILE,
+    assert_nothing_submitted,
+    expect_error,
+    sweep_cli,
+    write_profile,
+    write_sweep,
+)
 
-from scalescope import cli
 from scalescope.errors import ConfigError
 from scalescope.record import ResultRecord, decode_line
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "sweep"
 
-TRAIN_CONFIG = """\
-name: spiral
-workload: {name: spiral, num_samples: 1000}
-trainer: {scaling: strong, batch_size: 256, max_epochs: 1, accelerator: cpu}
-tracking: {mode: "off"}
-"""
-
-GPU_PROFILE = """\
-name: test-a100
-partition: gpu
-account: proj42
-qos: normal
-gpus_per_node: 4
-cpus_per_task: 8
-mem_gb: 240
-max_nodes: 4
-max_devices_per_node: 4
-timeout_min: 45
-constraint: a100
-setup: |
-  module load cuda/12.4
-  source "$HOME/venvs/scalescope/bin/activate"
-sbatch_extra: ['--exclusive', '--reservation=bench']
-"""
-
-CPU_PROFILE = """\
-name: test-cpu
-partition: debug
-max_nodes: 2
-max_devices_per_node: 2
-"""
-
-
-def _shapes(*shapes: tuple[int, int]) -> str:
-    return "".join(f"  - {{nodes: {n}, devices_per_node: {d}}}\n" for n, d in shapes)
-
-
-def write_sweep(
-    root: Path,
-    *,
-    shapes: tuple[tuple[int, int], ...] = ((1, 1), (1, 2)),
-    extra: str = "",
-    overrides: str = "",
-    train: str = TRAIN_CONFIG,
-    train_path: str = "../train.yaml",
-) -> Path:
-    (root / "configs" / "sweeps").mkdir(parents=True, exist_ok=True)
-    (root / "configs" / "train.yaml").write_text(train)
-    sweep = root / "configs" / "sweeps" / "test.yaml"
-    text = f"name: test\ntrain_config: {train_path}\nshapes:\n{_shapes(*shapes)}{extra}"
-    if overrides:
-        text += f"overrides:\n{overrides}"
-    sweep.write_text(text)
-    return sweep
-
-
-def write_profile(root: Path, text: str, name: str = "site.yaml") -> Path:
-    path = root / "configs" / "clusters" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-@pytest.fixture
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Run in an empty folder: `outputs/` appears there if anything is submitted."""
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def sweep_cli(*argv: str) -> int:
-    return cli.main(["sweep", *argv])
-
-
-def assert_nothing_submitted(root: Path) -> None:
-    assert not (root / "outputs").exists(), "a job folder was created although validation failed"
-
-
 # --- validation: one clear line, exit 2, nothing submitted -------------------------------------
-
-
-def expect_error(root: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    rc = sweep_cli(*argv)
-    err = capsys.readouterr().err.strip()
-    assert rc == 2, err
-    assert err.startswith("scalescope sweep: error: ")
-    assert len(err.splitlines()) == 1, err
-    assert_nothing_submitted(root)
-    return err
 
 
 def test_unknown_key_lists_valid_keys(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -617,7 +537,6 @@ def records_in(log: Path) -> list[Any]:
     return events
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_local_sweep_end_to_end(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sweep = write_sweep(in_tmp, shapes=((1, 1), (1, 2)), extra="repeats: 1\norder_seed: 1\n")
@@ -674,7 +593,6 @@ def _sweep_processes(marker: str) -> list[int]:
     return pids
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_ctrl_c_stops_a_local_sweep_and_keeps_finished_results(tmp_path: Path) -> None:
     # The 1-process job finishes; SIGINT arrives while the 2-process job sets up DDP (a

@@ -13,7 +13,7 @@ from scalescope.errors import ConfigError
 from scalescope.launch.cluster import ClusterProfile, load_profile
 from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
 TRAIN_CONFIGS = sorted([*CONFIGS.glob("*.yaml"), *(CONFIGS / "diagnosis").glob("*.yaml")])
 SWEEPS = sorted((CONFIGS / "sweeps").glob("*.yaml"))

@@ -12,7 +12,7 @@ import pytest
 
 from scalescope.atomic import replace_dir_atomic, write_bytes_atomic, write_text_atomic
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_write_creates_folders_and_replaces_whole(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
 from analysis_helpers import GOLDEN, run_summarize
 
 INPUT = "tests/fixtures/logs"  # relative: paths in the output are relative to it
@@ -83,7 +82,6 @@ def test_json_carries_every_table_and_its_versions() -> None:
     assert {r["job_id"]: r["restart_count"] for r in doc["runs"]}["5004"] == 1
 
 
-@pytest.mark.slow
 def test_written_summary_folder(tmp_path: Path) -> None:
     out = tmp_path / "summary"
     proc = run_summarize(INPUT, "--out", out, "--format", "json")

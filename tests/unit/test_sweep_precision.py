@@ -6,12 +6,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_sweep import assert_nothing_submitted, expect_error, in_tmp, sweep_cli, write_sweep
+from sweep_helpers import assert_nothing_submitted, expect_error, sweep_cli, write_sweep
 
 from scalescope.launch.executor import Launcher
 from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
-
-__all__ = ["in_tmp"]  # the fixture, imported for this module's tests
 
 PRECISIONS = 'precisions: ["32", "bf16-mixed"]\n'
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from scalescope.launch import local_cluster, monitor
 from scalescope.procinfo import process_start_unix
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_process_start_is_when_the_process_was_created() -> None:

@@ -544,7 +544,6 @@ def test_chart_slugs_are_file_safe_and_unique() -> None:
     }
 
 
-@pytest.mark.slow
 def test_summarize_writes_the_waterfall_end_to_end(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     for r in pattern_records("input"):

@@ -36,7 +36,7 @@ from scalescope.errors import ConfigError
 from scalescope.job import tracking
 from scalescope.record import read_result_json
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAKE_KEY = "FAKEKEY-scalescope-0123456789abcdef"
 NAME = "spiral-1n2d-4242"
 TAGS = ["world2", "nodes1", "bf16-mixed", "strong", "spiral", "sweep:s1"]
@@ -547,7 +547,6 @@ def test_rejected_key_with_stop_stops_before_training(tmp_path: Path) -> None:
     assert_no_key(run.output, tmp_path)
 
 
-@pytest.mark.slow
 def test_server_that_hangs_after_answering_is_bounded(tmp_path: Path) -> None:
     """The pre-flight request is answered, then every request hangs: creating the
     experiment is abandoned after create_timeout_s and the run goes offline."""
@@ -760,7 +759,6 @@ def _one_result(out: Path) -> Any:
     return read_result_json(found[0])
 
 
-@pytest.mark.slow
 def test_two_process_run_offline_writes_one_archive(tmp_path: Path) -> None:
     run = _train(tmp_path, _clean_env(tmp_path), "trainer.devices=2", "tracking.mode=offline")
     assert run.returncode == 0, run.output[-3000:]
@@ -789,7 +787,6 @@ def test_two_process_run_offline_writes_one_archive(tmp_path: Path) -> None:
     assert data["others"]["version.torch"] == result.versions["torch"]
 
 
-@pytest.mark.slow
 def test_fake_key_and_unanswered_server_training_completes(tmp_path: Path) -> None:
     """Online asked for (a key is set) but the server never answers: the start line says
     so after connect_timeout_s, training runs, the record is complete, the key is nowhere,
@@ -826,8 +823,6 @@ def test_fake_key_and_unanswered_server_training_completes(tmp_path: Path) -> No
     )
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
 def test_two_node_slurm_job_offline_writes_one_archive(sbatch: Any, tmp_path: Path) -> None:
     from slurm_helpers import job_env, make_submit_dir, wait_for_job
 

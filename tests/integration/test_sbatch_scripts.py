@@ -17,7 +17,7 @@ from slurm_helpers import REPO, job_env, make_submit_dir, wait_for_job
 from scalescope.record import ResultRecord, decode_line
 
 JOBS = REPO / "slurm_jobs"
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PROFILES = sorted((REPO / "configs" / "clusters").glob("*.yaml"))
 # A few CPU seconds per rank: enough steps to exercise DDP, nothing to measure.
 TINY = "trainer.max_epochs=2 workload.num_samples=2000 trainer.batch_size=64"
@@ -156,8 +156,6 @@ def _results(log: Path) -> list[ResultRecord]:
     return [e for e in events if isinstance(e, ResultRecord)]
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("script", "shape", "nodes", "tasks_per_node"),
     [
@@ -204,8 +202,6 @@ def test_script_trains_and_reports_one_result(
     assert f"scalescope job {job_id}: training exited with status 0" in text
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
 def test_crash_in_training_fails_the_job_with_its_error_in_the_log(sbatch, tmp_path: Path) -> None:
     """A valid config that breaks at run time (an output_dir nobody can create)."""
     repo = make_submit_dir(tmp_path / "repo")
@@ -228,8 +224,6 @@ def test_crash_in_training_fails_the_job_with_its_error_in_the_log(sbatch, tmp_p
     assert not _results(repo / "outputs" / f"slurm-{job_id}.out")
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
 def test_missing_config_fails_the_job(sbatch, tmp_path: Path) -> None:
     repo = make_submit_dir(tmp_path / "repo")
     job_id = sbatch(

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 from analysis_helpers import GOLDEN, make_result, run_summarize, start_of, write_log
+from golden import close as _close
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats as sps
-from test_analysis_golden import _close
 
 from analysis.gate import _ratio_p_below, load_reference
 from analysis.metrics import SERIES_KEYS
@@ -312,7 +312,7 @@ def test_bencher_metric_format_shape() -> None:
 
 
 def test_the_readme_reference_example_is_a_valid_reference_file(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     block = readme.split("The\nformat, edited by hand as needed:\n\n```yaml\n")[1].split("```")[0]
     ref = tmp_path / "ref.yaml"
     ref.write_text(block, encoding="utf-8")

@@ -71,7 +71,6 @@ def test_default_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 USABLE = {"idle", "mixed", "allocated", "completing"}
 
 
-@pytest.mark.slurm
 def test_status_and_up_are_idempotent(slurm_cluster: lc.ClusterInfo) -> None:
     before = lc.status(slurm_cluster.dir)
     assert before.running, before.problem
@@ -85,7 +84,6 @@ def test_status_and_up_are_idempotent(slurm_cluster: lc.ClusterInfo) -> None:
     assert again.daemons == before.daemons  # nothing was started or restarted
 
 
-@pytest.mark.slurm
 def test_cli_status_prints_the_slurm_conf_line(slurm_cluster: lc.ClusterInfo) -> None:
     out = subprocess.run(
         [
@@ -106,7 +104,6 @@ def test_cli_status_prints_the_slurm_conf_line(slurm_cluster: lc.ClusterInfo) ->
     assert out.stdout.strip().splitlines()[-1] == slurm_cluster.export_line
 
 
-@pytest.mark.slurm
 def test_two_node_job_runs_one_task_on_each_node(
     slurm_cluster: lc.ClusterInfo, sbatch, tmp_path: Path
 ) -> None:
@@ -126,7 +123,6 @@ def test_two_node_job_runs_one_task_on_each_node(
     assert tasks == ["task=0 node=node1", "task=1 node=node2"]
 
 
-@pytest.mark.slurm
 def test_two_one_cpu_jobs_share_a_node(
     slurm_cluster: lc.ClusterInfo, sbatch, tmp_path: Path
 ) -> None:
@@ -166,7 +162,6 @@ def second_cluster(slurm_cluster: lc.ClusterInfo) -> Iterator[Path]:
         subprocess.run(["rm", "-rf", str(root)], check=False)
 
 
-@pytest.mark.slurm
 def test_down_stops_exactly_its_own_processes(
     slurm_cluster: lc.ClusterInfo, second_cluster: Path
 ) -> None:

@@ -22,7 +22,7 @@ from scalescope.errors import ConfigError, ScalescopeError
 from scalescope.record import ResultRecord, decode_line
 from scalescope.workloads.user_job import batch_size_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = "examples/my_project.yaml"
 MODEL = "examples.my_project.model"
 QUIET = ("tracking.mode='off'",)
@@ -200,7 +200,6 @@ def test_train_the_example_in_one_process(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.slow
 def test_train_the_example_in_two_processes(tmp_path: Path) -> None:
     # Lightning's DistributedSampler gives each rank 1,500 samples: 46 batches of 32 and one
     # of 28 each; the counts summed over ranks are the same 3,000 per epoch.
@@ -230,7 +229,6 @@ def _summarize(folder: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_local_sweep_of_the_example_shows_a_speedup_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -269,7 +267,6 @@ class Boom(MyModel):
 """
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_module_that_raises_gives_a_failed_row_with_its_exception(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -314,7 +311,6 @@ class Manual(MyModel):
 """
 
 
-@pytest.mark.slow
 def test_a_manual_optimization_module_returning_none_is_timed(tmp_path: Path) -> None:
     # Its steps still advance global_step, so the timing callback reaches its every-N read
     # with no loss to read: it must stamp the clock after a device sync instead.

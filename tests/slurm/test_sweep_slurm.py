@@ -20,8 +20,6 @@ from slurm_helpers import REPO, wait_for_job
 from scalescope import cli
 from scalescope.record import ResultRecord, decode_line
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
 SWEEP = f"""\
 name: slurm-test
 train_config: {REPO / "configs" / "spiral.yaml"}

@@ -7,7 +7,6 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
 from core_helpers import two_rank_run
 from hypothesis import given
 from hypothesis import strategies as st
@@ -50,7 +49,6 @@ def test_growth_from_one_reaches_the_interval() -> None:
     assert every == int(CHECK_INTERVAL_S / 0.001)
 
 
-@pytest.mark.slow
 def test_sigterm_with_slow_steps_stops_both_ranks_and_records_why(tmp_path: Path) -> None:
     """Like Slurm at a time limit: SIGTERM to every process, SIGKILL after a 5 s grace
     period (the local cluster's KillWait). Steps take 1 s and a call holds 8 of them."""

@@ -198,7 +198,6 @@ print(json.dumps({"built": s.built, "digest": h.hexdigest()}))
 """
 
 
-@pytest.mark.slow
 def test_concurrent_processes_build_the_set_exactly_once(tmp_path: Path) -> None:
     spec = ImageSetSpec(
         image_size=24, num_classes=5, train_samples=6000, val_samples=1000, noise=0.5, data_seed=9
@@ -306,7 +305,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TrainRun]:
     }
 
 
-@pytest.mark.slow
 def test_one_process_run_records_the_loader_settings(runs: dict[str, TrainRun]) -> None:
     r = _finished(runs["w2"])
     assert r.identity.workload == "resnet"
@@ -319,7 +317,6 @@ def test_one_process_run_records_the_loader_settings(runs: dict[str, TrainRun]) 
     assert r.val_acc_final > 0.4  # four classes: well above chance after two epochs
 
 
-@pytest.mark.slow
 def test_0_and_2_workers_train_identically(runs: dict[str, TrainRun]) -> None:
     """The augmentation is decided by the sampler, not by the worker: same bytes, same run."""
     a, b = _finished(runs["w0"]), _finished(runs["w2"])
@@ -327,7 +324,6 @@ def test_0_and_2_workers_train_identically(runs: dict[str, TrainRun]) -> None:
     assert a.val_acc_final == b.val_acc_final
 
 
-@pytest.mark.slow
 def test_two_processes_follow_the_one_process_trajectory(runs: dict[str, TrainRun]) -> None:
     """Same global batches, same augmentation, GroupNorm: the same trajectory up to rounding
     (the all-reduced mean of two half-batch gradients is not bit-equal to the full batch's;
@@ -354,7 +350,6 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
 def test_bench_data_prints_its_table_and_writes_csv_and_json(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     proc = _cli(

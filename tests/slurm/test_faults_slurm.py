@@ -16,8 +16,6 @@ from slurm_helpers import REPO, job_env, make_submit_dir, wait_for_job
 
 from scalescope.record import ResultRecord, StartEvent, decode_line
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
 BASE = "workload.num_samples=2000 trainer.batch_size=64 tracking.mode=off"
 
 

@@ -20,8 +20,6 @@ from slurm_helpers import REPO, job_env, make_submit_dir, wait_for_job
 from scalescope import cli
 from scalescope.record import ResultRecord, decode_line
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
 SMALL = "trainer.max_epochs=2 tracking.mode='off'"
 
 

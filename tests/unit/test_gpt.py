@@ -221,7 +221,6 @@ def _finished(run: TrainRun) -> ResultRecord:
     return result
 
 
-@pytest.mark.slow
 def test_one_process_gpt_trains_and_reports_flops(runs: dict[str, TrainRun]) -> None:
     r = _finished(runs["one"])
     assert r.identity.workload == "gpt"
@@ -237,7 +236,6 @@ def test_one_process_gpt_trains_and_reports_flops(runs: dict[str, TrainRun]) -> 
     assert r.config["workload"]["preset"] == "tiny"
 
 
-@pytest.mark.slow
 def test_two_processes_follow_the_one_process_trajectory(runs: dict[str, TrainRun]) -> None:
     """Strong scaling: the same global batches at world size 2, the same validation loss."""
     one, two = _finished(runs["one"]), _finished(runs["two"])
@@ -247,7 +245,6 @@ def test_two_processes_follow_the_one_process_trajectory(runs: dict[str, TrainRu
     assert two.val_loss_final == pytest.approx(one.val_loss_final, abs=1e-3)
 
 
-@pytest.mark.slow
 def test_bf16_mixed_on_the_cpu_trains_and_says_so(tmp_path: Path) -> None:
     """The precision axis's other value runs on a CPU-only machine too (autocast to bf16)."""
     run = run_train(tmp_path, *TINY_GPT, "trainer.precision=bf16-mixed", output_dir=tmp_path)

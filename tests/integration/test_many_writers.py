@@ -34,7 +34,6 @@ def _summarize(out: Path) -> subprocess.Popen[str]:
     )
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_twenty_jobs_finishing_at_once_lose_no_record(tmp_path: Path) -> None:
     out = tmp_path / "outputs"

@@ -53,7 +53,6 @@ def _finished(run: object) -> ResultRecord:
 # --- one process ----------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_one_process_prints_one_start_and_one_result(shared: dict[str, object]) -> None:
     run = shared["one"]
     result = _finished(run)
@@ -64,7 +63,6 @@ def test_one_process_prints_one_start_and_one_result(shared: dict[str, object]) 
     assert "Traceback" not in run.combined
 
 
-@pytest.mark.slow
 def test_result_json_equals_the_printed_record(shared: dict[str, object]) -> None:
     result = _finished(shared["one"])
     run_dir = Path(result.identity.run_dir)
@@ -73,7 +71,6 @@ def test_result_json_equals_the_printed_record(shared: dict[str, object]) -> Non
     assert sorted(p.name for p in run_dir.iterdir()) == ["result.json"]
 
 
-@pytest.mark.slow
 def test_one_process_record_is_consistent(shared: dict[str, object]) -> None:
     r = _finished(shared["one"])
     ident = r.identity
@@ -132,7 +129,6 @@ def test_one_process_record_is_consistent(shared: dict[str, object]) -> None:
     assert r.tracking.get("mode") == "off"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("warmup", "steady_steps"), [("7", 50 - 8), ("0", 50), ("60", None)], ids=str
 )
@@ -159,7 +155,6 @@ def test_negative_warmup_is_one_line(tmp_path: Path) -> None:
     assert "trainer.warmup_steps" in run.stderr and "must be >= 0" in run.stderr
 
 
-@pytest.mark.slow
 def test_training_writes_nothing_outside_the_output_dir(shared: dict[str, object]) -> None:
     _finished(shared["one"])
     _finished(shared["two"])
@@ -169,7 +164,6 @@ def test_training_writes_nothing_outside_the_output_dir(shared: dict[str, object
 # --- two processes --------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_two_processes_report_world_two_once(shared: dict[str, object]) -> None:
     run = shared["two"]
     r = _finished(run)
@@ -186,7 +180,6 @@ def test_two_processes_report_world_two_once(shared: dict[str, object]) -> None:
     assert r.val_samples == 400
 
 
-@pytest.mark.slow
 def test_two_processes_follow_the_one_process_trajectory(shared: dict[str, object]) -> None:
     """Strong-scaling invariance end to end: same global batches, same validation loss."""
     one = _finished(shared["one"])
@@ -197,7 +190,6 @@ def test_two_processes_follow_the_one_process_trajectory(shared: dict[str, objec
     assert two.steps == one.steps
 
 
-@pytest.mark.slow
 def test_same_job_id_never_reuses_a_run_dir(shared: dict[str, object]) -> None:
     one = _finished(shared["one"])
     two = _finished(shared["two"])
@@ -301,7 +293,6 @@ def test_help_through_python_dash_m(tmp_path: Path) -> None:
 # --- GPU ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.gpu
 def test_bf16_on_cuda_reports_memory_and_mfu(tmp_path: Path) -> None:
     import torch
@@ -334,7 +325,6 @@ def test_bf16_on_cuda_reports_memory_and_mfu(tmp_path: Path) -> None:
         assert r.mfu == pytest.approx(expected, rel=1e-9)
 
 
-@pytest.mark.slow
 def test_grouped_steps_train_exactly_like_single_steps(
     shared: dict[str, object], tmp_path: Path
 ) -> None:
@@ -346,7 +336,6 @@ def test_grouped_steps_train_exactly_like_single_steps(
     assert single.val_loss_final == pytest.approx(grouped.val_loss_final, abs=1e-6)
 
 
-@pytest.mark.slow
 def test_max_steps_is_exact_inside_a_group(tmp_path: Path) -> None:
     r = _finished(
         run_train(
@@ -356,7 +345,6 @@ def test_max_steps_is_exact_inside_a_group(tmp_path: Path) -> None:
     assert r.steps == 7
 
 
-@pytest.mark.slow
 def test_ctrl_c_stops_every_rank_and_writes_no_result(tmp_path: Path) -> None:
     """Ctrl-C in a terminal signals the whole foreground group: both ranks must go,
     the CLI says so in one line with exit 130, and no result.json is left behind."""
@@ -392,7 +380,6 @@ def _live_members(pgid: int) -> list[int]:
     return live
 
 
-@pytest.mark.slow
 def test_a_hung_rank_fails_the_other_within_the_collective_timeout(tmp_path: Path) -> None:
     """Rank 1 stopped (SIGSTOP) mid-training: rank 0's next all-reduce gives up after
     trainer.collective_timeout_s, and the error says so with the configured value."""

@@ -1,0 +1,64 @@
+"""The Slurm tier's fixtures: the local two-node cluster and job submission to it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[object]:
+    """The local two-node cluster, with SLURM_CONF set for the session.
+
+    Uses the same state directory as `scalescope local-cluster up` (CI starts it before the
+    tests), so a running cluster is reused and left running; one this fixture started is
+    stopped at the end. Under scripts/test.sh (SCALESCOPE_REQUIRE_SLURM=1) or CI a cluster
+    that cannot start fails the tier with the reason; elsewhere a machine that cannot host it
+    (not root, no apt) skips the tier with that reason. Any other failure is an error.
+    """
+    from scalescope.launch import local_cluster
+
+    try:
+        info = local_cluster.up(timeout_s=120)
+    except local_cluster.LocalClusterUnavailable as exc:
+        if os.environ.get("SCALESCOPE_REQUIRE_SLURM") == "1" or os.environ.get("CI"):
+            pytest.fail(f"the Slurm tier needs the local cluster, which cannot start: {exc}")
+        pytest.skip(f"no local Slurm cluster on this machine: {exc}")
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = info.conf
+    try:
+        yield info
+    finally:
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+        if not info.already_running:
+            local_cluster.down(info.dir)
+
+
+Submit = Callable[..., str]
+
+
+@pytest.fixture
+def sbatch(slurm_cluster: object) -> Submit:
+    """``sbatch(*args, cwd=..., env=...) -> job id`` on the local cluster."""
+
+    def submit(
+        *args: str, cwd: str | os.PathLike[str], env: Mapping[str, str] | None = None
+    ) -> str:
+        out = subprocess.run(
+            ["sbatch", "--parsable", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            timeout=60,
+        )
+        assert out.returncode == 0, f"sbatch {' '.join(args)} failed: {out.stderr.strip()}"
+        return out.stdout.strip().split(";")[0]
+
+    return submit
