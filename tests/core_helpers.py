@@ -217,6 +217,7 @@ def two_rank_run(
     settle_s: float,
     startup_s: float = 180.0,
     ready: str = "scalescope: tracking",
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """A 2-process ``python -m scalescope.train`` in its own session (so a signal can reach
     the whole group, as a terminal's Ctrl-C or Slurm's does), its output in ``log.txt``.
@@ -236,7 +237,7 @@ def two_rank_run(
                 *args,
             ],
             cwd=tmp_path,
-            env=clean_env(),
+            env=clean_env(env),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

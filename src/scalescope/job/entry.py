@@ -40,6 +40,7 @@ from ..errors import ScalescopeError, TopologyError
 from ..procinfo import process_start_unix
 from ..workloads import is_user
 from . import topology
+from .children import take_over_from_observer
 from .topology import Topology
 
 
@@ -55,7 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)
-    run_training(cfg)
+    try:
+        run_training(cfg)
+    except KeyboardInterrupt:
+        # Rank 0 of a local run ends its child ranks itself: left to Lightning's observer,
+        # this process could be SIGKILLed while it returns 130 (see children.py).
+        take_over_from_observer()
+        raise
     return 0
 
 
