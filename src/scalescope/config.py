@@ -152,6 +152,13 @@ class FaultsConfig:
     slow_rank_sleep_s: float = option(
         0.0, help="how long slow_rank sleeps per optimizer step", check=non_negative
     )
+    allreduce_delay_s: float = option(
+        0.0,
+        help="every rank holds each gradient bucket's all-reduce result back this long (a DDP "
+        "communication hook: a slow network of known size; shows as exposed communication); "
+        "0 = off",
+        check=non_negative,
+    )
     exit_rank: int | None = option(
         None,
         help="this global rank exits abruptly (exit status 1) at exit_at: a rank that dies "
@@ -170,6 +177,7 @@ class FaultsConfig:
             self.step_sleep_s > 0
             or self.input_sleep_s > 0
             or (self.slow_rank is not None and self.slow_rank_sleep_s > 0)
+            or self.allreduce_delay_s > 0
         )
 
     def validate(self, where: str) -> None:

@@ -22,25 +22,6 @@ from scalescope.job.hardware import peak_flops
 from scalescope.job.timing import READY_LINE
 from scalescope.record import ResultRecord, read_result_json
 
-JOB_ID = "local-test-shared-id"
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """Two real runs of the same config into one output folder, with the same job id:
-    first 1 process, then 2 processes (strong scaling: the same global batch of 64)."""
-    root = tmp_path_factory.mktemp("train")
-    cwd, out = root / "cwd", root / "out"
-    cwd.mkdir()
-    env = {"SCALESCOPE_JOB_ID": JOB_ID}
-    one = run_train(cwd, *TINY, output_dir=out, env=env)
-    one_result_json = None
-    if one.returncode == 0 and one.results():
-        # Read before the second run: it must not change the first run's files.
-        one_result_json = Path(one.results()[0].identity.run_dir, "result.json").read_bytes()
-    two = run_train(cwd, *TINY, "trainer.devices=2", output_dir=out, env=env)
-    return {"one": one, "two": two, "cwd": cwd, "out": out, "one_result_json": one_result_json}
-
 
 def _finished(run: object) -> ResultRecord:
     assert isinstance(run, TrainRun)
@@ -53,8 +34,8 @@ def _finished(run: object) -> ResultRecord:
 # --- one process ----------------------------------------------------------------------------------
 
 
-def test_one_process_prints_one_start_and_one_result(shared: dict[str, object]) -> None:
-    run = shared["one"]
+def test_one_process_prints_one_start_and_one_result(spiral_runs: dict[str, object]) -> None:
+    run = spiral_runs["one"]
     result = _finished(run)
     assert isinstance(run, TrainRun)
     starts = run.starts()
@@ -63,21 +44,21 @@ def test_one_process_prints_one_start_and_one_result(shared: dict[str, object]) 
     assert "Traceback" not in run.combined
 
 
-def test_result_json_equals_the_printed_record(shared: dict[str, object]) -> None:
-    result = _finished(shared["one"])
+def test_result_json_equals_the_printed_record(spiral_runs: dict[str, object]) -> None:
+    result = _finished(spiral_runs["one"])
     run_dir = Path(result.identity.run_dir)
-    assert run_dir.parent == Path(str(shared["out"])) / "runs" / "spiral"
+    assert run_dir.parent == Path(str(spiral_runs["out"])) / "runs" / "spiral"
     assert read_result_json(run_dir / "result.json") == result
     assert sorted(p.name for p in run_dir.iterdir()) == ["result.json"]
 
 
-def test_one_process_record_is_consistent(shared: dict[str, object]) -> None:
-    r = _finished(shared["one"])
+def test_one_process_record_is_consistent(spiral_runs: dict[str, object]) -> None:
+    r = _finished(spiral_runs["one"])
     ident = r.identity
     assert (ident.launcher, ident.accelerator, ident.precision) == ("local", "cpu", "32")
     assert (ident.nodes, ident.devices_per_node, ident.world_size) == (1, 1, 1)
     assert (ident.per_device_batch_size, ident.global_batch_size) == (64, 64)
-    assert ident.job_id == JOB_ID and ident.run_id == f"{JOB_ID}.r0"
+    assert ident.job_id == spiral_runs["job_id"] and ident.run_id == f"{spiral_runs['job_id']}.r0"
     assert ident.scaling_mode == "strong" and ident.config_name == "spiral"
 
     assert (r.train_samples, r.val_samples) == (1600, 400)
@@ -155,17 +136,17 @@ def test_negative_warmup_is_one_line(tmp_path: Path) -> None:
     assert "trainer.warmup_steps" in run.stderr and "must be >= 0" in run.stderr
 
 
-def test_training_writes_nothing_outside_the_output_dir(shared: dict[str, object]) -> None:
-    _finished(shared["one"])
-    _finished(shared["two"])
-    assert list(Path(str(shared["cwd"])).iterdir()) == []
+def test_training_writes_nothing_outside_the_output_dir(spiral_runs: dict[str, object]) -> None:
+    _finished(spiral_runs["one"])
+    _finished(spiral_runs["two"])
+    assert list(Path(str(spiral_runs["cwd"])).iterdir()) == []
 
 
 # --- two processes --------------------------------------------------------------------------------
 
 
-def test_two_processes_report_world_two_once(shared: dict[str, object]) -> None:
-    run = shared["two"]
+def test_two_processes_report_world_two_once(spiral_runs: dict[str, object]) -> None:
+    run = spiral_runs["two"]
     r = _finished(run)
     assert isinstance(run, TrainRun)
     assert len(run.starts()) == 1  # rank 1 prints no events
@@ -180,26 +161,26 @@ def test_two_processes_report_world_two_once(shared: dict[str, object]) -> None:
     assert r.val_samples == 400
 
 
-def test_two_processes_follow_the_one_process_trajectory(shared: dict[str, object]) -> None:
+def test_two_processes_follow_the_one_process_trajectory(spiral_runs: dict[str, object]) -> None:
     """Strong-scaling invariance end to end: same global batches, same validation loss."""
-    one = _finished(shared["one"])
-    two = _finished(shared["two"])
+    one = _finished(spiral_runs["one"])
+    two = _finished(spiral_runs["two"])
     assert one.val_loss_final is not None and two.val_loss_final is not None
     assert two.val_loss_final == pytest.approx(one.val_loss_final, abs=1e-4)
     assert two.val_acc_final == pytest.approx(one.val_acc_final, abs=2 / 400)
     assert two.steps == one.steps
 
 
-def test_same_job_id_never_reuses_a_run_dir(shared: dict[str, object]) -> None:
-    one = _finished(shared["one"])
-    two = _finished(shared["two"])
-    assert one.identity.run_id == two.identity.run_id == f"{JOB_ID}.r0"
+def test_same_job_id_never_reuses_a_run_dir(spiral_runs: dict[str, object]) -> None:
+    one = _finished(spiral_runs["one"])
+    two = _finished(spiral_runs["two"])
+    assert one.identity.run_id == two.identity.run_id == f"{spiral_runs['job_id']}.r0"
     dir_one, dir_two = Path(one.identity.run_dir), Path(two.identity.run_dir)
     assert dir_one != dir_two
-    assert dir_two.name == f"{JOB_ID}.r0-2"
+    assert dir_two.name == f"{spiral_runs['job_id']}.r0-2"
     assert read_result_json(dir_one / "result.json") == one
     assert read_result_json(dir_two / "result.json") == two
-    assert (dir_one / "result.json").read_bytes() == shared["one_result_json"]
+    assert (dir_one / "result.json").read_bytes() == spiral_runs["one_result_json"]
 
 
 # --- errors answer before anything starts ---------------------------------------------------------
@@ -326,10 +307,10 @@ def test_bf16_on_cuda_reports_memory_and_mfu(tmp_path: Path) -> None:
 
 
 def test_grouped_steps_train_exactly_like_single_steps(
-    shared: dict[str, object], tmp_path: Path
+    spiral_runs: dict[str, object], tmp_path: Path
 ) -> None:
     """trainer.steps_per_call changes Lightning's call pattern, never the training."""
-    grouped = _finished(shared["one"])
+    grouped = _finished(spiral_runs["one"])
     assert grouped.config["trainer"]["steps_per_call"] > 1
     single = _finished(run_train(tmp_path, *TINY, "trainer.steps_per_call=1", output_dir=tmp_path))
     assert single.steps == grouped.steps

@@ -10,6 +10,9 @@ right cause:
   block), so it is input wait, not compute;
 * ``slow_rank`` / ``slow_rank_sleep_s`` -- one straggler: that rank sleeps in every optimizer
   step and the others wait for it in the next gradient all-reduce;
+* ``allreduce_delay_s`` -- a slow network of known size: a DDP communication hook runs DDP's
+  own all-reduce and holds each bucket's result back that long, so backward ends that much
+  later on every rank (exposed communication, none of it hidden);
 * ``exit_rank`` / ``exit_at`` -- a rank that dies in the calibration windows or before the
   end-of-run gather (see :mod:`.diagnosis` and :mod:`.entry`).
 
@@ -38,6 +41,8 @@ class FaultInjection(L.Callback):
             self._sleep_s += f.slow_rank_sleep_s
         if f.input_sleep_s > 0:
             _slow_fetches(trainer, f.input_sleep_s)
+        if f.allreduce_delay_s > 0:
+            _delay_allreduce(trainer, f.allreduce_delay_s)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
@@ -64,6 +69,30 @@ def _slow_fetches(trainer: L.Trainer, seconds: float) -> None:
         return base.__next__(self)
 
     fetcher.__class__ = type(f"Slow{base.__name__}", (base,), {"__next__": __next__})
+
+
+def _delay_allreduce(trainer: L.Trainer, seconds: float) -> None:
+    """Register a DDP communication hook that all-reduces each bucket as DDP would (PyTorch's
+    default hook: divide by the world size, then sum) and completes its future ``seconds``
+    later. DDP waits for every bucket's future before backward returns, so each step's
+    backward ends that much later. A 1-device run has no DDP wrapper and nothing to delay."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = getattr(trainer.strategy, "model", None)
+    if not isinstance(ddp, DistributedDataParallel):
+        return
+
+    # No annotations: DDP accepts only `dist.GradBucket` there, and this module's postponed
+    # annotations would be strings.
+    def delayed(state, bucket):  # type: ignore[no-untyped-def]
+        def hold(fut: Any) -> Any:
+            time.sleep(seconds)
+            return fut.value()
+
+        return default_hooks.allreduce_hook(state, bucket).then(hold)
+
+    ddp.register_comm_hook(None, delayed)
 
 
 def fault_callbacks(faults: FaultsConfig) -> list[L.Callback]:

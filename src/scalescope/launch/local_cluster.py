@@ -386,6 +386,9 @@ SlurmctldPort={port_base}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# A requeued job waits cred_expire seconds (default 120) before it may start again; a local
+# cluster has no slow prologs or paged-out daemons to allow for, so 20 s is plenty.
+AuthInfo=cred_expire=20
 CredType=cred/munge
 MpiDefault=none
 # No cgroups in a container: track processes by parent pid and bind nothing.
