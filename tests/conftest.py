@@ -8,6 +8,8 @@ no decorator can disagree with the layout. A test file directly under ``tests/``
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid}: every test lives in tests/unit, tests/integration or tests/slurm"
             )
         item.add_marker(getattr(pytest.mark, tier))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With Slurm tests selected and the local cluster up, submit the Slurm tier's slow jobs
+    now: they wait out a time limit and a requeue while the other tiers run (slurm_helpers)."""
+    if session.config.option.collectonly or not any(
+        tier_of(item.path) == "slurm" for item in session.items
+    ):
+        return
+    if not os.environ.get("SLURM_CONF") or shutil.which("sbatch") is None:
+        return  # no cluster yet: tests/slurm/conftest.py submits them when first needed
+    from slurm_helpers import EARLY_JOBS, EarlyJobs
+
+    root = Path(tempfile.mkdtemp(prefix="scalescope-early-jobs-"))
+    try:
+        session.config.stash[EARLY_JOBS] = EarlyJobs.start(root)
+    except BaseException as exc:  # the tests that check these jobs fail with it
+        session.config.stash[EARLY_JOBS] = exc
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Whatever the early jobs still do when the session ends (deselected, or a failed run)
+    is cancelled, and their folder removed."""
+    from slurm_helpers import EARLY_JOBS, EarlyJobs
+
+    jobs = session.config.stash.get(EARLY_JOBS, None)
+    if isinstance(jobs, EarlyJobs):
+        jobs.cancel()
+        shutil.rmtree(jobs.root, ignore_errors=True)

@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping
 
 import pytest
+from slurm_helpers import EARLY_JOBS, EarlyJobs
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +63,25 @@ def sbatch(slurm_cluster: object) -> Submit:
         return out.stdout.strip().split(";")[0]
 
     return submit
+
+
+@pytest.fixture(scope="session")
+def early_jobs(
+    request: pytest.FixtureRequest, slurm_cluster: object, tmp_path_factory: pytest.TempPathFactory
+) -> EarlyJobs:
+    """The slow jobs the session submitted when it started (tests/conftest.py), or, when the
+    cluster was not up then, submitted now."""
+    jobs = request.config.stash.get(EARLY_JOBS, None)
+    if isinstance(jobs, BaseException):
+        pytest.fail(f"the slow Slurm jobs could not be submitted at the start: {jobs!r}")
+    if jobs is None:
+        jobs = EarlyJobs.start(tmp_path_factory.mktemp("early-jobs"))
+        request.config.stash[EARLY_JOBS] = jobs
+    return jobs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that check the early jobs run last: by then the jobs are done."""
+    early = [i for i in items if "early_jobs" in getattr(i, "fixturenames", ())]
+    if early:
+        items[:] = [i for i in items if i not in early] + early

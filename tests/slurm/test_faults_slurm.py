@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from slurm_helpers import REPO, job_env, make_submit_dir, wait_for_job
+from slurm_helpers import REPO, EarlyJobs, job_env, make_submit_dir, wait_for_job
 
 from scalescope.record import ResultRecord, StartEvent, decode_line
 
@@ -67,21 +67,11 @@ def _task_pid(job_id: str, rank: int, timeout_s: float = 180.0) -> int:
 
 
 @pytest.mark.timeout(600)
-def test_time_limit_with_one_second_steps_stops_within_killwait(sbatch, tmp_path: Path) -> None:
+def test_time_limit_with_one_second_steps_stops_within_killwait(early_jobs: EarlyJobs) -> None:
     """--time=1 with 1 s steps (8 per Lightning call): Slurm's SIGTERM comes after about a
-    minute, SIGKILL KillWait (5 s) later. The record must be written before that."""
-    repo = make_submit_dir(tmp_path / "repo")
-    job_id = sbatch(
-        "--nodes=2",
-        "--ntasks-per-node=1",
-        "--time=1",
-        "slurm_jobs/multi_node_multi_gpu.sh",
-        cwd=repo,
-        env={
-            **job_env(),
-            "SCALESCOPE_OVERRIDES": f"{BASE} trainer.max_epochs=1000 faults.step_sleep_s=1.0",
-        },
-    )
+    minute, SIGKILL KillWait (5 s) later. The record must be written before that. The job was
+    submitted when the session started (slurm_helpers.TimeLimitJob)."""
+    repo, job_id = early_jobs.time_limit.repo, early_jobs.time_limit.job_id
     job = wait_for_job(job_id, timeout_s=400)
     log = repo / "outputs" / f"slurm-{job_id}.out"
     text = log.read_text(errors="replace")

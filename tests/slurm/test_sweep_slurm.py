@@ -9,13 +9,10 @@ running job (USR2) and checks that submitit requeues it through ``SweepRun.check
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from slurm_helpers import REPO, wait_for_job
+from slurm_helpers import REPO, EarlyJobs, wait_for_job
 
 from scalescope import cli
 from scalescope.record import ResultRecord, decode_line
@@ -92,64 +89,17 @@ def test_three_shape_sweep_on_the_local_cluster(
         assert len(set(result.node_names)) == nodes, result.node_names
 
 
-@pytest.mark.timeout(900)
-def test_preempted_job_is_requeued_and_restarts_cleanly(
-    slurm_cluster: object, tmp_path: Path
-) -> None:
+@pytest.mark.timeout(600)
+def test_preempted_job_is_requeued_and_restarts_cleanly(early_jobs: EarlyJobs) -> None:
     """USR2 (what Slurm sends before preemption or the time limit) reaches submitit, which
     calls SweepRun.checkpoint and requeues: the run starts again from scratch and the one
-    result record carries restart count 1. Slurm holds a requeued job back for a while
-    (BeginTime), so this takes a few minutes."""
-    sweep = tmp_path / "sweep.yaml"
-    sweep.write_text(
-        SWEEP.replace("max_epochs: 1", "max_epochs: 400")
-        .replace("  - {nodes: 1, devices_per_node: 1}\n", "")
-        .replace("  - {nodes: 2, devices_per_node: 1}\n", "")
-    )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-u",
-            "-m",
-            "scalescope.cli",
-            "sweep",
-            "--config",
-            str(sweep),
-            "--cluster",
-            str(REPO / "configs" / "clusters" / "local.yaml"),
-            "--executor",
-            "slurm",
-            "--wait",
-            "--sweep-id",
-            "requeue",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if line.strip().startswith("submitted "):
-                break
-        job_id = lines[-1].split()[1]
-        log = tmp_path / "outputs" / "sweeps" / "requeue" / job_id / f"{job_id}_0_log.out"
-        deadline = time.monotonic() + 300
-        while not (log.exists() and ":::SCALESCOPE" in log.read_text(errors="replace")):
-            assert time.monotonic() < deadline, "the job never printed its start event"
-            time.sleep(1)
-        time.sleep(3)
-        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
-        rest, _ = proc.communicate(timeout=720)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    out = "".join(lines) + rest
-    assert proc.returncode == 0, out
+    result record carries restart count 1. Slurm holds a requeued job back for the cluster's
+    cred_expire (20 s), so the sweep was started with the session (slurm_helpers)."""
+    sweep = early_jobs.requeue
+    rc, out = sweep.finish(timeout_s=420)
+    assert sweep.job_id is not None
+    job_id, log = sweep.job_id, sweep.log
+    assert rc == 0, out
     assert "PENDING" in out  # seen waiting again after the requeue
     job = wait_for_job(job_id, timeout_s=60)
     assert job.state == "COMPLETED" and job.fields.get("Restarts") == "1", job.fields
