@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, in tiers (tests/unit, tests/integration, tests/slurm):
 #   bash scripts/test.sh             set up (with the test tools), lint, the unit tier (stops at
-#                                    the first failure), then integration and Slurm tiers on the
-#                                    local two-node cluster (started here, installing Debian's
-#                                    Slurm packages when missing; taken down again if started here)
+#                                    the first failure), then the integration tier and, beside it,
+#                                    the Slurm tier on the local two-node cluster (started here,
+#                                    installing Debian's Slurm packages when missing; taken down
+#                                    again if started here)
 #   bash scripts/test.sh --quick     set up, lint and the unit tier only: no root, no cluster, no
 #                                    training
 #   bash scripts/test.sh --no-slurm  everything but the Slurm tier, said loudly at start and end
@@ -45,12 +46,22 @@ print(f"tests: {t['tests'] - failed - t['skipped']} passed, {failed} failed, {t[
 PY
 }
 
+# pytest exits 5 when it selects no test: with a -k or -m of the caller's that is an answer
+# ("nothing matched here"), without one it is a failure.
+no_tests_ok() { [ "$1" = 5 ] && [ "${#pytest_args[@]}" -gt 0 ]; }
+
 banner "lint"
 ruff check src analysis tests benchmarks examples
 ruff format --check src analysis tests benchmarks examples
 
 banner "unit tier (in-process; stops at the first failure)"
-python -m pytest tests/unit -x -q --junitxml="$reports/unit.xml" "${pytest_args[@]}"
+unit_rc=0
+python -m pytest tests/unit -x -q --junitxml="$reports/unit.xml" "${pytest_args[@]}" || unit_rc=$?
+if [ "$unit_rc" != 0 ] && ! no_tests_ok "$unit_rc"; then
+  totals
+  echo "the unit tier failed: integration and Slurm tiers not run"
+  exit "$unit_rc"
+fi
 
 if [ "$quick" = 1 ]; then
   totals
@@ -58,7 +69,8 @@ if [ "$quick" = 1 ]; then
   exit 0
 fi
 
-tiers=(tests/integration)
+slurm_pid=""
+slurm_log="$reports/slurm.log"
 if [ "$slurm" = 1 ]; then
   # The Slurm tier needs the local cluster; one that was already up is left as it is.
   started_cluster=0
@@ -71,19 +83,38 @@ if [ "$slurm" = 1 ]; then
   eval "$export_line"
   export SCALESCOPE_REQUIRE_SLURM=1 # the tier's fixture fails, never skips, without a cluster
   cleanup() {
+    if [ -n "$slurm_pid" ]; then kill "$slurm_pid" 2>/dev/null || true; fi
     if [ "$started_cluster" = 1 ]; then scalescope local-cluster down || true; fi
     rm -rf "$reports"
   }
   trap cleanup EXIT
-  tiers+=(tests/slurm)
+  trap 'exit 130' INT TERM
+  # Beside the integration tier: Slurm's jobs mostly wait (a time limit, a requeue, the
+  # scheduler), and the integration tier uses about one core on average, so the two share
+  # the machine instead of taking turns. Its output follows the integration tier's.
+  banner "tests/slurm: started in the background (its output comes after the integration tier's)"
+  python -m pytest tests/slurm -q --durations=25 --junitxml="$reports/slurm.xml" \
+    "${pytest_args[@]}" >"$slurm_log" 2>&1 &
+  slurm_pid=$!
 else
   banner "--no-slurm: the Slurm tier (tests/slurm) is NOT run"
 fi
 
-banner "${tiers[*]}"
+banner "tests/integration"
 rc=0
-python -m pytest "${tiers[@]}" -q --durations=25 --junitxml="$reports/rest.xml" \
+python -m pytest tests/integration -q --durations=25 --junitxml="$reports/integration.xml" \
   "${pytest_args[@]}" || rc=$?
+no_tests_ok "$rc" && rc=0
+
+if [ -n "$slurm_pid" ]; then
+  banner "tests/slurm"
+  slurm_rc=0
+  wait "$slurm_pid" || slurm_rc=$?
+  slurm_pid=""
+  cat "$slurm_log"
+  no_tests_ok "$slurm_rc" && slurm_rc=0
+  [ "$rc" = 0 ] && rc=$slurm_rc
+fi
 totals
 if [ "$slurm" = 0 ]; then
   echo "not run: the Slurm tier (tests/slurm), by --no-slurm"
