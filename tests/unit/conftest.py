@@ -12,13 +12,16 @@ from __future__ import annotations
 import _posixsubprocess
 import contextlib
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 _GUARDED: list[tuple[Any, str]] = [
-    (_posixsubprocess, "fork_exec"),
+    (_posixsubprocess, "fork_exec"),  # multiprocessing's spawn and forkserver
+    (subprocess, "_fork_exec"),  # subprocess keeps its own reference
+    (subprocess, "_USE_POSIX_SPAWN"),  # made False: posix_spawn below is refused too
     (os, "fork"),
     (os, "forkpty"),
     (os, "posix_spawn"),
@@ -47,7 +50,8 @@ def _refuse(what: str) -> Callable[..., Any]:
 def refuse_process_starts() -> Iterator[None]:
     saved = [(obj, name, getattr(obj, name)) for obj, name in _GUARDED if hasattr(obj, name)]
     for obj, name, _ in saved:
-        setattr(obj, name, _refuse(f"{getattr(obj, '__name__', obj)}.{name}"))
+        refused = False if name == "_USE_POSIX_SPAWN" else _refuse(f"{obj.__name__}.{name}")
+        setattr(obj, name, refused)
     try:
         yield
     finally:
