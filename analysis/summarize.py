@@ -2,8 +2,8 @@
 
 Reads every result record and failed job under the given folders or files, prints the
 summary (``--format table|markdown|json|csv``) and writes all tables, charts, the JSON
-document and ``report.md`` to ``--out`` (default ``<first PATH>/summary``), replacing a
-previous summary there all at once.
+document, ``report.md`` and ``report.html`` to ``--out`` (default ``<first PATH>/summary``),
+replacing a previous summary there all at once.
 
 ``python -m analysis.summarize compare A B`` compares two result folders.
 
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--out",
         metavar="DIR",
-        help="write every table, chart, summary.json and report.md here "
+        help="write every table, chart, summary.json, report.md and report.html here "
         "(default: <first PATH>/summary)",
     )
     out.add_argument("--no-write", action="store_true", help="print only, write nothing")
