@@ -84,7 +84,10 @@ ul.method li { margin: .3em 0; }
   h2 { break-after: avoid; page-break-after: avoid; }
   .charts { grid-template-columns: 1fr 1fr; gap: 12px; }
   .table-wrap { overflow: visible; border: none; }
-  table { font-size: 8pt; }
+  table { font-size: 7.5pt; }
+  th, td { padding: 3px 5px; }
+  td.nw { white-space: normal; }
+  td.long { min-width: 0; }
   tr { break-inside: avoid; page-break-inside: avoid; }
   .notes { background: none; }
 }
