@@ -2,8 +2,8 @@
 
 Reads every result record and failed job under the given folders or files, prints the
 summary (``--format table|markdown|json|csv``) and writes all tables, charts, the JSON
-document and ``report.md`` to ``--out`` (default ``<first PATH>/summary``), replacing a
-previous summary there all at once.
+document, ``report.md`` and ``report.html`` to ``--out`` (default ``<first PATH>/summary``),
+replacing a previous summary there all at once.
 
 ``python -m analysis.summarize compare A B`` compares two result folders.
 
@@ -56,6 +56,7 @@ from .gate import (
 from .gate import (
     MISSING as GATE_MISSING,
 )
+from .html_report import report_html
 from .metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_CONFIDENCE,
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--out",
         metavar="DIR",
-        help="write every table, chart, summary.json and report.md here "
+        help="write every table, chart, summary.json, report.md and report.html here "
         "(default: <first PATH>/summary)",
     )
     out.add_argument("--no-write", action="store_true", help="print only, write nothing")
@@ -342,9 +343,13 @@ CHART_TITLES = {
 }
 
 
-def _save_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> None:
+def _save_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> dict[str, str]:
+    """Draw every chart into ``directory``; returns each one's SVG text by file stem, for
+    report.html (the diagnosis charts are written as PNG only: their SVG stays in memory)."""
     from . import charts
+    from .html_report import figure_svg
 
+    svgs = {}
     frames = {"scaling": analysis.scaling, "groups": analysis.groups}
     for name, (frame_name, func) in charts.CHARTS.items():
         extra = {"loss_tolerance": loss_tolerance} if name == "val_loss" else {}
@@ -353,8 +358,11 @@ def _save_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> 
             # No timestamps in the files: a summary of the same inputs is byte-identical.
             meta = {"Date": None} if ext == "svg" else {"Software": None}
             fig.savefig(directory / f"{name}.{ext}", metadata=meta)
+        svgs[name] = (directory / f"{name}.svg").read_text(encoding="utf-8")
     for name, fig in _diagnosis_figures(analysis):
         fig.savefig(directory / f"{name}.png", metadata={"Software": None})
+        svgs[name] = figure_svg(fig)
+    return svgs
 
 
 def _diagnosis_charts(analysis: Analysis) -> list[tuple[str, str, str]]:
@@ -400,20 +408,22 @@ def _diagnosis_figures(analysis: Analysis) -> list[tuple[str, Any]]:
 
 def _chart_child(conn: Any, directory: Path, analysis: Analysis, loss_tolerance: float) -> None:
     try:
-        _save_charts(directory, analysis, loss_tolerance)
-        conn.send(None)
+        conn.send(_save_charts(directory, analysis, loss_tolerance))
     except BaseException as exc:  # the parent re-raises it
         conn.send(exc if isinstance(exc, OSError) else RuntimeError(f"charts: {exc!r}"))
 
 
-def _start_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> Callable[[], None]:
+def _start_charts(
+    directory: Path, analysis: Analysis, loss_tolerance: float
+) -> Callable[[], dict[str, str]]:
     """Render the charts in a forked process while this one writes the tables (matplotlib's
     import and drawing are a third of a big summary's time); returns the function that waits
-    for it and re-raises its error. Without fork, renders here and now."""
+    for it, re-raises its error and returns the charts' SVG text. Without fork, renders here
+    and now."""
     directory.mkdir()
     if "fork" not in multiprocessing.get_all_start_methods():
-        _save_charts(directory, analysis, loss_tolerance)
-        return lambda: None
+        svgs = _save_charts(directory, analysis, loss_tolerance)
+        return lambda: svgs
     ctx = multiprocessing.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)
     sys.stdout.flush()  # else the child would print our buffered output a second time
@@ -424,14 +434,15 @@ def _start_charts(directory: Path, analysis: Analysis, loss_tolerance: float) ->
     proc.start()
     send.close()
 
-    def wait() -> None:
+    def wait() -> dict[str, str]:
         try:
-            error = receive.recv()
+            answer = receive.recv()
         except EOFError:
-            error = RuntimeError("the chart process died without a word")
+            answer = RuntimeError("the chart process died without a word")
         proc.join()
-        if error is not None:
-            raise error
+        if isinstance(answer, BaseException):
+            raise answer
+        return dict(answer)
 
     return wait
 
@@ -465,8 +476,11 @@ def _write_outputs(
                 with contextlib.suppress(BaseException):
                     charts_done()
             raise
-        if charts_done is not None:
-            charts_done()
+        svgs = charts_done() if charts_done is not None else None
+        drawn = None if svgs is None else [(title, svgs[Path(path).stem]) for title, path in links]
+        (tmp / "report.html").write_text(
+            report_html(doc=doc, tables=tables, charts=drawn), encoding="utf-8"
+        )
 
     return write_atomically(target, fill)
 
@@ -544,7 +558,7 @@ def summarize(args: argparse.Namespace) -> int:
             target, loaded, analysis, tables, doc, doc_text, not args.no_charts
         )
         print(
-            f"{PROG}: wrote {written} (report.md, summary.json, CSV tables"
+            f"{PROG}: wrote {written} (report.md, report.html, summary.json, CSV tables"
             f"{', charts' if not args.no_charts and len(loaded.runs) else ''})",
             file=sys.stderr,
         )

@@ -1,0 +1,166 @@
+"""report.html in a real browser: what headless Chromium rendered, not just the source.
+
+The summary of the committed fixture logs is written by the real command; Chromium then
+loads a copy of its ``report.html`` with one inline script added at the end that writes its
+measurements into the DOM (every chart's rendered box, the headline table's cell texts, the
+resources the page fetched, the page width), reads them back with ``--dump-dom``, and takes a
+screenshot of the unmodified page.
+
+Chromium is Debian's package (``/usr/bin/chromium``). ``scripts/test.sh`` runs
+``scripts/setup.sh --dev`` first, which installs it as root with ``apt-get install -y
+chromium``; where it is still missing, this test installs it the same way, and skips (one line
+saying why) only where it cannot: not root, or no apt-get.
+
+``SCALESCOPE_UPDATE_SCREENSHOT=1`` also copies the screenshot to ``docs/report.png`` (in 256
+colours), the picture the documentation shows: review it before committing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from analysis_helpers import REPO, run_summarize
+from matplotlib.image import imread
+
+from analysis.tables import with_ci
+
+UPDATE = os.environ.get("SCALESCOPE_UPDATE_SCREENSHOT") == "1"
+SCREENSHOT = REPO / "docs" / "report.png"
+WINDOW = (1280, 4000)
+
+MEASURE = """<script>
+(() => {
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.width, r.height]; };
+  const texts = (row) => [...row.cells].map((c) => c.innerText.trim());
+  const measured = {
+    charts: [...document.querySelectorAll("#charts figure")].map((f) => ({
+      title: f.querySelector("figcaption").innerText,
+      box: box(f.querySelector("svg")),
+    })),
+    svgs: document.querySelectorAll("svg").length,
+    headline_head: texts(document.querySelector("#headline thead tr")),
+    headline: [...document.querySelectorAll("#headline tbody tr")].map(texts),
+    resources: performance.getEntriesByType("resource").map((e) => e.name),
+    page_width: document.documentElement.scrollWidth,
+    view_width: document.documentElement.clientWidth,
+  };
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.textContent = JSON.stringify(measured);
+  document.body.appendChild(out);
+})();
+</script>
+"""
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("Chromium is not installed and cannot be here (needs root and apt-get)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+        assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    found = shutil.which("chromium")
+    assert found, "apt-get installed chromium but it is not on PATH"
+    return found
+
+
+def _browse(chromium: str, profile: Path, page: Path, *action: str) -> str:
+    """One headless Chromium run on ``page``; its stdout. No network, no first-run work."""
+    cmd = [
+        chromium,
+        "--headless",
+        "--no-sandbox",  # root in a container has no user namespace for the sandbox
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        *action,
+        page.as_uri(),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.timeout(1500)  # a first apt-get install of Chromium takes minutes
+def test_report_html_renders_in_chromium(tmp_path: Path) -> None:
+    chromium = _chromium()
+    out = tmp_path / "summary"
+    proc = run_summarize("tests/fixtures/logs", "--out", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert "report.html" in proc.stderr
+    doc = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    page = out / "report.html"
+
+    measuring = tmp_path / "measure" / "report.html"  # next to nothing: a lone file
+    measuring.parent.mkdir()
+    measuring.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"),
+        encoding="utf-8",
+    )
+    dom = _browse(chromium, tmp_path / "profile", measuring, "--dump-dom")
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
+    assert found, f"the measuring script did not run; DOM starts: {dom[:500]}"
+    m: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+
+    # Nothing fetched: the page holds everything it shows.
+    assert m["resources"] == []
+    # Every chart of the folder rendered at a readable size.
+    stems = {p.stem for p in (out / "charts").iterdir()}
+    assert len(m["charts"]) == len(stems) == m["svgs"] == 7, m["charts"]
+    for chart in m["charts"]:
+        width, height = chart["box"]
+        assert width >= 400 and height >= 250, chart
+    # Wide tables scroll inside their frame; the page itself never gets wider than the window.
+    assert m["page_width"] <= m["view_width"], (m["page_width"], m["view_width"])
+
+    # The headline table, as rendered, holds summary.json's numbers.
+    head = m["headline_head"]
+    assert head[:2] == ["Configuration", "Devices"], head
+    speedup, efficiency = head.index("Speedup [95% CI]"), head.index("Efficiency [95% CI]")
+    rows = {(r[0], r[1].removesuffix(" (baseline)")): r for r in m["headline"]}
+    assert len(rows) == len(doc["scaling"]) == 5
+    for s in doc["scaling"]:
+        row = rows[(s["series"], str(s["world_size"]))]
+        assert row[speedup] == with_ci(s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"])
+        assert float(row[speedup].split("x")[0]) == pytest.approx(s["speedup"], abs=0.005)
+        eff = with_ci(
+            s["parallel_efficiency"],
+            s["parallel_efficiency_ci_low"],
+            s["parallel_efficiency_ci_high"],
+            "%",
+        )
+        assert row[efficiency] == eff
+        assert row[1].endswith("(baseline)") == s["is_baseline"]
+
+    # The page as a reader sees it: a screenshot with something on it.
+    shot = tmp_path / "report.png"
+    _browse(chromium, tmp_path / "profile", page, f"--screenshot={shot}")
+    pixels = imread(shot)
+    assert pixels.shape[:2] == (WINDOW[1], WINDOW[0])
+    colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
+    assert len(colours) > 50, f"{len(colours)} colour(s): a blank page"
+    if UPDATE:  # as 256 colours: a third of the bytes, no visible difference
+        from PIL import Image  # matplotlib's own dependency
+
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        Image.open(shot).convert("RGB").quantize(256).save(SCREENSHOT, optimize=True)
