@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv (once) and install scalescope into it. Safe to run again.
 #   bash scripts/setup.sh          # runtime only
-#   bash scripts/setup.sh --dev    # plus the test and lint tools
+#   bash scripts/setup.sh --dev    # plus the test and lint tools (and Chromium, as root)
 # torch: an existing install is kept (a cluster's CUDA build, say). Without one, this
 # installs SCALESCOPE_TORCH (default torch==2.13.0; where a local CPU build of it is
 # offered, pip takes that one instead of several GB of CUDA packages).
@@ -34,7 +34,16 @@ if ! python -c "import torch" >/dev/null 2>&1; then
   quiet_pip ${SCALESCOPE_TORCH:-torch==2.13.0}
 fi
 extra=""
-[ "${1:-}" = "--dev" ] && extra="[dev]"
+if [ "${1:-}" = "--dev" ]; then
+  extra="[dev]"
+  # The report.html test loads the page in a real browser: Debian's Chromium, installed once
+  # where this can (root with apt-get); elsewhere that one test says why it skips.
+  if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian's chromium (for the report.html browser test)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
 echo "setup: installing scalescope${extra} and its dependencies (quick when present)"
 quiet_pip -e ".${extra}"
 echo "setup: ready ($(python -c 'import torch, lightning; print(f"torch {torch.__version__}, lightning {lightning.__version__}")'))"
