@@ -135,6 +135,22 @@ def test_output_folder_is_replaced_whole_or_not_at_all(
     capsys.readouterr()
 
 
+def test_jobs_1_reads_and_draws_the_charts_in_this_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Enough files for worker processes, and charts to draw: with --jobs 1 neither starts
+    one (the unit tier's guard fails the test on any process start)."""
+    _sweep(tmp_path / "in", {1: [10.0 + i / 10 for i in range(33)], 2: [6.0] * 33})
+    out = tmp_path / "out"
+    args = [str(tmp_path / "in"), "--out", str(out), "--format", "json", "--jobs", "1"]
+    assert cli.main(args) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["files_read"] == 66
+    charts = sorted(p.name for p in (out / "charts").iterdir())
+    assert charts == sorted(f"{n}.{e}" for n in cli.CHART_TITLES for e in ("png", "svg"))
+    assert (out / "charts" / "speedup.png").read_bytes()[:4] == b"\x89PNG"
+    assert "1 = everything in this process" in cli.build_parser().format_help()
+
+
 def test_bad_baseline_is_a_usage_error(tmp_path: Path) -> None:
     _sweep(tmp_path, {1: [10.0]})
     proc = run_summarize(tmp_path, "--no-write", "--baseline", "lots")
