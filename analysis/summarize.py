@@ -183,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=_positive_int,
         default=None,
-        help="worker processes for reading files (default: one per CPU)",
+        help="worker processes for reading files and drawing charts (default: one per CPU; "
+        "1 = everything in this process)",
     )
     return p
 
@@ -414,14 +415,14 @@ def _chart_child(conn: Any, directory: Path, analysis: Analysis, loss_tolerance:
 
 
 def _start_charts(
-    directory: Path, analysis: Analysis, loss_tolerance: float
+    directory: Path, analysis: Analysis, loss_tolerance: float, jobs: int | None = None
 ) -> Callable[[], dict[str, str]]:
     """Render the charts in a forked process while this one writes the tables (matplotlib's
     import and drawing are a third of a big summary's time); returns the function that waits
-    for it, re-raises its error and returns the charts' SVG text. Without fork, renders here
-    and now."""
+    for it, re-raises its error and returns the charts' SVG text. With ``jobs == 1`` (no
+    other process wanted) or without fork, renders here and now."""
     directory.mkdir()
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if jobs == 1 or "fork" not in multiprocessing.get_all_start_methods():
         svgs = _save_charts(directory, analysis, loss_tolerance)
         return lambda: svgs
     ctx = multiprocessing.get_context("fork")
@@ -455,12 +456,15 @@ def _write_outputs(
     doc: dict[str, Any],
     doc_text: str,
     with_charts: bool,
+    jobs: int | None = None,
 ) -> Path:
     tolerance = float(doc["settings"]["loss_tolerance"])
     with_charts = with_charts and len(loaded.runs) > 0
 
     def fill(tmp: Path) -> None:
-        charts_done = _start_charts(tmp / "charts", analysis, tolerance) if with_charts else None
+        charts_done = (
+            _start_charts(tmp / "charts", analysis, tolerance, jobs) if with_charts else None
+        )
         try:
             for name, frame in _csv_frames(loaded, analysis).items():
                 frame.to_csv(tmp / f"{name}.csv", index=False)
@@ -555,7 +559,7 @@ def summarize(args: argparse.Namespace) -> int:
         _csv_frames(loaded, analysis)[args.table].to_csv(sys.stdout, index=False)
     if target is not None:
         written = _write_outputs(
-            target, loaded, analysis, tables, doc, doc_text, not args.no_charts
+            target, loaded, analysis, tables, doc, doc_text, not args.no_charts, args.jobs
         )
         print(
             f"{PROG}: wrote {written} (report.md, report.html, summary.json, CSV tables"

@@ -2,14 +2,22 @@
 
 Kept out of conftest.py on purpose (that file belongs to the job-side tests); import what
 you need: ``from analysis_helpers import make_result, write_log``.
+
+The command runs two ways: :func:`summarize_main` calls ``analysis.summarize.main`` in this
+process with ``--jobs 1`` (the unit tier), :func:`run_summarize` starts it as a user does
+(tests/integration only). Both see the same terminal width and working folder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import io
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -152,11 +160,14 @@ def write_log(path: Path, *lines: str | StartEvent | ResultRecord, prefix: str =
     return path
 
 
+COLUMNS = "160"  # the terminal width of every table the tests read, in either way
+
+
 def run_summarize(
     *args: str | os.PathLike[str], env: dict[str, str] | None = None, cwd: Path = REPO
 ) -> subprocess.CompletedProcess[str]:
-    """The real command, in a subprocess, as a user runs it."""
-    full_env = {**os.environ, "COLUMNS": "160", **(env or {})}
+    """The real command, in a subprocess, as a user runs it (integration tests only)."""
+    full_env = {**os.environ, "COLUMNS": COLUMNS, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "analysis.summarize", *map(str, args)],
         capture_output=True,
@@ -165,6 +176,81 @@ def run_summarize(
         env=full_env,
         timeout=300,
     )
+
+
+@dataclass(frozen=True)
+class Result:
+    """What :func:`summarize_main` returns: the fields of a finished subprocess."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def in_process_argv(args: list[str]) -> list[str]:
+    """``args`` with ``--jobs 1`` after the subcommand (compare, check, export), if any,
+    else first: every parser takes it, and 1 starts no process."""
+    from analysis.summarize import COMMANDS
+
+    if any(a == "--jobs" or a.startswith("--jobs=") for a in args):
+        return args
+    if args and args[0] in COMMANDS:
+        return [args[0], "--jobs", "1", *args[1:]]
+    return ["--jobs", "1", *args]
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _working_folder(path: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def summarize_main(
+    *args: str | os.PathLike[str], env: dict[str, str] | None = None, cwd: Path = REPO
+) -> Result:
+    """``python -m analysis.summarize ARGS --jobs 1``, run in this process: the same
+    arguments, terminal width (COLUMNS), environment additions and working folder as
+    :func:`run_summarize`, stdout and stderr captured, the exit status of an argparse
+    error included."""
+    import analysis.summarize
+
+    argv = in_process_argv([str(a) for a in args])
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        _environment({"COLUMNS": COLUMNS, **(env or {})}),
+        _working_folder(cwd),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        try:
+            code = analysis.summarize.main(argv)
+        except SystemExit as exc:  # argparse: usage errors (2), --help (0)
+            if isinstance(exc.code, int) or exc.code is None:
+                code = exc.code or 0
+            else:  # as the interpreter does with sys.exit("message")
+                print(exc.code, file=sys.stderr)
+                code = 1
+        finally:
+            gc.unfreeze()  # the command freezes what it read: it lives until exit there
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 def with_restart(record: ResultRecord, restart: int) -> ResultRecord:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from analysis_helpers import make_result, run_summarize, write_log
-from hypothesis import given, settings
+from analysis_helpers import make_result, summarize_main, write_log
+from hypothesis import given
 from hypothesis import strategies as st
 
 from analysis.diagnosis import (
@@ -231,7 +231,6 @@ def test_attribute_matches_a_hand_computed_example() -> None:
 positive = st.floats(min_value=1e-6, max_value=1e3, allow_nan=False, allow_infinity=False)
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     t_run=positive,
     base_x=positive,
@@ -253,7 +252,6 @@ def test_parts_and_remainder_always_add_up_to_the_lost_points(
     assert a["lost"] <= 100.0
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     run=st.tuples(positive, positive, positive, positive),
     base=st.tuples(positive, positive, positive, positive),
@@ -549,7 +547,7 @@ def test_summarize_writes_the_waterfall_end_to_end(tmp_path: Path) -> None:
     for r in pattern_records("input"):
         write_log(logs / f"slurm-{r.identity.job_id}.out", r)
     out = tmp_path / "summary"
-    proc = run_summarize(logs, "--out", out, "--format", "table")
+    proc = summarize_main(logs, "--out", out, "--format", "table")
     assert proc.returncode == 0, proc.stderr
     assert "Where the efficiency went" in proc.stdout
     csv = pd.read_csv(out / "diagnosis.csv")

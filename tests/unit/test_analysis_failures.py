@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis_helpers import make_result, run_summarize, start_of, write_log
+from analysis_helpers import make_result, start_of, summarize_main, write_log
 
 from analysis import load_all
 
@@ -46,7 +46,7 @@ def test_oom_then_watchdog_then_time_limit_is_reported_as_oom(tmp_path: Path) ->
     assert consequences[1] == f"time limit at {log}:7: {TIME_LIMIT}"
     assert consequences[2].startswith(f"task exit code at {log}:8: srun: error:")
 
-    proc = run_summarize(tmp_path, "--no-write", "--format", "markdown")
+    proc = summarize_main(tmp_path, "--no-write", "--format", "markdown")
     assert proc.returncode == 0, proc.stderr
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("| 7100 |")]
     assert f"| CUDA out of memory | Tried to allocate 2.00 GiB | {log}:5 |" in line

@@ -6,7 +6,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from analysis_helpers import make_result, run_summarize, write_log
+from analysis_helpers import make_result, summarize_main, write_log
 
 from analysis import load_all
 from analysis.frame import MEASURED_COLUMNS
@@ -37,7 +37,7 @@ def test_run_without_a_finite_time_is_a_problem_not_silently_uncounted(tmp_path:
     groups = group_stats(runs)
     assert groups.set_index("world_size")["n"].to_dict() == {1: 1, 2: 1, 4: 0}
 
-    proc = run_summarize(tmp_path, "--no-write", "--format", "markdown")
+    proc = summarize_main(tmp_path, "--no-write", "--format", "markdown")
     assert proc.returncode == 0, proc.stderr
     assert "slurm-2.out: run 2.r0: no finite value for train_time_s" in proc.stderr
     assert "nanx" not in proc.stdout

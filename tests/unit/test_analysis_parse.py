@@ -236,21 +236,6 @@ def test_files_can_be_given_directly(tmp_path: Path) -> None:
     assert runs["job_id"].tolist() == ["71"]
 
 
-def test_parallel_and_serial_reading_agree(tmp_path: Path) -> None:
-    for i in range(80):
-        r = make_result(str(1000 + i), train_time_s=50.0 + i)
-        write_log(tmp_path / f"slurm-{1000 + i}.out", *noise(3), start_of(r), r)
-    write_log(
-        tmp_path / "slurm-2000.out",
-        start_of(make_result("2000")),
-        "srun: error: n1: task 0: Exited with exit code 3",
-    )
-    serial = parse([tmp_path], jobs=1)
-    parallel = parse([tmp_path], jobs=2)
-    assert [r.record for r in serial.runs] == [r.record for r in parallel.runs]
-    assert serial.failures == parallel.failures and len(serial.runs) == 80
-
-
 @pytest.mark.parametrize(
     ("name", "hint"),
     [

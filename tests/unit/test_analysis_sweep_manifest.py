@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from analysis_helpers import make_result, run_summarize, start_of, write_log
+from analysis_helpers import make_result, start_of, summarize_main, write_log
 
 from analysis import load_all
 
@@ -95,7 +95,7 @@ def test_every_planned_job_is_a_run_or_a_failure_row(tmp_path: Path) -> None:
     )
     assert all(p.severity == "info" for p in problems)
 
-    proc = run_summarize(tmp_path, "--no-write", "--format", "markdown")
+    proc = summarize_main(tmp_path, "--no-write", "--format", "markdown")
     assert proc.returncode == 0, proc.stderr
     assert "| 103 |" in proc.stdout and "log missing" in proc.stdout
 
@@ -132,7 +132,7 @@ def test_broken_manifest_is_a_problem_and_the_logs_are_still_summarised(tmp_path
         "not a readable sweep manifest: 'jobs' is not a list; the logs are still summarised"
     )
 
-    proc = run_summarize(tmp_path, "--no-write")
+    proc = summarize_main(tmp_path, "--no-write")
     assert proc.returncode == 0, proc.stderr
     assert "sweep.json: not a readable sweep manifest: invalid JSON" in proc.stderr
 

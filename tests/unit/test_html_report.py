@@ -1,8 +1,8 @@
 """report.html: one self-contained page, charts inlined as SVG, every text escaped.
 
-Summaries are written in this process by ``analysis.summarize.main``. It draws the charts in a
-forked process where fork exists; :func:`charts_here` takes the command's other path (no
-fork: draw here and now) so the real hook in ``_write_outputs`` runs without starting one.
+Summaries are written in this process by ``analysis.summarize.main`` with ``--jobs 1``, which
+draws the charts here too, so the real hook in ``_write_outputs`` runs without starting a
+process.
 What the page looks like once rendered is checked in a real browser by
 ``tests/integration/test_report_html_browser.py``.
 """
@@ -64,19 +64,11 @@ class Page(HTMLParser):
             self._cell.append(data)
 
 
-@pytest.fixture
-def charts_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The summary draws its charts in this process (its path where fork does not exist)."""
-    monkeypatch.setattr(cli.multiprocessing, "get_all_start_methods", lambda: ["spawn"])
-
-
 @pytest.fixture(scope="module")
 def fixture_summary(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The committed fixture logs summarised, charts drawn, once for this file."""
     out = tmp_path_factory.mktemp("html") / "summary"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cli.multiprocessing, "get_all_start_methods", lambda: ["spawn"])
-        assert cli.main([str(FIXTURES), "--out", str(out), "--format", "json", "--jobs", "1"]) == 0
+    assert cli.main([str(FIXTURES), "--out", str(out), "--format", "json", "--jobs", "1"]) == 0
     yield out
 
 
@@ -147,7 +139,7 @@ def test_page_carries_findings_failures_and_provenance(fixture_summary: Path) ->
 
 
 def test_markup_in_names_and_messages_is_text(
-    tmp_path: Path, charts_here: None, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = tmp_path / "in <&>"
     for job, world, t in (("1", (1, 1), 10.0), ("2", (1, 2), 6.0)):

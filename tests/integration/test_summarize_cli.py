@@ -1,0 +1,130 @@
+"""``python -m analysis.summarize`` as a user runs it: a separate process, its exit status, the
+chart process it forks, worker processes reading the files, and what a fresh interpreter loads.
+
+Everything else about the command is tested in this process (tests/unit/test_analysis_*.py,
+through ``analysis_helpers.summarize_main``); these are the few checks that need processes.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+from analysis_helpers import REPO, make_result, noise, run_summarize, start_of, write_log
+
+import analysis.parse as parse_mod
+from analysis.parse import parse
+
+WORLDS = {1: (1, 1), 2: (1, 2)}
+
+
+def _sweep(folder: Path, times: dict[int, list[float]]) -> Path:
+    for world, values in times.items():
+        for i, t in enumerate(values):
+            r = make_result(f"{world}{i:02d}", world=WORLDS[world], train_time_s=t)
+            write_log(folder / f"slurm-{world}{i:02d}.out", start_of(r), r)
+    return folder
+
+
+def test_import_and_summarize_never_load_the_training_stack(tmp_path: Path) -> None:
+    _sweep(tmp_path / "in", {1: [10.0, 11.0], 2: [6.0, 6.5]})
+    code = f"""
+import sys, analysis, analysis.summarize, analysis.charts
+rc = analysis.summarize.main([{str(tmp_path / "in")!r}, '--out', {str(tmp_path / "out")!r},
+                              '--format', 'json'])
+heavy = sorted(m for m in sys.modules
+               if m.split('.')[0] in {{'torch', 'lightning', 'pytorch_lightning', 'submitit',
+                                      'comet_ml'}})
+print('HEAVY', heavy, rc, file=sys.stderr)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert "HEAVY [] 0" in proc.stderr, proc.stderr
+
+
+def test_an_empty_folder_exits_1_and_writes_nothing(tmp_path: Path) -> None:
+    proc = run_summarize(tmp_path)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"python -m analysis.summarize: nothing usable in {tmp_path}: ")
+    assert "looked for ':::SCALESCOPE'" in line and "result.json" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_charts_from_the_chart_process_equal_those_drawn_in_process(tmp_path: Path) -> None:
+    """The default forks a process for the charts; --jobs 1 draws them here: the summary
+    folders are byte for byte the same."""
+    inputs = "tests/fixtures/logs"
+    forked = run_summarize(inputs, "--out", tmp_path / "forked", "--format", "json")
+    here = run_summarize(inputs, "--out", tmp_path / "here", "--format", "json", "--jobs", "1")
+    assert forked.returncode == here.returncode == 0, forked.stderr + here.stderr
+    assert forked.stdout == here.stdout
+    files = sorted(p.relative_to(tmp_path / "forked") for p in (tmp_path / "forked").rglob("*"))
+    assert files == sorted(p.relative_to(tmp_path / "here") for p in (tmp_path / "here").rglob("*"))
+    charts = [f for f in files if f.parent == Path("charts")]
+    assert len(charts) == 12 and Path("charts/speedup.png") in charts
+    for f in files:
+        a, b = tmp_path / "forked" / f, tmp_path / "here" / f
+        assert a.is_dir() == b.is_dir(), f
+        if not a.is_dir():
+            assert _stable(a) == _stable(b), f
+
+
+def _stable(path: Path) -> bytes:
+    """The file's bytes; in an SVG, matplotlib's clip-path and marker ids (random in every
+    run unless svg.hashsalt is set) renamed in order of appearance."""
+    data = path.read_bytes()
+    if path.suffix != ".svg":
+        return data
+    names: dict[bytes, bytes] = {}
+    return re.sub(
+        rb'(?<=id=")[mp][0-9a-f]{10}(?=")|(?<=#)[mp][0-9a-f]{10}\b',
+        lambda m: names.setdefault(m.group(), b"id%d" % len(names)),
+        data,
+    )
+
+
+def test_check_exits_1_on_a_regression(tmp_path: Path) -> None:
+    good = _sweep(tmp_path / "good", {1: [100.0, 101.0, 99.0], 2: [52.0, 51.0, 53.0]})
+    bad = _sweep(tmp_path / "bad", {1: [100.0, 101.0, 99.0], 2: [70.0, 71.0, 69.0]})
+    ref = tmp_path / "ref.yaml"
+    wrote = run_summarize("check", good, "--write-reference", ref)
+    assert wrote.returncode == 0, wrote.stderr
+    proc = run_summarize("check", bad, "--reference", ref)
+    assert proc.returncode == 1, proc.stderr
+    assert "REGRESSION" in proc.stdout
+    assert proc.stderr.endswith("check: 3 check(s): 2 regression(s), 0 missing\n")
+
+
+def test_reading_in_worker_processes_agrees_with_reading_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pools: list[int | None] = []
+
+    class Pool(ProcessPoolExecutor):
+        def __init__(self, max_workers: int | None = None, **kw: object) -> None:
+            pools.append(max_workers)
+            super().__init__(max_workers, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parse_mod, "ProcessPoolExecutor", Pool)
+    for i in range(80):  # enough files for worker processes (64 or more)
+        r = make_result(str(1000 + i), train_time_s=50.0 + i)
+        write_log(tmp_path / f"slurm-{1000 + i}.out", *noise(3), start_of(r), r)
+    write_log(
+        tmp_path / "slurm-2000.out",
+        start_of(make_result("2000")),
+        "srun: error: n1: task 0: Exited with exit code 3",
+    )
+    serial = parse([tmp_path], jobs=1)
+    assert pools == []
+    parallel = parse([tmp_path], jobs=2)
+    assert pools == [2]  # the files were read by two worker processes
+    assert [r.record for r in serial.runs] == [r.record for r in parallel.runs]
+    assert serial.failures == parallel.failures and len(serial.runs) == 80
+    assert [f.diagnosis.code for f in parallel.failures] == ["exit_code"]
