@@ -347,16 +347,30 @@ CHART_TITLES = {
 def _save_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> dict[str, str]:
     """Draw every chart into ``directory``; returns each one's SVG text by file stem, for
     report.html (the diagnosis charts are written as PNG only: their SVG stays in memory)."""
+    import matplotlib
+
     from . import charts
     from .html_report import figure_svg
 
+    # No timestamps and no random ids in the files (matplotlib salts SVG ids at random unless
+    # told otherwise): a summary of the same inputs is byte-identical.
+    with matplotlib.rc_context({"svg.hashsalt": "scalescope"}):
+        return _draw_charts(directory, analysis, loss_tolerance, charts.CHARTS, figure_svg)
+
+
+def _draw_charts(
+    directory: Path,
+    analysis: Analysis,
+    loss_tolerance: float,
+    chart_funcs: Any,
+    figure_svg: Callable[[Any], str],
+) -> dict[str, str]:
     svgs = {}
     frames = {"scaling": analysis.scaling, "groups": analysis.groups}
-    for name, (frame_name, func) in charts.CHARTS.items():
+    for name, (frame_name, func) in chart_funcs.items():
         extra = {"loss_tolerance": loss_tolerance} if name == "val_loss" else {}
         fig = func(frames[frame_name], **extra)
         for ext in ("png", "svg"):
-            # No timestamps in the files: a summary of the same inputs is byte-identical.
             meta = {"Date": None} if ext == "svg" else {"Software": None}
             fig.savefig(directory / f"{name}.{ext}", metadata=meta)
         svgs[name] = (directory / f"{name}.svg").read_text(encoding="utf-8")
