@@ -1,7 +1,7 @@
 """The sbatch scripts in slurm_jobs/, submitted for real to the local cluster (CPU tasks).
 
 Also checks, without Slurm, what the scripts read from the cluster profiles (golden files in
-tests/golden/; refresh with SCALESCOPE_UPDATE_GOLDEN=1) and their small shell helpers.
+tests/golden/, through tests/golden.py) and their small shell helpers.
 """
 
 from __future__ import annotations
@@ -11,16 +11,13 @@ import re
 import subprocess
 from pathlib import Path
 
+import golden
 import pytest
-from slurm_helpers import REPO, job_env, make_submit_dir, wait_for_job
-
-from scalescope.record import ResultRecord, decode_line
+from slurm_helpers import REPO
 
 JOBS = REPO / "slurm_jobs"
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PROFILES = sorted((REPO / "configs" / "clusters").glob("*.yaml"))
-# A few CPU seconds per rank: enough steps to exercise DDP, nothing to measure.
-TINY = "trainer.max_epochs=2 workload.num_samples=2000 trainer.batch_size=64"
 
 
 def _bash(snippet: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -46,12 +43,7 @@ def _bash(snippet: str, env: dict[str, str] | None = None) -> subprocess.Complet
 def test_setup_block_read_by_awk_equals_the_profile(profile: Path) -> None:
     out = _bash(f'scalescope_setup_block "{profile}"')
     assert out.returncode == 0, out.stderr
-    golden = GOLDEN / f"setup_{profile.stem}.sh"
-    if os.environ.get("SCALESCOPE_UPDATE_GOLDEN") == "1":
-        golden.parent.mkdir(exist_ok=True)
-        golden.write_text(out.stdout)
-    assert golden.exists(), f"{golden} missing: run with SCALESCOPE_UPDATE_GOLDEN=1"
-    assert out.stdout == golden.read_text()
+    golden.check_text(GOLDEN / f"setup_{profile.stem}.sh", out.stdout)
     from scalescope.launch.cluster import load_profile
 
     assert out.stdout == load_profile(profile).setup
@@ -78,8 +70,8 @@ def test_profile_name_forms(tmp_path: Path, line: str) -> None:
 
 def test_every_golden_file_has_its_profile() -> None:
     stems = {p.stem for p in PROFILES}
-    for golden in GOLDEN.glob("setup_*.sh"):
-        assert golden.stem.removeprefix("setup_") in stems, f"{golden} is stale: remove it"
+    for file in GOLDEN.glob("setup_*.sh"):
+        assert file.stem.removeprefix("setup_") in stems, f"{file} is stale: remove it"
 
 
 @pytest.mark.parametrize(
@@ -149,90 +141,3 @@ def test_script_outside_sbatch_says_how_to_submit() -> None:
 
 
 # --- real jobs on the local cluster -----------------------------------------------------------
-
-
-def _results(log: Path) -> list[ResultRecord]:
-    events = (decode_line(line) for line in log.read_text(errors="replace").splitlines())
-    return [e for e in events if isinstance(e, ResultRecord)]
-
-
-@pytest.mark.parametrize(
-    ("script", "shape", "nodes", "tasks_per_node"),
-    [
-        ("single_gpu.sh", [], 1, 1),
-        ("multi_gpu_single_node.sh", ["--ntasks-per-node=2"], 1, 2),
-        ("multi_node_multi_gpu.sh", ["--nodes=2", "--ntasks-per-node=1"], 2, 1),
-    ],
-    ids=["1x1", "1x2", "2x1"],
-)
-def test_script_trains_and_reports_one_result(
-    sbatch, tmp_path: Path, script: str, shape: list[str], nodes: int, tasks_per_node: int
-) -> None:
-    repo = make_submit_dir(tmp_path / "repo")
-    job_id = sbatch(
-        *shape,
-        "--time=10",
-        f"slurm_jobs/{script}",
-        cwd=repo,
-        env={**job_env(), "SCALESCOPE_OVERRIDES": TINY},
-    )
-    job = wait_for_job(job_id)
-    log = repo / "outputs" / f"slurm-{job_id}.out"
-    text = log.read_text(errors="replace")
-    assert job.state == "COMPLETED", f"{job.state} {job.exit_code}\n{text[-3000:]}"
-    assert job.exit_code == "0:0"
-
-    results = _results(log)
-    assert len(results) == 1, text[-3000:]
-    result = results[0]
-    assert result.identity.job_id == job_id
-    assert result.identity.launcher == "slurm"
-    assert result.identity.nodes == nodes
-    assert result.identity.devices_per_node == tasks_per_node
-    assert result.identity.world_size == nodes * tasks_per_node
-    assert result.identity.cluster == "local"  # the profile's name, passed by common.sh
-    assert result.identity.run_uuid
-    assert len(set(result.node_names)) == nodes
-    assert result.epochs == 2
-    # epoch 1 is the steady state (warm-up auto = the first epoch)
-    assert result.warmup_steps == result.steps_per_epoch
-    assert result.steady_steps == result.steps - result.steps_per_epoch
-    assert result.steady_samples_per_s is not None and result.steady_samples_per_s > 0
-    assert f"scalescope job {job_id}: {nodes} node(s)" in text
-    assert f"scalescope job {job_id}: training exited with status 0" in text
-
-
-def test_crash_in_training_fails_the_job_with_its_error_in_the_log(sbatch, tmp_path: Path) -> None:
-    """A valid config that breaks at run time (an output_dir nobody can create)."""
-    repo = make_submit_dir(tmp_path / "repo")
-    bad_dir = "/proc/scalescope-cannot-create-this"
-    job_id = sbatch(
-        "--nodes=2",
-        "--ntasks-per-node=1",
-        "--time=10",
-        "slurm_jobs/multi_node_multi_gpu.sh",
-        f"output_dir={bad_dir}",  # an argument after the script: one more override
-        cwd=repo,
-        env={**job_env(), "SCALESCOPE_OVERRIDES": TINY},
-    )
-    job = wait_for_job(job_id)
-    text = (repo / "outputs" / f"slurm-{job_id}.out").read_text(errors="replace")
-    assert job.state == "FAILED", f"{job.state}\n{text[-3000:]}"
-    assert job.exit_code != "0:0"
-    assert bad_dir in text  # the error names what went wrong
-    assert re.search(rf"scalescope job {job_id}: training exited with status [1-9]", text)
-    assert not _results(repo / "outputs" / f"slurm-{job_id}.out")
-
-
-def test_missing_config_fails_the_job(sbatch, tmp_path: Path) -> None:
-    repo = make_submit_dir(tmp_path / "repo")
-    job_id = sbatch(
-        "--time=5",
-        "slurm_jobs/single_gpu.sh",
-        cwd=repo,
-        env={**job_env(), "SCALESCOPE_CONFIG": "configs/no-such-config.yaml"},
-    )
-    job = wait_for_job(job_id)
-    text = (repo / "outputs" / f"slurm-{job_id}.out").read_text(errors="replace")
-    assert job.state == "FAILED", text
-    assert "configs/no-such-config.yaml" in text

@@ -1,21 +1,17 @@
 """``scalescope sweep``: validation (nothing submitted on any error), the dry-run output against
 a golden file, a real local sweep and Ctrl-C in the middle of one.
 
-Refresh the golden files with ``SCALESCOPE_UPDATE_GOLDEN=1 pytest tests/test_sweep.py``.
+Golden files: tests/golden.py (``SCALESCOPE_UPDATE_GOLDEN=1`` rewrites them, then fails).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import golden
 import pytest
 from sweep_helpers import (
     CPU_PROFILE,
@@ -28,7 +24,7 @@ from sweep_helpers import (
 )
 
 from scalescope.errors import ConfigError
-from scalescope.record import ResultRecord, decode_line
+from scalescope.record import ResultRecord
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "sweep"
@@ -475,12 +471,7 @@ def normalise(text: str, root: Path) -> str:
 
 
 def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("SCALESCOPE_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}: run with SCALESCOPE_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"dry-run output differs from {path}"
+    golden.check_text(GOLDEN / name, text)
 
 
 def test_dry_run_slurm_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -526,137 +517,3 @@ def test_dry_run_local_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 # --- real local sweeps ------------------------------------------------------------------------
-
-
-def records_in(log: Path) -> list[Any]:
-    events = []
-    for line in log.read_text(errors="replace").splitlines():
-        event = decode_line(line)
-        if event is not None:
-            events.append(event)
-    return events
-
-
-@pytest.mark.timeout(600)
-def test_local_sweep_end_to_end(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sweep = write_sweep(in_tmp, shapes=((1, 1), (1, 2)), extra="repeats: 1\norder_seed: 1\n")
-    rc = sweep_cli(
-        "--config",
-        str(sweep),
-        "--executor",
-        "local",
-        "--sweep-id",
-        "e2e",
-        "trainer.max_epochs=1",
-        "workload.num_samples=1000",
-    )
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    sweep_dir = in_tmp / "outputs" / "sweeps" / "e2e"
-    manifest = json.loads((sweep_dir / "sweep.json").read_text())
-    jobs = manifest["jobs"]
-    assert [j["state"] for j in jobs] == ["COMPLETED", "COMPLETED"], out
-    world_sizes = []
-    uuids: list[str | None] = []
-    for job in jobs:
-        results = [e for e in records_in(Path(job["stdout"])) if isinstance(e, ResultRecord)]
-        assert len(results) == 1, f"job {job['job_id']}: {len(results)} result records"
-        (result,) = results
-        assert result.identity.sweep_id == "e2e"
-        assert result.identity.launcher == "submitit-local"
-        assert result.identity.world_size == job["world_size"]
-        # The plan travels into the job and comes back in the record.
-        assert result.identity.repeat_index == job["repeat"] == 0
-        assert result.identity.cluster == job["cluster"] == "local"
-        assert result.identity.run_uuid and len(result.identity.run_uuid) == 32
-        assert Path(result.identity.run_dir, "result.json").is_file()
-        world_sizes.append(result.identity.world_size)
-        uuids.append(result.identity.run_uuid)
-    assert world_sizes == [1, 2]
-    assert manifest["order_seed"] == 1 and [j["order"] for j in jobs] == [0, 1]
-    assert len({r for r in uuids}) == 2
-    # Other ranks print no record.
-    rank1_logs = list(sweep_dir.glob("*/*_1_log.out"))
-    assert len(rank1_logs) == 1 and not records_in(rank1_logs[0])
-
-
-def _sweep_processes(marker: str) -> list[int]:
-    """Processes whose command line mentions ``marker`` (the sweep's folder)."""
-    pids = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if marker in cmdline and int(entry.name) != os.getpid():
-            pids.append(int(entry.name))
-    return pids
-
-
-@pytest.mark.timeout(600)
-def test_ctrl_c_stops_a_local_sweep_and_keeps_finished_results(tmp_path: Path) -> None:
-    # The 1-process job finishes; SIGINT arrives while the 2-process job sets up DDP (a
-    # moment chosen by an event, not a clock: training itself may take only seconds).
-    # order_seed 1 runs 1x1 first, then 1x2.
-    sweep = write_sweep(tmp_path, shapes=((1, 1), (1, 2)), extra="repeats: 1\norder_seed: 1\n")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-u",
-            "-m",
-            "scalescope.cli",
-            "sweep",
-            "--config",
-            str(sweep),
-            "--executor",
-            "local",
-            "--sweep-id",
-            "ctrl-c",
-            "trainer.max_epochs=100",
-            "workload.num_samples=2000",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    sweep_dir = tmp_path / "outputs" / "sweeps" / "ctrl-c"
-    lines: list[str] = []
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if "shape 1x2  repeat 0  RUNNING" in line:
-                break
-        else:
-            pytest.fail("the sweep ended before the second job started:\n" + "".join(lines))
-        assert any("shape 1x1  repeat 0  COMPLETED" in ln for ln in lines), "".join(lines)
-        job_id = lines[-1].split()[0]
-        log = sweep_dir / job_id / f"{job_id}_0_log.out"
-        deadline = time.monotonic() + 120
-        while not (log.exists() and ":::SCALESCOPE" in log.read_text(errors="replace")):
-            assert time.monotonic() < deadline, "the second job never printed its start event"
-            time.sleep(0.5)
-        # Rank 0 printed its start event: both ranks are now setting up DDP.
-        assert len(_sweep_processes(str(sweep_dir))) >= 3  # controller and two tasks
-        proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    out = "".join(lines) + rest
-    assert proc.returncode == 130, out
-    interrupted = [ln for ln in out.splitlines() if ln.startswith("interrupted:")]
-    assert len(interrupted) == 1, out
-    assert f"cancelled {job_id} (1x2 repeat 0)" in interrupted[0], out
-    assert _sweep_processes(str(sweep_dir)) == [], "processes of the sweep survived"
-
-    manifest = json.loads((sweep_dir / "sweep.json").read_text())
-    states = {j["shape"]: j["state"] for j in manifest["jobs"]}
-    assert states == {"1x1": "COMPLETED", "1x2": "CANCELLED"}
-    first = next(j for j in manifest["jobs"] if j["shape"] == "1x1")
-    results = [e for e in records_in(Path(first["stdout"])) if isinstance(e, ResultRecord)]
-    assert len(results) == 1 and results[0].identity.world_size == 1
-    assert Path(results[0].identity.run_dir, "result.json").is_file()

@@ -5,33 +5,24 @@ shown as a failed row with its exception line."""
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from core_helpers import TRAIN_TIMEOUT_S, clean_env, run_train
+from user_module_helpers import (
+    BAD,
+    EXAMPLE,
+    MODEL,
+    QUIET,
+    REPO,
+    _example_sweep,
+)
 
 from scalescope import cli
 from scalescope.config import load_train_config
 from scalescope.errors import ConfigError, ScalescopeError
-from scalescope.record import ResultRecord, decode_line
 from scalescope.workloads.user_job import batch_size_of
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = "examples/my_project.yaml"
-MODEL = "examples.my_project.model"
-QUIET = ("tracking.mode='off'",)
-
-# The example MLP 32 -> 128 -> 128 -> 4 (examples/my_project.yaml): 6 FLOPs per
-# multiply-add (forward 2, backward 4), less the input gradient of the first layer, which
-# backward does not compute (the data need no gradient): 2 x 32 x 128.
-EXAMPLE_MACS = 32 * 128 + 128 * 128 + 128 * 4
-EXAMPLE_FLOPS = 6 * EXAMPLE_MACS - 2 * 32 * 128
 
 
 @pytest.fixture(autouse=True)
@@ -41,17 +32,6 @@ def _keep_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # --- refused before anything runs ---------------------------------------------------------------
-
-BAD = [
-    (f"workload.name={MODEL.replace('model', 'nope')}:MyModel", "workload.name: cannot import"),
-    (f"workload.name={MODEL}:Nope", "workload.name: 'examples.my_project.model' has no attribute"),
-    (f"workload.name={MODEL}:MyData", "workload.name: examples.my_project.model:MyData is not a"),
-    ("workload.datamodule=torch.nn:Linear", "workload.datamodule: torch.nn:Linear is not a"),
-    ("workload.init_args.hiden=3", "workload.init_args: MyModel rejects them"),
-    ("workload.datamodule_init_args.batch_size=8", "workload.datamodule_init_args.batch_size:"),
-    ("workload.datamodule=null", "workload.datamodule: missing"),
-    ("workload.name=my_project:Model:X", "workload.name: 'my_project:Model:X' is not an import"),
-]
 
 
 @pytest.mark.parametrize(("override", "expected"), BAD, ids=[b[0] for b in BAD])
@@ -74,26 +54,6 @@ def test_train_refuses_bad_user_workloads(
     assert err.startswith("scalescope train: error: ") and expected in err, err
     assert ":::SCALESCOPE" not in captured.out  # nothing started
     assert not (tmp_path / "out").exists()
-
-
-def test_a_refused_workload_exits_2_from_a_real_process(tmp_path: Path) -> None:
-    run = run_train(
-        REPO, *QUIET, BAD[0][0], output_dir=tmp_path / "out", module_args=("--config", EXAMPLE)
-    )
-    assert run.returncode == 2, run.describe()
-    assert run.stderr.strip().count("\n") == 0 and BAD[0][1] in run.stderr, run.describe()
-    assert not (tmp_path / "out").exists()
-
-
-def _example_sweep(root: Path, *, shapes: str, extra: str = "") -> Path:
-    """A copy of examples/ under ``root`` and a sweep file of it."""
-    shutil.copytree(REPO / "examples", root / "examples", ignore=shutil.ignore_patterns("__py*"))
-    sweep = root / "sweep.yaml"
-    sweep.write_text(
-        f"name: mine\ntrain_config: examples/my_project.yaml\nshapes:\n{shapes}"
-        f"repeats: 1\norder_seed: 1\ntimeout_min: 10\n{extra}"
-    )
-    return sweep
 
 
 @pytest.mark.parametrize(("override", "expected"), BAD[:6], ids=[b[0] for b in BAD[:6]])
@@ -165,169 +125,3 @@ def test_a_batch_without_tensors_asks_for_batch_size_of() -> None:
 
 
 # --- real runs ------------------------------------------------------------------------------------
-
-# 4,000 points, a quarter held out: 3,000 training samples per epoch, which 64 does not
-# divide: 46 full batches and one of 56 (47 steps). Counting finds 3,000, steps x batch
-# would say 3,008.
-SHORT_LAST = ("workload.datamodule_init_args.num_samples=4000", "trainer.max_epochs=2")
-
-
-def _check_example_record(r: ResultRecord, world: int) -> None:
-    assert r.identity.workload == f"{MODEL}:MyModel"
-    assert r.identity.world_size == world
-    assert r.steps == 2 * 47 and r.steps_per_epoch == 47
-    assert r.train_samples == 3000 and r.val_samples == 1000
-    assert r.samples_per_s == pytest.approx(2 * 3000 / r.train_time_s)
-    assert r.warmup_steps == 47 and r.steady_steps == 47
-    assert r.steady_time_s is not None and r.steady_samples_per_s is not None
-    assert r.steady_samples_per_s == pytest.approx(3000 / r.steady_time_s)
-    assert r.flops_source == "measured"
-    assert r.model_flops_per_sample == EXAMPLE_FLOPS
-    assert r.val_loss_final is not None and r.val_acc_final is not None  # as the module logs them
-    assert r.val_loss_best is not None and r.val_loss_best <= r.val_loss_final
-    assert r.config["workload"]["init_args"]["hidden"] == 128
-
-
-def test_train_the_example_in_one_process(tmp_path: Path) -> None:
-    run = run_train(
-        REPO, *QUIET, *SHORT_LAST, output_dir=tmp_path, module_args=("--config", EXAMPLE)
-    )
-    assert run.returncode == 0, run.describe()
-    (r,) = run.results()
-    _check_example_record(r, world=1)
-    assert json.loads(Path(r.identity.run_dir, "result.json").read_text())["flops_source"] == (
-        "measured"
-    )
-
-
-def test_train_the_example_in_two_processes(tmp_path: Path) -> None:
-    # Lightning's DistributedSampler gives each rank 1,500 samples: 46 batches of 32 and one
-    # of 28 each; the counts summed over ranks are the same 3,000 per epoch.
-    run = run_train(
-        REPO,
-        *QUIET,
-        *SHORT_LAST,
-        "trainer.devices=2",
-        output_dir=tmp_path,
-        module_args=("--config", EXAMPLE),
-    )
-    assert run.returncode == 0, run.describe()
-    (r,) = run.results()
-    _check_example_record(r, world=2)
-    assert r.identity.per_device_batch_size == 32  # passed to MyData(batch_size=...)
-
-
-def _summarize(folder: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "analysis.summarize", str(folder)],
-        cwd=folder,
-        env=clean_env({"COLUMNS": "240"}),
-        capture_output=True,
-        text=True,
-        timeout=TRAIN_TIMEOUT_S,
-        check=False,
-    )
-
-
-@pytest.mark.timeout(600)
-def test_local_sweep_of_the_example_shows_a_speedup_row(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)  # the job imports examples/ from the submit directory
-    sweep = _example_sweep(
-        tmp_path,
-        shapes="  - {nodes: 1, devices_per_node: 1}\n  - {nodes: 1, devices_per_node: 2}\n",
-    )
-    argv = ["--config", str(sweep), "--executor", "local", "--sweep-id", "mine-e2e"]
-    rc = cli.main(["sweep", *argv, "trainer.max_epochs=2", "tracking.mode='off'"])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    sweep_dir = tmp_path / "outputs" / "sweeps" / "mine-e2e"
-    jobs = json.loads((sweep_dir / "sweep.json").read_text())["jobs"]
-    assert [j["state"] for j in jobs] == ["COMPLETED", "COMPLETED"], out
-    for job in jobs:
-        events = [decode_line(ln) for ln in Path(job["stdout"]).read_text().splitlines()]
-        (r,) = [e for e in events if isinstance(e, ResultRecord)]
-        assert r.flops_source == "measured" and r.train_samples == 3072
-    summary = _summarize(sweep_dir)
-    assert summary.returncode == 0, summary.stderr
-    text = summary.stdout
-    assert "Speedup analysis: my-project" in text, text
-    # the 2-device row of the speedup table, with its speedup over the 1-device baseline
-    assert re.search(r"^│\s+2\s+│\s+1\s+│\s+1\s+│[^│]+│\s*\d+\.\d\dx", text, re.M), text
-
-
-BOOM = """\
-from examples.my_project.model import MyModel
-
-
-class Boom(MyModel):
-    def training_step(self, batch, batch_idx):
-        raise RuntimeError("boom: the loss went NaN in step 0")
-"""
-
-
-@pytest.mark.timeout(600)
-def test_a_module_that_raises_gives_a_failed_row_with_its_exception(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    sweep = _example_sweep(tmp_path, shapes="  - {nodes: 1, devices_per_node: 1}\n")
-    (tmp_path / "boompkg").mkdir()
-    (tmp_path / "boompkg" / "__init__.py").write_text("")
-    (tmp_path / "boompkg" / "model.py").write_text(BOOM)
-    argv = ["--config", str(sweep), "--executor", "local", "--sweep-id", "boom"]
-    rc = cli.main(["sweep", *argv, "workload.name=boompkg.model:Boom", "tracking.mode='off'"])
-    out = capsys.readouterr().out
-    assert rc == 1, out
-    sweep_dir = tmp_path / "outputs" / "sweeps" / "boom"
-    (job,) = json.loads((sweep_dir / "sweep.json").read_text())["jobs"]
-    assert job["state"] == "FAILED", out
-    summary = _summarize(sweep_dir)
-    text = summary.stdout + summary.stderr
-    assert "RuntimeError: boom: the loss went NaN in step 0" in text, text
-
-
-MANUAL = """\
-import torch.nn.functional as F
-
-from examples.my_project.model import MyModel
-
-
-class Manual(MyModel):
-    \"\"\"Manual optimization: training_step steps the optimizer itself and returns None.\"\"\"
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.automatic_optimization = False
-
-    def training_step(self, batch, batch_idx):
-        opt = self.optimizers()
-        x, y = batch
-        loss = F.cross_entropy(self(x), y)
-        opt.zero_grad()
-        self.manual_backward(loss)
-        opt.step()
-"""
-
-
-def test_a_manual_optimization_module_returning_none_is_timed(tmp_path: Path) -> None:
-    # Its steps still advance global_step, so the timing callback reaches its every-N read
-    # with no loss to read: it must stamp the clock after a device sync instead.
-    _example_sweep(tmp_path, shapes="")
-    (tmp_path / "manualpkg").mkdir()
-    (tmp_path / "manualpkg" / "__init__.py").write_text("")
-    (tmp_path / "manualpkg" / "model.py").write_text(MANUAL)
-    run = run_train(
-        tmp_path,
-        "workload.name=manualpkg.model:Manual",
-        "trainer.max_epochs=2",
-        "trainer.log_every_n_steps=5",
-        "tracking.mode='off'",
-        output_dir=tmp_path / "out",
-        module_args=("--config", "examples/my_project.yaml"),
-    )
-    assert run.returncode == 0, run.describe()
-    (result,) = run.results()
-    assert result.steps == 2 * result.steps_per_epoch and result.steady_samples_per_s
-    assert result.step_time_s is not None  # windows from the stamps without a loss

@@ -1,0 +1,36 @@
+"""Shared by the user_module tests of the unit and integration tiers."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from core_helpers import REPO
+
+EXAMPLE = "examples/my_project.yaml"
+
+MODEL = "examples.my_project.model"
+
+QUIET = ("tracking.mode='off'",)
+
+BAD = [
+    (f"workload.name={MODEL.replace('model', 'nope')}:MyModel", "workload.name: cannot import"),
+    (f"workload.name={MODEL}:Nope", "workload.name: 'examples.my_project.model' has no attribute"),
+    (f"workload.name={MODEL}:MyData", "workload.name: examples.my_project.model:MyData is not a"),
+    ("workload.datamodule=torch.nn:Linear", "workload.datamodule: torch.nn:Linear is not a"),
+    ("workload.init_args.hiden=3", "workload.init_args: MyModel rejects them"),
+    ("workload.datamodule_init_args.batch_size=8", "workload.datamodule_init_args.batch_size:"),
+    ("workload.datamodule=null", "workload.datamodule: missing"),
+    ("workload.name=my_project:Model:X", "workload.name: 'my_project:Model:X' is not an import"),
+]
+
+
+def _example_sweep(root: Path, *, shapes: str, extra: str = "") -> Path:
+    """A copy of examples/ under ``root`` and a sweep file of it."""
+    shutil.copytree(REPO / "examples", root / "examples", ignore=shutil.ignore_patterns("__py*"))
+    sweep = root / "sweep.yaml"
+    sweep.write_text(
+        f"name: mine\ntrain_config: examples/my_project.yaml\nshapes:\n{shapes}"
+        f"repeats: 1\norder_seed: 1\ntimeout_min: 10\n{extra}"
+    )
+    return sweep
