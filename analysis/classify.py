@@ -349,12 +349,25 @@ def _order(ev: Evidence) -> tuple[int, int]:
     return (ev.line_no, ev.offset)
 
 
+def _aborted_by_srun(ev: Evidence, evidence: Sequence[Evidence]) -> bool:
+    """A step cancelled with no reason after one of its tasks exited, in the same log: srun
+    (``--kill-on-bad-exit``) cancelled the step because that task ended, so the cancellation
+    is a consequence. It can reach the log before the surviving ranks' own errors, which are
+    still in their buffers."""
+    if ev.code != "cancelled" or not ev.detail.startswith("step ") or " due to " in ev.detail:
+        return False
+    return any(
+        e.code == "exit_code" and e.file == ev.file and _order(e) < _order(ev) for e in evidence
+    )
+
+
 def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
     """The root cause and its consequences.
 
     Within one log the earliest line wins (of two readings of one line, the more specific);
     between logs, the more causal kind of each log's earliest (:data:`CAUSAL_ORDER`).
-    :data:`CONSEQUENCE_ONLY` kinds win only when nothing else is known. One line that reads
+    :data:`CONSEQUENCE_ONLY` kinds, and a step srun aborted after a task exited, win only
+    when nothing else is known. One line that reads
     two ways (``torch.OutOfMemoryError`` is also a Python exception) is listed once.
     """
     if not evidence:
@@ -371,7 +384,9 @@ def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
         if key not in by_line or _specific(ev) < _specific(by_line[key]):
             by_line[key] = ev
     unique = list(by_line.values())
-    candidates = [e for e in unique if e.code not in CONSEQUENCE_ONLY] or unique
+    candidates = [
+        e for e in unique if e.code not in CONSEQUENCE_ONLY and not _aborted_by_srun(e, unique)
+    ] or unique
     earliest: dict[str, Evidence] = {}
     for ev in candidates:
         if ev.file not in earliest or _order(ev) < _order(earliest[ev.file]):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import glob
+from pathlib import Path
 from typing import Any
+
+from scalescope.record import read_result_json
 
 FAKE_KEY = "FAKEKEY-scalescope-0123456789abcdef"
 
@@ -31,3 +35,15 @@ RECORD: dict[str, Any] = {
     "config": {"tracking": {"mode": "auto"}},
     "tracking": {},
 }
+
+
+def archives(directory: Path) -> list[Path]:
+    """Every Comet offline archive under directory, sorted."""
+    return sorted(directory.rglob("*.zip"))
+
+
+def one_result(out: Path) -> Any:
+    """The result.json of the one run under out (fails when there is not exactly one)."""
+    found = glob.glob(str(out / "runs" / "*" / "*" / "result.json"))
+    assert len(found) == 1, found
+    return read_result_json(found[0])

@@ -5,7 +5,6 @@ servers on loopback, a rejected key, rank 0 alone tracking.
 from __future__ import annotations
 
 import contextlib
-import glob
 import http.server
 import json
 import os
@@ -24,11 +23,12 @@ from tracking_helpers import (
     FAKE_KEY,
     NAME,
     RECORD,
+    archives,
+    one_result,
 )
 
 from scalescope.config import TrackingConfig
 from scalescope.job import tracking
-from scalescope.record import read_result_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -165,10 +165,6 @@ def assert_no_key(run_output: str, directory: Path, key: str = FAKE_KEY) -> None
             with zipfile.ZipFile(path) as zf:
                 for member in zf.namelist():
                     assert needle not in zf.read(member), f"key found in {path}:{member}"
-
-
-def archives(directory: Path) -> list[Path]:
-    return sorted(directory.rglob("*.zip"))
 
 
 def closed_port() -> int:
@@ -498,17 +494,11 @@ def _train(tmp_path: Path, env: dict[str, str], *overrides: str, timeout_s: floa
     return Run(proc, time.monotonic() - start)
 
 
-def _one_result(out: Path) -> Any:
-    found = glob.glob(str(out / "runs" / "*" / "*" / "result.json"))
-    assert len(found) == 1, found
-    return read_result_json(found[0])
-
-
 def test_two_process_run_offline_writes_one_archive(tmp_path: Path) -> None:
     run = _train(tmp_path, _clean_env(tmp_path), "trainer.devices=2", "tracking.mode=offline")
     assert run.returncode == 0, run.output[-3000:]
     out = tmp_path / "out"
-    result = _one_result(out)
+    result = one_result(out)
     found = archives(out)
     assert len(found) == 1, found  # rank 0 only
     assert result.tracking["mode"] == "offline"
@@ -543,7 +533,7 @@ def test_fake_key_and_unanswered_server_training_completes(tmp_path: Path) -> No
         run = _train(tmp_path, env, "trainer.devices=1", "tracking.connect_timeout_s=3")
     assert run.returncode == 0, run.output[-3000:]
     out = tmp_path / "out"
-    result = _one_result(out)
+    result = one_result(out)
     assert result.epochs == 2 and result.train_time_s > 0 and result.samples_per_s > 0
     assert result.tracking["mode"] == "offline"
     assert "unreachable: no answer after 3.0 s" in result.tracking["reason"]
@@ -566,35 +556,3 @@ def test_fake_key_and_unanswered_server_training_completes(tmp_path: Path) -> No
         f"\nunanswered server, 1 process: job {run.wall_s:.1f} s wall, "
         f"setup {result.setup_time_s:.1f} s; {result.tracking['reason']}"
     )
-
-
-def test_two_node_slurm_job_offline_writes_one_archive(sbatch: Any, tmp_path: Path) -> None:
-    from slurm_helpers import job_env, make_submit_dir, wait_for_job
-
-    repo = make_submit_dir(tmp_path / "repo")
-    out = tmp_path / "out"
-    overrides = (
-        f"trainer.max_epochs=2 workload.num_samples=2000 trainer.batch_size=64 "
-        f"tracking.mode=offline output_dir={out}"
-    )
-    job_id = sbatch(
-        "--nodes=2",
-        "--ntasks-per-node=1",
-        "--time=10",
-        "slurm_jobs/multi_node_multi_gpu.sh",
-        cwd=repo,
-        env={**job_env(), "SCALESCOPE_OVERRIDES": overrides},
-    )
-    job = wait_for_job(job_id)
-    log = (repo / "outputs" / f"slurm-{job_id}.out").read_text(errors="replace")
-    assert job.state == "COMPLETED", f"{job.state} {job.exit_code}\n{log[-3000:]}"
-    result = _one_result(out)
-    found = archives(out)
-    assert len(found) == 1, found  # one experiment per job: rank 0 on the first node
-    data = tracking.read_offline_archive(found[0])
-    assert data["name"] == f"spiral-2n1d-{job_id}"
-    assert {"world2", "nodes2"} <= set(data["tags"])
-    assert data["parameters"]["nodes"] == 2
-    assert data["others"]["job_id"] == job_id
-    assert data["others"]["launcher"] == "slurm"
-    assert result.tracking["archive"] == str(found[0])

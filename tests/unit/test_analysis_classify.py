@@ -413,3 +413,33 @@ def test_consequence_only_codes_are_root_only_when_alone() -> None:
 
 def test_every_reason_has_a_causal_rank() -> None:
     assert set(CAUSAL_ORDER) == set(REASONS)
+
+
+KILLED_RANK = [
+    "srun: error: node2: task 1: Killed",
+    "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+    "slurmstepd: error: *** STEP 49.0 ON node1 CANCELLED AT 2026-11-24T10:00:00 ***",
+    "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+    "closed by peer [127.0.0.1]:10895",
+]
+
+
+def test_a_step_srun_aborted_after_a_task_died_is_a_consequence() -> None:
+    """kill -9 of one rank: srun cancels the step, and its line can reach the log before
+    rank 0's collective error. The collective error is the cause; without it, the task's
+    exit is, never the cancellation."""
+    d = diagnose(_ev(KILLED_RANK, "slurm-49.out"))
+    assert (d.code, d.evidence.line_no if d.evidence else None) == ("collective_error", 4)
+    assert d.also_seen == ("exit_code", "cancelled")
+    d = diagnose(_ev(KILLED_RANK[:3], "slurm-49.out"))
+    assert (d.code, d.detail) == ("exit_code", "task 1 on node2: killed")
+    assert d.also_seen == ("cancelled",)
+
+
+def test_a_step_cancelled_before_any_task_exit_is_the_cause() -> None:
+    """scancel of a running step: its tasks' exits come after and are consequences."""
+    d = diagnose(_ev([KILLED_RANK[2], KILLED_RANK[0]], "f"))
+    assert d.code == "cancelled" and d.also_seen == ("exit_code",)
+    # a cancellation with a reason is never srun's doing
+    d = diagnose(_ev([KILLED_RANK[0], TIME_LIMIT], "f"))
+    assert d.code == "time_limit"
