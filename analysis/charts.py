@@ -383,6 +383,7 @@ _STEP_PARTS = (
     ("input_step_s", "input wait", "tab:orange"),
     ("compute_step_s", "compute", "tab:blue"),
     ("skew_step_s", "rank skew (waiting for the slowest rank)", "tab:purple"),
+    ("jitter_step_s", "rotating stragglers (a different rank each step)", "tab:pink"),
     ("comm_step_s", "exposed communication", "tab:red"),
     ("other_step_s", "other (step - the parts)", "0.75"),
 )

@@ -7,13 +7,21 @@ the sentences of the report. Pure: no printing, no files, no plotting.
 Definitions (one per quantity)
 ------------------------------
 Per run with a steady state and ``diagnosis.status == "recorded"``, from the TYPICAL rank
-(``typical_rank``: the lower median of what each rank needs on its own), per step:
+(``typical_rank``: the lower median of what each rank needs on its own), per step, all on
+that rank's own clock, so the parts add up to its step time:
 
 * input = ``input_wait_s``; compute = ``compute_s``;
-* skew = ``own_s[slowest] - own_s[typical]`` (the time the typical rank waits for the
-  slowest one, which DDP's all-reduce makes every rank wait);
-* comm = ``calibration.exposed_comm_s``: 0 on one device (nothing to all-reduce), not
-  recorded (NaN) on several devices when the calibration did not measure it.
+* its communication wait ``comm_wait_s`` split by the per-step gradient waits of every rank
+  (``ranks[].wait_s``: per step, the excess of the rank's wait over the least wait of any
+  rank, i.e. waiting for others; the least is the step's exposed all-reduce):
+
+  - comm = ``exposed_comm_s`` = ``comm_wait_s`` - ``wait_s``;
+  - skew (persistent) = clip(``own_s[slowest] - own_s[typical]``, 0, ``wait_s``): the wait
+    one consistently slower rank explains;
+  - jitter (rotating) = ``wait_s`` - skew: per-step stragglers, a different rank each step.
+
+  On one device comm = skew = jitter = 0. A record without per-step waits (older ones) has
+  comm from its calibration, skew unclipped and jitter not recorded (NaN).
 
 Divided by ``per_device_batch_size`` these are seconds per sample per device; the
 headline time per sample per device is t = 1 / ``steady_samples_per_s_per_device``.
@@ -27,7 +35,10 @@ Per run at scale N against its series' baseline B (the baseline
 * points_c = 100 (c_run - mean_B(c)) / t_run for c in comm, input, skew, compute;
 * remainder = lost - sum(points_c): the parts always add up to the loss.
 
-Per scale point: the mean of each over its runs with a Student-t 95% interval
+Per scale point, over the same runs (those with a breakdown; all runs where none has one):
+lost = 100 (1 - E) with E and its interval the ratio of mean throughputs of
+:func:`analysis.stats.ratio_ci`, as the scaling table's per-device efficiency; each part and
+the remainder the mean over the runs with a Student-t 95% interval
 (:func:`analysis.stats.summarize`; one run: no interval). Hidden communication share:
 clip(1 - exposed / predicted, 0, 1) with predicted = ``allreduce.predicted_step_s``.
 """
@@ -54,18 +65,19 @@ from .metrics import (
     scale_groups,
     series_labels,
 )
-from .stats import summarize
+from .stats import ratio_ci, summarize
 
 NOT_RECORDED = "not recorded"
 """What a table, chart or sentence shows for a part that was not measured (never 0)."""
 
-COMPONENTS = ("comm", "input", "skew", "compute")
+COMPONENTS = ("comm", "input", "skew", "jitter", "compute")
 PARTS = (*COMPONENTS, "remainder")
 LABELS = {
     "comm": "exposed communication",
     "input": "input wait",
     "skew": "rank skew",
-    "compute": "compute per sample",
+    "jitter": "rotating stragglers",
+    "compute": "compute per sample (DDP overhead included)",
     "remainder": "unexplained",
 }
 
@@ -87,11 +99,19 @@ class RunParts:
     input_step_s: float = math.nan
     compute_step_s: float = math.nan
     skew_step_s: float = math.nan
+    jitter_step_s: float = math.nan
     comm_step_s: float = math.nan
     reason: str = ""
     """Why nothing is recorded ('' when the breakdown is there)."""
     comm_reason: str = ""
     """Why exposed communication is not recorded ('' when it is, or is 0 on one device)."""
+    jitter_reason: str = ""
+    """Why rotating stragglers are not recorded ('' when they are)."""
+    comm_source: str = ""
+    """Where exposed communication came from: ``steps`` (every rank's training steps),
+    ``calibration`` (older records) or '' (one device, or not recorded)."""
+    calibration_comm_s: float = math.nan
+    """The calibration windows' estimate, a cross-check (NaN when not measured)."""
     typical_rank: int | None = None
     slowest_rank: int | None = None
     slowest_node: str | None = None
@@ -211,15 +231,28 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
     typ, slow = by_rank[typical], by_rank[slowest]
     calibration = _section(diagnosis, "calibration")
     allreduce = _section(diagnosis, "allreduce")
-    exposed = (
+    calibrated = (
         _opt_num(calibration, "exposed_comm_s")
         if calibration.get("status") == "measured"
         else math.nan
     )
+    own_typ, own_slow = float(typ["own_s"]), float(slow["own_s"])
+    wait = _opt_num(typ, "wait_s")
+    jitter, jitter_reason, source = math.nan, "", ""
     if world_size <= 1:
         comm, comm_reason = 0.0, ""  # one device: no all-reduce, honestly nothing
+        skew_s, jitter = 0.0, 0.0
+        exposed = 0.0
         hidden, hidden_reason = math.nan, "1 device: nothing to all-reduce"
     else:
+        if math.isfinite(wait):  # every rank's steps: the exposed all-reduce and the waits
+            exposed, source = float(typ["comm_wait_s"]) - wait, "steps"
+            skew_s = min(max(own_slow - own_typ, 0.0), max(wait, 0.0))
+            jitter = wait - skew_s
+        else:  # an older record: the calibration's estimate, and no rotating part
+            exposed, source = calibrated, "calibration" if math.isfinite(calibrated) else ""
+            skew_s = own_slow - own_typ
+            jitter_reason = "no per-step waits in this record (recorded before they existed)"
         comm = exposed
         comm_reason = _why(calibration, "calibration") if math.isnan(exposed) else ""
         predicted = (
@@ -230,7 +263,6 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
         hidden, hidden_reason = hidden_share(predicted, exposed)
         if math.isnan(predicted):
             hidden_reason = _why(allreduce, "all-reduce baseline")
-    own_typ, own_slow = float(typ["own_s"]), float(slow["own_s"])
     skew = _opt_num(diagnosis, "rank_skew")
     if math.isnan(skew) and own_typ > 0:
         skew = (own_slow - own_typ) / own_typ
@@ -240,9 +272,13 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
         per_device_batch_size=batch,
         input_step_s=float(typ["input_wait_s"]),
         compute_step_s=float(typ["compute_s"]),
-        skew_step_s=own_slow - own_typ,
+        skew_step_s=skew_s,
+        jitter_step_s=jitter,
         comm_step_s=comm,
         comm_reason=comm_reason,
+        jitter_reason=jitter_reason,
+        comm_source=source,
+        calibration_comm_s=calibrated,
         typical_rank=typical,
         slowest_rank=slowest,
         slowest_node=str(node) if node is not None else None,
@@ -286,7 +322,7 @@ def attribute(
 # --- per scale point --------------------------------------------------------------------------
 
 
-STEP_PARTS = ("input", "compute", "skew", "comm")
+STEP_PARTS = ("input", "compute", "skew", "jitter", "comm")
 """Stacking order of the step-time chart (bottom to top), ``other`` last."""
 
 WATERFALL_COLUMNS = [
@@ -322,6 +358,9 @@ WATERFALL_COLUMNS = [
     "busbw_gbps_mean",
     "predicted_allreduce_s_mean",
     "exposed_comm_s_mean",
+    "calibration_comm_s_mean",
+    "comm_source",
+    "jitter_note",
     "rank_skew_mean",
     "slowest_rank",
     "slowest_node",
@@ -436,17 +475,28 @@ def waterfall(
             status = _status(basis, these, base_parts, is_base)
             row["status"] = status
             attributions = []
+            # One set of runs for the loss and its parts: those with a breakdown (all runs
+            # where none has one, so the loss is still given).
+            used = [(r, p) for r, p in these if p.recorded] or these
             if basis == STEADY and not is_base:
-                for r, p in these:
+                for r, p in used:
                     if not math.isfinite(p.t_s):
                         continue
                     run_s = {c: p.per_sample(c) for c in COMPONENTS}
                     a = attribute(p.t_s, run_s, base_x, base_s)
                     attributions.append(a)
                     per_run.append((label, g.world_size, str(r["run_id"]), p, a))
-            lost = summarize([a["lost"] for a in attributions], confidence)
+            # The loss's interval is the scaling table's: a ratio of mean throughputs, with
+            # the baseline's variance in it.
+            e, e_low, e_high = ratio_ci(
+                summarize([1.0 / p.t_s for _, p in used if math.isfinite(p.t_s)], confidence),
+                base.stats["steady_samples_per_s_per_device"],
+                confidence,
+            )
             row.update(
-                lost_pts_mean=lost.mean, lost_pts_ci_low=lost.ci_low, lost_pts_ci_high=lost.ci_high
+                lost_pts_mean=100.0 * (1.0 - e) if attributions else math.nan,
+                lost_pts_ci_low=100.0 * (1.0 - e_high) if attributions else math.nan,
+                lost_pts_ci_high=100.0 * (1.0 - e_low) if attributions else math.nan,
             )
             for part in PARTS:
                 s = summarize([a[part] for a in attributions], confidence)
@@ -484,6 +534,9 @@ def waterfall(
                 busbw_gbps_mean=_mean([p.busbw_gbps for p in recorded]),
                 predicted_allreduce_s_mean=_mean([p.predicted_allreduce_s for p in recorded]),
                 exposed_comm_s_mean=_mean([p.exposed_comm_s for p in recorded]),
+                calibration_comm_s_mean=_mean([p.calibration_comm_s for p in recorded]),
+                comm_source="/".join(sorted({p.comm_source for p in recorded if p.comm_source})),
+                jitter_note=_first([p.jitter_reason for p in recorded]),
                 rank_skew_mean=_mean([p.rank_skew for p in recorded]),
             )
             slow = Counter((p.slowest_rank, p.slowest_node) for p in recorded)
@@ -620,6 +673,12 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
         over = r["rank_skew_mean"]
         pct = f" (+{over:.0%} over the typical rank)" if math.isfinite(over) else ""
         return f"rank {rank} on node {node} is slowest{pct}{seen}; check that node"
+    if part == "jitter":
+        return (
+            "a different rank is slowest from step to step (per-step jitter, not one slow "
+            "node): look for noisy neighbours, OS noise, uneven batches or data loading "
+            "stalls on all ranks"
+        )
     if part == "compute":
         b, b0 = r["per_device_batch_size"], r["baseline_per_device_batch_size"]
         if not (b is None or b is pd.NA or b0 is None or b0 is pd.NA) and b != b0:
@@ -659,9 +718,9 @@ def finding(r: Mapping[str, Any]) -> str:
     small = [LABELS[c] for c in parts if c not in big]
     if small:
         said.append(f"under {MINOR_PTS:g} point each: {', '.join(small)}")
+    notes = {"comm": r["comm_note"], "jitter": r["jitter_note"]}
     said += [
-        f"{LABELS[c]}: {NOT_RECORDED}"
-        + (f" ({r['comm_note']})" if c == "comm" and r["comm_note"] else "")
+        f"{LABELS[c]}: {NOT_RECORDED}" + (f" ({notes[c]})" if notes.get(c) else "")
         for c in COMPONENTS
         if not math.isfinite(r[f"{c}_pts_mean"])
     ]
@@ -691,4 +750,31 @@ def findings(wf: Waterfall) -> list[dict[str, str]]:
         else:
             text = " ".join([intro, *(finding(r) for _, r in scaled.iterrows())])
         out.append({"series": str(series), "text": text})
+    return out
+
+
+UNEXPLAINED_NOTE_PTS = 5.0
+"""An unexplained remainder whose interval reaches beyond this many points (either sign) is
+called out: the parts do not account for the loss that well."""
+
+
+def unexplained_notes(wf: Waterfall) -> list[str]:
+    """Sentences for "Read this first": scale points whose unexplained remainder (or its
+    interval) reaches beyond :data:`UNEXPLAINED_NOTE_PTS`."""
+    out = []
+    t = wf.table
+    for _, r in t[(~t["is_baseline"]) & (t["status"] == "recorded")].iterrows():
+        mean, low, high = (r[f"remainder_pts_{k}"] for k in ("mean", "ci_low", "ci_high"))
+        if not math.isfinite(mean):
+            continue
+        reach = max(abs(v) for v in (mean, low, high) if math.isfinite(v))
+        if reach <= UNEXPLAINED_NOTE_PTS:
+            continue
+        where = f"{r['series']} at {r['nodes']}x{r['devices_per_node']}"
+        interval = f" [{_whole(low)}, {_whole(high)}]" if math.isfinite(low) else ""
+        out.append(
+            f"{where}: {_whole(mean)} points{interval} of the lost efficiency are unexplained "
+            f"(beyond {UNEXPLAINED_NOTE_PTS:g}); the parts cover the loss less well here: "
+            "longer runs (more steady steps) or more repeats narrow it."
+        )
     return out

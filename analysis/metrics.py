@@ -913,4 +913,7 @@ def analyze(
     from .diagnosis import waterfall  # it builds on this module's grouping and baselines
 
     falls = waterfall(runs, baseline=baseline, confidence=confidence)
+    from .diagnosis import unexplained_notes
+
+    notes += unexplained_notes(falls)
     return Analysis(groups, scaling, amdahl, notes, precision, falls)

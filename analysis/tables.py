@@ -507,6 +507,7 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         "comm": "Exposed comm",
         "input": "Input wait",
         "skew": "Rank skew",
+        "jitter": "Rotating stragglers",
         "compute": "Compute/sample",
         "remainder": "Unexplained",
     }
@@ -546,8 +547,13 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         "went, read from the typical rank: part = 100 x (run's seconds per sample - "
         "baseline's) / run's seconds per sample; unexplained = lost - the parts, so they add "
         "up. Negative: a gain. 95% CI: Student-t over the repeats (n >= 2).",
+        "Exposed comm: per step, the least gradient wait of any rank (the last rank to "
+        "finish backward waits for the all-reduce alone); rank skew and rotating stragglers: "
+        "the typical rank's wait beyond it, for one persistently slower rank and for a "
+        "different slow rank each step. Compute/sample includes DDP's framework overhead "
+        "against a 1-device baseline.",
         "Comm hidden: share of the all-reduce predicted from busbw and the gradient bytes "
-        "that the calibration did not see exposed. 'not recorded': the run has no breakdown "
+        "that was not exposed. 'not recorded': the run has no breakdown "
         "(older record, diagnosis off, no steady state), never 0.",
     ]
     missing = sorted({s for s in t["status"] if s != "recorded"})

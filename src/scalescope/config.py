@@ -152,6 +152,13 @@ class FaultsConfig:
     slow_rank_sleep_s: float = option(
         0.0, help="how long slow_rank sleeps per optimizer step", check=non_negative
     )
+    rotating_sleep_s: float = option(
+        0.0,
+        help="in every optimizer step one rank sleeps this long, a different one each step "
+        "(each rank once in every world-size steps, in a seeded random order): per-step "
+        "stragglers, no rank slower on average; 0 = off",
+        check=non_negative,
+    )
     allreduce_delay_s: float = option(
         0.0,
         help="every rank holds each gradient bucket's all-reduce result back this long (a DDP "
@@ -177,6 +184,7 @@ class FaultsConfig:
             self.step_sleep_s > 0
             or self.input_sleep_s > 0
             or (self.slow_rank is not None and self.slow_rank_sleep_s > 0)
+            or self.rotating_sleep_s > 0
             or self.allreduce_delay_s > 0
         )
 
@@ -199,13 +207,17 @@ class DiagnosisConfig:
     )
     calibration_steps: int = option(
         8,
-        help="forward+backward passes per calibration window (after training, outside every "
-        "timed interval: windows with and without gradient sync, interleaved; no optimizer "
-        "step, gradients discarded); 0 = no calibration (exposed communication not measured)",
+        help="forward+backward passes per calibration window (after training and its "
+        "end-of-run gather, outside every timed interval: windows with and without gradient "
+        "sync, interleaved; no optimizer step, gradients discarded): a cross-check of the "
+        "exposed communication the training steps give; 0 = no calibration",
         check=non_negative,
     )
     calibration_windows: int = option(
-        2, help="windows of each kind (no_sync / sync); the fastest of each is kept", check=positive
+        4,
+        help="pairs of windows (no_sync, sync), in ABBA order; the cross-check is the median "
+        "of the paired differences",
+        check=positive,
     )
     calibration_budget_s: float = option(
         5.0,

@@ -2,22 +2,25 @@
 
 * the step-time breakdown and the calibration leave training exactly as it was;
 * what is not measured is null with a reason, never 0;
-* injected causes of a known size (slow input, one slow rank, an all-reduce held back by a
-  DDP communication hook) are each attributed to the right part by the analysis' waterfall,
-  over two runs at 2 processes, and the report names them first;
+* injected causes of a known size (slow input, one slow rank, per-step stragglers rotating
+  between the ranks, an all-reduce held back by a DDP communication hook) are each
+  attributed to the right part by the analysis' waterfall, over two runs at 2 processes,
+  and the report names them first;
 * a communication-heavy model shows its exposed communication;
 * a rank that dies in the calibration or before the gather ends the job, with a reason.
 
 Every injected effect is several times the noise of a 2-core machine with a busy neighbour
 (a spiral step takes 2-4 ms there): under such a neighbour the causes below gave input wait
 36-40 of 56-61 lost points (50 ms a fetch), rank skew 86-88 of 99 (40 ms) and exposed
-communication 91-93 of 98 (20 ms), and the comm-heavy model 32-41 of 68.
+communication 91-93 of 98 (20 ms), and the comm-heavy model 32-41 of 68 (figures of the
+calibration-based estimate; the README's table has the current ones).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import shutil
 import statistics
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -99,6 +102,12 @@ def test_calibration_and_allreduce_baseline_are_measured(spiral_runs: dict[str, 
     assert cal["status"] == "measured", cal
     assert cal["steps"] >= 1 and cal["windows"] >= 1
     assert cal["fwd_bwd_s"] > 0 and cal["fwd_bwd_sync_s"] > 0
+    assert len(cal["paired_diffs_s"]) == cal["windows"]  # one difference per ABBA pair
+    waits = d["step_waits"]
+    assert waits["steps"] == d["steady_steps"] and waits["exposed_s"] > 0
+    for r in d["ranks"]:  # each rank's wait splits into waiting for others and the rest
+        assert r["waits_steps"] == d["steady_steps"]
+        assert r["exposed_comm_s"] == pytest.approx(waits["exposed_s"], rel=1e-9)
     ar = d["allreduce"]
     assert ar["status"] == "measured", ar
     assert ar["backend"] == "gloo" and ar["world_size"] == 2
@@ -152,6 +161,42 @@ def test_a_users_module_is_diagnosed_and_trains_the_same(tmp_path: Path) -> None
     assert all(r["input_wait_s"] > 0 for r in d["ranks"])  # a real DataLoader
 
 
+BRITTLE = """
+from examples.my_project.model import MyModel
+
+
+class Brittle(MyModel):
+    def calibration_loss(self, batch):
+        if self.global_rank == 1:
+            raise RuntimeError("rank 1 cannot calibrate")
+        return self.training_step(batch, 0)
+"""
+
+
+def test_a_calibration_that_fails_on_one_rank_keeps_the_record(tmp_path: Path) -> None:
+    """The calibration is optional and runs after the gather: one rank failing in it is
+    the section's status and reason, the other rank never waits for it, the record stands."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    (tmp_path / "brittle.py").write_text(BRITTLE)
+    run = run_train(
+        tmp_path,
+        "tracking.mode=off",
+        "trainer.devices=2",
+        "trainer.max_epochs=2",
+        "workload.name=brittle:Brittle",
+        "trainer.collective_timeout_s=60",
+        output_dir=tmp_path / "out",
+        module_args=("--config", "examples/my_project.yaml"),
+    )
+    result = only_result(run)
+    d = diag(result)
+    assert d["status"] == "recorded" and result.steady_steps and result.steady_steps > 0
+    cal = d["calibration"]
+    assert cal["status"] == "skipped" and cal["exposed_comm_s"] is None
+    assert cal["reason"] == "the calibration pass failed: RuntimeError: rank 1 cannot calibrate"
+    assert d["step_waits"]["steps"] == d["steady_steps"]  # communication came from the steps
+
+
 # --- injected causes of a known size, attributed ------------------------------------------------
 
 DELAY_S = 0.02
@@ -160,8 +205,18 @@ CAUSES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     # spiral's 1-device run is its baseline: the fault does nothing on one device)
     "slow input": ("input", ("faults.input_sleep_s=0.1",), False),
     "one slow rank": ("skew", ("faults.slow_rank=1", "faults.slow_rank_sleep_s=0.04"), True),
+    # 40 ms on one rank per step, a different one each step: on average the typical rank
+    # waits 20 ms a step for the other, and neither rank is slower on average. Its own
+    # sleeps (20 ms a step on average) are its compute: see OWN_COST.
+    "rotating stragglers": ("jitter", ("faults.rotating_sleep_s=0.04",), True),
     "delayed all-reduce": ("comm", (f"faults.allreduce_delay_s={DELAY_S}",), True),
 }
+
+
+OWN_COST = {"rotating stragglers": "compute"}
+"""Where a cause's own time goes besides the waiting it causes: with rotating stragglers the
+typical rank is itself the straggler in half the steps, and that sleep is its compute; the
+other half it waits, which is the cause's part."""
 
 
 def _folder_with(
@@ -212,23 +267,43 @@ def test_an_injected_cause_is_attributed_to_its_part(attributed: dict, cause: st
     _, wf, _ = attributed[cause]
     row = _scaled_row(wf)
     lost = row["lost_pts_mean"]
-    parts = {p: row[f"{p}_pts_mean"] for p in ("comm", "input", "skew", "compute")}
+    parts = {p: row[f"{p}_pts_mean"] for p in ("comm", "input", "skew", "jitter", "compute")}
     print(f"{cause}: lost {lost:.1f} points (mean of {REPEATS} runs), parts {parts}")
     assert lost > 30, row.to_dict()
-    assert max(parts, key=lambda p: parts[p]) == part, parts
-    assert parts[part] > 0.5 * lost, (parts, lost)  # most of the loss
+    own = OWN_COST.get(cause)
+    rivals = {p: v for p, v in parts.items() if p != own}
+    assert max(rivals, key=lambda p: rivals[p]) == part, parts
+    if own is None:
+        assert parts[part] > 0.5 * lost, (parts, lost)  # most of the loss
+    else:  # the waiting it causes and its own time: most of the loss, a third at least waiting
+        assert parts[part] + parts[own] > 0.7 * lost and parts[part] > 0.3 * lost, parts
 
 
 def test_a_delayed_allreduce_is_recovered_as_exposed_communication(attributed: dict) -> None:
-    loaded, _, _ = attributed["delayed all-reduce"]
-    exposed = [
-        d["calibration"]["exposed_comm_s"]
-        for d, w in zip(loaded.runs["diagnosis"], loaded.runs["world_size"], strict=True)
-        if w == 2
-    ]
+    _, wf, _ = attributed["delayed all-reduce"]
+    exposed = [p.comm_step_s for _, world, _, p, _ in wf.runs if world == 2]
     assert len(exposed) == REPEATS
-    # The hook holds the one bucket back DELAY_S; the real all-reduce adds well under 1 ms.
+    assert {p.comm_source for _, world, _, p, _ in wf.runs if world == 2} == {"steps"}
+    # The hook holds the one bucket back DELAY_S; the real all-reduce adds a few ms at most.
     assert statistics.mean(exposed) == pytest.approx(DELAY_S, rel=0.25), exposed
+
+
+def test_rotating_stragglers_are_not_read_as_communication(attributed: dict) -> None:
+    """Per-step stragglers made the old calibration-based estimate call them communication;
+    from every rank's steps, the exposed all-reduce stays small."""
+    _, wf, _ = attributed["rotating stragglers"]
+    row = _scaled_row(wf)
+    assert row["comm_pts_mean"] < 0.25 * row["jitter_pts_mean"], row.to_dict()
+    waits = [p.jitter_step_s + p.skew_step_s for _, world, _, p, _ in wf.runs if world == 2]
+    # the typical rank waits for the other in about half the steps: ~20 ms a step
+    assert statistics.mean(waits) == pytest.approx(0.02, rel=0.35), waits
+
+
+def test_one_slow_rank_is_named(attributed: dict) -> None:
+    _, wf, report = attributed["one slow rank"]
+    row = _scaled_row(wf)
+    assert row["slowest_rank"] == 1 and row["slowest_seen"] == REPEATS
+    assert "rank 1 on node" in report
 
 
 @pytest.mark.parametrize("cause", list(CAUSES))
@@ -236,13 +311,15 @@ def test_the_report_names_the_cause_first(attributed: dict, cause: str) -> None:
     part = CAUSES[cause][0]
     _, _, report = attributed[cause]
     words = report.split("## Where the efficiency went, in words", 1)[1]
-    named = {LABELS[p]: words.find(f"{LABELS[p]}, ") for p in LABELS}
+    own = OWN_COST.get(cause)
+    named = {LABELS[p]: words.find(f"{LABELS[p]}, ") for p in LABELS if p != own}
     first = min((i, label) for label, i in named.items() if i >= 0)[1]
     assert first == LABELS[part], words[:1500]
     advice = {
         "skew": "rank 1 on node",
         "input": "scalescope bench-data",
         "comm": "busbw",
+        "jitter": "a different rank is slowest from step to step",
     }[part]
     assert advice in words, words[:1500]
 
@@ -264,19 +341,14 @@ def test_a_communication_heavy_model_shows_exposed_communication(tmp_path: Path)
 # --- ranks that die --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("where", "reason"), [("calibration", "collective_error"), ("gather", "collective_error")]
-)
-def test_a_rank_that_dies_ends_the_job_with_a_reason(
-    tmp_path: Path, where: str, reason: str
-) -> None:
+def test_a_rank_that_dies_before_the_gather_ends_the_job_with_a_reason(tmp_path: Path) -> None:
     run = run_train(
         REPO,
         *TINY,
         "trainer.devices=2",
         "trainer.collective_timeout_s=30",
         "faults.exit_rank=1",
-        f"faults.exit_at={where}",
+        "faults.exit_at=gather",
         output_dir=tmp_path,
     )
     assert run.returncode != 0, run.describe()
@@ -287,5 +359,29 @@ def test_a_rank_that_dies_ends_the_job_with_a_reason(
     rc, out, err = summarize_in_process(str(log), "--no-write", "--format", "json")
     assert rc == 0, err
     (row,) = json.loads(out)["failures"]
-    assert row["reason"] == reason, row
-    print(f"rank 1 died in {where}: {row['reason']}: {row['detail']}")
+    assert row["reason"] == "collective_error", row
+    print(f"rank 1 died before the gather: {row['reason']}: {row['detail']}")
+
+
+def test_a_rank_that_dies_in_the_calibration_leaves_the_record(tmp_path: Path) -> None:
+    """The timings were gathered before the calibration: rank 0 learns of the death in the
+    calibration's agreement, records it as the calibration's reason and writes the record;
+    the job still fails (rank 1 exited 1)."""
+    run = run_train(
+        REPO,
+        *TINY,
+        "trainer.devices=2",
+        "trainer.collective_timeout_s=30",
+        "faults.exit_rank=1",
+        "faults.exit_at=calibration",
+        output_dir=tmp_path,
+    )
+    assert run.returncode != 0, run.describe()
+    (result,) = run.results()
+    assert len(list(tmp_path.rglob("result.json"))) == 1
+    d = diag(result)
+    assert d["status"] == "recorded" and d["step_waits"]["steps"] == d["steady_steps"]
+    cal = d["calibration"]
+    assert cal["status"] == "failed" and cal["exposed_comm_s"] is None, cal
+    assert "by peer" in cal["reason"] or "reset" in cal["reason"], cal
+    print(f"rank 1 died in the calibration: {cal['reason']}")

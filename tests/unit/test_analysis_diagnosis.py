@@ -52,12 +52,16 @@ def make_diagnosis(
     predicted_s: float | None = 0.004,
     busbw_gbps: float | None = 1.5,
     nodes: int = 1,
+    rotating_s: float = 0.0,
+    step_waits: bool = True,
 ) -> dict[str, Any]:
     """A recorded breakdown: every rank needs input + compute, ``slow_rank`` needs
     ``slow_extra_s`` more (inside compute); every rank then waits in the all-reduce for
-    the slowest plus the exposed communication, so all step times are equal."""
+    the slowest, for ``rotating_s`` of per-step stragglers (a different rank each step, so
+    every rank's mean own time is the same) and for the exposed communication, so all step
+    times are equal. ``step_waits=False``: a record from before per-step waits existed."""
     own = [input_s + compute_s + (slow_extra_s if r == slow_rank else 0.0) for r in range(world)]
-    step = max(own) + exposed_s
+    step = max(own) + exposed_s + (rotating_s if world > 1 else 0.0)
     per_node = max(1, world // nodes)
     ranks = [
         {
@@ -74,6 +78,10 @@ def make_diagnosis(
         }
         for r in range(world)
     ]
+    if step_waits:
+        for row in ranks:
+            wait = 0.0 if world == 1 else row["comm_wait_s"] - exposed_s
+            row.update(wait_s=wait, exposed_comm_s=row["comm_wait_s"] - wait, waits_steps=100)
     order = sorted(range(world), key=lambda r: (own[r], r))
     typical, slowest = order[(world - 1) // 2], order[-1]
     multi = world > 1
@@ -176,6 +184,8 @@ PATTERNS: dict[str, dict[str, Any]] = {
     },
     # many parameters, little compute: the all-reduce is not hidden behind backward
     "comm": {"input_s": 0.001, "compute_s": 0.050, "exposed_s": 0.040, "predicted_s": 0.050},
+    # a different rank sleeps 40 ms each step: the others wait for it, none is slow on average
+    "jitter": {"input_s": 0.001, "compute_s": 0.050, "exposed_s": 0.001, "rotating_s": 0.040},
 }
 
 
@@ -217,8 +227,14 @@ def test_attribute_matches_a_hand_computed_example() -> None:
     # baseline: 1 device, 0.102 s per step of 256 samples; the run: 0.091 s per 128 samples
     t_run = 0.091 / 128
     base_x = 256 / 0.102
-    run_s = {"input": 0.040 / 128, "compute": 0.050 / 128, "skew": 0.0, "comm": 0.001 / 128}
-    base_s = {"input": 0.002 / 256, "compute": 0.100 / 256, "skew": 0.0, "comm": 0.0}
+    run_s = {
+        "input": 0.040 / 128,
+        "compute": 0.050 / 128,
+        "skew": 0.0,
+        "jitter": 0.0,
+        "comm": 0.001 / 128,
+    }
+    base_s = {"input": 0.002 / 256, "compute": 0.100 / 256, "skew": 0.0, "jitter": 0.0, "comm": 0.0}
     a = attribute(t_run, run_s, base_x, base_s)
     assert a["lost"] == pytest.approx(100 * (1 - 0.102 / (2 * 0.091)))
     assert a["input"] == pytest.approx(100 * (0.040 - 0.001) / 0.091)
@@ -234,8 +250,8 @@ positive = st.floats(min_value=1e-6, max_value=1e3, allow_nan=False, allow_infin
 @given(
     t_run=positive,
     base_x=positive,
-    run=st.tuples(positive, positive, positive, positive),
-    base=st.tuples(positive, positive, positive, positive),
+    run=st.tuples(positive, positive, positive, positive, positive),
+    base=st.tuples(positive, positive, positive, positive, positive),
 )
 def test_parts_and_remainder_always_add_up_to_the_lost_points(
     t_run: float,
@@ -243,7 +259,7 @@ def test_parts_and_remainder_always_add_up_to_the_lost_points(
     run: tuple[float, ...],
     base: tuple[float, ...],
 ) -> None:
-    names = ("comm", "input", "skew", "compute")
+    names = ("comm", "input", "skew", "jitter", "compute")
     a = attribute(
         t_run, dict(zip(names, run, strict=True)), base_x, dict(zip(names, base, strict=True))
     )
@@ -253,13 +269,13 @@ def test_parts_and_remainder_always_add_up_to_the_lost_points(
 
 
 @given(
-    run=st.tuples(positive, positive, positive, positive),
-    base=st.tuples(positive, positive, positive, positive),
+    run=st.tuples(positive, positive, positive, positive, positive),
+    base=st.tuples(positive, positive, positive, positive, positive),
 )
 def test_a_fully_explained_step_leaves_no_remainder(
     run: tuple[float, ...], base: tuple[float, ...]
 ) -> None:
-    names = ("comm", "input", "skew", "compute")
+    names = ("comm", "input", "skew", "jitter", "compute")
     t_run, t_base = math.fsum(run), math.fsum(base)
     a = attribute(
         t_run, dict(zip(names, run, strict=True)), 1 / t_base, dict(zip(names, base, strict=True))
@@ -268,7 +284,9 @@ def test_a_fully_explained_step_leaves_no_remainder(
 
 
 def test_a_missing_part_leaves_the_remainder_unknown_not_zero() -> None:
-    a = attribute(1.0, {"comm": math.nan, "input": 0.1, "skew": 0, "compute": 0.5}, 1.0, {})
+    a = attribute(
+        1.0, {"comm": math.nan, "input": 0.1, "skew": 0, "jitter": 0, "compute": 0.5}, 1.0, {}
+    )
     assert math.isnan(a["comm"]) and math.isnan(a["remainder"])
     assert a["lost"] == pytest.approx(0.0)
 
@@ -294,15 +312,119 @@ def test_one_device_has_no_communication_and_it_is_zero_honestly() -> None:
     assert p.per_sample("input") == pytest.approx(0.002 / 256)
 
 
-def test_several_devices_without_calibration_leave_communication_not_recorded() -> None:
+def test_an_older_record_without_calibration_leaves_communication_not_recorded() -> None:
     d = make_diagnosis(
-        2, batch=128, input_s=0.002, compute_s=0.05, exposed_s=0.01, calibration="skipped"
+        2,
+        batch=128,
+        input_s=0.002,
+        compute_s=0.05,
+        exposed_s=0.01,
+        calibration="skipped",
+        step_waits=False,
     )
     d["calibration"]["reason"] = "diagnosis.calibration=false"
     p = run_parts(d, 128 / 0.062, 2)
     assert p.recorded
-    assert math.isnan(p.comm_step_s)
+    assert math.isnan(p.comm_step_s) and math.isnan(p.jitter_step_s)
     assert p.comm_reason == "calibration skipped: diagnosis.calibration=false"
+    assert "no per-step waits" in p.jitter_reason
+
+
+def test_an_older_record_takes_communication_from_its_calibration() -> None:
+    d = make_diagnosis(2, batch=128, input_s=0.002, compute_s=0.05, exposed_s=0.01)
+    d["calibration"]["exposed_comm_s"] = 0.007  # what its calibration said
+    for row in d["ranks"]:
+        del row["wait_s"], row["exposed_comm_s"]
+    p = run_parts(d, 128 / 0.062, 2)
+    assert (p.comm_step_s, p.comm_source) == (0.007, "calibration")
+
+
+def test_per_step_waits_carry_communication_without_calibration() -> None:
+    """The calibration is a cross-check: communication comes from the training steps."""
+    d = make_diagnosis(
+        2, batch=128, input_s=0.002, compute_s=0.05, exposed_s=0.01, calibration="skipped"
+    )
+    p = run_parts(d, 128 / 0.062, 2)
+    assert p.comm_step_s == pytest.approx(0.01) and p.comm_source == "steps"
+    assert math.isnan(p.calibration_comm_s)
+
+
+def test_the_typical_ranks_wait_splits_into_persistent_and_rotating() -> None:
+    """Rank 1 is 20 ms slower on average, and per-step stragglers add 15 ms: the typical
+    rank waits 35 ms beyond the exposed all-reduce; 20 are the slow rank, 15 rotate."""
+    d = make_diagnosis(
+        2,
+        batch=128,
+        input_s=0.002,
+        compute_s=0.05,
+        exposed_s=0.004,
+        slow_rank=1,
+        slow_extra_s=0.020,
+        rotating_s=0.015,
+    )
+    p = run_parts(d, 128 / 0.091, 2)
+    assert p.typical_rank == 0 and p.slowest_rank == 1
+    assert p.comm_step_s == pytest.approx(0.004)
+    assert p.skew_step_s == pytest.approx(0.020)
+    assert p.jitter_step_s == pytest.approx(0.015)
+    # on the typical rank's clock the parts are its whole step
+    parts = p.input_step_s + p.compute_step_s + p.comm_step_s + p.skew_step_s + p.jitter_step_s
+    assert parts == pytest.approx(d["ranks"][0]["step_time_s"])
+
+
+@given(
+    world=st.integers(2, 64),
+    steps=st.integers(20, 200),
+    exposed_ms=st.floats(0.0, 10.0),
+    jitter=st.floats(0.0, 0.2),
+    seed=st.integers(0, 2**16),
+)
+def test_per_step_stragglers_are_never_read_as_communication(
+    world: int, steps: int, exposed_ms: float, jitter: float, seed: int
+) -> None:
+    """Simulated ranks whose own time per step varies (jitter, a different straggler each
+    step) and an all-reduce of a known exposed time: the per-step minimum recovers the
+    exposed time whatever the jitter and the world size, and the typical rank's wait is
+    split into rank skew and rotating stragglers that add up to it."""
+    import numpy as np
+
+    from scalescope.job.diagnosis import assemble, step_wait_stats
+
+    rng = np.random.default_rng(seed)
+    own = 0.010 * (1 + jitter * rng.random((world, steps)))  # seconds, per rank and step
+    exposed = exposed_ms / 1000.0
+    waits = own.max(axis=0) - own + exposed  # last gradient -> backward returns
+    least = waits.min(axis=0)
+    parts = []
+    for r in range(world):
+        stats = step_wait_stats(waits[r], least)
+        mean_own = float(own[r].mean())
+        diag = {
+            "clock": "wall",
+            "step_time_s": mean_own + float(waits[r].mean()),
+            "input_wait_s": 0.0,
+            "comm_wait_s": float(waits[r].mean()),
+            "compute_s": mean_own,
+            "step_waits": stats,
+        }
+        parts.append({"node": "n", "local_rank": r, "diagnosis": diag})
+    d = assemble(
+        per_rank=parts,
+        steady_steps=steps,
+        per_device_batch_size=32,
+        allreduce={"status": "skipped"},
+        nvml={"status": "unavailable"},
+        calibration={"status": "skipped", "reason": "x"},
+        calibration_steps=0,
+    )
+    p = run_parts(d, 32 / max(r["step_time_s"] for r in d["ranks"]), world)
+    assert p.comm_step_s == pytest.approx(exposed, abs=1e-12)
+    wait = d["ranks"][p.typical_rank]["wait_s"]
+    assert p.skew_step_s + p.jitter_step_s == pytest.approx(wait, abs=1e-12)
+    assert p.skew_step_s >= 0 and p.jitter_step_s >= -1e-12
+    # persistent skew is what mean own times explain, no more than the wait itself
+    typ, slow = d["ranks"][p.typical_rank], d["ranks"][p.slowest_rank]
+    assert p.skew_step_s == pytest.approx(min(slow["own_s"] - typ["own_s"], wait), abs=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -319,7 +441,7 @@ def test_several_devices_without_calibration_leave_communication_not_recorded() 
 def test_no_breakdown_says_why(diagnosis: Any, expected: str) -> None:
     p = run_parts(diagnosis, 1000.0, 2)
     assert not p.recorded and p.reason == expected
-    assert all(math.isnan(p.per_sample(c)) for c in ("input", "compute", "skew", "comm"))
+    assert all(math.isnan(p.per_sample(c)) for c in ("input", "compute", "skew", "jitter", "comm"))
 
 
 def test_a_malformed_breakdown_names_the_key() -> None:
@@ -344,14 +466,14 @@ def test_the_record_carries_the_diagnosis_through_its_log_line() -> None:
 # --- the injected causes ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cause", ["input", "skew", "comm"])
+@pytest.mark.parametrize("cause", ["input", "skew", "comm", "jitter"])
 def test_each_injected_cause_gets_most_of_the_lost_points(tmp_path: Path, cause: str) -> None:
     runs = runs_of(tmp_path, pattern_records(cause))
     analysis = analyze(runs)
     assert analysis.waterfall is not None
     row = scaled_row(analysis.waterfall.table)
     assert row["status"] == "recorded" and row["n"] == 3 and row["n_recorded"] == 3
-    parts = {c: row[f"{c}_pts_mean"] for c in ("comm", "input", "skew", "compute")}
+    parts = {c: row[f"{c}_pts_mean"] for c in ("comm", "input", "skew", "jitter", "compute")}
     assert max(parts, key=parts.__getitem__) == cause
     assert parts[cause] > 0.8 * row["lost_pts_mean"] > 0
     assert abs(row["remainder_pts_mean"]) < 2.0
@@ -402,7 +524,7 @@ def test_the_baseline_is_the_one_the_scaling_table_picks(tmp_path: Path) -> None
 
 def test_findings_read_correctly_for_each_cause(tmp_path: Path) -> None:
     texts = {}
-    for cause in ("input", "skew", "comm"):
+    for cause in ("input", "skew", "comm", "jitter"):
         folder = tmp_path / cause
         wf = waterfall(runs_of(folder, pattern_records(cause)))
         (item,) = findings(wf)
@@ -423,6 +545,8 @@ def test_findings_read_correctly_for_each_cause(tmp_path: Path) -> None:
         "busbw 1.5 GB/s, 20% of the predicted all-reduce hidden behind backward; try a larger "
         "per-device batch, gradient accumulation or larger DDP buckets" in texts["comm"]
     )
+    assert first_part["jitter"].startswith("rotating stragglers, ")
+    assert "a different rank is slowest from step to step" in texts["jitter"]
     for text in texts.values():
         assert "At 2 devices (1 node), 3 run(s): " in text
         assert "under 1 point each: " in text and "compute per sample" in text
@@ -458,6 +582,9 @@ def test_repeats_without_a_breakdown_are_left_out_of_the_parts_only(tmp_path: Pa
     row = scaled_row(analysis.waterfall.table)
     assert (row["n"], row["n_recorded"], row["input_pts_n"]) == (4, 3, 3)
     assert row["status"] == "recorded"
+    # the loss is over the same three runs as its parts: they still add up
+    parts = math.fsum(row[f"{p}_pts_mean"] for p in PARTS)
+    assert parts == pytest.approx(row["lost_pts_mean"])
     table = diagnosis_table(analysis)
     assert table is not None and table.frame.iloc[0]["n (breakdown)"] == "4 (3)"
 
@@ -476,14 +603,14 @@ def test_runs_without_a_breakdown_are_not_recorded_never_zero(tmp_path: Path) ->
     table = diagnosis_table(analysis)
     assert table is not None
     cells = table.frame.iloc[0].tolist()
-    assert cells.count(NOT_RECORDED) == 7  # five parts, hidden share, busbw
+    assert cells.count(NOT_RECORDED) == 8  # five parts, unexplained, hidden share, busbw
     assert not any(c in ("0", "0.0", "0.0%") for c in cells)
     (item,) = findings(analysis.waterfall)
     assert "where they went: not recorded (baseline: record has no breakdown)." in item["text"]
 
 
 def test_an_uncalibrated_scale_shows_communication_as_not_recorded(tmp_path: Path) -> None:
-    runs = runs_of(tmp_path, pattern_records("comm", calibration="skipped"))
+    runs = runs_of(tmp_path, pattern_records("comm", calibration="skipped", step_waits=False))
     analysis = analyze(runs)
     assert analysis.waterfall is not None
     row = scaled_row(analysis.waterfall.table)

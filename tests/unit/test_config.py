@@ -71,6 +71,7 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         "input_sleep_s": 0.0,
         "slow_rank": None,
         "slow_rank_sleep_s": 0.0,
+        "rotating_sleep_s": 0.0,
         "allreduce_delay_s": 0.0,
         "exit_rank": None,
         "exit_at": "calibration",

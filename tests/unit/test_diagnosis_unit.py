@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scalescope.job.diagnosis import assemble, calibration_plan, merge_nvml
+from scalescope.job.diagnosis import (
+    assemble,
+    calibration_plan,
+    combine_calibration,
+    merge_nvml,
+    step_wait_stats,
+)
 
 
 @given(
@@ -39,31 +45,46 @@ def _part(rank: int, node: str, own: float, comm: float, **over: Any) -> dict[st
     step = own + comm
     d = {
         "clock": "wall",
-        "calibration": {
-            "status": "measured",
-            "reason": None,
-            "steps": 8,
-            "windows": 2,
-            "fwd_bwd_s": 0.010 + rank * 0.001,
-            "fwd_bwd_sync_s": 0.014 + rank * 0.001,
-            "seconds": 0.5,
-        },
         "step_time_s": step,
         "input_wait_s": 0.001,
         "comm_wait_s": comm,
         "compute_s": own - 0.001,
+        # of the communication wait, 1 ms is the all-reduce; the rest is waiting for others
+        "step_waits": {
+            "steps": 100,
+            "exposed_s": 0.001,
+            "exposed_se_s": 1e-5,
+            "wait_s": comm - 0.001,
+            "wait_se_s": 1e-5,
+        },
     }
     d.update(over)
     return {"node": node, "local_rank": rank % 2, "peak_dev": None, "rss": 0.4, "diagnosis": d}
 
 
-def _assemble(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _windows(rank: int) -> dict[str, Any]:
+    """One rank's calibration windows: no_sync 10 ms (+1 ms per rank), synced 4 ms more."""
+    return {
+        "status": "measured",
+        "reason": None,
+        "steps": 8,
+        "windows": 2,
+        "fwd_bwd_windows_s": [0.010 + rank * 0.001] * 2,
+        "fwd_bwd_sync_windows_s": [0.014 + rank * 0.001] * 2,
+        "seconds": 0.5,
+    }
+
+
+def _assemble(parts: list[dict[str, Any]], calibration: Any = None) -> dict[str, Any]:
+    if calibration is None:
+        calibration = combine_calibration([_windows(r) for r in range(len(parts))])
     return assemble(
         per_rank=parts,
         steady_steps=100,
         per_device_batch_size=32,
         allreduce={"status": "measured", "seconds": 0.2},
         nvml={"status": "unavailable", "reason": "CPU run: no GPU to sample"},
+        calibration=calibration,
         calibration_steps=8,
     )
 
@@ -99,8 +120,8 @@ def test_a_rank_without_figures_leaves_skew_unknown_and_calibration_says_why() -
     late = _part(1, "b", 0.010, 0.01)
     for key in ("step_time_s", "input_wait_s", "comm_wait_s", "compute_s"):
         del late["diagnosis"][key]
-    late["diagnosis"]["calibration"] = {"status": "skipped", "reason": "training stopped"}
-    d = _assemble([_part(0, "a", 0.010, 0.011), late])
+    skipped = {"status": "skipped", "reason": "training stopped"}
+    d = _assemble([_part(0, "a", 0.010, 0.011), late], combine_calibration([_windows(0), skipped]))
     assert d["slowest_rank"] is None and d["rank_skew"] is None  # unknown, not 0
     assert d["calibration"]["status"] == "skipped"
     assert d["calibration"]["exposed_comm_s"] is None
@@ -117,3 +138,51 @@ def test_nvml_sections_of_several_nodes_merge() -> None:
     none = merge_nvml([{"status": "unavailable", "reason": "no driver", "interval_s": 1.0}])
     assert none["status"] == "unavailable" and none["gpus"] is None
     assert none["reason"] == "no driver"
+
+
+def test_each_ranks_wait_for_others_and_the_exposed_all_reduce() -> None:
+    d = _assemble([_part(0, "a", 0.010, 0.011), _part(1, "b", 0.020, 0.001)])
+    fast, slow = d["ranks"]
+    assert fast["wait_s"] == pytest.approx(0.010) and fast["exposed_comm_s"] == pytest.approx(0.001)
+    assert slow["wait_s"] == pytest.approx(0.0) and slow["exposed_comm_s"] == pytest.approx(0.001)
+    assert d["step_waits"]["exposed_s"] == 0.001 and d["step_waits"]["steps"] == 100
+
+
+def test_one_device_waits_for_nobody() -> None:
+    part = _part(0, "a", 0.010, 0.0)
+    del part["diagnosis"]["step_waits"]
+    skipped = {"status": "skipped", "reason": "1 device: nothing to all-reduce"}
+    (row,) = _assemble([part], skipped)["ranks"]
+    assert (row["wait_s"], row["exposed_comm_s"]) == (0.0, 0.0)
+
+
+def test_step_wait_stats_against_the_least_wait_of_each_step() -> None:
+    import numpy as np
+
+    mine = np.array([0.005, 0.001, 0.009, 0.003])
+    least = np.array([0.001, 0.001, 0.002, 0.003])
+    stats = step_wait_stats(mine, least)
+    assert stats["steps"] == 4
+    assert stats["exposed_s"] == pytest.approx(0.00175)
+    assert stats["wait_s"] == pytest.approx((0.004 + 0 + 0.007 + 0) / 4)
+    assert stats["wait_se_s"] == pytest.approx(np.std([0.004, 0, 0.007, 0], ddof=1) / 2)
+    assert step_wait_stats(mine[:1], least[:1])["exposed_se_s"] is None
+
+
+def test_calibration_pairs_are_differenced_and_never_clipped() -> None:
+    """Per pair: the median synced window minus the slowest rank's no_sync window; the
+    estimate is the median of the pairs, negative when noise says so."""
+    a = {**_windows(0), "fwd_bwd_windows_s": [0.010, 0.012, 0.011]}
+    a["fwd_bwd_sync_windows_s"] = [0.011, 0.010, 0.013]
+    b = {**_windows(1), "fwd_bwd_windows_s": [0.011, 0.011, 0.010]}
+    b["fwd_bwd_sync_windows_s"] = [0.013, 0.010, 0.011]
+    cal = combine_calibration([a, b])
+    assert cal["paired_diffs_s"] == pytest.approx([0.001, -0.002, 0.001])
+    assert cal["exposed_comm_s"] == pytest.approx(0.001)
+    flipped = combine_calibration(
+        [
+            {**a, "fwd_bwd_sync_windows_s": [0.009, 0.009, 0.009]},
+            {**b, "fwd_bwd_sync_windows_s": [0.009] * 3},
+        ]
+    )
+    assert flipped["exposed_comm_s"] == pytest.approx(-0.002)  # noise shows, unclipped

@@ -43,40 +43,68 @@ from contextlib import contextmanager
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 
 from ..config import DiagnosisConfig, FaultsConfig
 from .allreduce import SKIPPED_ONE_DEVICE
 from .timing import Timings
 
-
 # -- clocks ------------------------------------------------------------------------------
+ANOTHER_RANK = "on another rank"
+
+MAX_STEP_RECORDS = 1 << 16
+"""Steady-state steps whose gradient communication wait is kept one by one (8 bytes each,
+preallocated); later steps still count in the totals."""
+
+
 class _Clock:
-    """Marks and accumulated intervals: the wall clock on CPUs, CUDA events on GPUs."""
+    """Marks and accumulated intervals: the wall clock on CPUs, CUDA events on GPUs.
+
+    ``add(..., per_step=True)`` also keeps the interval in :attr:`steps`, a preallocated
+    buffer indexed by steady-state step: a step whose interval has no mark keeps NaN, so the
+    buffers of all ranks stay aligned step for step.
+    """
 
     kind = "wall"
+
+    def __init__(self, capacity: int = MAX_STEP_RECORDS) -> None:
+        self.totals: dict[str, float] = {}
+        self.steps = np.full(capacity, np.nan)
+        self.n_steps = 0
+        """Steps counted so far (may exceed the buffer's capacity)."""
 
     def mark(self) -> Any:
         return time.perf_counter()
 
-    def add(self, key: str, start: Any, end: Any) -> None:
-        self.totals[key] = self.totals.get(key, 0.0) + (end - start)
+    def add(self, key: str, start: Any, end: Any, *, per_step: bool = False) -> None:
+        seconds = end - start
+        self.totals[key] = self.totals.get(key, 0.0) + seconds
+        if per_step:
+            self._keep(self.n_steps, seconds)
+
+    def skip_step(self) -> None:
+        """A counted step without the interval: NaN (the buffer already holds it)."""
+        self.n_steps += 1
+
+    def _keep(self, index: int, seconds: float) -> None:
+        if index < len(self.steps):
+            self.steps[index] = seconds
+        if index >= self.n_steps:
+            self.n_steps = index + 1
 
     def settle(self) -> None:
         """Resolve everything pending (call where the device was synchronised)."""
-
-    def __init__(self) -> None:
-        self.totals: dict[str, float] = {}
 
 
 class _CudaClock(_Clock):
     kind = "cuda_events"
     _MAX_PENDING = 1024
 
-    def __init__(self, device: torch.device) -> None:
-        super().__init__()
+    def __init__(self, device: torch.device, capacity: int = MAX_STEP_RECORDS) -> None:
+        super().__init__(capacity)
         self.device = device
-        self.pending: list[tuple[str, Any, Any]] = []
+        self.pending: list[tuple[str, Any, Any, int]] = []
         self._spare: list[Any] = []
 
     def mark(self) -> Any:
@@ -84,23 +112,29 @@ class _CudaClock(_Clock):
         event.record()
         return event
 
-    def add(self, key: str, start: Any, end: Any) -> None:
-        self.pending.append((key, start, end))
+    def add(self, key: str, start: Any, end: Any, *, per_step: bool = False) -> None:
+        index = -1
+        if per_step:  # the step's slot now; its value when the events have completed
+            index = self.n_steps
+            self.n_steps += 1
+        self.pending.append((key, start, end, index))
         if len(self.pending) > self._MAX_PENDING:
             self._drain(block=False)
 
     def _drain(self, *, block: bool) -> None:
         done = 0
-        for key, start, end in self.pending:
+        for key, start, end, index in self.pending:
             if not block and not (end.query() and start.query()):
                 break
             if block:
                 start.synchronize()
                 end.synchronize()
-            ms = start.elapsed_time(end)
-            self.totals[key] = self.totals.get(key, 0.0) + ms / 1000.0
+            seconds = start.elapsed_time(end) / 1000.0
+            self.totals[key] = self.totals.get(key, 0.0) + seconds
+            if index >= 0:
+                self._keep(index, seconds)
             done += 1
-        for _, start, end in self.pending[:done]:
+        for _, start, end, _ in self.pending[:done]:
             if len(self._spare) < 2 * self._MAX_PENDING:
                 self._spare += [start, end]
         del self.pending[:done]
@@ -157,9 +191,16 @@ class StepBreakdown(L.Callback):
         self._params: list[Any] = []
         self._batch: Any = None
         self.peak_dev_gib: float | None = None
+        self.committed_steps = 0
+        self.step_waits: dict[str, float] | None = None
+        self.gather: Callable[[L.Trainer], Any] | None = None
+        """The end-of-run gather of every rank's timings (set by the caller), run at
+        training's end before the calibration; its result is :attr:`gathered`."""
+        self.gathered: Any = None
         self.calibration: dict[str, Any] = {
             "status": "skipped",
             "reason": "training stopped before its end",
+            "steps": cfg.calibration_steps,
         }
 
     # set-up ----------------------------------------------------------------------------
@@ -224,8 +265,11 @@ class StepBreakdown(L.Callback):
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._grad_order is not None:  # the first backward: keep one hook from now on
             self._settle_last_gradient()
-        if self._counting and self._ready is not None:
-            self.clock.add("comm_wait_s", self._ready, self.clock.mark())
+        if self._counting and self._params:
+            if self._ready is not None:
+                self.clock.add("comm_wait_s", self._ready, self.clock.mark(), per_step=True)
+            else:  # no gradient this step (a frozen pass): keep the steps aligned
+                self.clock.skip_step()
         self._ready = None
 
     def _settle_last_gradient(self) -> None:
@@ -259,24 +303,51 @@ class StepBreakdown(L.Callback):
         self._fetch_start = None  # the fetcher's last, empty call ends the epoch
         self.clock.settle()  # the TimingCallback synchronised the device just before
         self.committed = dict(self.clock.totals)
+        self.committed_steps = self.clock.n_steps
 
     # calibration ---------------------------------------------------------------------
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Training's end, still inside the fit (the model is still wrapped by DDP and on its
+        device): the per-step reduction and the end-of-run gather first, then the optional
+        calibration, which can no longer cost the record anything."""
         self._counting = False
         self.clock.settle()
         device = trainer.strategy.root_device
         if device.type == "cuda":  # training's peak, before the calibration's passes
             self.peak_dev_gib = torch.cuda.max_memory_allocated(device) / 2**30
-        started = time.perf_counter()
-        self.calibration = calibrate(trainer, pl_module, self._batch, self.cfg, self.faults)
-        if self.calibration.get("status") == "measured":
-            self.calibration["seconds"] = time.perf_counter() - started
-        self._batch = None
+        self.reduce_steps(trainer)
+        if self.gather is not None:
+            self.gathered = self.gather(trainer)
+        self.calibration = gather_calibration(trainer, self.calibrate(trainer, pl_module))
+
+    # after training, on every rank ---------------------------------------------------
+    def reduce_steps(self, trainer: L.Trainer) -> None:
+        """Per step, the least gradient communication wait over the ranks (one all-reduce
+        MIN of the per-step buffer): the rank whose last gradient came last waited for nobody,
+        so that minimum is the step's exposed all-reduce, and each rank's excess over it is
+        its wait for slower ranks. A collective: every rank calls it, before the gather."""
+        n_local = min(self.committed_steps, len(self.clock.steps))
+        if not self._params or trainer.world_size <= 1 or n_local <= 0:
+            return
+        import torch.distributed as dist
+
+        device = trainer.strategy.root_device
+        count = torch.tensor([float(n_local)], dtype=torch.float64, device=device)
+        dist.all_reduce(count, op=dist.ReduceOp.MIN)  # every rank's buffer holds these steps
+        n = int(count.item())
+        mine = self.clock.steps[:n]
+        least = torch.from_numpy(np.where(np.isfinite(mine), mine, np.inf)).to(device)
+        dist.all_reduce(least, op=dist.ReduceOp.MIN)
+        exposed = least.cpu().numpy()
+        both = np.isfinite(mine) & np.isfinite(exposed)
+        if not both.any():
+            return
+        self.step_waits = step_wait_stats(mine[both], exposed[both])
 
     def mine(self, rank_steady_s: float | None, steady_steps: int | None) -> dict[str, Any]:
         """This rank's share of the end-of-run gather: per-step figures over the complete
         epochs after the warm-up (what ``rank_steady_s`` covers)."""
-        out: dict[str, Any] = {"clock": self.clock.kind, "calibration": self.calibration}
+        out: dict[str, Any] = {"clock": self.clock.kind}
         if rank_steady_s is None or not steady_steps or steady_steps <= 0:
             return out
         per = 1.0 / steady_steps
@@ -289,7 +360,27 @@ class StepBreakdown(L.Callback):
             comm_wait_s=comm,
             compute_s=max(0.0, step - wait - comm),
         )
+        if self.step_waits is not None:
+            out["step_waits"] = self.step_waits
         return out
+
+    def calibrate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        """The calibration windows (every rank, after the gather): this rank's part. Never
+        raises: a failure, here or on a peer, is the part's status and reason."""
+        started = time.perf_counter()
+        try:
+            part = calibrate(trainer, pl_module, self._batch, self.cfg, self.faults)
+        except Exception as exc:  # a peer that died, a collective that failed
+            part = {
+                "status": "failed",
+                "reason": f"{type(exc).__name__}: {_first_line(exc)}",
+                "steps": self.cfg.calibration_steps,
+            }
+        finally:
+            self._batch = None
+        if part.get("status") == "measured":
+            part["seconds"] = time.perf_counter() - started
+        return part
 
 
 def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:
@@ -314,6 +405,29 @@ def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:
     return True
 
 
+def step_wait_stats(mine: np.ndarray, exposed: np.ndarray) -> dict[str, Any]:
+    """This rank's per-step gradient communication waits against each step's least wait
+    over the ranks (its exposed all-reduce): their means, and standard errors over steps."""
+    n = len(mine)
+    wait = mine - exposed
+
+    def se(values: np.ndarray) -> float | None:
+        return float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else None
+
+    return {
+        "steps": n,
+        "exposed_s": float(exposed.mean()),
+        "exposed_se_s": se(exposed),
+        "wait_s": float(wait.mean()),
+        "wait_se_s": se(wait),
+    }
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
 def calibrate(
     trainer: L.Trainer,
     pl_module: L.LightningModule,
@@ -321,7 +435,17 @@ def calibrate(
     cfg: DiagnosisConfig,
     faults: FaultsConfig | None = None,
 ) -> dict[str, Any]:
-    """The calibration windows (all ranks). Returns this rank's ``calibration`` part."""
+    """The calibration windows (all ranks). Returns this rank's ``calibration`` part.
+
+    Order of events, so that no rank can wait for another that will never come:
+
+    1. a trial pass on the plain module (not through DDP: no collective can start), which
+       also times one pass;
+    2. one all-reduce: did any rank fail, and the slowest pass (every rank plans the same
+       windows from it);
+    3. only then DDP passes: pairs of windows, no_sync and synced, in ABBA order (the first
+       pair no_sync first, the next synced first...), so neither kind always runs first.
+    """
     from torch.nn.parallel import DistributedDataParallel
 
     def skipped(reason: str, status: str = "skipped") -> dict[str, Any]:
@@ -334,11 +458,8 @@ def calibrate(
         return skipped(SKIPPED_ONE_DEVICE)
     if not isinstance(model, DistributedDataParallel):
         return skipped(f"not trained under DDP ({type(model).__name__})")
-    if batch is None:
-        return skipped("no training batch was seen")
-    loss_of = _loss_function(pl_module)
-    if isinstance(loss_of, str):
-        return skipped(loss_of)
+    # Ranks that cannot calibrate at all say so in the agreement below, with the others.
+    loss_of = _loss_function(pl_module) if batch is not None else "no training batch was seen"
     if faults is not None and faults.exit_rank == trainer.global_rank:
         if faults.exit_at == "calibration":
             os._exit(1)
@@ -348,6 +469,7 @@ def calibrate(
     precision = trainer.strategy.precision_plugin
 
     def one_pass(grad_sync: bool) -> None:
+        assert not isinstance(loss_of, str)
         pl_module.zero_grad(set_to_none=True)
         # As in a training step: the precision plugin's autocast around the forward.
         with precision.train_step_context(), _forward_as(pl_module, lambda: loss_of(batch)):
@@ -356,6 +478,15 @@ def calibrate(
             else:
                 with model.no_sync():
                     loss = model()
+        loss.backward()
+
+    def trial_pass() -> None:
+        """Forward and backward on the module itself: DDP's reducer expects no gradients
+        (its forward was not called), so nothing is all-reduced."""
+        assert not isinstance(loss_of, str)
+        pl_module.zero_grad(set_to_none=True)
+        with precision.train_step_context(), _forward_as(pl_module, lambda: loss_of(batch)):
+            loss = pl_module()
         loss.backward()
 
     def window(grad_sync: bool, k: int) -> float:
@@ -375,16 +506,15 @@ def calibrate(
 
     with _preserved(pl_module, device):
         try:
-            failed = ""
+            failed = loss_of if isinstance(loss_of, str) else ""
             started = time.perf_counter()
-            try:
-                one_pass(False)  # warm-up, untimed
-                sync()
-            except Exception as exc:  # e.g. a user's training_step outside the training loop
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                failed = f"the calibration pass failed: {type(exc).__name__}: {first}"
-            # Every rank learns whether every rank can go on (one failing alone must not
-            # leave the others waiting in the synced passes) and the slowest first pass.
+            if not failed:
+                try:
+                    trial_pass()
+                    sync()
+                except Exception as exc:  # e.g. a user's training_step outside the loop
+                    failed = f"the calibration pass failed: {type(exc).__name__}: "
+                    failed += _first_line(exc)
             agreed = torch.tensor(
                 [1.0 if failed else 0.0, time.perf_counter() - started],
                 dtype=torch.float64,
@@ -393,19 +523,18 @@ def calibrate(
             torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MAX)
             failed_anywhere, pass_s = agreed.tolist()
             if failed_anywhere > 0:
-                return skipped(failed or "the calibration pass failed on another rank")
+                return skipped(failed or f"the calibration pass failed {ANOTHER_RANK}")
             k, windows = calibration_plan(
                 pass_s, cfg.calibration_steps, cfg.calibration_windows, cfg.calibration_budget_s
             )
-            # No synced warm-up: training has just run synced passes of this very
-            # shape; the first no_sync pass only measured the pass and tested the path.
+            one_pass(False)  # DDP's own path once, untimed
+            sync()
             nosync: list[float] = []
             synced: list[float] = []
-            for _ in range(windows):
-                trainer.strategy.barrier("scalescope-calibration")
-                nosync.append(window(False, k))
-                trainer.strategy.barrier("scalescope-calibration")
-                synced.append(window(True, k))
+            for w in range(windows):
+                for grad_sync in (False, True) if w % 2 == 0 else (True, False):
+                    trainer.strategy.barrier("scalescope-calibration")
+                    (synced if grad_sync else nosync).append(window(grad_sync, k))
         finally:
             pl_module.zero_grad(set_to_none=True)
     return {
@@ -413,8 +542,8 @@ def calibrate(
         "reason": None,
         "steps": k,
         "windows": windows,
-        "fwd_bwd_s": min(nosync),
-        "fwd_bwd_sync_s": min(synced),
+        "fwd_bwd_windows_s": nosync,
+        "fwd_bwd_sync_windows_s": synced,
     }
 
 
@@ -517,6 +646,7 @@ def assemble(
     per_device_batch_size: int,
     allreduce: Mapping[str, Any],
     nvml: Mapping[str, Any],
+    calibration: Mapping[str, Any],
     calibration_steps: int,
 ) -> dict[str, Any]:
     """The record's ``diagnosis`` section from every rank's gathered part (rank order)."""
@@ -535,6 +665,17 @@ def assemble(
                 {k: d[k] for k in ("step_time_s", "input_wait_s", "comm_wait_s", "compute_s")}
             )
             row["own_s"] = d["input_wait_s"] + d["compute_s"]
+            waits = d.get("step_waits")
+            if len(per_rank) == 1:  # one device: no all-reduce, nobody to wait for
+                row.update(wait_s=0.0, exposed_comm_s=d["comm_wait_s"], waits_steps=0)
+            elif waits:
+                # the gradient wait beyond the step's least over ranks is waiting for others;
+                # the rest of the communication wait (and any buffer broadcast) is exposed
+                row.update(
+                    wait_s=waits["wait_s"],
+                    exposed_comm_s=d["comm_wait_s"] - waits["wait_s"],
+                    waits_steps=waits["steps"],
+                )
         ranks.append(row)
     parts = [p.get("diagnosis") or {} for p in per_rank]
     clock = parts[0].get("clock", "wall") if parts else "wall"
@@ -566,7 +707,17 @@ def assemble(
         )
     elif not timed:
         out["reason"] = "no complete epoch after the warm-up: nothing to break down"
-    out["calibration"] = _calibration_section([p.get("calibration") or {} for p in parts])
+    waits = [p.get("step_waits") for p in parts]
+    if len(parts) > 1 and all(waits):
+        out["step_waits"] = {
+            "steps": min(w["steps"] for w in waits),
+            "exposed_s": waits[0]["exposed_s"],  # the same per-step minimum on every rank
+            "exposed_se_s": waits[0]["exposed_se_s"],
+        }
+    elif len(parts) > 1:
+        out["step_waits"] = None
+        out["step_waits_reason"] = "no per-step gradient waits on every rank"
+    out["calibration"] = dict(calibration)
     if out["calibration"].get("steps") is None:
         out["calibration"]["steps"] = calibration_steps
     out["allreduce"] = dict(allreduce)
@@ -585,10 +736,20 @@ def _lower_median(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def _calibration_section(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def combine_calibration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Every rank's windows into one cross-check of the exposed all-reduce.
+
+    Per pair of windows p: the median over ranks of the synced window minus the slowest
+    rank's no_sync window (the synced passes wait for it anyway); the exposed estimate is
+    the median of these paired differences, unclipped (a negative value is noise, and says
+    how much), with the differences themselves kept for an interval.
+    """
     measured = [p for p in parts if p.get("status") == "measured"]
     if not measured or len(measured) != len(parts):
-        first = next((p for p in parts if p.get("status") != "measured"), {}) if parts else {}
+        # the rank that failed says why; the others only that some rank did
+        others = [p for p in parts if p.get("status") != "measured"]
+        others.sort(key=lambda p: str(p.get("reason") or "").endswith(ANOTHER_RANK))
+        first = others[0] if others else {}
         return {
             "status": first.get("status", "skipped"),
             "reason": first.get("reason") or "not measured on every rank",
@@ -597,20 +758,49 @@ def _calibration_section(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "fwd_bwd_s": None,
             "fwd_bwd_sync_s": None,
             "exposed_comm_s": None,
+            "paired_diffs_s": None,
             "seconds": None,
         }
-    fwd_bwd = max(p["fwd_bwd_s"] for p in measured)
-    synced = statistics.median(p["fwd_bwd_sync_s"] for p in measured)
+    pairs = min(
+        min(len(p["fwd_bwd_windows_s"]), len(p["fwd_bwd_sync_windows_s"])) for p in measured
+    )
+    nosync = [max(p["fwd_bwd_windows_s"][i] for p in measured) for i in range(pairs)]
+    synced = [
+        statistics.median(p["fwd_bwd_sync_windows_s"][i] for p in measured) for i in range(pairs)
+    ]
+    diffs = [b - a for a, b in zip(nosync, synced, strict=True)]
     return {
         "status": "measured",
         "reason": None,
         "steps": measured[0]["steps"],
         "windows": measured[0]["windows"],
-        "fwd_bwd_s": fwd_bwd,
-        "fwd_bwd_sync_s": synced,
-        "exposed_comm_s": max(0.0, synced - fwd_bwd),
+        "fwd_bwd_s": statistics.median(nosync),
+        "fwd_bwd_sync_s": statistics.median(synced),
+        "exposed_comm_s": statistics.median(diffs),
+        "paired_diffs_s": diffs,
         "seconds": max((p.get("seconds") or 0.0) for p in measured) or None,
     }
+
+
+def gather_calibration(trainer: L.Trainer, part: Mapping[str, Any]) -> dict[str, Any]:
+    """Every rank's calibration part, combined (call on every rank). A peer that died or a
+    failed collective gives a ``failed`` section with the reason: never an exception."""
+    import torch.distributed as dist
+
+    try:
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            everyone: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(everyone, dict(part))
+        else:
+            everyone = [dict(part)]
+    except Exception as exc:  # this rank's own failure says more, where it had one
+        failure = {
+            "status": "failed",
+            "reason": f"gathering the calibration failed: {type(exc).__name__}: {_first_line(exc)}",
+            "steps": part.get("steps"),
+        }
+        everyone = [part if part.get("status") == "failed" else failure]
+    return combine_calibration(everyone)
 
 
 class BeforeTiming(L.Callback):

@@ -340,6 +340,15 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         measures = _UserMeasures.create(model, timing) if user_workload else None
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         diag = _Diagnosis.create(cfg, timing, topo, node)
+
+        def gather(trainer: Any) -> Any:
+            """The end-of-run gather of every rank's timings (a collective)."""
+            if cfg.faults.exit_rank == trainer.global_rank and cfg.faults.exit_at == "gather":
+                os._exit(1)
+            return agree(trainer, timing.t, node, diag.mine(trainer) if diag else None)
+
+        if diag is not None:
+            diag.breakdown.gather = gather
         trainer = build_trainer(
             cfg.trainer,
             topo,
@@ -374,9 +383,9 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             raise
         if diag is not None:
             diag.before.stop_sampler()  # a run stopped early never reached on_train_end
-        if cfg.faults.exit_rank == trainer.global_rank and cfg.faults.exit_at == "gather":
-            os._exit(1)
-        agreed = agree(trainer, timing.t, node, diag.mine(trainer) if diag else None)
+        # Gathered at training's end (before the diagnosis' calibration) when training
+        # ended there; here when it stopped early.
+        agreed = (diag.breakdown.gathered if diag is not None else None) or gather(trainer)
         if measures is not None:
             measures.counted = measures.counter.agree(trainer)  # a collective: every rank
         result = None
@@ -573,6 +582,7 @@ class _Diagnosis:
             per_device_batch_size=per_device_batch_size,
             allreduce=self.before.allreduce,
             nvml=merge_nvml([p.get("nvml") for p in agreed.per_rank]),
+            calibration=self.breakdown.calibration,
             calibration_steps=self.cfg.diagnosis.calibration_steps,
         )
 

@@ -10,6 +10,9 @@ right cause:
   block), so it is input wait, not compute;
 * ``slow_rank`` / ``slow_rank_sleep_s`` -- one straggler: that rank sleeps in every optimizer
   step and the others wait for it in the next gradient all-reduce;
+* ``rotating_sleep_s`` -- per-step stragglers: in each step one rank sleeps, a different one
+  each step (each rank once in every world-size steps, in a seeded random order), so no rank
+  is slower on average while the others wait in every step;
 * ``allreduce_delay_s`` -- a slow network of known size: a DDP communication hook runs DDP's
   own all-reduce and holds each bucket's result back that long, so backward ends that much
   later on every rank (exposed communication, none of it hidden);
@@ -21,6 +24,7 @@ A communication-heavy model is not a fault but a model: ``configs/diagnosis/comm
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -49,6 +53,19 @@ class FaultInjection(L.Callback):
     ) -> None:
         if self._sleep_s > 0:
             time.sleep(self._sleep_s)
+        rotating = self.faults.rotating_sleep_s
+        if rotating > 0 and rotating_rank(trainer.global_step, trainer.world_size) == (
+            trainer.global_rank
+        ):
+            time.sleep(rotating)
+
+
+def rotating_rank(step: int, world_size: int, seed: int = 0) -> int:
+    """The rank that sleeps in ``step``: every block of ``world_size`` steps is a seeded
+    random permutation of the ranks, the same on every rank."""
+    order = list(range(world_size))
+    random.Random(seed * 1_000_003 + step // world_size).shuffle(order)
+    return order[step % world_size]
 
 
 def _slow_fetches(trainer: L.Trainer, seconds: float) -> None:
