@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from scalescope.job.allreduce import (
-    interpolate_time_s,
+    fit_model,
+    fit_time_s,
     sweep_sizes,
 )
 
@@ -119,17 +120,16 @@ def test_every_rank_returns_the_same_section(three_ranks: list[dict[str, Any]]) 
         assert _same_but_seconds(r["section"], first)
 
 
-def test_prediction_reads_the_buckets_off_the_table(three_ranks: list[dict[str, Any]]) -> None:
+def test_prediction_is_the_fitted_model_at_each_bucket(three_ranks: list[dict[str, Any]]) -> None:
     s = three_ranks[0]["section"]
     rows = s["sizes"]
+    fit = s["fit"]
+    assert fit == fit_model([(r["bytes"], r["time_s"]) for r in rows], 3)
+    assert fit["points"] == len(rows) and fit["alpha_s"] >= 0 and fit["rel_rms"] >= 0
     assert s["predicted_step_s"] > 0
-    expected = sum(interpolate_time_s(rows, b) for b in (5000, 100000, 600000))
+    # 600 kB lies beyond the largest size: from the fitted model as well
+    expected = sum(fit_time_s(fit, b, 3) for b in (5000, 100000, 600000))
     assert s["predicted_step_s"] == pytest.approx(expected)
-    # 600 kB lies beyond the largest size: at the largest size's bandwidth
-    largest = rows[-1]
-    assert interpolate_time_s(rows, 600000) == pytest.approx(
-        largest["time_s"] * 600000 / largest["bytes"]
-    )
 
 
 def test_the_baseline_leaves_rng_and_tensors_alone(three_ranks: list[dict[str, Any]]) -> None:
@@ -144,7 +144,9 @@ def test_a_tiny_budget_stops_early_on_every_rank_with_a_reason(tmp_path: Path) -
     assert a["status"] == "measured"
     assert [r["bytes"] for r in a["sizes"]] == [4096]  # the first size is always measured
     assert a["reason"].startswith("budget 0 s: stopped before 8192 B")
-    assert a["predicted_step_s"] > 0  # extrapolated at the largest measured size's bandwidth
+    # One size cannot separate latency from bandwidth: no model, so no prediction.
+    assert a["fit"]["points"] == 1 and a["fit"]["alpha_s"] is None
+    assert a["predicted_step_s"] is None
 
 
 def test_world_size_one_is_skipped_with_the_reason(tmp_path: Path) -> None:

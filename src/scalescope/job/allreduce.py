@@ -8,10 +8,14 @@ op and then an adaptive number of timed ops. Per size the time of one op is the 
     algbw = bytes / time                      (GB/s = 1e9 B/s, as nccl-tests prints)
     busbw = algbw * 2 (n - 1) / n             (ring all-reduce: each byte crosses 2(n-1)/n links)
 
+A latency + bandwidth model is fitted to the measured sizes (:func:`fit_model`):
+
+    t(n) = alpha + n * beta_bus * 2 (n_ranks - 1) / n_ranks     (beta_bus = 1 / busbw)
+
 ``predicted_step_s`` is the all-reduce time of one optimizer step's gradients sent the way DDP
-sends them: bucket by bucket (1 MiB first, then 25 MiB), each bucket's time read off the measured
-curve by log-log interpolation. Compared with the exposed communication measured in training, it
-tells how much of the communication backward hides.
+sends them: bucket by bucket (1 MiB first, then 25 MiB), each bucket's time from the fitted
+model. Compared with the exposed communication measured in training, it tells how much of the
+communication backward hides.
 
 Every rank of the default process group calls :func:`allreduce_baseline`; every decision that
 changes how many collectives run (iterations, stopping for the budget or for memory) is taken
@@ -20,7 +24,6 @@ from reduced values, so all ranks take it together and none waits for an op that
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -111,31 +114,107 @@ def size_row(nbytes: int, time_s: float, world_size: int) -> dict[str, Any]:
     }
 
 
-def interpolate_time_s(rows: Sequence[dict[str, Any]], nbytes: int) -> float:
-    """The all-reduce time of ``nbytes`` read off the measured rows.
+def fit_model(points: Sequence[tuple[float, float]], world_size: int) -> dict[str, Any]:
+    """The latency + bandwidth model fitted to measured ``(bytes, seconds)`` points:
 
-    Between two measured sizes: log-log interpolation (time follows a power law between them).
-    Below the smallest: the smallest's time (small messages are latency-bound). Above the
-    largest: at the largest size's bandwidth (time grows linearly with bytes).
+        t(n) = alpha + n * beta_bus * 2 (p - 1) / p        (beta_bus = 1 / busbw, in s/B)
+
+    by least squares on *relative* residuals ``(t(n_i) - t_i) / t_i`` (each point weighted by
+    1 / t_i), so the latency-bound small messages count as much as the large ones whose
+    absolute times dwarf them. alpha and beta_bus are kept non-negative (a negative latency
+    or bandwidth term is noise, not a network): where the free fit leaves that region, the
+    best fit on its edge is taken and ``note`` says which. Two parameters, so the exact
+    answer is the best of three candidates (free, alpha = 0, beta = 0).
+
+    Returns ``alpha_s``, ``busbw_gbps`` (null where no bandwidth term was fitted), their
+    standard errors ``alpha_se_s`` and ``busbw_se_gbps`` (from the residual variance; null
+    without a degree of freedom left, or for a term held at 0), ``rel_rms`` (root mean square
+    of the relative residuals), ``points`` and ``note``. Fewer than two distinct sizes fit
+    nothing: every number is null and ``note`` says why.
     """
-    if not rows:
-        raise ValueError("no measured sizes to interpolate from")
-    pts = sorted((r["bytes"], r["time_s"]) for r in rows)
-    if nbytes <= pts[0][0]:
-        return pts[0][1]
-    if nbytes >= pts[-1][0]:
-        size, t = pts[-1]
-        return t * nbytes / size
-    for (b0, t0), (b1, t1) in itertools.pairwise(pts):
-        if b0 <= nbytes <= b1:
-            frac = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
-            return math.exp(math.log(t0) + frac * (math.log(t1) - math.log(t0)))
-    raise AssertionError("unreachable: nbytes lies within the measured range")
+    import numpy as np
+
+    pts = [(float(n), float(t)) for n, t in points if t > 0]
+    fit: dict[str, Any] = {
+        "alpha_s": None,
+        "busbw_gbps": None,
+        "rel_rms": None,
+        "alpha_se_s": None,
+        "busbw_se_gbps": None,
+        "points": len(pts),
+        "note": None,
+    }
+    if len({n for n, _ in pts}) < 2:
+        fit["note"] = f"{len(pts)} size(s) measured: a latency + bandwidth fit needs two"
+        return fit
+    n = np.array([p[0] for p in pts])
+    t = np.array([p[1] for p in pts])
+    # Relative residuals: row i of the design is (1, n_i) / t_i against a target of 1.
+    design = np.column_stack([1.0 / t, n / t])
+    ones = np.ones(len(pts))
+
+    def solve(cols: list[int]) -> tuple[Any, float]:
+        a = design[:, cols]
+        scale = np.linalg.norm(a, axis=0)  # columns of 1/t and n/t differ by ~1e6
+        coef, *_ = np.linalg.lstsq(a / scale, ones, rcond=None)
+        coef = coef / scale
+        theta = np.zeros(2)
+        theta[cols] = coef
+        resid = design @ theta - ones
+        return theta, float(resid @ resid)
+
+    free, free_rss = solve([0, 1])
+    if free[0] >= 0 and free[1] >= 0:
+        (alpha, per_byte), rss, cols = free, free_rss, [0, 1]
+    else:
+        (lat, lat_rss), (bw, bw_rss) = solve([0]), solve([1])
+        if bw_rss <= lat_rss:
+            (alpha, per_byte), rss, cols = bw, bw_rss, [1]
+            fit["note"] = "latency held at 0 (the free fit left alpha, beta >= 0)"
+        else:
+            (alpha, per_byte), rss, cols = lat, lat_rss, [0]
+            fit["note"] = (
+                "no bandwidth term: every size latency-bound (the free fit left alpha, beta >= 0)"
+            )
+    factor = bus_factor(world_size)
+    fit["alpha_s"] = float(alpha)
+    fit["rel_rms"] = math.sqrt(rss / len(pts))
+    if per_byte > 0:
+        fit["busbw_gbps"] = factor / float(per_byte) / 1e9
+    dof = len(pts) - len(cols)
+    if dof <= 0:
+        fit["note"] = fit["note"] or "an exact fit through two sizes: no standard errors"
+        return fit
+    a = design[:, cols]
+    cov = rss / dof * np.linalg.inv(a.T @ a)
+    se = dict(zip(cols, np.sqrt(np.clip(np.diag(cov), 0.0, None)), strict=True))
+    if 0 in se:
+        fit["alpha_se_s"] = float(se[0])
+    if 1 in se and per_byte > 0:
+        # busbw = factor / per_byte: its standard error by the delta method.
+        fit["busbw_se_gbps"] = factor * float(se[1]) / float(per_byte) ** 2 / 1e9
+    return fit
 
 
-def predicted_step_s(rows: Sequence[dict[str, Any]], bucket_bytes: Sequence[int]) -> float:
-    """Expected all-reduce time of one step: the buckets go one after another on one stream."""
-    return sum(interpolate_time_s(rows, b) for b in bucket_bytes)
+def fit_usable(fit: dict[str, Any] | None) -> bool:
+    """Whether ``fit`` predicts times (at least two sizes were fitted)."""
+    return bool(fit) and fit.get("alpha_s") is not None  # type: ignore[union-attr]
+
+
+def fit_time_s(fit: dict[str, Any], nbytes: float, world_size: int) -> float:
+    """The all-reduce time of ``nbytes`` on the fitted model: alpha + n * 2(p-1)/p / busbw."""
+    if not fit_usable(fit):
+        raise ValueError(f"no fitted model to predict from ({fit.get('note')})")
+    busbw = fit["busbw_gbps"]
+    bandwidth_s = nbytes * bus_factor(world_size) / (busbw * 1e9) if busbw else 0.0
+    return float(fit["alpha_s"]) + bandwidth_s
+
+
+def predicted_step_s(fit: dict[str, Any], bucket_bytes: Sequence[int], world_size: int) -> float:
+    """Expected all-reduce time of one step: DDP's buckets one after another on one stream,
+    each bucket's time from the fitted model (whatever its size, inside the sweep or beyond
+    it: the model, not a scale-up of one measured point)."""
+    return sum(fit_time_s(fit, b, world_size) for b in bucket_bytes)
 
 
 def section(
@@ -146,11 +225,15 @@ def section(
     world_size: int = 1,
     gradient_bytes: int | None = None,
     sizes: list[dict[str, Any]] | None = None,
-    predicted: float | None = None,
+    fit: dict[str, Any] | None = None,
     seconds: float | None = None,
+    bucket_bytes: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """The record's ``diagnosis.allreduce`` section (see the record contract)."""
     sizes = sizes or []
+    predicted = None
+    if fit_usable(fit) and bucket_bytes is not None:
+        predicted = predicted_step_s(fit, bucket_bytes, world_size)  # type: ignore[arg-type]
     return {
         "status": status,
         "reason": reason,
@@ -159,6 +242,7 @@ def section(
         "gradient_bytes": gradient_bytes,
         "sizes": sizes,
         "busbw_gbps": sizes[-1]["busbw_gbps"] if sizes else None,
+        "fit": fit,
         "predicted_step_s": predicted,
         "seconds": seconds,
     }
@@ -262,8 +346,9 @@ def allreduce_baseline(
         world_size=world,
         gradient_bytes=gradient_bytes,
         sizes=rows,
-        predicted=predicted_step_s(rows, buckets),
+        fit=fit_model([(r["bytes"], r["time_s"]) for r in rows], world),
         seconds=time.perf_counter() - start,
+        bucket_bytes=buckets,
     )
 
 
