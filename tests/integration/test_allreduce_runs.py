@@ -91,7 +91,7 @@ def three_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]
         "--budget-s",
         "30",
         "--bucket-bytes",
-        "5000,100000,600000",
+        "5000,100000,20000000",
     )
     for p in done:
         assert p.returncode == 0, p.stderr[-3000:]
@@ -110,7 +110,11 @@ def test_three_ranks_sweep_every_size_with_nccl_tests_formulas(
         assert r["time_s"] > 0
         assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (3 - 1) / 3)
+    # busbw at the largest size swept (8 MiB, beyond the 300 kB gradient) and at the gradient
+    assert s["sizes"][-1]["bytes"] == 8 * 2**20
     assert s["busbw_gbps"] == s["sizes"][-1]["busbw_gbps"]
+    at_gradient = next(r for r in s["sizes"] if r["bytes"] == 300000)
+    assert s["busbw_at_gradient_gbps"] == at_gradient["busbw_gbps"]
     assert s["seconds"] > 0
 
 
@@ -127,8 +131,8 @@ def test_prediction_is_the_fitted_model_at_each_bucket(three_ranks: list[dict[st
     assert fit == fit_model([(r["bytes"], r["time_s"]) for r in rows], 3)
     assert fit["points"] == len(rows) and fit["alpha_s"] >= 0 and fit["rel_rms"] >= 0
     assert s["predicted_step_s"] > 0
-    # 600 kB lies beyond the largest size: from the fitted model as well
-    expected = sum(fit_time_s(fit, b, 3) for b in (5000, 100000, 600000))
+    # 20 MB lies beyond the largest size (8 MiB): from the fitted model as well
+    expected = sum(fit_time_s(fit, b, 3) for b in (5000, 100000, 20000000))
     assert s["predicted_step_s"] == pytest.approx(expected)
 
 
@@ -226,7 +230,7 @@ def test_the_benchmark_prints_the_table_from_spawned_ranks() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert "# backend gloo, 2 ranks, float32, gradient 65536 B" in out.stdout
     rows = [line.split() for line in out.stdout.splitlines() if not line.startswith("#")]
-    assert [int(r[0]) for r in rows] == [4096, 8192, 16384, 32768, 65536]
+    assert [int(r[0]) for r in rows] == [4096 * 2**k for k in range(12)]  # up to 8 MiB
     for size, time_us, algbw, busbw in rows:
         assert float(algbw) == pytest.approx(
             int(size) / (float(time_us) * 1e-6) / 1e9, rel=0.05, abs=1e-3

@@ -1,27 +1,37 @@
-"""The all-reduce baseline: the pure arithmetic, and real gloo process groups of 1 to 3 ranks."""
+"""The all-reduce baseline: the pure arithmetic, and the sweep and DDP's buckets in a real
+one-rank gloo process group in this process (tests/integration runs 2 and 3 ranks)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
 
 from scalescope.job.allreduce import (
     DDP_BUCKET_CAP_BYTES,
     DDP_FIRST_BUCKET_BYTES,
+    FLOAT32_BYTES,
     SKIPPED_ONE_DEVICE,
+    SWEEP_FLOOR_BYTES,
+    _Sweep,
     allreduce_baseline,
     backend_name,
     bus_factor,
+    busbw_at_gbps,
     ddp_bucket_bytes,
     fit_model,
     fit_time_s,
+    float32_size,
     gradient_bytes,
     predicted_step_s,
+    section,
     size_row,
     sweep_sizes,
 )
@@ -29,13 +39,27 @@ from scalescope.job.allreduce import (
 # --- pure arithmetic ------------------------------------------------------------------------------
 
 
-def test_sweep_sizes_double_from_4_kib_and_end_at_the_gradient_size() -> None:
-    assert sweep_sizes(300_000) == [4096 * 2**k for k in range(7)] + [300_000]
-    assert sweep_sizes(65536) == [4096, 8192, 16384, 32768, 65536]
+def test_sweep_sizes_double_from_4_kib_to_8_mib_or_the_gradient_size_with_it_among_them() -> None:
+    floor = [4096 * 2**k for k in range(12)]  # 4 KiB .. 8 MiB
+    assert floor[-1] == SWEEP_FLOOR_BYTES == 8 * 2**20
+    assert sweep_sizes(300_000) == [*floor[:7], 300_000, *floor[7:]]
+    assert sweep_sizes(65536) == floor  # a power of two: measured once
     # whole float32 elements: 300_001 bytes is 75_000 elements
-    assert sweep_sizes(300_001)[-1] == 300_000
-    assert sweep_sizes(1000) == [1000]
-    assert sweep_sizes(2) == [4]
+    assert 300_000 in sweep_sizes(300_001) and 300_001 not in sweep_sizes(300_001)
+    assert sweep_sizes(1000) == [1000, *floor]
+    assert sweep_sizes(2) == [4, *floor]
+    # Beyond the floor: doubling below the gradient size, which is the last.
+    big = 100 * 2**20
+    assert sweep_sizes(big) == [4096 * 2**k for k in range(15)] + [big]
+
+
+@given(st.integers(min_value=1, max_value=10**11))
+def test_sweep_sizes_are_ascending_and_reach_the_gradient_and_the_floor(nbytes: int) -> None:
+    sizes = sweep_sizes(nbytes)
+    assert sizes == sorted(set(sizes))
+    assert float32_size(nbytes) in sizes
+    assert sizes[-1] == max(SWEEP_FLOOR_BYTES, float32_size(nbytes))
+    assert all(b % FLOAT32_BYTES == 0 for b in sizes)
 
 
 def test_ddp_buckets_are_one_mib_first_then_25_mib() -> None:
@@ -203,6 +227,68 @@ def test_a_bucket_beyond_the_sweep_is_predicted_by_the_fit_not_scaled_from_one_p
     )
 
 
+def measured_section(
+    gradient: int, top: int, *, alpha: float = 1e-4, busbw: float = 2.0, world: int = 4
+) -> dict[str, Any]:
+    """The section of a sweep that measured 4 KiB .. 4 KiB * 2**top on an exact model."""
+    rows = [size_row(n, model_time_s(alpha, busbw, world, n), world) for n in sweep(top)]
+    fit = fit_model([(r["bytes"], r["time_s"]) for r in rows], world)
+    return section(
+        "measured",
+        None,
+        backend="gloo",
+        world_size=world,
+        gradient_bytes=gradient,
+        sizes=rows,
+        fit=fit,
+        seconds=0.5,
+        bucket_bytes=[gradient],
+    )
+
+
+def test_the_section_reports_busbw_at_the_largest_size_and_at_the_gradient_size() -> None:
+    s = measured_section(65536, 11)  # an 64 KiB model, swept to 8 MiB
+    assert s["busbw_gbps"] == s["sizes"][-1]["busbw_gbps"]
+    row = next(r for r in s["sizes"] if r["bytes"] == 65536)
+    assert s["busbw_at_gradient_gbps"] == row["busbw_gbps"]  # the measured row
+    # Latency-bound at 64 KiB: far below the bandwidth the large messages reach.
+    assert s["busbw_at_gradient_gbps"] < 0.5 * s["busbw_gbps"]
+    # A gradient size the sweep stopped before: from the fitted model.
+    stopped = measured_section(2**24, 8)
+    t = fit_time_s(stopped["fit"], 2**24, 4)
+    assert stopped["busbw_at_gradient_gbps"] == pytest.approx(2**24 / t * 1.5 / 1e9)
+    assert busbw_at_gbps([], None, 4096, 2) is None
+
+
+def test_the_section_keys() -> None:
+    s = measured_section(65536, 11)
+    assert list(s) == [
+        "status",
+        "reason",
+        "backend",
+        "world_size",
+        "gradient_bytes",
+        "sizes",
+        "busbw_gbps",
+        "busbw_at_gradient_gbps",
+        "fit",
+        "predicted_step_s",
+        "seconds",
+    ]
+    assert list(s["fit"]) == [
+        "alpha_s",
+        "busbw_gbps",
+        "rel_rms",
+        "alpha_se_s",
+        "busbw_se_gbps",
+        "points",
+        "note",
+    ]
+    assert s["fit"]["alpha_s"] == pytest.approx(1e-4)
+    assert s["fit"]["busbw_gbps"] == pytest.approx(2.0)
+    assert s["predicted_step_s"] == pytest.approx(model_time_s(1e-4, 2.0, 4, 65536))
+
+
 def test_gradient_bytes_counts_trainable_parameters_once_in_their_dtype() -> None:
     lin = torch.nn.Linear(10, 4)  # 44 float32 parameters
     frozen = torch.nn.Linear(3, 3)
@@ -218,6 +304,80 @@ def test_no_process_group_is_skipped_with_the_reason() -> None:
     assert s["status"] == "skipped"
     assert s["reason"] == SKIPPED_ONE_DEVICE == "1 device: nothing to all-reduce"
     assert s["sizes"] == [] and s["busbw_gbps"] is None and s["predicted_step_s"] is None
+    assert s["fit"] is None and s["busbw_at_gradient_gbps"] is None
 
 
-# --- real gloo process groups ---------------------------------------------------------------------
+# --- a one-rank gloo process group in this process ------------------------------------------------
+
+
+@pytest.fixture
+def one_rank_group() -> Iterator[None]:
+    """A real gloo process group of one rank (an in-memory store: no port, no process)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+class PretendPeer:
+    """Makes the sweep see two ranks: its ops run on the one real rank; every gather answers
+    with this rank's values and a peer's (``scale`` times this rank's time per op)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, scale: float, extra_elapsed_s: float):
+        self.own: list[list[float]] = []
+        self.ops: list[int] = []  # elements of each all-reduce, in order
+        real_all_reduce = dist.all_reduce
+
+        def all_reduce(t: torch.Tensor, *a: Any, **k: Any) -> Any:
+            self.ops.append(t.numel())
+            return real_all_reduce(t, *a, **k)
+
+        def gather(_sweep: Any, values: list[float]) -> list[list[float]]:
+            self.own.append(list(values))
+            return [values, [values[0] * scale, values[1] + extra_elapsed_s]]
+
+        monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)
+        monkeypatch.setattr(dist, "all_reduce", all_reduce)
+        monkeypatch.setattr(_Sweep, "gather", gather)
+
+
+def test_each_size_is_timed_after_a_barrier_and_averaged_over_ranks(
+    one_rank_group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    peer = PretendPeer(monkeypatch, scale=3.0, extra_elapsed_s=0.0)
+    s = allreduce_baseline(gradient_bytes=65536, device=torch.device("cpu"), budget_s=30)
+    assert s["status"] == "measured" and s["reason"] is None
+    assert [r["bytes"] for r in s["sizes"]] == sweep_sizes(65536)
+    # Two timed blocks a size (the warm-up op, then the ops the row reports): each row is
+    # the mean of this rank's time per op and the peer's, three times as long.
+    assert len(peer.own) == 2 * len(s["sizes"])
+    for row, timed in zip(s["sizes"], peer.own[1::2], strict=True):
+        assert row["time_s"] == pytest.approx((timed[0] + 3 * timed[0]) / 2)
+    # The collectives: one MIN-reduce of the free memory, then per size a one-element
+    # barrier before the warm-up op and one before the timed ops.
+    assert peer.ops[0] == 1
+    ops = peer.ops[1:]
+    for nbytes in sweep_sizes(65536):
+        elems = nbytes // 4
+        assert ops[:2] == [1, elems]  # barrier, warm-up
+        ops = ops[2:]
+        assert ops[0] == 1  # barrier before the timed ops
+        timed = 1
+        while timed < len(ops) and ops[timed] == elems:
+            timed += 1
+        assert timed - 1 >= 2  # MIN_ITERS at least
+        ops = ops[timed:]
+    assert ops == []
+    assert s["fit"]["points"] == len(s["sizes"])
+
+
+def test_the_budget_is_decided_on_the_slowest_ranks_clock(
+    one_rank_group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The peer has been at it 10 s longer: with a 5 s budget everyone stops after one size.
+    PretendPeer(monkeypatch, scale=1.0, extra_elapsed_s=10.0)
+    s = allreduce_baseline(gradient_bytes=2**20, device=torch.device("cpu"), budget_s=5)
+    assert [r["bytes"] for r in s["sizes"]] == [4096]
+    assert s["reason"].startswith("budget 5 s: stopped before 8192 B after 10")
+    assert s["fit"]["alpha_s"] is None and s["predicted_step_s"] is None

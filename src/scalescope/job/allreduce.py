@@ -1,12 +1,18 @@
 """The all-reduce baseline: what the job's own interconnect delivers, measured at start-up.
 
-An nccl-tests-style sweep (``all_reduce_perf``): float32 messages from 4 KiB up to the model's
-gradient size by powers of two (the last size exactly the gradient size), each size one warm-up
-op and then an adaptive number of timed ops. Per size the time of one op is the MAX over ranks
-(a collective finishes when its slowest rank does), and
+An nccl-tests-style sweep (``all_reduce_perf``): float32 messages of 4 KiB, 8 KiB, ... doubling
+up to the model's gradient size or 8 MiB, whichever is larger, the gradient size itself among
+them. Per size: one warm-up op, then a barrier (a one-element all-reduce every rank waits for)
+and an adaptive number of ops back to back, timed by each rank on its own clock. The time of
+one op is the MEAN over ranks of each rank's time / ops, as nccl-tests reports by default (the
+barrier is what keeps a rank's clock from counting the wait for a late peer), and
 
     algbw = bytes / time                      (GB/s = 1e9 B/s, as nccl-tests prints)
     busbw = algbw * 2 (n - 1) / n             (ring all-reduce: each byte crosses 2(n-1)/n links)
+
+The section's ``busbw_gbps`` is the one at the largest size swept; ``busbw_at_gradient_gbps``
+the one at the gradient size (its measured row, or the fitted model where the sweep stopped
+before it).
 
 A latency + bandwidth model is fitted to the measured sizes (:func:`fit_model`):
 
@@ -34,6 +40,8 @@ if TYPE_CHECKING:
 
 MIN_BYTES = 4096
 FLOAT32_BYTES = 4
+# The sweep goes at least this far, whatever the gradient size (see sweep_sizes).
+SWEEP_FLOOR_BYTES = 8 * 1024 * 1024
 # DDP's default bucket layout (torch.nn.parallel.distributed): the first bucket is capped at
 # dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB) so that communication starts early in backward; the
 # rest at bucket_cap_mb (25 MiB).
@@ -59,18 +67,26 @@ def gradient_bytes(module: torch.nn.Module) -> int:
 
 
 def sweep_sizes(gradient_bytes: int) -> list[int]:
-    """Message sizes in bytes: 4 KiB, 8 KiB, ... below the gradient size, then the gradient size.
+    """Message sizes in bytes, ascending: 4 KiB, 8 KiB, ... doubling up to the gradient size or
+    :data:`SWEEP_FLOOR_BYTES`, whichever is larger, with the gradient size itself among them.
 
-    The gradient size is rounded down to whole float32 elements (at least one).
+    The gradient size is rounded down to whole float32 elements (at least one). The floor
+    keeps a small model's sweep going until the bandwidth term shows: an 11 kB gradient
+    all-reduce measures latency only, which the fit needs sizes beyond to tell apart.
     """
-    last = max(FLOAT32_BYTES, gradient_bytes // FLOAT32_BYTES * FLOAT32_BYTES)
-    sizes = []
+    gradient = float32_size(gradient_bytes)
+    last = max(gradient, SWEEP_FLOOR_BYTES)
+    sizes = {gradient, last}
     size = MIN_BYTES
     while size < last:
-        sizes.append(size)
+        sizes.add(size)
         size *= 2
-    sizes.append(last)
-    return sizes
+    return sorted(sizes)
+
+
+def float32_size(nbytes: int) -> int:
+    """``nbytes`` rounded down to whole float32 elements, at least one: the message swept."""
+    return max(FLOAT32_BYTES, nbytes // FLOAT32_BYTES * FLOAT32_BYTES)
 
 
 def ddp_bucket_bytes(gradient_bytes: int) -> list[int]:
@@ -217,6 +233,22 @@ def predicted_step_s(fit: dict[str, Any], bucket_bytes: Sequence[int], world_siz
     return sum(fit_time_s(fit, b, world_size) for b in bucket_bytes)
 
 
+def busbw_at_gbps(
+    rows: Sequence[dict[str, Any]], fit: dict[str, Any] | None, nbytes: int, world_size: int
+) -> float | None:
+    """busbw of an all-reduce of ``nbytes``: the measured row where that size was swept (as
+    float32 elements), else the fitted model's ``nbytes / t(nbytes) * 2(p-1)/p``; null
+    without either."""
+    swept = float32_size(nbytes)
+    for row in rows:
+        if row["bytes"] == swept:
+            return float(row["busbw_gbps"])
+    if not fit_usable(fit):
+        return None
+    seconds = fit_time_s(fit, nbytes, world_size)  # type: ignore[arg-type]
+    return nbytes / seconds * bus_factor(world_size) / 1e9 if seconds > 0 else None
+
+
 def section(
     status: str,
     reason: str | None,
@@ -234,6 +266,9 @@ def section(
     predicted = None
     if fit_usable(fit) and bucket_bytes is not None:
         predicted = predicted_step_s(fit, bucket_bytes, world_size)  # type: ignore[arg-type]
+    at_gradient = None
+    if gradient_bytes:
+        at_gradient = busbw_at_gbps(sizes, fit, gradient_bytes, world_size)
     return {
         "status": status,
         "reason": reason,
@@ -242,6 +277,7 @@ def section(
         "gradient_bytes": gradient_bytes,
         "sizes": sizes,
         "busbw_gbps": sizes[-1]["busbw_gbps"] if sizes else None,
+        "busbw_at_gradient_gbps": at_gradient,
         "fit": fit,
         "predicted_step_s": predicted,
         "seconds": seconds,
@@ -294,7 +330,7 @@ def allreduce_baseline(
     rows: list[dict[str, Any]] = []
     reason: str | None = None
     try:
-        for i, nbytes in enumerate(planned):
+        for nbytes in planned:
             if nbytes > room:
                 reason = (
                     f"stopped before {nbytes} B: more than {MEMORY_SHARE:.0%} of the free device"
@@ -303,7 +339,8 @@ def allreduce_baseline(
                 break
             if rows:
                 # Decide from reduced values only, so every rank stops at the same size: the
-                # cost of this size estimated at the last size's bandwidth, warm-up + MIN_ITERS.
+                # cost of this size (warm-up + MIN_ITERS) estimated at the last size's
+                # bandwidth, an upper bound where time is latency plus bandwidth.
                 elapsed = rows[-1]["_elapsed_s"]
                 estimate = rows[-1]["time_s"] * nbytes / rows[-1]["bytes"] * (1 + MIN_ITERS)
                 if elapsed + estimate > budget_s:
@@ -317,13 +354,11 @@ def allreduce_baseline(
             left_s = max(0.0, budget_s - elapsed)
             iters = int(min(target_s, 0.8 * left_s) / max(warm_s, 1e-9))
             iters = max(MIN_ITERS, min(MAX_ITERS, iters))
-            total_s, elapsed = sweep.time_ops(buf, iters)
+            op_s, elapsed = sweep.time_ops(buf, iters)
             del buf
-            row = size_row(nbytes, max(total_s / iters, 1e-9), world)
+            row = size_row(nbytes, max(op_s, 1e-9), world)
             row["_elapsed_s"] = elapsed
             rows.append(row)
-            if i == len(planned) - 1:
-                break
     finally:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -353,7 +388,7 @@ def allreduce_baseline(
 
 
 class _Sweep:
-    """Timed all-reduces on one device, with every timing agreed over ranks."""
+    """Timed all-reduces on one device, timed as nccl-tests' ``all_reduce_perf`` does."""
 
     def __init__(self, device: torch.device, start: float) -> None:
         self.device = device
@@ -368,17 +403,42 @@ class _Sweep:
         dist.all_reduce(t, op=op)
         return [float(v) for v in t.tolist()]
 
-    def time_ops(self, buf: torch.Tensor, iters: int) -> tuple[float, float]:
-        """``iters`` all-reduces of ``buf``: (seconds on the slowest rank, max elapsed so far).
+    def gather(self, values: list[float]) -> list[list[float]]:
+        """Every rank's ``values``, in rank order, on every rank (one small all-gather)."""
+        import torch
+        import torch.distributed as dist
 
-        The device is synchronised at both edges, so the clock covers exactly these ops: CUDA
-        events on a GPU, the wall clock on a CPU (gloo returns when the op is done).
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t)
+        return [[float(v) for v in p.tolist()] for p in parts]
+
+    def sync(self) -> None:
+        """nccl-tests' barrier: a one-element all-reduce every rank waits for, device included
+        (``tolist`` waits for it; the CUDA sync for anything else queued), so all ranks start
+        the next op together and no rank's clock counts the wait for a late peer."""
+        import torch
+        import torch.distributed as dist
+
+        self.reduce([0.0], dist.ReduceOp.SUM)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def time_ops(self, buf: torch.Tensor, iters: int) -> tuple[float, float]:
+        """``iters`` all-reduces of ``buf`` after a barrier. Returns (seconds per op: the MEAN
+        over ranks of each rank's own clock / ``iters``; the MAX over ranks of the seconds
+        since the sweep began).
+
+        As nccl-tests (``-a 1``, its default): every rank times the same ops on its own clock
+        and the times are averaged. Every rank computes both from the same gathered values,
+        so decisions taken from them agree. On a GPU the clock is CUDA events around the ops
+        on the current stream; on a CPU the wall clock (gloo returns when the op is done).
         """
         import torch
         import torch.distributed as dist
 
+        self.sync()
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
             begin = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             begin.record()
@@ -393,8 +453,8 @@ class _Sweep:
                 dist.all_reduce(buf)
             seconds = time.perf_counter() - t0
         elapsed = time.perf_counter() - self.start
-        slowest, elapsed_max = self.reduce([seconds, elapsed], dist.ReduceOp.MAX)
-        return slowest, elapsed_max
+        parts = self.gather([seconds / iters, elapsed])
+        return sum(p[0] for p in parts) / len(parts), max(p[1] for p in parts)
 
 
 def _free_bytes(device: torch.device) -> float:
