@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -13,10 +14,13 @@ import torch
 import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
+from torch.nn.parallel import DistributedDataParallel
 
+from scalescope.config import DiagnosisConfig
 from scalescope.job.allreduce import (
     DDP_BUCKET_CAP_BYTES,
     DDP_FIRST_BUCKET_BYTES,
+    ESTIMATED_FROM_PARAMETERS,
     FLOAT32_BYTES,
     SKIPPED_ONE_DEVICE,
     SWEEP_FLOOR_BYTES,
@@ -26,15 +30,20 @@ from scalescope.job.allreduce import (
     bus_factor,
     busbw_at_gbps,
     ddp_bucket_bytes,
+    ddp_bucket_caps,
+    estimate_bucket_bytes,
     fit_model,
     fit_time_s,
     float32_size,
     gradient_bytes,
+    parameter_bytes,
     predicted_step_s,
+    read_ddp_buckets,
     section,
     size_row,
     sweep_sizes,
 )
+from scalescope.job.diagnosis import BeforeTiming
 
 # --- pure arithmetic ------------------------------------------------------------------------------
 
@@ -77,6 +86,57 @@ def test_ddp_buckets_cover_the_gradients_exactly(nbytes: int) -> None:
     assert sum(buckets) == nbytes
     assert buckets[0] <= DDP_FIRST_BUCKET_BYTES
     assert all(0 < b <= DDP_BUCKET_CAP_BYTES for b in buckets)
+
+
+def linears(n: int = 8) -> torch.nn.Sequential:
+    return torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(n)])
+
+
+def test_estimated_buckets_take_whole_parameters_and_overshoot_their_caps() -> None:
+    # Each Linear(1024, 1024) is 4_194_304 + 4_096 bytes. Backward order: the last layer
+    # first; it alone passes 1 MiB; the 25 MiB bucket closes at the 7th layer, 29.4 MB.
+    assert estimate_bucket_bytes(parameter_bytes(linears())) == [4_198_400, 29_388_800]
+    # A bucket per dtype, each with its own first cap.
+    mixed = [(600_000, "torch.float16"), (600_000, "torch.float32"), (600_000, "torch.float16")]
+    assert sorted(estimate_bucket_bytes(mixed)) == [600_000, 1_200_000]
+    assert estimate_bucket_bytes([]) == []
+    assert estimate_bucket_bytes([(10, "f")] * 3, first_cap=20, cap=20) == [20, 10]
+
+
+def test_a_tied_embedding_is_one_parameter_in_the_last_bucket() -> None:
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = torch.nn.Embedding(5000, 256)  # 5.12 MB, shared with the head
+            self.mlp = torch.nn.Linear(256, 256)
+            self.head = torch.nn.Linear(256, 5000, bias=False)
+            self.head.weight = self.wte.weight
+
+    model = Tied()
+    params = parameter_bytes(model)
+    assert sum(b for b, _ in params) == gradient_bytes(model) == 5_120_000 + 263_168
+    # Backward meets the embedding last (it is used first): it fills the bucket it joins.
+    assert estimate_bucket_bytes(params) == [5_120_000 + 263_168]
+    assert estimate_bucket_bytes(params, first_cap=2**18) == [263_168, 5_120_000]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10**8), st.sampled_from(["torch.float32", "torch.bfloat16"])),
+        max_size=40,
+    ),
+    st.integers(1, 10**7),
+    st.integers(1, 10**8),
+)
+def test_estimated_buckets_cover_every_parameter_once(
+    params: list[tuple[int, str]], first_cap: int, cap: int
+) -> None:
+    buckets = estimate_bucket_bytes(params, first_cap, cap)
+    assert sum(buckets) == sum(b for b, _ in params)
+    assert all(b > 0 for b in buckets)
+    # At most one open (under its cap) bucket per dtype is left over.
+    under = [b for b in buckets if b < min(first_cap, cap)]
+    assert len(under) <= len({d for _, d in params})
 
 
 def test_backend_is_the_one_carrying_the_device() -> None:
@@ -243,11 +303,13 @@ def measured_section(
         fit=fit,
         seconds=0.5,
         bucket_bytes=[gradient],
+        bucket_source="estimated",
+        bucket_reason="one bucket, for the test",
     )
 
 
 def test_the_section_reports_busbw_at_the_largest_size_and_at_the_gradient_size() -> None:
-    s = measured_section(65536, 11)  # an 64 KiB model, swept to 8 MiB
+    s = measured_section(65536, 11)  # a 64 KiB model, swept to 8 MiB
     assert s["busbw_gbps"] == s["sizes"][-1]["busbw_gbps"]
     row = next(r for r in s["sizes"] if r["bytes"] == 65536)
     assert s["busbw_at_gradient_gbps"] == row["busbw_gbps"]  # the measured row
@@ -272,6 +334,9 @@ def test_the_section_keys() -> None:
         "busbw_gbps",
         "busbw_at_gradient_gbps",
         "fit",
+        "bucket_bytes",
+        "bucket_source",
+        "bucket_reason",
         "predicted_step_s",
         "seconds",
     ]
@@ -286,7 +351,12 @@ def test_the_section_keys() -> None:
     ]
     assert s["fit"]["alpha_s"] == pytest.approx(1e-4)
     assert s["fit"]["busbw_gbps"] == pytest.approx(2.0)
+    assert s["bucket_bytes"] == [65536] and s["bucket_source"] == "estimated"
+    assert s["bucket_reason"] == "one bucket, for the test"
     assert s["predicted_step_s"] == pytest.approx(model_time_s(1e-4, 2.0, 4, 65536))
+    off = section("off", "diagnosis.allreduce_baseline=false")
+    assert list(off) == list(s)
+    assert off["fit"] is None and off["bucket_bytes"] is None and off["predicted_step_s"] is None
 
 
 def test_gradient_bytes_counts_trainable_parameters_once_in_their_dtype() -> None:
@@ -381,3 +451,125 @@ def test_the_budget_is_decided_on_the_slowest_ranks_clock(
     assert [r["bytes"] for r in s["sizes"]] == [4096]
     assert s["reason"].startswith("budget 5 s: stopped before 8192 B after 10")
     assert s["fit"]["alpha_s"] is None and s["predicted_step_s"] is None
+
+
+# --- DDP's own buckets, read from a real DDP in the one-rank group --------------------------------
+
+
+def train(ddp: DistributedDataParallel, steps: int, width: int = 1024) -> None:
+    for _ in range(steps):
+        ddp.zero_grad()
+        ddp(torch.randn(2, width)).square().mean().backward()
+
+
+def test_ddp_buckets_are_read_after_its_third_iteration(one_rank_group: None) -> None:
+    ddp = DistributedDataParallel(linears())
+    train(ddp, 2)
+    buckets, why = read_ddp_buckets(ddp)
+    assert buckets is None  # rebuilt in the 2nd iteration, logged from the 3rd
+    assert why is not None and why.startswith("DDP had not logged its rebuilt buckets")
+    train(ddp, 1)
+    assert read_ddp_buckets(ddp) == ([4_198_400, 29_388_800], None)
+
+
+class Detour(torch.nn.Module):
+    """Registers big, small1, small2; runs small1, small2, big: backward meets big first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.big = torch.nn.Linear(1024, 1024)  # 4_198_400 B
+        self.small1 = torch.nn.Linear(1024, 8)  # 32_800 B
+        self.small2 = torch.nn.Linear(8, 1024)  # 36_864 B
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.big(self.small2(self.small1(x)))  # type: ignore[no-any-return]
+
+
+def test_ddp_buckets_follow_backwards_order_where_the_estimate_cannot(
+    one_rank_group: None,
+) -> None:
+    model = Detour()
+    assert estimate_bucket_bytes(parameter_bytes(model)) == [4_268_064]  # one bucket
+    ddp = DistributedDataParallel(model)
+    train(ddp, 3)
+    assert read_ddp_buckets(ddp) == ([4_198_400, 69_664], None)  # big alone passes 1 MiB
+
+
+def test_without_rebuilding_ddp_keeps_its_first_buckets(one_rank_group: None) -> None:
+    ddp = DistributedDataParallel(linears(), find_unused_parameters=True)
+    train(ddp, 3)
+    buckets, why = read_ddp_buckets(ddp)
+    assert why is None and buckets is not None
+    assert sorted(buckets) == sorted([4_096, 29_388_800, 4_194_304])  # registration order
+    assert ddp_bucket_caps(ddp) == (DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES)
+    assert ddp_bucket_caps(DistributedDataParallel(linears(1), bucket_cap_mb=5)) == (
+        5 * 2**20,
+        5 * 2**20,
+    )
+
+
+def test_ddp_buckets_that_cannot_be_read_give_a_reason_not_an_error(
+    one_rank_group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert read_ddp_buckets(linears(1)) == (None, "not trained under DDP (Sequential)")
+    ddp = DistributedDataParallel(linears(1))
+    train(ddp, 3)
+
+    def broken() -> dict[str, Any]:
+        raise RuntimeError("logger gone")
+
+    monkeypatch.setattr(ddp, "_get_ddp_logging_data", broken)
+    assert read_ddp_buckets(ddp) == (None, "DDP's buckets not read: RuntimeError: logger gone")
+    monkeypatch.setattr(ddp, "_get_ddp_logging_data", lambda: {"rebuilt_bucket_sizes": "12, x"})
+    buckets, why = read_ddp_buckets(ddp)
+    assert buckets is None and why is not None and "ValueError" in why
+
+
+def before_timing_run(
+    monkeypatch: pytest.MonkeyPatch, model: torch.nn.Module, wrapped: torch.nn.Module
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """BeforeTiming's baseline as two pretended ranks, three training steps, then the end of
+    training: (the section before training, the section after)."""
+    trainer = SimpleNamespace(strategy=SimpleNamespace(model=wrapped, root_device=cpu))
+    before = BeforeTiming(DiagnosisConfig(allreduce_budget_s=2.0), local_rank=0, node="n")
+    with monkeypatch.context() as m:
+        PretendPeer(m, scale=1.0, extra_elapsed_s=0.0)
+        before.on_train_start(trainer, model)  # type: ignore[arg-type]
+    at_start = dict(before.allreduce)
+    train(wrapped, 3)  # type: ignore[arg-type]
+    before.on_train_end(trainer, model)  # type: ignore[arg-type]
+    return at_start, before.allreduce
+
+
+cpu = torch.device("cpu")
+
+
+def test_the_section_takes_ddps_buckets_when_training_ends(
+    one_rank_group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = Detour()
+    at_start, s = before_timing_run(monkeypatch, model, DistributedDataParallel(model))
+    assert at_start["status"] == "measured"
+    assert at_start["bucket_bytes"] == [4_268_064] and at_start["bucket_source"] == "estimated"
+    assert at_start["bucket_reason"].startswith("DDP's own buckets are read when training ends")
+    assert s["bucket_bytes"] == [4_198_400, 69_664] and s["bucket_source"] == "ddp"
+    assert s["bucket_reason"] is None
+    assert s["predicted_step_s"] == pytest.approx(
+        predicted_step_s(s["fit"], [4_198_400, 69_664], 2)
+    )
+    # Two buckets pay the latency twice: more than the one estimated bucket.
+    assert s["predicted_step_s"] > at_start["predicted_step_s"]
+    assert {k: v for k, v in s.items() if not k.startswith(("bucket", "predicted"))} == {
+        k: v for k, v in at_start.items() if not k.startswith(("bucket", "predicted"))
+    }
+
+
+def test_the_estimate_stays_with_the_reason_when_ddp_cannot_be_read(
+    one_rank_group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = linears(2)
+    at_start, s = before_timing_run(monkeypatch, model, model)  # not wrapped in DDP
+    assert s["bucket_source"] == "estimated"
+    assert s["bucket_bytes"] == at_start["bucket_bytes"] == [4_198_400, 4_198_400]
+    assert s["bucket_reason"] == f"not trained under DDP (Sequential); {ESTIMATED_FROM_PARAMETERS}"
+    assert s["predicted_step_s"] == at_start["predicted_step_s"]

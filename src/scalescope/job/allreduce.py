@@ -14,18 +14,24 @@ The section's ``busbw_gbps`` is the one at the largest size swept; ``busbw_at_gr
 the one at the gradient size (its measured row, or the fitted model where the sweep stopped
 before it).
 
-A latency + bandwidth model is fitted to the measured sizes (:func:`fit_model`):
+A latency + bandwidth model is fitted to the measured sizes (:func:`fit_model`),
 
-    t(n) = alpha + n * beta_bus * 2 (n_ranks - 1) / n_ranks     (beta_bus = 1 / busbw)
+    t(n) = alpha + n * beta_bus * 2 (n - 1) / n     (beta_bus = 1 / busbw, n ranks)
 
-``predicted_step_s`` is the all-reduce time of one optimizer step's gradients sent the way DDP
-sends them: bucket by bucket (1 MiB first, then 25 MiB), each bucket's time from the fitted
-model. Compared with the exposed communication measured in training, it tells how much of the
+by least squares on relative residuals, with its error: the relative RMS residual and the
+standard errors of alpha and busbw. ``predicted_step_s`` is the all-reduce time of one
+optimizer step's gradients sent the way DDP sends them: bucket by bucket, one after another,
+each bucket's time from the fitted model (inside the sweep or beyond it). The buckets are
+DDP's own where they can be read (:func:`read_ddp_buckets`, after training: DDP builds them
+in its first iterations, whole parameters to a bucket, so they overshoot their 1 MiB / 25 MiB
+caps), else estimated (:func:`estimate_bucket_bytes`), and the section says which. Compared
+with the exposed communication measured in training, the prediction tells how much of the
 communication backward hides.
 
 Every rank of the default process group calls :func:`allreduce_baseline`; every decision that
 changes how many collectives run (iterations, stopping for the budget or for memory) is taken
-from reduced values, so all ranks take it together and none waits for an op that never comes.
+from reduced or gathered values, the same numbers on every rank, so all ranks take it together
+and none waits for an op that never comes. Reading DDP's buckets runs no collective at all.
 """
 
 from __future__ import annotations
@@ -55,6 +61,16 @@ MAX_ITERS = 50
 MEMORY_SHARE = 0.5
 
 SKIPPED_ONE_DEVICE = "1 device: nothing to all-reduce"
+# Why the buckets in a section are an estimate, and how it was made.
+ESTIMATED_FROM_PARAMETERS = (
+    "estimated: whole parameters in reverse registration order, a bucket closed once it"
+    " reaches DDP's cap, as DDP rebuilds them"
+)
+ESTIMATED_FROM_BYTES = (
+    "estimated: no parameters known, the gradient bytes split at DDP's default caps"
+    " (1 MiB first, then 25 MiB)"
+)
+NOT_READ_YET = "DDP's own buckets are read when training ends"
 
 
 def gradient_bytes(module: torch.nn.Module) -> int:
@@ -90,10 +106,11 @@ def float32_size(nbytes: int) -> int:
 
 
 def ddp_bucket_bytes(gradient_bytes: int) -> list[int]:
-    """DDP's default buckets for ``gradient_bytes``: 1 MiB first, then 25 MiB, then the rest.
+    """``gradient_bytes`` split at DDP's default caps: 1 MiB first, then 25 MiB, then the rest.
 
-    DDP never splits a parameter, so real buckets run a little over their caps; for the time
-    estimate the split by bytes is what matters.
+    The estimate when only a byte count is known (the benchmark). DDP never splits a
+    parameter, so its real buckets overshoot their caps (:func:`estimate_bucket_bytes`
+    follows its rule where the parameters are known; :func:`read_ddp_buckets` reads them).
     """
     buckets: list[int] = []
     left = gradient_bytes
@@ -104,6 +121,91 @@ def ddp_bucket_bytes(gradient_bytes: int) -> list[int]:
         left -= take
         cap = DDP_BUCKET_CAP_BYTES
     return buckets
+
+
+def parameter_bytes(module: torch.nn.Module) -> list[tuple[int, str]]:
+    """``(bytes, dtype)`` of every trainable parameter, once, in registration order: what DDP
+    puts in its buckets."""
+    return [
+        (p.numel() * p.element_size(), str(p.dtype)) for p in module.parameters() if p.requires_grad
+    ]
+
+
+def estimate_bucket_bytes(
+    params: Sequence[tuple[int, str]],
+    first_cap: int = DDP_FIRST_BUCKET_BYTES,
+    cap: int = DDP_BUCKET_CAP_BYTES,
+) -> list[int]:
+    """DDP's buckets as it rebuilds them after the first iteration, estimated from the
+    parameters (``(bytes, dtype)`` in registration order, see :func:`parameter_bytes`).
+
+    DDP's rule (``compute_bucket_assignment_by_size`` in its reducer): parameters in the order
+    their gradients become ready, one open bucket per dtype; a parameter joins its dtype's
+    bucket whole, and the bucket closes once it reaches its cap (``first_cap`` for a dtype's
+    first bucket, ``cap`` after), so buckets overshoot their caps by up to one parameter.
+    The ready order is estimated as the reverse of registration, which is backward's order
+    for a model whose forward uses its layers in the order it defines them.
+    """
+    open_bytes: dict[str, int] = {}
+    closed: dict[str, int] = {}
+    buckets: list[int] = []
+    for nbytes, dtype in reversed(params):
+        size = open_bytes.get(dtype, 0) + nbytes
+        limit = first_cap if closed.get(dtype, 0) == 0 else cap
+        if size >= limit:
+            buckets.append(size)
+            closed[dtype] = closed.get(dtype, 0) + 1
+            size = 0
+        open_bytes[dtype] = size
+    return buckets + [b for b in open_bytes.values() if b > 0]
+
+
+def ddp_bucket_caps(model: Any) -> tuple[int, int]:
+    """(first bucket's cap, the others' cap) in bytes of a DDP-wrapped model, DDP's defaults
+    for anything else. Reads attributes only; never raises."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not isinstance(model, DistributedDataParallel):
+        return DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES
+    cap = int(getattr(model, "bucket_bytes_cap", DDP_BUCKET_CAP_BYTES))
+    first = getattr(getattr(model, "_bucket_config", None), "first_bucket_bytes_cap", None)
+    if first is None:  # torch before the bucket config: a 1 MiB first bucket with default caps
+        first = DDP_FIRST_BUCKET_BYTES if getattr(model, "bucket_bytes_cap_default", True) else cap
+    return int(first), cap
+
+
+def read_ddp_buckets(model: Any) -> tuple[list[int] | None, str | None]:
+    """DDP's own bucket sizes in bytes, or ``None`` and why not. Never raises.
+
+    Read from DDP's logging data (``DistributedDataParallel._get_ddp_logging_data()``, local
+    to this rank: no collective, well under a millisecond). DDP builds its buckets in the
+    second iteration, in the order the first backward produced the gradients, and logs them
+    as ``rebuilt_bucket_sizes`` (bytes, comma-separated) from the third iteration on, so read
+    after training. With ``find_unused_parameters`` (and no static graph) DDP never rebuilds:
+    its buckets are the ones built at construction, ``bucket_sizes``.
+    """
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(model, DistributedDataParallel):
+            return None, f"not trained under DDP ({type(model).__name__})"
+        data = model._get_ddp_logging_data()
+        text = data.get("rebuilt_bucket_sizes")
+        if not text:
+            if data.get("find_unused_parameters") and not data.get("static_graph"):
+                text = data.get("bucket_sizes")
+            else:
+                return None, (
+                    "DDP had not logged its rebuilt buckets (logging data of iteration"
+                    f" {data.get('iteration')}: it rebuilds them in the 2nd iteration and logs"
+                    " them from the 3rd)"
+                )
+        sizes = [int(part) for part in str(text).split(",")]
+        if not sizes or min(sizes) <= 0:
+            return None, f"unexpected bucket sizes in DDP's logging data: {text!r}"
+        return sizes, None
+    except Exception as exc:  # a private API: whatever it does, training goes on
+        return None, f"DDP's buckets not read: {type(exc).__name__}: {exc}"
 
 
 def backend_name(backend: str, device_type: str) -> str:
@@ -260,8 +362,15 @@ def section(
     fit: dict[str, Any] | None = None,
     seconds: float | None = None,
     bucket_bytes: Sequence[int] | None = None,
+    bucket_source: str | None = None,
+    bucket_reason: str | None = None,
 ) -> dict[str, Any]:
-    """The record's ``diagnosis.allreduce`` section (see the record contract)."""
+    """The record's ``diagnosis.allreduce`` section (see the record contract).
+
+    ``bucket_source`` is ``"ddp"`` for buckets read from DDP, ``"estimated"`` otherwise, with
+    ``bucket_reason`` saying why and how; ``predicted_step_s`` is the fitted model summed over
+    the buckets.
+    """
     sizes = sizes or []
     predicted = None
     if fit_usable(fit) and bucket_bytes is not None:
@@ -279,9 +388,32 @@ def section(
         "busbw_gbps": sizes[-1]["busbw_gbps"] if sizes else None,
         "busbw_at_gradient_gbps": at_gradient,
         "fit": fit,
+        "bucket_bytes": list(bucket_bytes) if bucket_bytes is not None else None,
+        "bucket_source": bucket_source,
+        "bucket_reason": bucket_reason,
         "predicted_step_s": predicted,
         "seconds": seconds,
     }
+
+
+def with_buckets(
+    s: dict[str, Any], bucket_bytes: Sequence[int], source: str, reason: str | None
+) -> dict[str, Any]:
+    """``s`` with other buckets (e.g. DDP's own, read after training) and the prediction
+    redone for them from the same fitted model."""
+    return section(
+        s["status"],
+        s["reason"],
+        backend=s["backend"],
+        world_size=s["world_size"],
+        gradient_bytes=s["gradient_bytes"],
+        sizes=s["sizes"],
+        fit=s["fit"],
+        seconds=s["seconds"],
+        bucket_bytes=bucket_bytes,
+        bucket_source=source,
+        bucket_reason=reason,
+    )
 
 
 def off_section(reason: str) -> dict[str, Any]:
@@ -294,9 +426,14 @@ def allreduce_baseline(
     gradient_bytes: int,
     device: torch.device,
     budget_s: float = 3.0,
-    bucket_bytes: list[int] | None = None,
+    bucket_bytes: Sequence[int] | None = None,
+    bucket_reason: str | None = None,
 ) -> dict[str, Any]:
     """Run the sweep on every rank of the default process group; return the record's section.
+
+    ``bucket_bytes``: the buckets to predict (DDP cannot have built its own before training:
+    they are ``"estimated"``, for ``bucket_reason``); by default ``gradient_bytes`` split at
+    DDP's default caps.
 
     A collective: every rank calls it with the same ``gradient_bytes`` and ``budget_s``. It
     allocates its own buffers on ``device`` and frees them; it touches no RNG, no model and no
@@ -320,7 +457,10 @@ def allreduce_baseline(
             gradient_bytes=gradient_bytes,
             seconds=time.perf_counter() - start,
         )
-    buckets = list(bucket_bytes) if bucket_bytes is not None else ddp_bucket_bytes(gradient_bytes)
+    if bucket_bytes is None:
+        buckets, bucket_reason = ddp_bucket_bytes(gradient_bytes), ESTIMATED_FROM_BYTES
+    else:
+        buckets = list(bucket_bytes)
 
     sweep = _Sweep(device, start)
     planned = sweep_sizes(gradient_bytes)
@@ -384,6 +524,8 @@ def allreduce_baseline(
         fit=fit_model([(r["bytes"], r["time_s"]) for r in rows], world),
         seconds=time.perf_counter() - start,
         bucket_bytes=buckets,
+        bucket_source="estimated",
+        bucket_reason=bucket_reason or "estimated: given by the caller",
     )
 
 
