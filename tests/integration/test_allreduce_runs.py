@@ -130,6 +130,8 @@ def test_prediction_is_the_fitted_model_at_each_bucket(three_ranks: list[dict[st
     fit = s["fit"]
     assert fit == fit_model([(r["bytes"], r["time_s"]) for r in rows], 3)
     assert fit["points"] == len(rows) and fit["alpha_s"] >= 0 and fit["rel_rms"] >= 0
+    assert s["bucket_bytes"] == [5000, 100000, 20000000]
+    assert (s["bucket_source"], s["bucket_reason"]) == ("estimated", "given by the caller")
     assert s["predicted_step_s"] > 0
     # 20 MB lies beyond the largest size (8 MiB): from the fitted model as well
     expected = sum(fit_time_s(fit, b, 3) for b in (5000, 100000, 20000000))
@@ -159,6 +161,7 @@ def test_world_size_one_is_skipped_with_the_reason(tmp_path: Path) -> None:
     s = results[0]["section"]  # type: ignore[index]
     assert s["status"] == "skipped" and s["reason"] == "1 device: nothing to all-reduce"
     assert s["sizes"] == [] and s["predicted_step_s"] is None
+    assert s["fit"] is None and s["bucket_bytes"] is None and s["busbw_at_gradient_gbps"] is None
 
 
 def test_a_peer_dying_mid_sweep_fails_the_other_rank_instead_of_hanging(tmp_path: Path) -> None:
@@ -236,4 +239,9 @@ def test_the_benchmark_prints_the_table_from_spawned_ranks() -> None:
             int(size) / (float(time_us) * 1e-6) / 1e9, rel=0.05, abs=1e-3
         )
         assert busbw == algbw  # 2 ranks: 2(n-1)/n = 1
+    assert "# busbw at the largest size (8388608 B): " in out.stdout
+    assert "# fit t(n) = alpha + n * 2(n-1)/n / busbw" in out.stdout
+    # 64 KiB of gradients at DDP's caps: one bucket, its time from the fit
+    assert "# buckets (estimated): no parameters known" in out.stdout
+    assert "#            65536 B " in out.stdout
     assert "# predicted all-reduce time of one step (DDP buckets):" in out.stdout

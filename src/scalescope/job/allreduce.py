@@ -61,14 +61,13 @@ MAX_ITERS = 50
 MEMORY_SHARE = 0.5
 
 SKIPPED_ONE_DEVICE = "1 device: nothing to all-reduce"
-# Why the buckets in a section are an estimate, and how it was made.
+# How the buckets of a section were estimated (its bucket_reason, after why they were).
 ESTIMATED_FROM_PARAMETERS = (
-    "estimated: whole parameters in reverse registration order, a bucket closed once it"
+    "estimated from whole parameters in reverse registration order, a bucket closed once it"
     " reaches DDP's cap, as DDP rebuilds them"
 )
 ESTIMATED_FROM_BYTES = (
-    "estimated: no parameters known, the gradient bytes split at DDP's default caps"
-    " (1 MiB first, then 25 MiB)"
+    "no parameters known: the gradient bytes split at DDP's default caps (1 MiB first, then 25 MiB)"
 )
 NOT_READ_YET = "DDP's own buckets are read when training ends"
 
@@ -525,7 +524,7 @@ def allreduce_baseline(
         seconds=time.perf_counter() - start,
         bucket_bytes=buckets,
         bucket_source="estimated",
-        bucket_reason=bucket_reason or "estimated: given by the caller",
+        bucket_reason=bucket_reason or "given by the caller",
     )
 
 
