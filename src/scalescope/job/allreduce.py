@@ -164,13 +164,18 @@ def ddp_bucket_caps(model: Any) -> tuple[int, int]:
     for anything else. Reads attributes only; never raises."""
     from torch.nn.parallel import DistributedDataParallel
 
+    defaults = DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES
     if not isinstance(model, DistributedDataParallel):
-        return DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES
-    cap = int(getattr(model, "bucket_bytes_cap", DDP_BUCKET_CAP_BYTES))
-    first = getattr(getattr(model, "_bucket_config", None), "first_bucket_bytes_cap", None)
-    if first is None:  # torch before the bucket config: a 1 MiB first bucket with default caps
-        first = DDP_FIRST_BUCKET_BYTES if getattr(model, "bucket_bytes_cap_default", True) else cap
-    return int(first), cap
+        return defaults
+    try:
+        cap = int(getattr(model, "bucket_bytes_cap", DDP_BUCKET_CAP_BYTES))
+        first = getattr(getattr(model, "_bucket_config", None), "first_bucket_bytes_cap", None)
+        if first is None:  # torch before the bucket config: 1 MiB first with the default cap
+            default_cap = getattr(model, "bucket_bytes_cap_default", True)
+            first = DDP_FIRST_BUCKET_BYTES if default_cap else cap
+        return int(first), cap
+    except Exception:  # private attributes: an estimate at DDP's defaults is still useful
+        return defaults
 
 
 def read_ddp_buckets(model: Any) -> tuple[list[int] | None, str | None]:
