@@ -1,10 +1,14 @@
 """All-reduce baseline on this allocation: an nccl-tests-like table from scalescope's own sweep.
 
 The same measurement ``scalescope train`` records at the start of a multi-device job
-(``scalescope.job.allreduce.allreduce_baseline``): float32 all-reduces from 4 KiB up to the
-gradient size by powers of two, the time per op the max over ranks, algbw = bytes / time and
-busbw = algbw * 2(n-1)/n in GB/s (1e9 B/s), and the predicted all-reduce time of one step's
-gradients sent in DDP's buckets. Only rank 0 prints.
+(``scalescope.job.allreduce.allreduce_baseline``): float32 all-reduces from 4 KiB doubling up to
+the gradient size or 8 MiB, whichever is larger (the gradient size among them), each size timed
+after a barrier and averaged over ranks as nccl-tests does; algbw = bytes / time and
+busbw = algbw * 2(n-1)/n in GB/s (1e9 B/s). Then the latency + bandwidth model fitted to the
+sweep, t(n) = alpha + n * 2(n-1)/n / busbw, with its error, and the predicted all-reduce time
+of one step's gradients: the fitted model summed over the buckets (``--bucket-bytes``, e.g. the
+``bucket_bytes`` a job recorded; by default the gradient split at DDP's 1 MiB / 25 MiB caps).
+Only rank 0 prints.
 
 Three ways to run it:
 
@@ -18,7 +22,8 @@ Three ways to run it:
     export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
     srun --ntasks-per-node 8 --gpus-per-node 8 python benchmarks/allreduce.py --gradient-bytes 1G
 
-Sizes take K/M/G suffixes (KiB, MiB, GiB). ``--device``/``--backend`` override the automatic
+Sizes take K/M/G suffixes (KiB, MiB, GiB), bucket lists too: ``--bucket-bytes 4198400,29388800``
+or ``1M,25M,7M``. ``--device``/``--backend`` override the automatic
 choice, e.g. ``--device cuda --backend gloo`` runs gloo over CUDA tensors (several processes may
 then share one GPU, which NCCL refuses).
 """
@@ -37,7 +42,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from scalescope.job.allreduce import allreduce_baseline
+from scalescope.job.allreduce import allreduce_baseline, fit_time_s
 from scalescope.job.topology import master_port_for
 
 SUFFIXES = {"K": 2**10, "M": 2**20, "G": 2**30}
@@ -59,10 +64,21 @@ def parse_bytes(text: str) -> int:
     return value
 
 
+def parse_bucket_bytes(text: str) -> list[int]:
+    """``"4198400,29388800"`` or ``"1M,25M"`` -> bytes per bucket."""
+    return [parse_bytes(part) for part in text.split(",") if part.strip()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--gradient-bytes", type=parse_bytes, default=parse_bytes("256M"))
     ap.add_argument("--budget-s", type=float, default=10.0)
+    ap.add_argument(
+        "--bucket-bytes",
+        type=parse_bucket_bytes,
+        default=None,
+        help="comma-separated bucket sizes to predict (default: the gradient at DDP's caps)",
+    )
     ap.add_argument("--nproc", type=int, default=None, help="spawn N local processes")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
@@ -119,7 +135,11 @@ def run(args: argparse.Namespace) -> None:
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout_s))
     try:
         section = allreduce_baseline(
-            gradient_bytes=args.gradient_bytes, device=device, budget_s=args.budget_s
+            gradient_bytes=args.gradient_bytes,
+            device=device,
+            budget_s=args.budget_s,
+            bucket_bytes=args.bucket_bytes,
+            bucket_reason="given with --bucket-bytes" if args.bucket_bytes else None,
         )
         if dist.get_rank() == 0:
             print(format_table(section, device, args))
@@ -146,13 +166,59 @@ def format_table(s: dict[str, Any], device: torch.device, args: argparse.Namespa
         )
     if s["reason"]:
         lines.append(f"# stopped early: {s['reason']}")
-    lines.append(f"# busbw at the largest size: {s['busbw_gbps']:.3f} GB/s")
+    lines.append(
+        f"# busbw at the largest size ({s['sizes'][-1]['bytes']} B): {s['busbw_gbps']:.3f} GB/s;"
+        f" at the gradient size: {_gbps(s['busbw_at_gradient_gbps'])}"
+    )
+    lines += format_fit(s["fit"])
+    lines += format_buckets(s)
+    lines.append(f"# sweep wall-clock: {s['seconds']:.2f} s")
+    return "\n".join(lines)
+
+
+def format_fit(fit: dict[str, Any]) -> list[str]:
+    """The fitted model and its error."""
+    head = (
+        "# fit t(n) = alpha + n * 2(n-1)/n / busbw (least squares on relative residuals,"
+        f" {fit['points']} sizes)"
+    )
+    if fit["alpha_s"] is None:
+        return [f"{head}: none, {fit['note']}"]
+    lines = [
+        f"{head}:",
+        f"#   alpha {fit['alpha_s'] * 1e6:.1f} us{_se(fit['alpha_se_s'], 1e6, 'us')},"
+        f" busbw {_gbps(fit['busbw_gbps'])}{_se(fit['busbw_se_gbps'], 1, 'GB/s')},"
+        f" relative RMS residual {fit['rel_rms']:.1%}",
+    ]
+    if fit["note"]:
+        lines.append(f"#   {fit['note']}")
+    return lines
+
+
+def format_buckets(s: dict[str, Any]) -> list[str]:
+    """The buckets, each one's time on the fitted model, and their sum."""
+    buckets = s["bucket_bytes"] or []
+    why = f": {s['bucket_reason']}" if s["bucket_reason"] else ""
+    lines = [f"# buckets ({s['bucket_source']}){why}"]
+    if s["predicted_step_s"] is None:
+        lines.append(f"#   {', '.join(str(b) for b in buckets)} B")
+        lines.append("# predicted all-reduce time of one step (DDP buckets): none, no fitted model")
+        return lines
+    for b in buckets:
+        lines.append(f"#   {b:>14} B  {fit_time_s(s['fit'], b, s['world_size']) * 1e3:>10.3f} ms")
     lines.append(
         "# predicted all-reduce time of one step (DDP buckets):"
         f" {s['predicted_step_s'] * 1e3:.3f} ms"
     )
-    lines.append(f"# sweep wall-clock: {s['seconds']:.2f} s")
-    return "\n".join(lines)
+    return lines
+
+
+def _gbps(value: float | None) -> str:
+    return f"{value:.3f} GB/s" if value is not None else "none"
+
+
+def _se(value: float | None, scale: float, unit: str) -> str:
+    return f" (± {value * scale:.3g} {unit})" if value is not None else ""
 
 
 def _free_port() -> int:

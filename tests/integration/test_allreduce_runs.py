@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from scalescope.job.allreduce import (
-    interpolate_time_s,
+    fit_model,
+    fit_time_s,
     sweep_sizes,
 )
 
@@ -90,7 +91,7 @@ def three_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]
         "--budget-s",
         "30",
         "--bucket-bytes",
-        "5000,100000,600000",
+        "5000,100000,20000000",
     )
     for p in done:
         assert p.returncode == 0, p.stderr[-3000:]
@@ -109,7 +110,11 @@ def test_three_ranks_sweep_every_size_with_nccl_tests_formulas(
         assert r["time_s"] > 0
         assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (3 - 1) / 3)
+    # busbw at the largest size swept (8 MiB, beyond the 300 kB gradient) and at the gradient
+    assert s["sizes"][-1]["bytes"] == 8 * 2**20
     assert s["busbw_gbps"] == s["sizes"][-1]["busbw_gbps"]
+    at_gradient = next(r for r in s["sizes"] if r["bytes"] == 300000)
+    assert s["busbw_at_gradient_gbps"] == at_gradient["busbw_gbps"]
     assert s["seconds"] > 0
 
 
@@ -119,17 +124,18 @@ def test_every_rank_returns_the_same_section(three_ranks: list[dict[str, Any]]) 
         assert _same_but_seconds(r["section"], first)
 
 
-def test_prediction_reads_the_buckets_off_the_table(three_ranks: list[dict[str, Any]]) -> None:
+def test_prediction_is_the_fitted_model_at_each_bucket(three_ranks: list[dict[str, Any]]) -> None:
     s = three_ranks[0]["section"]
     rows = s["sizes"]
+    fit = s["fit"]
+    assert fit == fit_model([(r["bytes"], r["time_s"]) for r in rows], 3)
+    assert fit["points"] == len(rows) and fit["alpha_s"] >= 0 and fit["rel_rms"] >= 0
+    assert s["bucket_bytes"] == [5000, 100000, 20000000]
+    assert (s["bucket_source"], s["bucket_reason"]) == ("estimated", "given by the caller")
     assert s["predicted_step_s"] > 0
-    expected = sum(interpolate_time_s(rows, b) for b in (5000, 100000, 600000))
+    # 20 MB lies beyond the largest size (8 MiB): from the fitted model as well
+    expected = sum(fit_time_s(fit, b, 3) for b in (5000, 100000, 20000000))
     assert s["predicted_step_s"] == pytest.approx(expected)
-    # 600 kB lies beyond the largest size: at the largest size's bandwidth
-    largest = rows[-1]
-    assert interpolate_time_s(rows, 600000) == pytest.approx(
-        largest["time_s"] * 600000 / largest["bytes"]
-    )
 
 
 def test_the_baseline_leaves_rng_and_tensors_alone(three_ranks: list[dict[str, Any]]) -> None:
@@ -144,7 +150,9 @@ def test_a_tiny_budget_stops_early_on_every_rank_with_a_reason(tmp_path: Path) -
     assert a["status"] == "measured"
     assert [r["bytes"] for r in a["sizes"]] == [4096]  # the first size is always measured
     assert a["reason"].startswith("budget 0 s: stopped before 8192 B")
-    assert a["predicted_step_s"] > 0  # extrapolated at the largest measured size's bandwidth
+    # One size cannot separate latency from bandwidth: no model, so no prediction.
+    assert a["fit"]["points"] == 1 and a["fit"]["alpha_s"] is None
+    assert a["predicted_step_s"] is None
 
 
 def test_world_size_one_is_skipped_with_the_reason(tmp_path: Path) -> None:
@@ -153,6 +161,7 @@ def test_world_size_one_is_skipped_with_the_reason(tmp_path: Path) -> None:
     s = results[0]["section"]  # type: ignore[index]
     assert s["status"] == "skipped" and s["reason"] == "1 device: nothing to all-reduce"
     assert s["sizes"] == [] and s["predicted_step_s"] is None
+    assert s["fit"] is None and s["bucket_bytes"] is None and s["busbw_at_gradient_gbps"] is None
 
 
 def test_a_peer_dying_mid_sweep_fails_the_other_rank_instead_of_hanging(tmp_path: Path) -> None:
@@ -224,10 +233,15 @@ def test_the_benchmark_prints_the_table_from_spawned_ranks() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert "# backend gloo, 2 ranks, float32, gradient 65536 B" in out.stdout
     rows = [line.split() for line in out.stdout.splitlines() if not line.startswith("#")]
-    assert [int(r[0]) for r in rows] == [4096, 8192, 16384, 32768, 65536]
+    assert [int(r[0]) for r in rows] == [4096 * 2**k for k in range(12)]  # up to 8 MiB
     for size, time_us, algbw, busbw in rows:
         assert float(algbw) == pytest.approx(
             int(size) / (float(time_us) * 1e-6) / 1e9, rel=0.05, abs=1e-3
         )
         assert busbw == algbw  # 2 ranks: 2(n-1)/n = 1
+    assert "# busbw at the largest size (8388608 B): " in out.stdout
+    assert "# fit t(n) = alpha + n * 2(n-1)/n / busbw" in out.stdout
+    # 64 KiB of gradients at DDP's caps: one bucket, its time from the fit
+    assert "# buckets (estimated): no parameters known" in out.stdout
+    assert "#            65536 B " in out.stdout
     assert "# predicted all-reduce time of one step (DDP buckets):" in out.stdout

@@ -32,6 +32,7 @@ from core_helpers import REPO, TINY, TrainRun, run_train
 from analysis import summarize
 from analysis.diagnosis import LABELS, waterfall
 from analysis.frame import load_all
+from scalescope.job.allreduce import predicted_step_s
 from scalescope.record import ResultRecord, encode
 
 pytestmark = pytest.mark.timeout(600)
@@ -112,6 +113,17 @@ def test_calibration_and_allreduce_baseline_are_measured(spiral_runs: dict[str, 
     assert ar["status"] == "measured", ar
     assert ar["backend"] == "gloo" and ar["world_size"] == 2
     assert ar["sizes"] and ar["predicted_step_s"] > 0 and ar["busbw_gbps"] > 0
+    # The sweep goes past the spiral's 11 kB gradient (towards 8 MiB) so the fit sees bandwidth;
+    # busbw is also reported at the gradient size.
+    assert ar["sizes"][-1]["bytes"] > ar["gradient_bytes"]
+    assert ar["busbw_at_gradient_gbps"] > 0
+    assert ar["fit"]["points"] == len(ar["sizes"]) and ar["fit"]["alpha_s"] >= 0, ar["fit"]
+    # DDP's own buckets, read when training ended: the spiral's small parameters fill one.
+    assert (ar["bucket_source"], ar["bucket_reason"]) == ("ddp", None), ar
+    assert ar["bucket_bytes"] == [ar["gradient_bytes"]]
+    assert ar["predicted_step_s"] == pytest.approx(
+        predicted_step_s(ar["fit"], ar["bucket_bytes"], 2)
+    )
     # Their cost is recorded, and it was paid outside the timed region.
     assert d["overhead_s"]["calibration"] == cal["seconds"] > 0
     assert d["overhead_s"]["allreduce_baseline"] == ar["seconds"] > 0

@@ -1,26 +1,41 @@
 """The all-reduce baseline: what the job's own interconnect delivers, measured at start-up.
 
-An nccl-tests-style sweep (``all_reduce_perf``): float32 messages from 4 KiB up to the model's
-gradient size by powers of two (the last size exactly the gradient size), each size one warm-up
-op and then an adaptive number of timed ops. Per size the time of one op is the MAX over ranks
-(a collective finishes when its slowest rank does), and
+An nccl-tests-style sweep (``all_reduce_perf``): float32 messages of 4 KiB, 8 KiB, ... doubling
+up to the model's gradient size or 8 MiB, whichever is larger, the gradient size itself among
+them. Per size: one warm-up op, then a barrier (a one-element all-reduce every rank waits for)
+and an adaptive number of ops back to back, timed by each rank on its own clock. The time of
+one op is the MEAN over ranks of each rank's time / ops, as nccl-tests reports by default (the
+barrier is what keeps a rank's clock from counting the wait for a late peer), and
 
     algbw = bytes / time                      (GB/s = 1e9 B/s, as nccl-tests prints)
     busbw = algbw * 2 (n - 1) / n             (ring all-reduce: each byte crosses 2(n-1)/n links)
 
-``predicted_step_s`` is the all-reduce time of one optimizer step's gradients sent the way DDP
-sends them: bucket by bucket (1 MiB first, then 25 MiB), each bucket's time read off the measured
-curve by log-log interpolation. Compared with the exposed communication measured in training, it
-tells how much of the communication backward hides.
+The section's ``busbw_gbps`` is the one at the largest size swept; ``busbw_at_gradient_gbps``
+the one at the gradient size (its measured row, or the fitted model where the sweep stopped
+before it).
+
+A latency + bandwidth model is fitted to the measured sizes (:func:`fit_model`),
+
+    t(n) = alpha + n * beta_bus * 2 (n - 1) / n     (beta_bus = 1 / busbw, n ranks)
+
+by least squares on relative residuals, with its error: the relative RMS residual and the
+standard errors of alpha and busbw. ``predicted_step_s`` is the all-reduce time of one
+optimizer step's gradients sent the way DDP sends them: bucket by bucket, one after another,
+each bucket's time from the fitted model (inside the sweep or beyond it). The buckets are
+DDP's own where they can be read (:func:`read_ddp_buckets`, after training: DDP builds them
+in its first iterations, whole parameters to a bucket, so they overshoot their 1 MiB / 25 MiB
+caps), else estimated (:func:`estimate_bucket_bytes`), and the section says which. Compared
+with the exposed communication measured in training, the prediction tells how much of the
+communication backward hides.
 
 Every rank of the default process group calls :func:`allreduce_baseline`; every decision that
 changes how many collectives run (iterations, stopping for the budget or for memory) is taken
-from reduced values, so all ranks take it together and none waits for an op that never comes.
+from reduced or gathered values, the same numbers on every rank, so all ranks take it together
+and none waits for an op that never comes. Reading DDP's buckets runs no collective at all.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -31,6 +46,8 @@ if TYPE_CHECKING:
 
 MIN_BYTES = 4096
 FLOAT32_BYTES = 4
+# The sweep goes at least this far, whatever the gradient size (see sweep_sizes).
+SWEEP_FLOOR_BYTES = 8 * 1024 * 1024
 # DDP's default bucket layout (torch.nn.parallel.distributed): the first bucket is capped at
 # dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB) so that communication starts early in backward; the
 # rest at bucket_cap_mb (25 MiB).
@@ -44,6 +61,15 @@ MAX_ITERS = 50
 MEMORY_SHARE = 0.5
 
 SKIPPED_ONE_DEVICE = "1 device: nothing to all-reduce"
+# How the buckets of a section were estimated (its bucket_reason, after why they were).
+ESTIMATED_FROM_PARAMETERS = (
+    "estimated from whole parameters in reverse registration order, a bucket closed once it"
+    " reaches DDP's cap, as DDP rebuilds them"
+)
+ESTIMATED_FROM_BYTES = (
+    "no parameters known: the gradient bytes split at DDP's default caps (1 MiB first, then 25 MiB)"
+)
+NOT_READ_YET = "DDP's own buckets are read when training ends"
 
 
 def gradient_bytes(module: torch.nn.Module) -> int:
@@ -56,25 +82,34 @@ def gradient_bytes(module: torch.nn.Module) -> int:
 
 
 def sweep_sizes(gradient_bytes: int) -> list[int]:
-    """Message sizes in bytes: 4 KiB, 8 KiB, ... below the gradient size, then the gradient size.
+    """Message sizes in bytes, ascending: 4 KiB, 8 KiB, ... doubling up to the gradient size or
+    :data:`SWEEP_FLOOR_BYTES`, whichever is larger, with the gradient size itself among them.
 
-    The gradient size is rounded down to whole float32 elements (at least one).
+    The gradient size is rounded down to whole float32 elements (at least one). The floor
+    keeps a small model's sweep going until the bandwidth term shows: an 11 kB gradient
+    all-reduce measures latency only, which the fit needs sizes beyond to tell apart.
     """
-    last = max(FLOAT32_BYTES, gradient_bytes // FLOAT32_BYTES * FLOAT32_BYTES)
-    sizes = []
+    gradient = float32_size(gradient_bytes)
+    last = max(gradient, SWEEP_FLOOR_BYTES)
+    sizes = {gradient, last}
     size = MIN_BYTES
     while size < last:
-        sizes.append(size)
+        sizes.add(size)
         size *= 2
-    sizes.append(last)
-    return sizes
+    return sorted(sizes)
+
+
+def float32_size(nbytes: int) -> int:
+    """``nbytes`` rounded down to whole float32 elements, at least one: the message swept."""
+    return max(FLOAT32_BYTES, nbytes // FLOAT32_BYTES * FLOAT32_BYTES)
 
 
 def ddp_bucket_bytes(gradient_bytes: int) -> list[int]:
-    """DDP's default buckets for ``gradient_bytes``: 1 MiB first, then 25 MiB, then the rest.
+    """``gradient_bytes`` split at DDP's default caps: 1 MiB first, then 25 MiB, then the rest.
 
-    DDP never splits a parameter, so real buckets run a little over their caps; for the time
-    estimate the split by bytes is what matters.
+    The estimate when only a byte count is known (the benchmark). DDP never splits a
+    parameter, so its real buckets overshoot their caps (:func:`estimate_bucket_bytes`
+    follows its rule where the parameters are known; :func:`read_ddp_buckets` reads them).
     """
     buckets: list[int] = []
     left = gradient_bytes
@@ -85,6 +120,96 @@ def ddp_bucket_bytes(gradient_bytes: int) -> list[int]:
         left -= take
         cap = DDP_BUCKET_CAP_BYTES
     return buckets
+
+
+def parameter_bytes(module: torch.nn.Module) -> list[tuple[int, str]]:
+    """``(bytes, dtype)`` of every trainable parameter, once, in registration order: what DDP
+    puts in its buckets."""
+    return [
+        (p.numel() * p.element_size(), str(p.dtype)) for p in module.parameters() if p.requires_grad
+    ]
+
+
+def estimate_bucket_bytes(
+    params: Sequence[tuple[int, str]],
+    first_cap: int = DDP_FIRST_BUCKET_BYTES,
+    cap: int = DDP_BUCKET_CAP_BYTES,
+) -> list[int]:
+    """DDP's buckets as it rebuilds them after the first iteration, estimated from the
+    parameters (``(bytes, dtype)`` in registration order, see :func:`parameter_bytes`).
+
+    DDP's rule (``compute_bucket_assignment_by_size`` in its reducer): parameters in the order
+    their gradients become ready, one open bucket per dtype; a parameter joins its dtype's
+    bucket whole, and the bucket closes once it reaches its cap (``first_cap`` for a dtype's
+    first bucket, ``cap`` after), so buckets overshoot their caps by up to one parameter.
+    The ready order is estimated as the reverse of registration, which is backward's order
+    for a model whose forward uses its layers in the order it defines them.
+    """
+    open_bytes: dict[str, int] = {}
+    closed: dict[str, int] = {}
+    buckets: list[int] = []
+    for nbytes, dtype in reversed(params):
+        size = open_bytes.get(dtype, 0) + nbytes
+        limit = first_cap if closed.get(dtype, 0) == 0 else cap
+        if size >= limit:
+            buckets.append(size)
+            closed[dtype] = closed.get(dtype, 0) + 1
+            size = 0
+        open_bytes[dtype] = size
+    return buckets + [b for b in open_bytes.values() if b > 0]
+
+
+def ddp_bucket_caps(model: Any) -> tuple[int, int]:
+    """(first bucket's cap, the others' cap) in bytes of a DDP-wrapped model, DDP's defaults
+    for anything else. Reads attributes only; never raises."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    defaults = DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES
+    if not isinstance(model, DistributedDataParallel):
+        return defaults
+    try:
+        cap = int(getattr(model, "bucket_bytes_cap", DDP_BUCKET_CAP_BYTES))
+        first = getattr(getattr(model, "_bucket_config", None), "first_bucket_bytes_cap", None)
+        if first is None:  # torch before the bucket config: 1 MiB first with the default cap
+            default_cap = getattr(model, "bucket_bytes_cap_default", True)
+            first = DDP_FIRST_BUCKET_BYTES if default_cap else cap
+        return int(first), cap
+    except Exception:  # private attributes: an estimate at DDP's defaults is still useful
+        return defaults
+
+
+def read_ddp_buckets(model: Any) -> tuple[list[int] | None, str | None]:
+    """DDP's own bucket sizes in bytes, or ``None`` and why not. Never raises.
+
+    Read from DDP's logging data (``DistributedDataParallel._get_ddp_logging_data()``, local
+    to this rank: no collective, well under a millisecond). DDP builds its buckets in the
+    second iteration, in the order the first backward produced the gradients, and logs them
+    as ``rebuilt_bucket_sizes`` (bytes, comma-separated) from the third iteration on, so read
+    after training. With ``find_unused_parameters`` (and no static graph) DDP never rebuilds:
+    its buckets are the ones built at construction, ``bucket_sizes``.
+    """
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(model, DistributedDataParallel):
+            return None, f"not trained under DDP ({type(model).__name__})"
+        data = model._get_ddp_logging_data()
+        text = data.get("rebuilt_bucket_sizes")
+        if not text:
+            if data.get("find_unused_parameters") and not data.get("static_graph"):
+                text = data.get("bucket_sizes")
+            else:
+                return None, (
+                    "DDP had not logged its rebuilt buckets (logging data of iteration"
+                    f" {data.get('iteration')}: it rebuilds them in the 2nd iteration and logs"
+                    " them from the 3rd)"
+                )
+        sizes = [int(part) for part in str(text).split(",")]
+        if not sizes or min(sizes) <= 0:
+            return None, f"unexpected bucket sizes in DDP's logging data: {text!r}"
+        return sizes, None
+    except Exception as exc:  # a private API: whatever it does, training goes on
+        return None, f"DDP's buckets not read: {type(exc).__name__}: {exc}"
 
 
 def backend_name(backend: str, device_type: str) -> str:
@@ -111,31 +236,123 @@ def size_row(nbytes: int, time_s: float, world_size: int) -> dict[str, Any]:
     }
 
 
-def interpolate_time_s(rows: Sequence[dict[str, Any]], nbytes: int) -> float:
-    """The all-reduce time of ``nbytes`` read off the measured rows.
+def fit_model(points: Sequence[tuple[float, float]], world_size: int) -> dict[str, Any]:
+    """The latency + bandwidth model fitted to measured ``(bytes, seconds)`` points:
 
-    Between two measured sizes: log-log interpolation (time follows a power law between them).
-    Below the smallest: the smallest's time (small messages are latency-bound). Above the
-    largest: at the largest size's bandwidth (time grows linearly with bytes).
+        t(n) = alpha + n * beta_bus * 2 (p - 1) / p        (beta_bus = 1 / busbw, in s/B)
+
+    by least squares on *relative* residuals ``(t(n_i) - t_i) / t_i`` (each point weighted by
+    1 / t_i), so the latency-bound small messages count as much as the large ones whose
+    absolute times dwarf them. alpha and beta_bus are kept non-negative (a negative latency
+    or bandwidth term is noise, not a network): where the free fit leaves that region, the
+    best fit on its edge is taken and ``note`` says which. Two parameters, so the exact
+    answer is the best of three candidates (free, alpha = 0, beta = 0).
+
+    Returns ``alpha_s``, ``busbw_gbps`` (null where no bandwidth term was fitted), their
+    standard errors ``alpha_se_s`` and ``busbw_se_gbps`` (from the residual variance; null
+    without a degree of freedom left, or for a term held at 0), ``rel_rms`` (root mean square
+    of the relative residuals), ``points`` and ``note``. Fewer than two distinct sizes fit
+    nothing: every number is null and ``note`` says why.
     """
-    if not rows:
-        raise ValueError("no measured sizes to interpolate from")
-    pts = sorted((r["bytes"], r["time_s"]) for r in rows)
-    if nbytes <= pts[0][0]:
-        return pts[0][1]
-    if nbytes >= pts[-1][0]:
-        size, t = pts[-1]
-        return t * nbytes / size
-    for (b0, t0), (b1, t1) in itertools.pairwise(pts):
-        if b0 <= nbytes <= b1:
-            frac = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
-            return math.exp(math.log(t0) + frac * (math.log(t1) - math.log(t0)))
-    raise AssertionError("unreachable: nbytes lies within the measured range")
+    import numpy as np
+
+    pts = [(float(n), float(t)) for n, t in points if t > 0]
+    fit: dict[str, Any] = {
+        "alpha_s": None,
+        "busbw_gbps": None,
+        "rel_rms": None,
+        "alpha_se_s": None,
+        "busbw_se_gbps": None,
+        "points": len(pts),
+        "note": None,
+    }
+    if len({n for n, _ in pts}) < 2:
+        fit["note"] = f"{len(pts)} size(s) measured: a latency + bandwidth fit needs two"
+        return fit
+    n = np.array([p[0] for p in pts])
+    t = np.array([p[1] for p in pts])
+    # Relative residuals: row i of the design is (1, n_i) / t_i against a target of 1.
+    design = np.column_stack([1.0 / t, n / t])
+    ones = np.ones(len(pts))
+
+    def solve(cols: list[int]) -> tuple[Any, float]:
+        a = design[:, cols]
+        scale = np.linalg.norm(a, axis=0)  # columns of 1/t and n/t differ by ~1e6
+        coef, *_ = np.linalg.lstsq(a / scale, ones, rcond=None)
+        coef = coef / scale
+        theta = np.zeros(2)
+        theta[cols] = coef
+        resid = design @ theta - ones
+        return theta, float(resid @ resid)
+
+    free, free_rss = solve([0, 1])
+    if free[0] >= 0 and free[1] >= 0:
+        (alpha, per_byte), rss, cols = free, free_rss, [0, 1]
+    else:
+        (lat, lat_rss), (bw, bw_rss) = solve([0]), solve([1])
+        if bw_rss <= lat_rss:
+            (alpha, per_byte), rss, cols = bw, bw_rss, [1]
+            fit["note"] = "latency held at 0 (the free fit left alpha, beta >= 0)"
+        else:
+            (alpha, per_byte), rss, cols = lat, lat_rss, [0]
+            fit["note"] = (
+                "no bandwidth term: every size latency-bound (the free fit left alpha, beta >= 0)"
+            )
+    factor = bus_factor(world_size)
+    fit["alpha_s"] = float(alpha)
+    fit["rel_rms"] = math.sqrt(rss / len(pts))
+    if per_byte > 0:
+        fit["busbw_gbps"] = factor / float(per_byte) / 1e9
+    dof = len(pts) - len(cols)
+    if dof <= 0:
+        fit["note"] = fit["note"] or "an exact fit through two sizes: no standard errors"
+        return fit
+    a = design[:, cols]
+    cov = rss / dof * np.linalg.inv(a.T @ a)
+    se = dict(zip(cols, np.sqrt(np.clip(np.diag(cov), 0.0, None)), strict=True))
+    if 0 in se:
+        fit["alpha_se_s"] = float(se[0])
+    if 1 in se and per_byte > 0:
+        # busbw = factor / per_byte: its standard error by the delta method.
+        fit["busbw_se_gbps"] = factor * float(se[1]) / float(per_byte) ** 2 / 1e9
+    return fit
 
 
-def predicted_step_s(rows: Sequence[dict[str, Any]], bucket_bytes: Sequence[int]) -> float:
-    """Expected all-reduce time of one step: the buckets go one after another on one stream."""
-    return sum(interpolate_time_s(rows, b) for b in bucket_bytes)
+def fit_usable(fit: dict[str, Any] | None) -> bool:
+    """Whether ``fit`` predicts times (at least two sizes were fitted)."""
+    return bool(fit) and fit.get("alpha_s") is not None  # type: ignore[union-attr]
+
+
+def fit_time_s(fit: dict[str, Any], nbytes: float, world_size: int) -> float:
+    """The all-reduce time of ``nbytes`` on the fitted model: alpha + n * 2(p-1)/p / busbw."""
+    if not fit_usable(fit):
+        raise ValueError(f"no fitted model to predict from ({fit.get('note')})")
+    busbw = fit["busbw_gbps"]
+    bandwidth_s = nbytes * bus_factor(world_size) / (busbw * 1e9) if busbw else 0.0
+    return float(fit["alpha_s"]) + bandwidth_s
+
+
+def predicted_step_s(fit: dict[str, Any], bucket_bytes: Sequence[int], world_size: int) -> float:
+    """Expected all-reduce time of one step: DDP's buckets one after another on one stream,
+    each bucket's time from the fitted model (whatever its size, inside the sweep or beyond
+    it: the model, not a scale-up of one measured point)."""
+    return sum(fit_time_s(fit, b, world_size) for b in bucket_bytes)
+
+
+def busbw_at_gbps(
+    rows: Sequence[dict[str, Any]], fit: dict[str, Any] | None, nbytes: int, world_size: int
+) -> float | None:
+    """busbw of an all-reduce of ``nbytes``: the measured row where that size was swept (as
+    float32 elements), else the fitted model's ``nbytes / t(nbytes) * 2(p-1)/p``; null
+    without either."""
+    swept = float32_size(nbytes)
+    for row in rows:
+        if row["bytes"] == swept:
+            return float(row["busbw_gbps"])
+    if not fit_usable(fit):
+        return None
+    seconds = fit_time_s(fit, nbytes, world_size)  # type: ignore[arg-type]
+    return nbytes / seconds * bus_factor(world_size) / 1e9 if seconds > 0 else None
 
 
 def section(
@@ -146,11 +363,25 @@ def section(
     world_size: int = 1,
     gradient_bytes: int | None = None,
     sizes: list[dict[str, Any]] | None = None,
-    predicted: float | None = None,
+    fit: dict[str, Any] | None = None,
     seconds: float | None = None,
+    bucket_bytes: Sequence[int] | None = None,
+    bucket_source: str | None = None,
+    bucket_reason: str | None = None,
 ) -> dict[str, Any]:
-    """The record's ``diagnosis.allreduce`` section (see the record contract)."""
+    """The record's ``diagnosis.allreduce`` section (see the record contract).
+
+    ``bucket_source`` is ``"ddp"`` for buckets read from DDP, ``"estimated"`` otherwise, with
+    ``bucket_reason`` saying why and how; ``predicted_step_s`` is the fitted model summed over
+    the buckets.
+    """
     sizes = sizes or []
+    predicted = None
+    if fit_usable(fit) and bucket_bytes is not None:
+        predicted = predicted_step_s(fit, bucket_bytes, world_size)  # type: ignore[arg-type]
+    at_gradient = None
+    if gradient_bytes:
+        at_gradient = busbw_at_gbps(sizes, fit, gradient_bytes, world_size)
     return {
         "status": status,
         "reason": reason,
@@ -159,9 +390,34 @@ def section(
         "gradient_bytes": gradient_bytes,
         "sizes": sizes,
         "busbw_gbps": sizes[-1]["busbw_gbps"] if sizes else None,
+        "busbw_at_gradient_gbps": at_gradient,
+        "fit": fit,
+        "bucket_bytes": list(bucket_bytes) if bucket_bytes is not None else None,
+        "bucket_source": bucket_source,
+        "bucket_reason": bucket_reason,
         "predicted_step_s": predicted,
         "seconds": seconds,
     }
+
+
+def with_buckets(
+    s: dict[str, Any], bucket_bytes: Sequence[int], source: str, reason: str | None
+) -> dict[str, Any]:
+    """``s`` with other buckets (e.g. DDP's own, read after training) and the prediction
+    redone for them from the same fitted model."""
+    return section(
+        s["status"],
+        s["reason"],
+        backend=s["backend"],
+        world_size=s["world_size"],
+        gradient_bytes=s["gradient_bytes"],
+        sizes=s["sizes"],
+        fit=s["fit"],
+        seconds=s["seconds"],
+        bucket_bytes=bucket_bytes,
+        bucket_source=source,
+        bucket_reason=reason,
+    )
 
 
 def off_section(reason: str) -> dict[str, Any]:
@@ -174,9 +430,14 @@ def allreduce_baseline(
     gradient_bytes: int,
     device: torch.device,
     budget_s: float = 3.0,
-    bucket_bytes: list[int] | None = None,
+    bucket_bytes: Sequence[int] | None = None,
+    bucket_reason: str | None = None,
 ) -> dict[str, Any]:
     """Run the sweep on every rank of the default process group; return the record's section.
+
+    ``bucket_bytes``: the buckets to predict (DDP cannot have built its own before training:
+    they are ``"estimated"``, for ``bucket_reason``); by default ``gradient_bytes`` split at
+    DDP's default caps.
 
     A collective: every rank calls it with the same ``gradient_bytes`` and ``budget_s``. It
     allocates its own buffers on ``device`` and frees them; it touches no RNG, no model and no
@@ -200,7 +461,10 @@ def allreduce_baseline(
             gradient_bytes=gradient_bytes,
             seconds=time.perf_counter() - start,
         )
-    buckets = list(bucket_bytes) if bucket_bytes is not None else ddp_bucket_bytes(gradient_bytes)
+    if bucket_bytes is None:
+        buckets, bucket_reason = ddp_bucket_bytes(gradient_bytes), ESTIMATED_FROM_BYTES
+    else:
+        buckets = list(bucket_bytes)
 
     sweep = _Sweep(device, start)
     planned = sweep_sizes(gradient_bytes)
@@ -210,7 +474,7 @@ def allreduce_baseline(
     rows: list[dict[str, Any]] = []
     reason: str | None = None
     try:
-        for i, nbytes in enumerate(planned):
+        for nbytes in planned:
             if nbytes > room:
                 reason = (
                     f"stopped before {nbytes} B: more than {MEMORY_SHARE:.0%} of the free device"
@@ -219,7 +483,8 @@ def allreduce_baseline(
                 break
             if rows:
                 # Decide from reduced values only, so every rank stops at the same size: the
-                # cost of this size estimated at the last size's bandwidth, warm-up + MIN_ITERS.
+                # cost of this size (warm-up + MIN_ITERS) estimated at the last size's
+                # bandwidth, an upper bound where time is latency plus bandwidth.
                 elapsed = rows[-1]["_elapsed_s"]
                 estimate = rows[-1]["time_s"] * nbytes / rows[-1]["bytes"] * (1 + MIN_ITERS)
                 if elapsed + estimate > budget_s:
@@ -233,13 +498,11 @@ def allreduce_baseline(
             left_s = max(0.0, budget_s - elapsed)
             iters = int(min(target_s, 0.8 * left_s) / max(warm_s, 1e-9))
             iters = max(MIN_ITERS, min(MAX_ITERS, iters))
-            total_s, elapsed = sweep.time_ops(buf, iters)
+            op_s, elapsed = sweep.time_ops(buf, iters)
             del buf
-            row = size_row(nbytes, max(total_s / iters, 1e-9), world)
+            row = size_row(nbytes, max(op_s, 1e-9), world)
             row["_elapsed_s"] = elapsed
             rows.append(row)
-            if i == len(planned) - 1:
-                break
     finally:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -262,13 +525,16 @@ def allreduce_baseline(
         world_size=world,
         gradient_bytes=gradient_bytes,
         sizes=rows,
-        predicted=predicted_step_s(rows, buckets),
+        fit=fit_model([(r["bytes"], r["time_s"]) for r in rows], world),
         seconds=time.perf_counter() - start,
+        bucket_bytes=buckets,
+        bucket_source="estimated",
+        bucket_reason=bucket_reason or "given by the caller",
     )
 
 
 class _Sweep:
-    """Timed all-reduces on one device, with every timing agreed over ranks."""
+    """Timed all-reduces on one device, timed as nccl-tests' ``all_reduce_perf`` does."""
 
     def __init__(self, device: torch.device, start: float) -> None:
         self.device = device
@@ -283,17 +549,42 @@ class _Sweep:
         dist.all_reduce(t, op=op)
         return [float(v) for v in t.tolist()]
 
-    def time_ops(self, buf: torch.Tensor, iters: int) -> tuple[float, float]:
-        """``iters`` all-reduces of ``buf``: (seconds on the slowest rank, max elapsed so far).
+    def gather(self, values: list[float]) -> list[list[float]]:
+        """Every rank's ``values``, in rank order, on every rank (one small all-gather)."""
+        import torch
+        import torch.distributed as dist
 
-        The device is synchronised at both edges, so the clock covers exactly these ops: CUDA
-        events on a GPU, the wall clock on a CPU (gloo returns when the op is done).
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t)
+        return [[float(v) for v in p.tolist()] for p in parts]
+
+    def sync(self) -> None:
+        """nccl-tests' barrier: a one-element all-reduce every rank waits for, device included
+        (``tolist`` waits for it; the CUDA sync for anything else queued), so all ranks start
+        the next op together and no rank's clock counts the wait for a late peer."""
+        import torch
+        import torch.distributed as dist
+
+        self.reduce([0.0], dist.ReduceOp.SUM)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def time_ops(self, buf: torch.Tensor, iters: int) -> tuple[float, float]:
+        """``iters`` all-reduces of ``buf`` after a barrier. Returns (seconds per op: the MEAN
+        over ranks of each rank's own clock / ``iters``; the MAX over ranks of the seconds
+        since the sweep began).
+
+        As nccl-tests (``-a 1``, its default): every rank times the same ops on its own clock
+        and the times are averaged. Every rank computes both from the same gathered values,
+        so decisions taken from them agree. On a GPU the clock is CUDA events around the ops
+        on the current stream; on a CPU the wall clock (gloo returns when the op is done).
         """
         import torch
         import torch.distributed as dist
 
+        self.sync()
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
             begin = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             begin.record()
@@ -308,8 +599,8 @@ class _Sweep:
                 dist.all_reduce(buf)
             seconds = time.perf_counter() - t0
         elapsed = time.perf_counter() - self.start
-        slowest, elapsed_max = self.reduce([seconds, elapsed], dist.ReduceOp.MAX)
-        return slowest, elapsed_max
+        parts = self.gather([seconds / iters, elapsed])
+        return sum(p[0] for p in parts) / len(parts), max(p[1] for p in parts)
 
 
 def _free_bytes(device: torch.device) -> float:

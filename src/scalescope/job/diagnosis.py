@@ -805,7 +805,8 @@ def gather_calibration(trainer: L.Trainer, part: Mapping[str, Any]) -> dict[str,
 
 class BeforeTiming(L.Callback):
     """Before the training clock starts (earlier in the list than the TimingCallback): the
-    all-reduce baseline on every rank, and the NVML sampler on each node's local rank 0."""
+    all-reduce baseline on every rank, and the NVML sampler on each node's local rank 0.
+    When training ends, DDP's own gradient buckets replace the baseline's estimate of them."""
 
     def __init__(self, cfg: DiagnosisConfig, *, local_rank: int, node: str) -> None:
         self.cfg = cfg
@@ -838,22 +839,44 @@ class BeforeTiming(L.Callback):
             self._sampler.start()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from .allreduce import allreduce_baseline, gradient_bytes, off_section
+        from . import allreduce as ar
 
         if not self.cfg.allreduce_baseline:
-            self.allreduce = off_section("diagnosis.allreduce_baseline=false")
+            self.allreduce = ar.off_section("diagnosis.allreduce_baseline=false")
             return
         device = trainer.strategy.root_device
-        self.allreduce = allreduce_baseline(
-            gradient_bytes=gradient_bytes(pl_module),
+        caps = ar.ddp_bucket_caps(trainer.strategy.model)
+        self.allreduce = ar.allreduce_baseline(
+            gradient_bytes=ar.gradient_bytes(pl_module),
             device=device,
             budget_s=self.cfg.allreduce_budget_s,
+            bucket_bytes=ar.estimate_bucket_bytes(ar.parameter_bytes(pl_module), *caps),
+            bucket_reason=f"{ar.NOT_READ_YET}; {ar.ESTIMATED_FROM_PARAMETERS}",
         )
         if device.type == "cuda":  # the record's peak memory is training's, not the sweep's
             torch.cuda.reset_peak_memory_stats(device)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.stop_sampler()
+        self.read_ddp_buckets(trainer.strategy.model)
+
+    def read_ddp_buckets(self, model: Any) -> None:
+        """DDP's own buckets, built in its first iterations, in place of the estimate, and the
+        prediction redone for them. On every rank, from its own DDP's logging data: no
+        collective, under a millisecond. Where they cannot be read the estimate stays, with
+        the reason; this never raises into training."""
+        from . import allreduce as ar
+
+        if self.allreduce.get("status") != "measured":
+            return
+        buckets, why = ar.read_ddp_buckets(model)
+        if buckets is not None:
+            self.allreduce = ar.with_buckets(self.allreduce, buckets, "ddp", None)
+        else:
+            reason = f"{why}; {ar.ESTIMATED_FROM_PARAMETERS}"
+            self.allreduce = ar.with_buckets(
+                self.allreduce, self.allreduce["bucket_bytes"], "estimated", reason
+            )
 
     def stop_sampler(self) -> None:
         if self._sampler is not None:
