@@ -119,6 +119,11 @@ class RunParts:
     hidden_share: float = math.nan
     hidden_reason: str = ""
     busbw_gbps: float = math.nan
+    """The all-reduce baseline's bus bandwidth at its largest message (8 MiB at least)."""
+    alpha_s: float = math.nan
+    """The fitted all-reduce latency α of t(n) = α + n·2(p-1)/p / busbw."""
+    fit_busbw_gbps: float = math.nan
+    """The fitted bus bandwidth of that model."""
     predicted_allreduce_s: float = math.nan
     exposed_comm_s: float = math.nan
 
@@ -286,6 +291,8 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
         hidden_share=hidden,
         hidden_reason=hidden_reason,
         busbw_gbps=_opt_num(allreduce, "busbw_gbps"),
+        alpha_s=_opt_num(allreduce.get("fit"), "alpha_s"),
+        fit_busbw_gbps=_opt_num(allreduce.get("fit"), "busbw_gbps"),
         predicted_allreduce_s=_opt_num(allreduce, "predicted_step_s"),
         exposed_comm_s=exposed,
     )
@@ -356,6 +363,8 @@ WATERFALL_COLUMNS = [
     "hidden_share_ci_high",
     "hidden_note",
     "busbw_gbps_mean",
+    "allreduce_alpha_s_mean",
+    "allreduce_fit_busbw_gbps_mean",
     "predicted_allreduce_s_mean",
     "exposed_comm_s_mean",
     "calibration_comm_s_mean",
@@ -532,6 +541,8 @@ def waterfall(
                 hidden_share_ci_high=hidden.ci_high,
                 hidden_note=_first([p.hidden_reason for p in recorded]) if hidden.n == 0 else "",
                 busbw_gbps_mean=_mean([p.busbw_gbps for p in recorded]),
+                allreduce_alpha_s_mean=_mean([p.alpha_s for p in recorded]),
+                allreduce_fit_busbw_gbps_mean=_mean([p.fit_busbw_gbps for p in recorded]),
                 predicted_allreduce_s_mean=_mean([p.predicted_allreduce_s for p in recorded]),
                 exposed_comm_s_mean=_mean([p.exposed_comm_s for p in recorded]),
                 calibration_comm_s_mean=_mean([p.calibration_comm_s for p in recorded]),
@@ -654,7 +665,10 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
     if part == "comm":
         bits = []
         if math.isfinite(r["busbw_gbps_mean"]):
-            bits.append(f"busbw {r['busbw_gbps_mean']:.3g} GB/s")
+            fit = ""
+            if math.isfinite(r.get("allreduce_alpha_s_mean", math.nan)):
+                fit = f" (fit: latency {1e6 * r['allreduce_alpha_s_mean']:.3g} µs)"
+            bits.append(f"busbw {r['busbw_gbps_mean']:.3g} GB/s{fit}")
         if math.isfinite(r["hidden_share_mean"]):
             bits.append(
                 f"{r['hidden_share_mean']:.0%} of the predicted all-reduce hidden behind backward"

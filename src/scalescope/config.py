@@ -229,7 +229,8 @@ class DiagnosisConfig:
     allreduce_baseline: bool = option(
         True,
         help="before training, time all-reduces (nccl-tests style) from 4 KiB up to the "
-        "model's gradient size on the job's own allocation (multi-device jobs only)",
+        "model's gradient size or 8 MiB, whichever is larger, on the job's own allocation, "
+        "and fit latency and bus bandwidth to them (multi-device jobs only)",
     )
     allreduce_budget_s: float = option(
         3.0, help="upper bound on the all-reduce baseline's duration", check=positive

@@ -116,6 +116,7 @@ def make_diagnosis(
             "sizes": [],
             "busbw_gbps": busbw_gbps if multi else None,
             "predicted_step_s": predicted_s if multi else None,
+            "fit": {"alpha_s": 5e-05, "busbw_gbps": 1.6} if multi else None,
             "seconds": 0.3 if multi else None,
         },
         "nvml": {
@@ -542,7 +543,8 @@ def test_findings_read_correctly_for_each_cause(tmp_path: Path) -> None:
     )
     assert first_part["comm"].startswith("exposed communication, ")
     assert (
-        "busbw 1.5 GB/s, 20% of the predicted all-reduce hidden behind backward; try a larger "
+        "busbw 1.5 GB/s (fit: latency 50 µs), 20% of the predicted all-reduce hidden behind "
+        "backward; try a larger "
         "per-device batch, gradient accumulation or larger DDP buckets" in texts["comm"]
     )
     assert first_part["jitter"].startswith("rotating stragglers, ")
