@@ -382,6 +382,7 @@ CHARTS = {
 _STEP_PARTS = (
     ("input_step_s", "input wait", "tab:orange"),
     ("compute_step_s", "compute", "tab:blue"),
+    ("overlap_step_s", "communication overlapping backward", "tab:cyan"),
     ("skew_step_s", "rank skew (waiting for the slowest rank)", "tab:purple"),
     ("jitter_step_s", "rotating stragglers (a different rank each step)", "tab:pink"),
     ("comm_step_s", "exposed communication", "tab:red"),

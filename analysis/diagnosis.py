@@ -70,10 +70,11 @@ from .stats import ratio_ci, summarize
 NOT_RECORDED = "not recorded"
 """What a table, chart or sentence shows for a part that was not measured (never 0)."""
 
-COMPONENTS = ("comm", "input", "skew", "jitter", "compute")
+COMPONENTS = ("comm", "overlap", "input", "skew", "jitter", "compute")
 PARTS = (*COMPONENTS, "remainder")
 LABELS = {
     "comm": "exposed communication",
+    "overlap": "communication overlapping backward",
     "input": "input wait",
     "skew": "rank skew",
     "jitter": "rotating stragglers",
@@ -101,6 +102,10 @@ class RunParts:
     skew_step_s: float = math.nan
     jitter_step_s: float = math.nan
     comm_step_s: float = math.nan
+    overlap_step_s: float = math.nan
+    """Backward slowed by the all-reduce beside it (the calibration's synced minus no_sync
+    time to the last gradient), taken out of compute; NaN when not measured (then it stays
+    inside compute)."""
     reason: str = ""
     """Why nothing is recorded ('' when the breakdown is there)."""
     comm_reason: str = ""
@@ -243,6 +248,12 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
     )
     own_typ, own_slow = float(typ["own_s"]), float(slow["own_s"])
     wait = _opt_num(typ, "wait_s")
+    overlap = (
+        _opt_num(calibration, "overlap_slowdown_s")
+        if calibration.get("status") == "measured" and world_size > 1
+        else (0.0 if world_size <= 1 else math.nan)
+    )
+    compute = float(typ["compute_s"]) - (overlap if math.isfinite(overlap) else 0.0)
     jitter, jitter_reason, source = math.nan, "", ""
     if world_size <= 1:
         comm, comm_reason = 0.0, ""  # one device: no all-reduce, honestly nothing
@@ -276,7 +287,8 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
         t_s=t,
         per_device_batch_size=batch,
         input_step_s=float(typ["input_wait_s"]),
-        compute_step_s=float(typ["compute_s"]),
+        compute_step_s=compute,
+        overlap_step_s=overlap,
         skew_step_s=skew_s,
         jitter_step_s=jitter,
         comm_step_s=comm,
@@ -321,7 +333,8 @@ def attribute(
     out = {"lost": lost}
     for c in COMPONENTS:
         out[c] = 100.0 * (run_s.get(c, math.nan) - base_s.get(c, math.nan)) / t_run_s
-    parts = [out[c] for c in COMPONENTS]
+    # an overlap slowdown not measured is still inside compute: the rest still add up
+    parts = [out[c] for c in COMPONENTS if not (c == "overlap" and math.isnan(out[c]))]
     out["remainder"] = lost - math.fsum(parts) if all(map(math.isfinite, parts)) else math.nan
     return out
 
@@ -329,7 +342,7 @@ def attribute(
 # --- per scale point --------------------------------------------------------------------------
 
 
-STEP_PARTS = ("input", "compute", "skew", "jitter", "comm")
+STEP_PARTS = ("input", "compute", "overlap", "skew", "jitter", "comm")
 """Stacking order of the step-time chart (bottom to top), ``other`` last."""
 
 WATERFALL_COLUMNS = [
@@ -528,7 +541,11 @@ def waterfall(
             row["step_s"] = row["t_s"] * batch if batch else math.nan
             for c in STEP_PARTS:
                 row[f"{c}_step_s"] = _mean([getattr(p, f"{c}_step_s") for p in recorded])
-            explained = [row[f"{c}_step_s"] for c in STEP_PARTS]
+            explained = [
+                row[f"{c}_step_s"]
+                for c in STEP_PARTS
+                if not (c == "overlap" and math.isnan(row[f"{c}_step_s"]))  # inside compute
+            ]
             row["other_step_s"] = (
                 max(0.0, row["step_s"] - math.fsum(explained))
                 if all(map(math.isfinite, [*explained, row["step_s"]]))
@@ -687,6 +704,12 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
         over = r["rank_skew_mean"]
         pct = f" (+{over:.0%} over the typical rank)" if math.isfinite(over) else ""
         return f"rank {rank} on node {node} is slowest{pct}{seen}; check that node"
+    if part == "overlap":
+        return (
+            "backward runs slower while the all-reduce runs beside it: on GPUs, the NCCL "
+            "kernels' SMs and memory bandwidth; on CPUs, the cores the communication threads "
+            "take. Try fewer, larger DDP buckets, or a dedicated communication stream/cores"
+        )
     if part == "jitter":
         return (
             "a different rank is slowest from step to step (per-step jitter, not one slow "

@@ -505,6 +505,7 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
     dev = devices_header(t["accelerator"].tolist())
     names = {
         "comm": "Exposed comm",
+        "overlap": "Comm overlap",
         "input": "Input wait",
         "skew": "Rank skew",
         "jitter": "Rotating stragglers",
@@ -550,8 +551,9 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         "Exposed comm: per step, the least gradient wait of any rank (the last rank to "
         "finish backward waits for the all-reduce alone); rank skew and rotating stragglers: "
         "the typical rank's wait beyond it, for one persistently slower rank and for a "
-        "different slow rank each step. Compute/sample includes DDP's framework overhead "
-        "against a 1-device baseline.",
+        "different slow rank each step. Comm overlap: backward slowed by the all-reduce "
+        "running beside it (calibration windows), taken out of compute. Compute/sample "
+        "includes DDP's framework overhead against a 1-device baseline.",
         "Comm hidden: share of the all-reduce predicted from busbw and the gradient bytes "
         "that was not exposed. 'not recorded': the run has no breakdown "
         "(older record, diagnosis off, no steady state), never 0.",

@@ -166,6 +166,14 @@ class FaultsConfig:
         "0 = off",
         check=non_negative,
     )
+    overlap_burn_s: float = option(
+        0.0,
+        help="every rank busy-loops this long on the CPU in the DDP communication hook of "
+        "each gradient bucket but the last one of backward, before its all-reduce starts: "
+        "communication work that slows backward while it overlaps (needs a model of several "
+        "buckets, e.g. configs/diagnosis/comm_heavy.yaml); 0 = off",
+        check=non_negative,
+    )
     exit_rank: int | None = option(
         None,
         help="this global rank exits abruptly (exit status 1) at exit_at: a rank that dies "
@@ -186,6 +194,7 @@ class FaultsConfig:
             or (self.slow_rank is not None and self.slow_rank_sleep_s > 0)
             or self.rotating_sleep_s > 0
             or self.allreduce_delay_s > 0
+            or self.overlap_burn_s > 0
         )
 
     def validate(self, where: str) -> None:

@@ -336,18 +336,62 @@ def test_the_report_names_the_cause_first(attributed: dict, cause: str) -> None:
     assert advice in words, words[:1500]
 
 
-def test_a_communication_heavy_model_shows_exposed_communication(tmp_path: Path) -> None:
+COMM_HEAVY = ("--config", "configs/diagnosis/comm_heavy.yaml")
+
+
+@pytest.fixture(scope="module")
+def comm_heavy_baseline(tmp_path_factory: pytest.TempPathFactory) -> ResultRecord:
+    """The communication-heavy model on one device (its baseline in both tests below)."""
+    folder = tmp_path_factory.mktemp("comm-heavy-one")
+    return only_result(
+        run_train(REPO, "workload.num_samples=600", output_dir=folder, module_args=COMM_HEAVY)
+    )
+
+
+def test_a_communication_heavy_model_shows_exposed_communication(
+    tmp_path: Path, comm_heavy_baseline: ResultRecord
+) -> None:
     """A model of many parameters and little compute per step (weak scaling). What the
-    waterfall can say of it robustly today: its exposed communication is a large share of
-    the loss in every run (32-41 of 68 points under a busy neighbour; compute per sample
+    waterfall can say of it robustly: its exposed communication and the slowdown of
+    backward beside it are a large share of the loss in every run (compute per sample
     grows there too, as two ranks and the neighbour share two cores)."""
-    config = ("--config", "configs/diagnosis/comm_heavy.yaml")
-    folder = _folder_with(tmp_path, None, ("workload.num_samples=600",), config)
+    folder = _folder_with(tmp_path, comm_heavy_baseline, ("workload.num_samples=600",), COMM_HEAVY)
     wf = waterfall(load_all(folder).runs)
     row = _scaled_row(wf)
-    assert row["comm_pts_mean"] > 0.25 * row["lost_pts_mean"] > 0, row.to_dict()
+    comm = row["comm_pts_mean"] + row["overlap_pts_mean"]
+    print(
+        f"comm-heavy: lost {row['lost_pts_mean']:.1f}, comm {row['comm_pts_mean']:.1f}, "
+        f"overlap {row['overlap_pts_mean']:.1f}, compute {row['compute_pts_mean']:.1f}"
+    )
+    assert comm > 0.25 * row["lost_pts_mean"] > 0, row.to_dict()
     exposed = [parts.exposed_comm_s for _, world, _, parts, _ in wf.runs if world == 2]
     assert len(exposed) == REPEATS and min(exposed) > 0, exposed
+
+
+BURN_S = 0.015
+
+
+def test_communication_that_slows_backward_is_taken_out_of_compute(
+    tmp_path: Path, comm_heavy_baseline: ResultRecord
+) -> None:
+    """A communication hook that busy-loops BURN_S for the first bucket, while backward
+    still has gradients to compute: backward is that much slower in every synced step.
+    The calibration recovers it as the overlap slowdown, and the waterfall moves it out of
+    compute into its own part instead of counting it twice."""
+    args = ("workload.num_samples=600", f"faults.overlap_burn_s={BURN_S}")
+    folder = _folder_with(tmp_path, comm_heavy_baseline, args, COMM_HEAVY)
+    wf = waterfall(load_all(folder).runs)
+    row = _scaled_row(wf)
+    overlap = [p.overlap_step_s for _, world, _, p, _ in wf.runs if world == 2]
+    print(
+        f"overlap burn {BURN_S}: recovered {overlap}; parts "
+        f"{ {c: round(row[f'{c}_pts_mean'], 1) for c in ('comm', 'overlap', 'compute')} }"
+    )
+    assert len(overlap) == REPEATS
+    assert statistics.mean(overlap) == pytest.approx(BURN_S, rel=0.35), overlap
+    assert row["overlap_pts_mean"] > row["comm_pts_mean"], row.to_dict()
+    # not counted twice: the remainder stays small beside the part
+    assert abs(row["remainder_pts_mean"]) < 0.5 * row["overlap_pts_mean"], row.to_dict()
 
 
 # --- ranks that die --------------------------------------------------------------------------

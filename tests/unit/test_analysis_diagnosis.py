@@ -54,6 +54,7 @@ def make_diagnosis(
     nodes: int = 1,
     rotating_s: float = 0.0,
     step_waits: bool = True,
+    overlap_s: float | None = None,
 ) -> dict[str, Any]:
     """A recorded breakdown: every rank needs input + compute, ``slow_rank`` needs
     ``slow_extra_s`` more (inside compute); every rank then waits in the all-reduce for
@@ -105,6 +106,7 @@ def make_diagnosis(
             "fwd_bwd_s": compute_s if measured else None,
             "fwd_bwd_sync_s": compute_s + exposed_s if measured else None,
             "exposed_comm_s": exposed_s if measured else None,
+            "overlap_slowdown_s": overlap_s if measured else None,
             "seconds": 0.5 if measured else None,
         },
         "allreduce": {
@@ -185,6 +187,8 @@ PATTERNS: dict[str, dict[str, Any]] = {
     },
     # many parameters, little compute: the all-reduce is not hidden behind backward
     "comm": {"input_s": 0.001, "compute_s": 0.050, "exposed_s": 0.040, "predicted_s": 0.050},
+    # the all-reduce beside backward slows it by 30 ms (inside each rank's compute)
+    "overlap": {"input_s": 0.001, "compute_s": 0.080, "exposed_s": 0.001, "overlap_s": 0.030},
     # a different rank sleeps 40 ms each step: the others wait for it, none is slow on average
     "jitter": {"input_s": 0.001, "compute_s": 0.050, "exposed_s": 0.001, "rotating_s": 0.040},
 }
@@ -215,6 +219,16 @@ def runs_of(tmp_path: Path, records: list[ResultRecord]) -> pd.DataFrame:
     return loaded.runs
 
 
+def summed(row: Any) -> float:
+    """The parts of a waterfall row added up; an overlap slowdown not measured is inside
+    compute, so it is left out, as the waterfall does."""
+    return math.fsum(
+        row[f"{p}_pts_mean"]
+        for p in PARTS
+        if not (p == "overlap" and math.isnan(row[f"{p}_pts_mean"]))
+    )
+
+
 def scaled_row(table: pd.DataFrame) -> pd.Series:
     rows = table[~table["is_baseline"]]
     assert len(rows) == 1
@@ -229,13 +243,21 @@ def test_attribute_matches_a_hand_computed_example() -> None:
     t_run = 0.091 / 128
     base_x = 256 / 0.102
     run_s = {
+        "overlap": 0.0,
         "input": 0.040 / 128,
         "compute": 0.050 / 128,
         "skew": 0.0,
         "jitter": 0.0,
         "comm": 0.001 / 128,
     }
-    base_s = {"input": 0.002 / 256, "compute": 0.100 / 256, "skew": 0.0, "jitter": 0.0, "comm": 0.0}
+    base_s = {
+        "input": 0.002 / 256,
+        "compute": 0.100 / 256,
+        "overlap": 0.0,
+        "skew": 0.0,
+        "jitter": 0.0,
+        "comm": 0.0,
+    }
     a = attribute(t_run, run_s, base_x, base_s)
     assert a["lost"] == pytest.approx(100 * (1 - 0.102 / (2 * 0.091)))
     assert a["input"] == pytest.approx(100 * (0.040 - 0.001) / 0.091)
@@ -251,8 +273,8 @@ positive = st.floats(min_value=1e-6, max_value=1e3, allow_nan=False, allow_infin
 @given(
     t_run=positive,
     base_x=positive,
-    run=st.tuples(positive, positive, positive, positive, positive),
-    base=st.tuples(positive, positive, positive, positive, positive),
+    run=st.tuples(*[positive] * 6),
+    base=st.tuples(*[positive] * 6),
 )
 def test_parts_and_remainder_always_add_up_to_the_lost_points(
     t_run: float,
@@ -260,7 +282,7 @@ def test_parts_and_remainder_always_add_up_to_the_lost_points(
     run: tuple[float, ...],
     base: tuple[float, ...],
 ) -> None:
-    names = ("comm", "input", "skew", "jitter", "compute")
+    names = ("comm", "overlap", "input", "skew", "jitter", "compute")
     a = attribute(
         t_run, dict(zip(names, run, strict=True)), base_x, dict(zip(names, base, strict=True))
     )
@@ -270,13 +292,13 @@ def test_parts_and_remainder_always_add_up_to_the_lost_points(
 
 
 @given(
-    run=st.tuples(positive, positive, positive, positive, positive),
-    base=st.tuples(positive, positive, positive, positive, positive),
+    run=st.tuples(*[positive] * 6),
+    base=st.tuples(*[positive] * 6),
 )
 def test_a_fully_explained_step_leaves_no_remainder(
     run: tuple[float, ...], base: tuple[float, ...]
 ) -> None:
-    names = ("comm", "input", "skew", "jitter", "compute")
+    names = ("comm", "overlap", "input", "skew", "jitter", "compute")
     t_run, t_base = math.fsum(run), math.fsum(base)
     a = attribute(
         t_run, dict(zip(names, run, strict=True)), 1 / t_base, dict(zip(names, base, strict=True))
@@ -467,14 +489,16 @@ def test_the_record_carries_the_diagnosis_through_its_log_line() -> None:
 # --- the injected causes ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cause", ["input", "skew", "comm", "jitter"])
+@pytest.mark.parametrize("cause", ["input", "skew", "comm", "jitter", "overlap"])
 def test_each_injected_cause_gets_most_of_the_lost_points(tmp_path: Path, cause: str) -> None:
     runs = runs_of(tmp_path, pattern_records(cause))
     analysis = analyze(runs)
     assert analysis.waterfall is not None
     row = scaled_row(analysis.waterfall.table)
     assert row["status"] == "recorded" and row["n"] == 3 and row["n_recorded"] == 3
-    parts = {c: row[f"{c}_pts_mean"] for c in ("comm", "input", "skew", "jitter", "compute")}
+    parts = {
+        c: row[f"{c}_pts_mean"] for c in ("comm", "overlap", "input", "skew", "jitter", "compute")
+    }
     assert max(parts, key=parts.__getitem__) == cause
     assert parts[cause] > 0.8 * row["lost_pts_mean"] > 0
     assert abs(row["remainder_pts_mean"]) < 2.0
@@ -487,7 +511,7 @@ def test_parts_add_up_to_the_headline_loss_of_the_scaling_table(tmp_path: Path) 
     analysis = analyze(runs)
     assert analysis.waterfall is not None
     row = scaled_row(analysis.waterfall.table)
-    total = math.fsum(row[f"{p}_pts_mean"] for p in PARTS)
+    total = summed(row)
     assert total == pytest.approx(row["lost_pts_mean"], rel=1e-9)
     scaled = analysis.scaling[~analysis.scaling["is_baseline"]].iloc[0]
     # one definition of efficiency: the waterfall's loss is the scaling table's
@@ -520,7 +544,7 @@ def test_the_baseline_is_the_one_the_scaling_table_picks(tmp_path: Path) -> None
     # the 1-device group, below the baseline, gains (negative loss), still adding up
     one = t[t["world_size"] == 1].iloc[0]
     assert one["lost_pts_mean"] < 0
-    assert math.fsum(one[f"{p}_pts_mean"] for p in PARTS) == pytest.approx(one["lost_pts_mean"])
+    assert summed(one) == pytest.approx(one["lost_pts_mean"])
 
 
 def test_findings_read_correctly_for_each_cause(tmp_path: Path) -> None:
@@ -585,7 +609,7 @@ def test_repeats_without_a_breakdown_are_left_out_of_the_parts_only(tmp_path: Pa
     assert (row["n"], row["n_recorded"], row["input_pts_n"]) == (4, 3, 3)
     assert row["status"] == "recorded"
     # the loss is over the same three runs as its parts: they still add up
-    parts = math.fsum(row[f"{p}_pts_mean"] for p in PARTS)
+    parts = summed(row)
     assert parts == pytest.approx(row["lost_pts_mean"])
     table = diagnosis_table(analysis)
     assert table is not None and table.frame.iloc[0]["n (breakdown)"] == "4 (3)"
@@ -605,7 +629,7 @@ def test_runs_without_a_breakdown_are_not_recorded_never_zero(tmp_path: Path) ->
     table = diagnosis_table(analysis)
     assert table is not None
     cells = table.frame.iloc[0].tolist()
-    assert cells.count(NOT_RECORDED) == 8  # five parts, unexplained, hidden share, busbw
+    assert cells.count(NOT_RECORDED) == 9  # six parts, unexplained, hidden share, busbw
     assert not any(c in ("0", "0.0", "0.0%") for c in cells)
     (item,) = findings(analysis.waterfall)
     assert "where they went: not recorded (baseline: record has no breakdown)." in item["text"]
@@ -693,3 +717,28 @@ def test_summarize_writes_the_waterfall_end_to_end(tmp_path: Path) -> None:
     assert [r["world_size"] for r in doc["diagnosis"]] == [1, 2]
     assert doc["diagnosis_findings"][0]["series"] == "spiral · strong · fp32"
     assert "diagnosis" not in doc["runs"][0]  # the raw breakdown stays in the records
+
+
+def test_an_overlap_slowdown_is_taken_out_of_compute() -> None:
+    d = make_diagnosis(2, batch=128, input_s=0.002, compute_s=0.08, exposed_s=0.001, overlap_s=0.03)
+    p = run_parts(d, 128 / 0.083, 2)
+    assert p.overlap_step_s == pytest.approx(0.03)
+    assert p.compute_step_s == pytest.approx(0.05)
+    # not measured: it stays inside compute, and the parts still add up
+    d["calibration"]["overlap_slowdown_s"] = None
+    p = run_parts(d, 128 / 0.083, 2)
+    assert math.isnan(p.overlap_step_s) and p.compute_step_s == pytest.approx(0.08)
+    a = attribute(
+        p.t_s,
+        {c: p.per_sample(c) for c in PARTS[:-1]},
+        256 / 0.102,
+        {
+            "comm": 0.0,
+            "overlap": 0.0,
+            "input": 0.002 / 256,
+            "skew": 0.0,
+            "jitter": 0.0,
+            "compute": 0.1 / 256,
+        },
+    )
+    assert math.isnan(a["overlap"]) and math.isfinite(a["remainder"])

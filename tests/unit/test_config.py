@@ -73,6 +73,7 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         "slow_rank_sleep_s": 0.0,
         "rotating_sleep_s": 0.0,
         "allreduce_delay_s": 0.0,
+        "overlap_burn_s": 0.0,
         "exit_rank": None,
         "exit_at": "calibration",
     }

@@ -186,3 +186,20 @@ def test_calibration_pairs_are_differenced_and_never_clipped() -> None:
         ]
     )
     assert flipped["exposed_comm_s"] == pytest.approx(-0.002)  # noise shows, unclipped
+
+
+def test_the_overlap_slowdown_is_the_median_pair_of_each_ranks_difference() -> None:
+    a = {
+        **_windows(0),
+        "to_last_grad_windows_s": [0.008, 0.008],
+        "to_last_grad_sync_windows_s": [0.011, 0.010],
+    }
+    b = {
+        **_windows(1),
+        "to_last_grad_windows_s": [0.009, 0.008],
+        "to_last_grad_sync_windows_s": [0.010, 0.012],
+    }
+    cal = combine_calibration([a, b])
+    assert cal["overlap_diffs_s"] == pytest.approx([0.002, 0.003])
+    assert cal["overlap_slowdown_s"] == pytest.approx(0.0025)
+    assert combine_calibration([_windows(0), b])["overlap_slowdown_s"] is None  # one rank unmarked

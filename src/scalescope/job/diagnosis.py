@@ -193,6 +193,8 @@ class StepBreakdown(L.Callback):
         self.peak_dev_gib: float | None = None
         self.committed_steps = 0
         self.step_waits: dict[str, float] | None = None
+        self._probe: Callable[[], None] | None = None
+        """Called at the last gradient of a calibration pass (see :func:`calibrate`)."""
         self.gather: Callable[[L.Trainer], Any] | None = None
         """The end-of-run gather of every rank's timings (set by the caller), run at
         training's end before the calibration; its result is :attr:`gathered`."""
@@ -241,6 +243,8 @@ class StepBreakdown(L.Callback):
     def _last_gradient(self, _param: Any) -> None:
         if self._counting:
             self._ready = self.clock.mark()
+        elif self._probe is not None:  # a calibration pass
+            self._probe()
 
     def _forward_starts(self, module: Any, args: Any) -> None:
         if self._call_start is not None:  # the call's first forward: after DDP's broadcast
@@ -364,12 +368,20 @@ class StepBreakdown(L.Callback):
             out["step_waits"] = self.step_waits
         return out
 
+    def _set_probe(self, probe: Callable[[], None] | None) -> bool:
+        """Have ``probe`` called at each calibration pass's last gradient; False where no
+        last-gradient hook exists (one device, or no trainable parameter)."""
+        self._probe = probe
+        return bool(self._grad_hooks)
+
     def calibrate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         """The calibration windows (every rank, after the gather): this rank's part. Never
         raises: a failure, here or on a peer, is the part's status and reason."""
         started = time.perf_counter()
         try:
-            part = calibrate(trainer, pl_module, self._batch, self.cfg, self.faults)
+            part = calibrate(
+                trainer, pl_module, self._batch, self.cfg, self.faults, self._set_probe
+            )
         except Exception as exc:  # a peer that died, a collective that failed
             part = {
                 "status": "failed",
@@ -378,6 +390,7 @@ class StepBreakdown(L.Callback):
             }
         finally:
             self._batch = None
+            self._probe = None
         if part.get("status") == "measured":
             part["seconds"] = time.perf_counter() - started
         return part
@@ -434,6 +447,7 @@ def calibrate(
     batch: Any,
     cfg: DiagnosisConfig,
     faults: FaultsConfig | None = None,
+    set_probe: Callable[[Callable[[], None] | None], bool] | None = None,
 ) -> dict[str, Any]:
     """The calibration windows (all ranks). Returns this rank's ``calibration`` part.
 
@@ -445,6 +459,10 @@ def calibrate(
        windows from it);
     3. only then DDP passes: pairs of windows, no_sync and synced, in ABBA order (the first
        pair no_sync first, the next synced first...), so neither kind always runs first.
+
+    Each window also times every pass from its start to its last gradient (``set_probe``
+    installs the mark): the synced passes' excess over the no_sync ones there is backward
+    slowed by the all-reduce running beside it (the overlap slowdown).
     """
     from torch.nn.parallel import DistributedDataParallel
 
@@ -489,20 +507,37 @@ def calibrate(
             loss = pl_module()
         loss.backward()
 
-    def window(grad_sync: bool, k: int) -> float:
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            sync()
-            start.record()
-            for _ in range(k):
-                one_pass(grad_sync)
-            end.record()
-            end.synchronize()
-            return float(start.elapsed_time(end)) / 1000.0 / k
-        t0 = time.perf_counter()
+    cuda = device.type == "cuda"
+
+    def mark() -> Any:
+        if not cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def between(a: Any, b: Any) -> float:
+        return float(a.elapsed_time(b)) / 1000.0 if cuda else float(b - a)
+
+    grads: list[Any] = []
+    probed = set_probe(lambda: grads.append(mark())) if set_probe is not None else False
+
+    def window(grad_sync: bool, k: int) -> tuple[float, float | None]:
+        """(seconds per pass, seconds per pass to its last gradient or None)."""
+        starts: list[Any] = []
+        grads.clear()
+        sync()
+        first = mark()
         for _ in range(k):
+            starts.append(mark())
             one_pass(grad_sync)
-        return (time.perf_counter() - t0) / k
+        end = mark()
+        if cuda:
+            end.synchronize()
+        per_pass = between(first, end) / k
+        if not probed or len(grads) != k:
+            return per_pass, None
+        return per_pass, sum(between(a, b) for a, b in zip(starts, grads, strict=True)) / k
 
     with _preserved(pl_module, device):
         try:
@@ -529,21 +564,26 @@ def calibrate(
             )
             one_pass(False)  # DDP's own path once, untimed
             sync()
-            nosync: list[float] = []
-            synced: list[float] = []
+            times: dict[bool, list[tuple[float, float | None]]] = {False: [], True: []}
             for w in range(windows):
                 for grad_sync in (False, True) if w % 2 == 0 else (True, False):
                     trainer.strategy.barrier("scalescope-calibration")
-                    (synced if grad_sync else nosync).append(window(grad_sync, k))
+                    times[grad_sync].append(window(grad_sync, k))
         finally:
             pl_module.zero_grad(set_to_none=True)
+            if set_probe is not None:
+                set_probe(None)
+    to_grad = [g for kind in (False, True) for _, g in times[kind]]
     return {
         "status": "measured",
         "reason": None,
         "steps": k,
         "windows": windows,
-        "fwd_bwd_windows_s": nosync,
-        "fwd_bwd_sync_windows_s": synced,
+        "fwd_bwd_windows_s": [t for t, _ in times[False]],
+        "fwd_bwd_sync_windows_s": [t for t, _ in times[True]],
+        # None where the last gradient could not be marked in every pass
+        "to_last_grad_windows_s": [g for _, g in times[False]] if None not in to_grad else None,
+        "to_last_grad_sync_windows_s": [g for _, g in times[True]] if None not in to_grad else None,
     }
 
 
@@ -737,12 +777,15 @@ def _lower_median(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
 
 
 def combine_calibration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Every rank's windows into one cross-check of the exposed all-reduce.
+    """Every rank's windows into one cross-check of the exposed all-reduce, and the
+    overlap slowdown.
 
     Per pair of windows p: the median over ranks of the synced window minus the slowest
-    rank's no_sync window (the synced passes wait for it anyway); the exposed estimate is
-    the median of these paired differences, unclipped (a negative value is noise, and says
-    how much), with the differences themselves kept for an interval.
+    rank's no_sync window (the synced passes wait for it anyway), less the pair's overlap
+    slowdown where measured (the median over ranks of synced minus no_sync time to the last
+    gradient: backward slowed by the all-reduce beside it, which the difference holds too).
+    Each estimate is the median over pairs, unclipped (a negative value is noise, and says
+    how much), with the per-pair values kept for an interval.
     """
     measured = [p for p in parts if p.get("status") == "measured"]
     if not measured or len(measured) != len(parts):
@@ -759,6 +802,8 @@ def combine_calibration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "fwd_bwd_sync_s": None,
             "exposed_comm_s": None,
             "paired_diffs_s": None,
+            "overlap_slowdown_s": None,
+            "overlap_diffs_s": None,
             "seconds": None,
         }
     pairs = min(
@@ -769,6 +814,21 @@ def combine_calibration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         statistics.median(p["fwd_bwd_sync_windows_s"][i] for p in measured) for i in range(pairs)
     ]
     diffs = [b - a for a, b in zip(nosync, synced, strict=True)]
+    # Backward slowed by the all-reduce beside it: per pair, the median over ranks of each
+    # rank's synced minus no_sync time to the last gradient.
+    overlap: list[float] | None = None
+    if all(
+        p.get("to_last_grad_windows_s") and p.get("to_last_grad_sync_windows_s") for p in measured
+    ):
+        overlap = [
+            statistics.median(
+                p["to_last_grad_sync_windows_s"][i] - p["to_last_grad_windows_s"][i]
+                for p in measured
+            )
+            for i in range(pairs)
+        ]
+    if overlap:  # synced - no_sync holds the slowdown too: exposed is the rest
+        diffs = [d - o for d, o in zip(diffs, overlap, strict=True)]
     return {
         "status": "measured",
         "reason": None,
@@ -778,6 +838,8 @@ def combine_calibration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "fwd_bwd_sync_s": statistics.median(synced),
         "exposed_comm_s": statistics.median(diffs),
         "paired_diffs_s": diffs,
+        "overlap_slowdown_s": statistics.median(overlap) if overlap else None,
+        "overlap_diffs_s": overlap,
         "seconds": max((p.get("seconds") or 0.0) for p in measured) or None,
     }
 

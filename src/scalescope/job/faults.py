@@ -16,6 +16,9 @@ right cause:
 * ``allreduce_delay_s`` -- a slow network of known size: a DDP communication hook runs DDP's
   own all-reduce and holds each bucket's result back that long, so backward ends that much
   later on every rank (exposed communication, none of it hidden);
+* ``overlap_burn_s`` -- communication that slows backward: the same kind of hook busy-loops
+  on the CPU for each bucket but backward's last, before its all-reduce, while backward
+  still has gradients to compute (overlapped, yet it costs backward that long);
 * ``exit_rank`` / ``exit_at`` -- a rank that dies in the calibration windows or before the
   end-of-run gather (see :mod:`.diagnosis` and :mod:`.entry`).
 
@@ -45,8 +48,8 @@ class FaultInjection(L.Callback):
             self._sleep_s += f.slow_rank_sleep_s
         if f.input_sleep_s > 0:
             _slow_fetches(trainer, f.input_sleep_s)
-        if f.allreduce_delay_s > 0:
-            _delay_allreduce(trainer, f.allreduce_delay_s)
+        if f.allreduce_delay_s > 0 or f.overlap_burn_s > 0:
+            _hook_allreduce(trainer, f.allreduce_delay_s, f.overlap_burn_s)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
@@ -88,11 +91,17 @@ def _slow_fetches(trainer: L.Trainer, seconds: float) -> None:
     fetcher.__class__ = type(f"Slow{base.__name__}", (base,), {"__next__": __next__})
 
 
-def _delay_allreduce(trainer: L.Trainer, seconds: float) -> None:
+def _hook_allreduce(trainer: L.Trainer, delay_s: float, burn_s: float) -> None:
     """Register a DDP communication hook that all-reduces each bucket as DDP would (PyTorch's
-    default hook: divide by the world size, then sum) and completes its future ``seconds``
-    later. DDP waits for every bucket's future before backward returns, so each step's
-    backward ends that much later. A 1-device run has no DDP wrapper and nothing to delay."""
+    default hook: divide by the world size, then sum) and
+
+    * completes its future ``delay_s`` later: DDP waits for every bucket's future before
+      backward returns, so each step's backward ends that much later (exposed);
+    * first busy-loops ``burn_s`` on the CPU for every bucket but the last one of backward
+      (DDP calls the hook in the autograd thread when a bucket is ready, so backward's
+      remaining gradients wait that long: overlapped communication that slows backward).
+
+    A 1-device run has no DDP wrapper and nothing to hook."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
@@ -102,14 +111,22 @@ def _delay_allreduce(trainer: L.Trainer, seconds: float) -> None:
 
     # No annotations: DDP accepts only `dist.GradBucket` there, and this module's postponed
     # annotations would be strings.
-    def delayed(state, bucket):  # type: ignore[no-untyped-def]
-        def hold(fut: Any) -> Any:
-            time.sleep(seconds)
-            return fut.value()
+    def hooked(state, bucket):  # type: ignore[no-untyped-def]
+        if burn_s > 0 and not bucket.is_last():
+            until = time.perf_counter() + burn_s
+            while time.perf_counter() < until:
+                pass
+        fut = default_hooks.allreduce_hook(state, bucket)
+        if delay_s <= 0:
+            return fut
 
-        return default_hooks.allreduce_hook(state, bucket).then(hold)
+        def hold(done: Any) -> Any:
+            time.sleep(delay_s)
+            return done.value()
 
-    ddp.register_comm_hook(None, delayed)
+        return fut.then(hold)
+
+    ddp.register_comm_hook(None, hooked)
 
 
 def fault_callbacks(faults: FaultsConfig) -> list[L.Callback]:
