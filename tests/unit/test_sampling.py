@@ -18,12 +18,15 @@ from scalescope.job.sampling import (
     GpuSampler,
     GpuStats,
     cuda_pci_bus_ids,
+    cuda_pci_bus_ids_or_reason,
     off_section,
     parse_bus_id,
     percentile,
     reason_table,
     throttle_names,
 )
+
+BUS_A, BUS_B = "00000000:1A:00.0", "00000000:3B:00.0"  # the stand-in NVML's two GPUs
 
 
 def nvml_works() -> bool:
@@ -156,7 +159,7 @@ def test_bus_ids_compare_across_nvml_and_cuda_spellings() -> None:
 
 @pytest.mark.skipif(nvml_works(), reason="NVML works on this machine: nothing is unavailable")
 def test_without_nvml_the_section_is_unavailable_with_the_reason() -> None:
-    sampler = GpuSampler(interval_s=0.05, node="n1").start()
+    sampler = GpuSampler(interval_s=0.05, pci_bus_ids=[BUS_B], node="n1").start()
     time.sleep(0.2)
     section = sampler.stop()
     assert section["status"] == "unavailable"
@@ -167,9 +170,41 @@ def test_without_nvml_the_section_is_unavailable_with_the_reason() -> None:
 
 def test_without_the_bindings_the_section_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
-    section = GpuSampler(interval_s=0.05).start().stop()
+    section = GpuSampler(interval_s=0.05, pci_bus_ids=[BUS_B]).start().stop()
     assert section["status"] == "unavailable"
     assert "nvidia-ml-py is not installed" in section["reason"]
+
+
+def test_without_the_jobs_bus_ids_no_gpu_is_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NVML works and sees two GPUs, but which are the job's is unknown: neither is sampled.
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
+    unknown = "torch.cuda.is_available() is False"
+    sampler = GpuSampler(interval_s=0.01, unknown_reason=unknown).start()
+    time.sleep(0.1)
+    section = sampler.stop()
+    assert section == {
+        "status": "unavailable",
+        "reason": f"the job's GPUs could not be identified: {unknown}; none sampled",
+        "interval_s": 0.01,
+        "gpus": [],
+    }
+    # without a known cause the reason still names what is missing, on one line
+    section = GpuSampler(interval_s=0.01).start().stop()
+    assert section["reason"] == "the job's GPUs could not be identified; none sampled"
+    empty = GpuSampler(interval_s=0.01, pci_bus_ids=[]).start().stop()
+    assert empty["status"] == "unavailable" and empty["gpus"] == []
+    assert empty["reason"] == "the job has no GPU to sample (an empty list of PCI bus ids)"
+
+
+def test_bus_ids_or_the_reason_they_are_unknown() -> None:
+    import torch
+
+    ids, why = cuda_pci_bus_ids_or_reason()
+    if torch.cuda.is_available():
+        assert why is None and ids is not None and len(ids) == torch.cuda.device_count()
+    else:
+        assert (ids, why) == (None, "torch.cuda.is_available() is False")
+    assert cuda_pci_bus_ids() == ids
 
 
 def test_stop_never_raises_even_unstarted_or_twice() -> None:
@@ -208,7 +243,7 @@ def fake_nvml(*, lose_after: int | None = None, hang: threading.Event | None = N
     for name in dir(pynvml):
         if name.startswith(("nvmlClocksEventReason", "nvmlClocksThrottleReason")):
             setattr(nv, name, getattr(pynvml, name))
-    gpus = [("00000000:1A:00.0", "NVIDIA A"), ("00000000:3B:00.0", "NVIDIA B")]
+    gpus = [(BUS_A, "NVIDIA A"), (BUS_B, "NVIDIA B")]
     reads = [0]
 
     nv.nvmlInit = lambda: None
@@ -252,9 +287,11 @@ def test_the_loop_samples_the_selected_gpus(monkeypatch: pytest.MonkeyPatch) -> 
     assert gpu["throttle_reasons"] == ["SwPowerCap"]
 
 
-def test_all_gpus_and_unsupported_power(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_gpus_in_the_jobs_order_and_unsupported_power(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
-    section = GpuSampler(interval_s=0.01).start()
+    section = GpuSampler(interval_s=0.01, pci_bus_ids=[BUS_A, BUS_B]).start()
     time.sleep(0.1)
     gpus = section.stop()["gpus"]
     assert [g["name"] for g in gpus] == ["NVIDIA A", "NVIDIA B"]
@@ -272,7 +309,7 @@ def test_a_gpu_lost_mid_run_is_unavailable_and_keeps_what_was_sampled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(lose_after=6))
-    sampler = GpuSampler(interval_s=0.01).start()
+    sampler = GpuSampler(interval_s=0.01, pci_bus_ids=[BUS_A, BUS_B]).start()
     time.sleep(0.2)
     section = sampler.stop()
     assert section["status"] == "unavailable"
@@ -286,7 +323,7 @@ def test_a_gpu_lost_mid_run_is_unavailable_and_keeps_what_was_sampled(
 def test_a_hung_nvml_call_does_not_hold_up_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     release = threading.Event()
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(hang=release))
-    sampler = GpuSampler(interval_s=0.01).start()
+    sampler = GpuSampler(interval_s=0.01, pci_bus_ids=[BUS_A, BUS_B]).start()
     time.sleep(0.1)
     try:
         section = sampler.stop()

@@ -823,7 +823,7 @@ class BeforeTiming(L.Callback):
         device = trainer.strategy.root_device
         if self.local_rank != 0:
             return
-        from .sampling import GpuSampler, cuda_pci_bus_ids, nvml_section, off_section
+        from .sampling import GpuSampler, cuda_pci_bus_ids_or_reason, nvml_section, off_section
 
         interval = self.cfg.nvml_interval_s
         if not self.cfg.nvml:
@@ -831,10 +831,12 @@ class BeforeTiming(L.Callback):
         elif device.type != "cuda":
             self.nvml = nvml_section("unavailable", "CPU run: no GPU to sample", interval)
         else:
+            bus_ids, unknown = cuda_pci_bus_ids_or_reason()
             self._sampler = GpuSampler(
                 interval_s=interval,
-                pci_bus_ids=cuda_pci_bus_ids(),
+                pci_bus_ids=bus_ids,
                 node=self.node,
+                unknown_reason=unknown,
             )
             self._sampler.start()
 

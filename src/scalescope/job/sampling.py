@@ -1,9 +1,11 @@
 """GPU sampling through NVML: one sampler per node, in a background thread, bounded memory.
 
-Local rank 0 of each node starts a :class:`GpuSampler` for the node's GPUs of this job. About
-once per ``interval_s`` it reads, per GPU, the utilisation (% of time a kernel ran), the memory
-used, the power draw and the clock event ("throttle") reasons. :meth:`GpuSampler.stop` returns
-the record's ``diagnosis.nvml`` section:
+Local rank 0 of each node starts a :class:`GpuSampler` for the node's GPUs of this job, picked
+by PCI bus id: where the job's GPUs cannot be identified, it samples none (status
+``"unavailable"``, the reason says why) rather than every GPU NVML sees, which would include
+other jobs' GPUs on a shared node. About once per ``interval_s`` it reads, per GPU, the
+utilisation (% of time a kernel ran), the memory used, the power draw and the clock event
+("throttle") reasons. :meth:`GpuSampler.stop` returns the record's ``diagnosis.nvml`` section:
 
 * ``util_mean_pct`` -- mean utilisation (a running sum: exact whatever the run length);
 * ``util_p5_pct`` -- 5th percentile of the utilisation samples (the slow stretches), from a
@@ -168,24 +170,34 @@ def parse_bus_id(bus_id: str) -> tuple[int, int, int, int]:
 
 
 def cuda_pci_bus_ids() -> list[str] | None:
-    """PCI bus ids of the CUDA devices this process sees, in CUDA order; None if unknown.
+    """PCI bus ids of the CUDA devices this process sees, in CUDA order; None if unknown
+    (:func:`cuda_pci_bus_ids_or_reason` says why).
 
     NVML numbers every GPU on the node and ignores CUDA_VISIBLE_DEVICES; the bus id is how a
     sampler picks this job's GPUs.
     """
+    return cuda_pci_bus_ids_or_reason()[0]
+
+
+def cuda_pci_bus_ids_or_reason() -> tuple[list[str] | None, str | None]:
+    """(the bus ids, None), or (None, a one-line reason why this process cannot know them)."""
     try:
         import torch
 
         if not torch.cuda.is_available():
-            return None
+            return None, "torch.cuda.is_available() is False"
         ids = []
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            domain, bus, dev = (getattr(p, f"pci_{k}_id") for k in ("domain", "bus", "device"))
+            keys = ("domain", "bus", "device")
+            missing = [f"pci_{k}_id" for k in keys if not hasattr(p, f"pci_{k}_id")]
+            if missing:
+                return None, f"torch {torch.__version__}'s device properties lack {missing[0]}"
+            domain, bus, dev = (getattr(p, f"pci_{k}_id") for k in keys)
             ids.append(f"{domain:08X}:{bus:02X}:{dev:02X}.0")
-        return ids
-    except Exception:
-        return None
+        return ids, None
+    except Exception as exc:
+        return None, f"reading the CUDA devices' bus ids failed: {_describe(exc)}"
 
 
 def _describe(exc: BaseException) -> str:
@@ -203,11 +215,20 @@ class GpuSampler:
     """Samples this node's GPUs in a daemon thread; ``stop()`` returns the ``nvml`` section."""
 
     def __init__(
-        self, interval_s: float = 1.0, pci_bus_ids: list[str] | None = None, node: str = ""
+        self,
+        interval_s: float = 1.0,
+        pci_bus_ids: list[str] | None = None,
+        node: str = "",
+        *,
+        unknown_reason: str | None = None,
     ) -> None:
+        """``pci_bus_ids``: the job's GPUs (see :func:`cuda_pci_bus_ids`). None means they
+        could not be identified, and ``unknown_reason`` may say why: the sampler then samples
+        nothing (status ``unavailable``) rather than every GPU on the node, other jobs' too."""
         self.interval_s = interval_s
         self.pci_bus_ids = pci_bus_ids
         self.node = node
+        self.unknown_reason = unknown_reason
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -251,6 +272,16 @@ class GpuSampler:
                 self._failure = reason
 
     def _run(self) -> None:
+        if self.pci_bus_ids is None:
+            # NVML would show every GPU on the node, other jobs' too: none of them is ours to
+            # report, and a neighbour's idle or busy GPU would pass for this job's.
+            why = f": {self.unknown_reason}" if self.unknown_reason else ""
+            self._fail(f"the job's GPUs could not be identified{why}; none sampled")
+            return
+        bus_ids = self.pci_bus_ids
+        if not bus_ids:
+            self._fail("the job has no GPU to sample (an empty list of PCI bus ids)")
+            return
         try:
             import pynvml
         except ImportError:
@@ -262,31 +293,26 @@ class GpuSampler:
             self._fail(_describe(exc))
             return
         try:
-            self._sample_until_stopped(pynvml)
+            self._sample_until_stopped(pynvml, bus_ids)
         except Exception as exc:
             self._fail(_describe(exc))
         finally:
             with contextlib.suppress(Exception):
                 pynvml.nvmlShutdown()
 
-    def _open(self, nvml: Any) -> list[tuple[Any, GpuStats]]:
-        if self.pci_bus_ids is None:
-            handles = [
-                (i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())
-            ]
-        else:
-            by_bus = {}
-            for i in range(nvml.nvmlDeviceGetCount()):
-                h = nvml.nvmlDeviceGetHandleByIndex(i)
-                bus = nvml.nvmlDeviceGetPciInfo(h).busId
-                bus = bus.decode() if isinstance(bus, bytes) else bus
-                by_bus[parse_bus_id(bus)] = h
-            handles = []
-            for pos, bus_id in enumerate(self.pci_bus_ids):
-                h = by_bus.get(parse_bus_id(bus_id))
-                if h is None:
-                    raise LookupError(f"no NVML device has PCI bus id {bus_id}")
-                handles.append((pos, h))
+    def _open(self, nvml: Any, bus_ids: list[str]) -> list[tuple[Any, GpuStats]]:
+        by_bus = {}
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            bus = nvml.nvmlDeviceGetPciInfo(h).busId
+            bus = bus.decode() if isinstance(bus, bytes) else bus
+            by_bus[parse_bus_id(bus)] = h
+        handles = []
+        for pos, bus_id in enumerate(bus_ids):
+            h = by_bus.get(parse_bus_id(bus_id))
+            if h is None:
+                raise LookupError(f"no NVML device has PCI bus id {bus_id}")
+            handles.append((pos, h))
         opened = []
         for index, h in handles:
             name = nvml.nvmlDeviceGetName(h)
@@ -295,11 +321,8 @@ class GpuSampler:
             opened.append((h, stats))
         return opened
 
-    def _sample_until_stopped(self, nvml: Any) -> None:
-        opened = self._open(nvml)
-        if not opened:
-            self._fail("NVML sees no GPU")
-            return
+    def _sample_until_stopped(self, nvml: Any, bus_ids: list[str]) -> None:
+        opened = self._open(nvml, bus_ids)
         with self._lock:
             self._reasons = reason_table(nvml)
             self._stats = [s for _h, s in opened]
