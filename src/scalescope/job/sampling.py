@@ -5,14 +5,32 @@ by PCI bus id: where the job's GPUs cannot be identified, it samples none (statu
 ``"unavailable"``, the reason says why) rather than every GPU NVML sees, which would include
 other jobs' GPUs on a shared node. About once per ``interval_s`` it reads, per GPU, the
 utilisation (% of time a kernel ran), the memory used, the power draw and the clock event
-("throttle") reasons. :meth:`GpuSampler.stop` returns the record's ``diagnosis.nvml`` section:
+("throttle") reasons.
 
+Only the steady state counts. The warm-up's samples (allocator growth, cuDNN autotuning,
+the all-reduce baseline before training) would drag the figures away from what the headline
+throughput measures, so they are counted as ``warmup_samples`` and left out of every figure
+below: :meth:`GpuSampler.steady` marks where the steady state starts (the diagnosis calls it
+once the training's warm-up has ended), and a sample counts when its reading began after the
+mark. NVML's utilisation covers the GPU's last sample period (1/6 s to 1 s, by product), so
+the first steady sample may reach back up to that far before the mark. Without a mark there
+is no steady state and no figure: status ``"unavailable"``, reason ``NO_STEADY_STATE``.
+
+:meth:`GpuSampler.stop` returns the record's ``diagnosis.nvml`` section, per GPU:
+
+* ``samples`` / ``warmup_samples`` -- samples in the steady state (the figures' basis) and
+  before it;
 * ``util_mean_pct`` -- mean utilisation (a running sum: exact whatever the run length);
 * ``util_p5_pct`` -- 5th percentile of the utilisation samples (the slow stretches), from a
   seeded reservoir sample of at most 4096 values (exact up to 4096 samples);
-* ``mem_used_max_gib`` -- the most memory used in any sample (every process on the GPU);
+* ``mem_used_max_gib`` -- the most memory used in any steady sample (every process on the
+  GPU);
 * ``power_mean_w`` -- mean power draw, null where the GPU does not report it;
-* ``throttle_reasons`` -- every clock event reason seen in any sample, by NVML's own names.
+* ``throttle_reasons`` -- every clock event reason seen in any steady sample, by NVML's own
+  names.
+
+With no steady sample to take them from, the figures are null (never 0) and the list of
+reasons is empty.
 
 Sampling never fails a job: no ``pynvml``, no driver, a GPU that vanishes mid-run -- each ends
 as status ``"unavailable"`` with a one-line reason, and :meth:`GpuSampler.stop` returns within
@@ -30,6 +48,7 @@ from typing import Any
 
 RESERVOIR_SIZE = 4096
 STOP_TIMEOUT_S = 2.0
+NO_STEADY_STATE = "no steady state: training ended within the warm-up"
 # NVML names clock event reasons nvmlClocksEventReason<Name> (drivers >= 535) and, before that,
 # nvmlClocksThrottleReason<Name>; the bits are the same. Aggregates, not reasons:
 _NOT_REASONS = {"All", "None", "Unknown"}
@@ -87,6 +106,7 @@ class GpuStats:
         self.index = index
         self.name = name
         self.samples = 0
+        self.warmup_samples = 0
         self.util_samples = 0
         self.util_sum = 0.0
         self.mem_used_max_bytes = 0.0
@@ -105,7 +125,7 @@ class GpuStats:
         power_w: float | None,
         throttle_mask: int,
     ) -> None:
-        """One sample; ``None`` for a reading the GPU does not support."""
+        """One steady-state sample; ``None`` for a reading the GPU does not support."""
         self.samples += 1
         self.mem_used_max_bytes = max(self.mem_used_max_bytes, mem_used_bytes)
         self.throttle_mask |= throttle_mask
@@ -125,6 +145,10 @@ class GpuStats:
             if slot < self.reservoir_size:
                 self.reservoir[slot] = util_pct
 
+    def count_warmup(self) -> None:
+        """A sample taken before the steady state: counted, left out of every aggregate."""
+        self.warmup_samples += 1
+
     def summary(self, reasons: Mapping[int, str]) -> dict[str, Any]:
         """This GPU's row of the ``nvml`` section."""
         has_util = self.util_samples > 0
@@ -133,9 +157,10 @@ class GpuStats:
             "index": self.index,
             "name": self.name,
             "samples": self.samples,
+            "warmup_samples": self.warmup_samples,
             "util_mean_pct": self.util_sum / self.util_samples if has_util else None,
             "util_p5_pct": percentile(sorted(self.reservoir), 0.05) if has_util else None,
-            "mem_used_max_gib": self.mem_used_max_bytes / 2**30,
+            "mem_used_max_gib": self.mem_used_max_bytes / 2**30 if self.samples else None,
             "power_mean_w": (self.power_sum_w / self.power_samples if self.power_samples else None),
             "throttle_reasons": throttle_names(self.throttle_mask, reasons),
         }
@@ -212,7 +237,10 @@ def _describe(exc: BaseException) -> str:
 
 
 class GpuSampler:
-    """Samples this node's GPUs in a daemon thread; ``stop()`` returns the ``nvml`` section."""
+    """Samples this node's GPUs in a daemon thread; ``stop()`` returns the ``nvml`` section.
+
+    Samples count towards the figures only from :meth:`steady` on; those before it are
+    counted as ``warmup_samples`` and left out."""
 
     def __init__(
         self,
@@ -235,6 +263,7 @@ class GpuSampler:
         self._stats: list[GpuStats] = []
         self._reasons: dict[int, str] = {}
         self._failure: str | None = None
+        self._steady_at: float | None = None  # time.monotonic() of the steady mark
 
     def start(self) -> GpuSampler:
         """Start sampling in the background; returns at once (NVML starts in the thread)."""
@@ -242,6 +271,18 @@ class GpuSampler:
             self._thread = threading.Thread(target=self._run, name="scalescope-nvml", daemon=True)
             self._thread.start()
         return self
+
+    def steady(self) -> None:
+        """Mark the start of the steady state (e.g. the training's warm-up has ended).
+
+        From any thread, at any time (before :meth:`start` too: then every sample counts);
+        the first mark counts, later calls change nothing. A sample is steady when its reading
+        began at or after the mark: one under way at the mark counts as warm-up, so no
+        reading taken before the mark ever enters the figures."""
+        now = time.monotonic()
+        with self._lock:
+            if self._steady_at is None:
+                self._steady_at = now
 
     def stop(self) -> dict[str, Any]:
         """Stop sampling; the ``nvml`` section. Never raises; returns within about 2 s."""
@@ -253,15 +294,25 @@ class GpuSampler:
     def _stop_and_summarise(self) -> dict[str, Any]:
         if self._thread is None:
             return nvml_section("unavailable", "sampler never started", self.interval_s)
+        stopped = time.monotonic()
         self._stop.set()
         self._thread.join(STOP_TIMEOUT_S)
         with self._lock:
             failure = self._failure
+            steady_at = self._steady_at
             gpus = [s.summary(self._reasons) for s in self._stats]
         if self._thread.is_alive() and failure is None:
             failure = f"NVML did not answer within {STOP_TIMEOUT_S:g} s"
+        if failure is None and steady_at is None:
+            failure = NO_STEADY_STATE
         if failure is None and not any(g["samples"] for g in gpus):
             failure = "no sample taken"
+            if any(g["warmup_samples"] for g in gpus):
+                steady_s = max(0.0, stopped - steady_at) if steady_at is not None else 0.0
+                failure = (
+                    f"no sample taken in the steady state ({steady_s:.3g} s long,"
+                    f" one sample every {self.interval_s:g} s)"
+                )
         if failure is not None:
             return nvml_section("unavailable", failure, self.interval_s, gpus)
         return nvml_section("sampled", None, self.interval_s, gpus)
@@ -337,14 +388,21 @@ class GpuSampler:
                 try:
                     readings.append((stats, self._read(nvml, h, reasons_of)))
                 except nvml.NVMLError as exc:
+                    taken = stats.samples + stats.warmup_samples
                     self._fail(
-                        f"GPU {stats.index} stopped answering after {stats.samples} samples:"
+                        f"GPU {stats.index} stopped answering after {taken} samples:"
                         f" {_describe(exc)}"
                     )
                     return
             with self._lock:
+                # Compared with when the reading began, not when it ended: a mark that lands
+                # mid-reading leaves that sample in the warm-up.
+                steady = self._steady_at is not None and self._steady_at <= began
                 for stats, reading in readings:
-                    stats.add(**reading)
+                    if steady:
+                        stats.add(**reading)
+                    else:
+                        stats.count_warmup()
             if self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began))):
                 return
 
