@@ -15,11 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalescope.job.sampling import (
+    NO_STEADY_STATE,
     RESERVOIR_SIZE,
     GpuSampler,
     GpuStats,
     cuda_pci_bus_ids,
     cuda_pci_bus_ids_or_reason,
+    nvml_section,
     off_section,
     parse_bus_id,
     percentile,
@@ -70,6 +72,7 @@ def test_summary_means_p5_max_power_and_reasons() -> None:
         "mem_used_max_gib": pytest.approx(6.0),
         "power_mean_w": pytest.approx(200.0),  # over the samples that reported power
         "throttle_reasons": ["GpuIdle", "SwPowerCap"],
+        "throttle_share": {"GpuIdle": pytest.approx(1 / 3), "SwPowerCap": pytest.approx(1 / 3)},
     }
 
 
@@ -80,7 +83,42 @@ def test_unsupported_readings_are_null_never_zero() -> None:
     assert row["samples"] == 1
     assert row["util_mean_pct"] is None and row["util_p5_pct"] is None
     assert row["power_mean_w"] is None
-    assert row["throttle_reasons"] == []
+    assert row["throttle_reasons"] == [] and row["throttle_share"] == {}  # reported: none set
+    s.add(util_pct=None, mem_used_bytes=1.0, power_w=None, throttle_mask=None)
+    assert s.summary({})["throttle_share"] == {}  # a sample without them changes no share
+    silent = GpuStats(node="", index=0, name="GPU")
+    silent.add(util_pct=50.0, mem_used_bytes=1.0, power_w=None, throttle_mask=None)
+    row = silent.summary({})
+    assert row["throttle_reasons"] == [] and row["throttle_share"] is None  # never reported
+
+
+def test_throttle_share_is_the_fraction_of_samples_with_each_reason() -> None:
+    import pynvml
+
+    hw, sw = pynvml.nvmlClocksThrottleReasonHwSlowdown, pynvml.nvmlClocksThrottleReasonSwPowerCap
+    s = GpuStats(node="n1", index=0, name="GPU")
+    for mask in (hw, hw | sw, 0, hw):
+        s.add(util_pct=90.0, mem_used_bytes=0.0, power_w=None, throttle_mask=mask)
+    row = s.summary(reason_table(pynvml))
+    assert row["throttle_reasons"] == ["SwPowerCap", "HwSlowdown"]  # bit order, as the list
+    assert row["throttle_share"] == {"SwPowerCap": 0.25, "HwSlowdown": 0.75}
+    # the warm-up's samples are in neither the shares nor their denominator
+    s.count_warmup()
+    assert s.summary(reason_table(pynvml))["throttle_share"] == row["throttle_share"]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=0x1FF), min_size=1, max_size=200))
+def test_throttle_shares_count_each_bit(masks: list[int]) -> None:
+    s = GpuStats(node="", index=0, name="GPU")
+    for mask in masks:
+        s.add(util_pct=None, mem_used_bytes=0.0, power_w=None, throttle_mask=mask)
+    row = s.summary({})
+    assert list(row["throttle_share"]) == row["throttle_reasons"]
+    for bit in range(9):
+        name = f"bit{1 << bit:#x}"
+        count = sum(1 for m in masks if m & (1 << bit))
+        assert row["throttle_share"].get(name, 0.0) == count / len(masks)
+        assert 0.0 < row["throttle_share"].get(name, 1.0) <= 1.0
 
 
 def test_reason_names_come_from_the_nvml_bindings() -> None:
@@ -320,6 +358,8 @@ def test_the_loop_samples_the_selected_gpus(monkeypatch: pytest.MonkeyPatch) -> 
     assert gpu["util_mean_pct"] == 80.0 and gpu["util_p5_pct"] == 80.0
     assert gpu["mem_used_max_gib"] == 2.0 and gpu["power_mean_w"] == 250.0
     assert gpu["throttle_reasons"] == ["SwPowerCap"]
+    assert gpu["throttle_share"] == {"SwPowerCap": 1.0}
+    assert gpu["warmup_samples"] == 0
 
 
 def test_both_gpus_in_the_jobs_order_and_unsupported_power(
@@ -401,6 +441,7 @@ def test_samples_before_the_steady_mark_are_left_out(monkeypatch: pytest.MonkeyP
     assert gpu["util_mean_pct"] == 80.0 and gpu["util_p5_pct"] == 80.0
     assert gpu["mem_used_max_gib"] == 2.0
     assert gpu["throttle_reasons"] == ["SwPowerCap"]
+    assert gpu["throttle_share"] == {"SwPowerCap": 1.0}
 
 
 def test_a_reading_under_way_at_the_mark_counts_as_warmup(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -467,7 +508,7 @@ def test_a_run_that_never_reaches_the_steady_state_is_unavailable(
     # no figure from the warm-up, not even a zero
     for key in ("util_mean_pct", "util_p5_pct", "mem_used_max_gib", "power_mean_w"):
         assert gpu[key] is None, key
-    assert gpu["throttle_reasons"] == []
+    assert gpu["throttle_reasons"] == [] and gpu["throttle_share"] is None
 
 
 def test_a_steady_state_shorter_than_one_interval_says_so(
@@ -483,6 +524,29 @@ def test_a_steady_state_shorter_than_one_interval_says_so(
     assert section["reason"].startswith("no sample taken in the steady state (")
     assert section["reason"].endswith(" s long, one sample every 30 s)")
     assert [(g["samples"], g["warmup_samples"]) for g in section["gpus"]] == [(0, 1)]
+
+
+def test_merging_the_nodes_keeps_the_warmup_count_and_the_throttle_shares() -> None:
+    import pynvml
+
+    from scalescope.job.diagnosis import merge_nvml
+
+    def node_section(node: str, masks: list[int]) -> dict[str, Any]:
+        s = GpuStats(node=node, index=0, name="NVIDIA H100")
+        s.count_warmup()
+        for mask in masks:
+            s.add(util_pct=90.0, mem_used_bytes=2**30, power_w=500.0, throttle_mask=mask)
+        return nvml_section("sampled", None, 1.0, [s.summary(reason_table(pynvml))])
+
+    hw = pynvml.nvmlClocksThrottleReasonHwSlowdown
+    n1, n2 = node_section("n1", [hw, hw, hw, 0]), node_section("n2", [0, 0])
+    never = nvml_section("unavailable", NO_STEADY_STATE, 1.0)
+    merged = merge_nvml([n1, None, n2, never])
+    assert merged["status"] == "sampled"
+    assert merged["gpus"] == n1["gpus"] + n2["gpus"]  # every field of every row, as sampled
+    g1, g2 = merged["gpus"]
+    assert (g1["warmup_samples"], g1["samples"]) == (1, 4)
+    assert g1["throttle_share"] == {"HwSlowdown": 0.75} and g2["throttle_share"] == {}
 
 
 # --- the diagnosis callback marks the steady state -----------------------------------------------
@@ -606,3 +670,8 @@ def test_samples_a_real_gpu_under_load() -> None:
     assert gpu["mem_used_max_gib"] > 0
     assert gpu["power_mean_w"] is None or gpu["power_mean_w"] > 0
     assert all(isinstance(r, str) for r in gpu["throttle_reasons"])
+    share = gpu["throttle_share"]
+    assert share is None or (
+        list(share) == gpu["throttle_reasons"] and all(0 < v <= 1 for v in share.values())
+    )
+    assert gpu["warmup_samples"] >= 0

@@ -27,7 +27,11 @@ is no steady state and no figure: status ``"unavailable"``, reason ``NO_STEADY_S
   GPU);
 * ``power_mean_w`` -- mean power draw, null where the GPU does not report it;
 * ``throttle_reasons`` -- every clock event reason seen in any steady sample, by NVML's own
-  names.
+  names;
+* ``throttle_share`` -- per reason seen, the share of the steady samples (of those that
+  reported the reasons) in which it was set: ``{"HwSlowdown": 0.75}`` is a GPU slowed in 3
+  samples of 4, where the list alone cannot tell a blip from a whole run. Null where the GPU
+  reports no reasons; ``{}`` where it reported none set.
 
 With no steady sample to take them from, the figures are null (never 0) and the list of
 reasons is empty.
@@ -81,13 +85,22 @@ def reason_table(nvml: Any) -> dict[int, str]:
 
 def throttle_names(mask: int, table: Mapping[int, str]) -> list[str]:
     """Names of the reasons set in ``mask``, in bit order; an unnamed bit as ``bit0x...``."""
-    names = []
+    return [reason_name(bit, table) for bit in bits_of(mask)]
+
+
+def reason_name(bit: int, table: Mapping[int, str]) -> str:
+    return table.get(bit, f"bit{bit:#x}")
+
+
+def bits_of(mask: int) -> list[int]:
+    """The set bits of ``mask``, lowest first."""
+    bits = []
     bit = 1
     while bit <= mask:
         if mask & bit:
-            names.append(table.get(bit, f"bit{bit:#x}"))
+            bits.append(bit)
         bit <<= 1
-    return names
+    return bits
 
 
 class GpuStats:
@@ -113,6 +126,8 @@ class GpuStats:
         self.power_samples = 0
         self.power_sum_w = 0.0
         self.throttle_mask = 0
+        self.throttle_samples = 0  # samples that reported the reasons
+        self.throttle_counts: dict[int, int] = {}  # bit -> samples in which it was set
         self.reservoir: list[float] = []
         self.reservoir_size = reservoir_size
         self._rng = random.Random(seed)
@@ -123,12 +138,16 @@ class GpuStats:
         util_pct: float | None,
         mem_used_bytes: float,
         power_w: float | None,
-        throttle_mask: int,
+        throttle_mask: int | None,
     ) -> None:
         """One steady-state sample; ``None`` for a reading the GPU does not support."""
         self.samples += 1
         self.mem_used_max_bytes = max(self.mem_used_max_bytes, mem_used_bytes)
-        self.throttle_mask |= throttle_mask
+        if throttle_mask is not None:
+            self.throttle_samples += 1
+            self.throttle_mask |= throttle_mask
+            for bit in bits_of(throttle_mask):  # at most 64 keys, whatever the run length
+                self.throttle_counts[bit] = self.throttle_counts.get(bit, 0) + 1
         if power_w is not None:
             self.power_samples += 1
             self.power_sum_w += power_w
@@ -163,6 +182,14 @@ class GpuStats:
             "mem_used_max_gib": self.mem_used_max_bytes / 2**30 if self.samples else None,
             "power_mean_w": (self.power_sum_w / self.power_samples if self.power_samples else None),
             "throttle_reasons": throttle_names(self.throttle_mask, reasons),
+            "throttle_share": (
+                {
+                    reason_name(bit, reasons): self.throttle_counts[bit] / self.throttle_samples
+                    for bit in sorted(self.throttle_counts)
+                }
+                if self.throttle_samples
+                else None
+            ),
         }
 
 
@@ -421,5 +448,5 @@ class GpuSampler:
             "util_pct": float(util.gpu) if util is not None else None,
             "mem_used_bytes": float(nvml.nvmlDeviceGetMemoryInfo(handle).used),
             "power_w": power_mw / 1e3 if power_mw is not None else None,
-            "throttle_mask": int(mask) if mask is not None else 0,
+            "throttle_mask": int(mask) if mask is not None else None,
         }
