@@ -475,7 +475,12 @@ def test_the_steady_mark_is_thread_safe_and_the_first_one_counts(
     # Eight threads mark at once while the sampling thread reads: one mark, taken under the
     # lock the sampling thread classifies each sweep under.
     go = threading.Barrier(8)
-    marks = [threading.Thread(target=lambda: (go.wait(), sampler.steady())) for _ in range(8)]
+
+    def mark() -> None:
+        go.wait()
+        sampler.steady()
+
+    marks = [threading.Thread(target=mark) for _ in range(8)]
     for t in marks:
         t.start()
     for t in marks:
