@@ -6,6 +6,7 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,16 +15,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalescope.job.sampling import (
+    NO_STEADY_STATE,
     RESERVOIR_SIZE,
     GpuSampler,
     GpuStats,
     cuda_pci_bus_ids,
+    cuda_pci_bus_ids_or_reason,
+    nvml_section,
     off_section,
     parse_bus_id,
     percentile,
     reason_table,
     throttle_names,
 )
+
+BUS_A, BUS_B = "00000000:1A:00.0", "00000000:3B:00.0"  # the stand-in NVML's two GPUs
 
 
 def nvml_works() -> bool:
@@ -60,11 +66,13 @@ def test_summary_means_p5_max_power_and_reasons() -> None:
         "index": 3,
         "name": "NVIDIA H100",
         "samples": 3,
+        "warmup_samples": 0,
         "util_mean_pct": pytest.approx(50.0),
         "util_p5_pct": pytest.approx(float(np.percentile([0.0, 50.0, 100.0], 5))),
         "mem_used_max_gib": pytest.approx(6.0),
         "power_mean_w": pytest.approx(200.0),  # over the samples that reported power
         "throttle_reasons": ["GpuIdle", "SwPowerCap"],
+        "throttle_share": {"GpuIdle": pytest.approx(1 / 3), "SwPowerCap": pytest.approx(1 / 3)},
     }
 
 
@@ -75,7 +83,42 @@ def test_unsupported_readings_are_null_never_zero() -> None:
     assert row["samples"] == 1
     assert row["util_mean_pct"] is None and row["util_p5_pct"] is None
     assert row["power_mean_w"] is None
-    assert row["throttle_reasons"] == []
+    assert row["throttle_reasons"] == [] and row["throttle_share"] == {}  # reported: none set
+    s.add(util_pct=None, mem_used_bytes=1.0, power_w=None, throttle_mask=None)
+    assert s.summary({})["throttle_share"] == {}  # a sample without them changes no share
+    silent = GpuStats(node="", index=0, name="GPU")
+    silent.add(util_pct=50.0, mem_used_bytes=1.0, power_w=None, throttle_mask=None)
+    row = silent.summary({})
+    assert row["throttle_reasons"] == [] and row["throttle_share"] is None  # never reported
+
+
+def test_throttle_share_is_the_fraction_of_samples_with_each_reason() -> None:
+    import pynvml
+
+    hw, sw = pynvml.nvmlClocksThrottleReasonHwSlowdown, pynvml.nvmlClocksThrottleReasonSwPowerCap
+    s = GpuStats(node="n1", index=0, name="GPU")
+    for mask in (hw, hw | sw, 0, hw):
+        s.add(util_pct=90.0, mem_used_bytes=0.0, power_w=None, throttle_mask=mask)
+    row = s.summary(reason_table(pynvml))
+    assert row["throttle_reasons"] == ["SwPowerCap", "HwSlowdown"]  # bit order, as the list
+    assert row["throttle_share"] == {"SwPowerCap": 0.25, "HwSlowdown": 0.75}
+    # the warm-up's samples are in neither the shares nor their denominator
+    s.count_warmup()
+    assert s.summary(reason_table(pynvml))["throttle_share"] == row["throttle_share"]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=0x1FF), min_size=1, max_size=200))
+def test_throttle_shares_count_each_bit(masks: list[int]) -> None:
+    s = GpuStats(node="", index=0, name="GPU")
+    for mask in masks:
+        s.add(util_pct=None, mem_used_bytes=0.0, power_w=None, throttle_mask=mask)
+    row = s.summary({})
+    assert list(row["throttle_share"]) == row["throttle_reasons"]
+    for bit in range(9):
+        name = f"bit{1 << bit:#x}"
+        count = sum(1 for m in masks if m & (1 << bit))
+        assert row["throttle_share"].get(name, 0.0) == count / len(masks)
+        assert 0.0 < row["throttle_share"].get(name, 1.0) <= 1.0
 
 
 def test_reason_names_come_from_the_nvml_bindings() -> None:
@@ -156,7 +199,7 @@ def test_bus_ids_compare_across_nvml_and_cuda_spellings() -> None:
 
 @pytest.mark.skipif(nvml_works(), reason="NVML works on this machine: nothing is unavailable")
 def test_without_nvml_the_section_is_unavailable_with_the_reason() -> None:
-    sampler = GpuSampler(interval_s=0.05, node="n1").start()
+    sampler = GpuSampler(interval_s=0.05, pci_bus_ids=[BUS_B], node="n1").start()
     time.sleep(0.2)
     section = sampler.stop()
     assert section["status"] == "unavailable"
@@ -167,9 +210,41 @@ def test_without_nvml_the_section_is_unavailable_with_the_reason() -> None:
 
 def test_without_the_bindings_the_section_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
-    section = GpuSampler(interval_s=0.05).start().stop()
+    section = GpuSampler(interval_s=0.05, pci_bus_ids=[BUS_B]).start().stop()
     assert section["status"] == "unavailable"
     assert "nvidia-ml-py is not installed" in section["reason"]
+
+
+def test_without_the_jobs_bus_ids_no_gpu_is_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NVML works and sees two GPUs, but which are the job's is unknown: neither is sampled.
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
+    unknown = "torch.cuda.is_available() is False"
+    sampler = GpuSampler(interval_s=0.01, unknown_reason=unknown).start()
+    time.sleep(0.1)
+    section = sampler.stop()
+    assert section == {
+        "status": "unavailable",
+        "reason": f"the job's GPUs could not be identified: {unknown}; none sampled",
+        "interval_s": 0.01,
+        "gpus": [],
+    }
+    # without a known cause the reason still names what is missing, on one line
+    section = GpuSampler(interval_s=0.01).start().stop()
+    assert section["reason"] == "the job's GPUs could not be identified; none sampled"
+    empty = GpuSampler(interval_s=0.01, pci_bus_ids=[]).start().stop()
+    assert empty["status"] == "unavailable" and empty["gpus"] == []
+    assert empty["reason"] == "the job has no GPU to sample (an empty list of PCI bus ids)"
+
+
+def test_bus_ids_or_the_reason_they_are_unknown() -> None:
+    import torch
+
+    ids, why = cuda_pci_bus_ids_or_reason()
+    if torch.cuda.is_available():
+        assert why is None and ids is not None and len(ids) == torch.cuda.device_count()
+    else:
+        assert (ids, why) == (None, "torch.cuda.is_available() is False")
+    assert cuda_pci_bus_ids() == ids
 
 
 def test_stop_never_raises_even_unstarted_or_twice() -> None:
@@ -199,7 +274,16 @@ def test_off_section() -> None:
 # names drives the real thread, selection and error handling.
 
 
-def fake_nvml(*, lose_after: int | None = None, hang: threading.Event | None = None) -> Any:
+def fake_nvml(
+    *,
+    lose_after: int | None = None,
+    hang: threading.Event | None = None,
+    warming: threading.Event | None = None,
+    on_read: Callable[[int], None] | None = None,
+) -> Any:
+    """Two GPUs, A (index 0) and B. While ``warming`` is set, B reads as in a warm-up (5 %
+    busy, 8 GiB used, HwSlowdown); ``on_read(n)`` runs at the start of the n-th reading (a
+    sweep of the two GPUs is two readings); ``reads`` counts them."""
     import pynvml
 
     nv = types.ModuleType("pynvml")
@@ -208,7 +292,7 @@ def fake_nvml(*, lose_after: int | None = None, hang: threading.Event | None = N
     for name in dir(pynvml):
         if name.startswith(("nvmlClocksEventReason", "nvmlClocksThrottleReason")):
             setattr(nv, name, getattr(pynvml, name))
-    gpus = [("00000000:1A:00.0", "NVIDIA A"), ("00000000:3B:00.0", "NVIDIA B")]
+    gpus = [(BUS_A, "NVIDIA A"), (BUS_B, "NVIDIA B")]
     reads = [0]
 
     nv.nvmlInit = lambda: None
@@ -220,6 +304,10 @@ def fake_nvml(*, lose_after: int | None = None, hang: threading.Event | None = N
 
     def util(h: int) -> Any:
         reads[0] += 1
+        if on_read is not None:
+            on_read(reads[0])
+        if warming is not None and warming.is_set() and h == 1:
+            return types.SimpleNamespace(gpu=5.0)
         if lose_after is not None and reads[0] > lose_after:
             raise pynvml.NVMLError_GpuIsLost()
         if hang is not None and reads[0] > 2:
@@ -233,14 +321,34 @@ def fake_nvml(*, lose_after: int | None = None, hang: threading.Event | None = N
 
     nv.nvmlDeviceGetUtilizationRates = util
     nv.nvmlDeviceGetPowerUsage = power
-    nv.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=2**30 * (h + 1))
-    nv.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4 if h == 1 else 0
+
+    def mem(h: int) -> Any:
+        warm = warming is not None and warming.is_set() and h == 1
+        return types.SimpleNamespace(used=2**30 * (8 if warm else h + 1))
+
+    def mask(h: int) -> int:
+        if warming is not None and warming.is_set() and h == 1:
+            return 0x8  # HwSlowdown
+        return 0x4 if h == 1 else 0  # SwPowerCap
+
+    nv.nvmlDeviceGetMemoryInfo = mem
+    nv.nvmlDeviceGetCurrentClocksEventReasons = mask
+    nv.reads = reads
     return nv
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout_s:g} s for {what}"
+        time.sleep(0.002)
 
 
 def test_the_loop_samples_the_selected_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
-    sampler = GpuSampler(interval_s=0.01, pci_bus_ids=["3b:00.0"], node="n2").start()
+    sampler = GpuSampler(interval_s=0.01, pci_bus_ids=["3b:00.0"], node="n2")
+    sampler.steady()  # before start: every sample counts
+    sampler.start()
     time.sleep(0.2)
     section = sampler.stop()
     assert section["status"] == "sampled" and section["reason"] is None
@@ -250,13 +358,19 @@ def test_the_loop_samples_the_selected_gpus(monkeypatch: pytest.MonkeyPatch) -> 
     assert gpu["util_mean_pct"] == 80.0 and gpu["util_p5_pct"] == 80.0
     assert gpu["mem_used_max_gib"] == 2.0 and gpu["power_mean_w"] == 250.0
     assert gpu["throttle_reasons"] == ["SwPowerCap"]
+    assert gpu["throttle_share"] == {"SwPowerCap": 1.0}
+    assert gpu["warmup_samples"] == 0
 
 
-def test_all_gpus_and_unsupported_power(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_gpus_in_the_jobs_order_and_unsupported_power(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
-    section = GpuSampler(interval_s=0.01).start()
+    sampler = GpuSampler(interval_s=0.01, pci_bus_ids=[BUS_A, BUS_B])
+    sampler.steady()
+    sampler.start()
     time.sleep(0.1)
-    gpus = section.stop()["gpus"]
+    gpus = sampler.stop()["gpus"]
     assert [g["name"] for g in gpus] == ["NVIDIA A", "NVIDIA B"]
     assert gpus[0]["power_mean_w"] is None and gpus[1]["power_mean_w"] == 250.0
 
@@ -272,7 +386,9 @@ def test_a_gpu_lost_mid_run_is_unavailable_and_keeps_what_was_sampled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(lose_after=6))
-    sampler = GpuSampler(interval_s=0.01).start()
+    sampler = GpuSampler(interval_s=0.01, pci_bus_ids=[BUS_A, BUS_B])
+    sampler.steady()
+    sampler.start()
     time.sleep(0.2)
     section = sampler.stop()
     assert section["status"] == "unavailable"
@@ -286,7 +402,9 @@ def test_a_gpu_lost_mid_run_is_unavailable_and_keeps_what_was_sampled(
 def test_a_hung_nvml_call_does_not_hold_up_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     release = threading.Event()
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(hang=release))
-    sampler = GpuSampler(interval_s=0.01).start()
+    sampler = GpuSampler(interval_s=0.01, pci_bus_ids=[BUS_A, BUS_B])
+    sampler.steady()
+    sampler.start()
     time.sleep(0.1)
     try:
         section = sampler.stop()
@@ -295,6 +413,236 @@ def test_a_hung_nvml_call_does_not_hold_up_stop(monkeypatch: pytest.MonkeyPatch)
         assert [g["samples"] for g in section["gpus"]] == [1, 1]
     finally:
         release.set()
+
+
+# --- the steady-state window ---------------------------------------------------------------------
+
+
+def test_samples_before_the_steady_mark_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    warming = threading.Event()
+    warming.set()
+    nv = fake_nvml(warming=warming)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    sampler = GpuSampler(interval_s=0.005, pci_bus_ids=[BUS_B], node="n1").start()
+    wait_until(lambda: nv.reads[0] >= 3, "3 warm-up samples")
+    # The GPU leaves its warm-up before the mark, so every reading that began after the mark
+    # sees steady values; readings before it (of either kind) must not count.
+    warming.clear()
+    sampler.steady()
+    at_mark = nv.reads[0]
+    wait_until(lambda: nv.reads[0] >= at_mark + 3, "3 more samples")
+    section = sampler.stop()
+    assert section["status"] == "sampled" and section["reason"] is None
+    [gpu] = section["gpus"]
+    assert gpu["warmup_samples"] >= 3
+    assert gpu["samples"] >= 2  # at most one reading was under way at the mark
+    assert gpu["samples"] + gpu["warmup_samples"] == nv.reads[0]
+    # none of the warm-up's 5 %, 8 GiB or HwSlowdown made it into the figures
+    assert gpu["util_mean_pct"] == 80.0 and gpu["util_p5_pct"] == 80.0
+    assert gpu["mem_used_max_gib"] == 2.0
+    assert gpu["throttle_reasons"] == ["SwPowerCap"]
+    assert gpu["throttle_share"] == {"SwPowerCap": 1.0}
+
+
+def test_a_reading_under_way_at_the_mark_counts_as_warmup(monkeypatch: pytest.MonkeyPatch) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def on_read(n: int) -> None:
+        if n == 3:  # the second sweep, its first GPU: held mid-reading
+            entered.set()
+            release.wait(10)
+
+    nv = fake_nvml(on_read=on_read)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    sampler = GpuSampler(interval_s=0.005, pci_bus_ids=[BUS_A, BUS_B]).start()
+    assert entered.wait(10)
+    sampler.steady()
+    release.set()
+    wait_until(lambda: nv.reads[0] >= 8, "two more sweeps")
+    gpus = sampler.stop()["gpus"]
+    # sweep 1 and the sweep under way at the mark, for both GPUs alike: never split
+    assert [g["warmup_samples"] for g in gpus] == [2, 2]
+    assert gpus[0]["samples"] == gpus[1]["samples"] >= 2
+
+
+def test_the_steady_mark_is_thread_safe_and_the_first_one_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nv = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    sampler = GpuSampler(interval_s=0.002, pci_bus_ids=[BUS_A, BUS_B]).start()
+    wait_until(lambda: nv.reads[0] >= 4, "2 sweeps")
+    # Eight threads mark at once while the sampling thread reads: one mark, taken under the
+    # lock the sampling thread classifies each sweep under.
+    go = threading.Barrier(8)
+
+    def mark() -> None:
+        go.wait()
+        sampler.steady()
+
+    marks = [threading.Thread(target=mark) for _ in range(8)]
+    for t in marks:
+        t.start()
+    for t in marks:
+        t.join(10)
+    first = sampler._steady_at
+    assert first is not None
+    at_marks = nv.reads[0]
+    wait_until(lambda: nv.reads[0] >= at_marks + 6, "3 more sweeps")
+    sampler.steady()  # a late second call moves nothing
+    assert sampler._steady_at == first
+    section = sampler.stop()
+    a, b = section["gpus"]
+    assert section["status"] == "sampled", section["reason"]
+    assert (a["samples"], a["warmup_samples"]) == (b["samples"], b["warmup_samples"])
+    assert a["warmup_samples"] >= 2 and a["samples"] >= 2
+
+
+def test_a_run_that_never_reaches_the_steady_state_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nv = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    sampler = GpuSampler(interval_s=0.005, pci_bus_ids=[BUS_B], node="n1").start()
+    wait_until(lambda: nv.reads[0] >= 3, "3 samples")
+    section = sampler.stop()
+    assert section["status"] == "unavailable"
+    assert section["reason"] == "no steady state: training ended within the warm-up"
+    [gpu] = section["gpus"]
+    assert gpu["samples"] == 0 and gpu["warmup_samples"] >= 3
+    # no figure from the warm-up, not even a zero
+    for key in ("util_mean_pct", "util_p5_pct", "mem_used_max_gib", "power_mean_w"):
+        assert gpu[key] is None, key
+    assert gpu["throttle_reasons"] == [] and gpu["throttle_share"] is None
+
+
+def test_a_steady_state_shorter_than_one_interval_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nv = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    sampler = GpuSampler(interval_s=30.0, pci_bus_ids=[BUS_B]).start()
+    wait_until(lambda: nv.reads[0] >= 1, "the first sample")
+    sampler.steady()
+    section = sampler.stop()  # the thread waits out its 30 s interval: stop() wakes it
+    assert section["status"] == "unavailable"
+    assert section["reason"].startswith("no sample taken in the steady state (")
+    assert section["reason"].endswith(" s long, one sample every 30 s)")
+    assert [(g["samples"], g["warmup_samples"]) for g in section["gpus"]] == [(0, 1)]
+
+
+def test_merging_the_nodes_keeps_the_warmup_count_and_the_throttle_shares() -> None:
+    import pynvml
+
+    from scalescope.job.diagnosis import merge_nvml
+
+    def node_section(node: str, masks: list[int]) -> dict[str, Any]:
+        s = GpuStats(node=node, index=0, name="NVIDIA H100")
+        s.count_warmup()
+        for mask in masks:
+            s.add(util_pct=90.0, mem_used_bytes=2**30, power_w=500.0, throttle_mask=mask)
+        return nvml_section("sampled", None, 1.0, [s.summary(reason_table(pynvml))])
+
+    hw = pynvml.nvmlClocksThrottleReasonHwSlowdown
+    n1, n2 = node_section("n1", [hw, hw, hw, 0]), node_section("n2", [0, 0])
+    never = nvml_section("unavailable", NO_STEADY_STATE, 1.0)
+    merged = merge_nvml([n1, None, n2, never])
+    assert merged["status"] == "sampled"
+    assert merged["gpus"] == n1["gpus"] + n2["gpus"]  # every field of every row, as sampled
+    g1, g2 = merged["gpus"]
+    assert (g1["warmup_samples"], g1["samples"]) == (1, 4)
+    assert g1["throttle_share"] == {"HwSlowdown": 0.75} and g2["throttle_share"] == {}
+
+
+# --- the diagnosis callback marks the steady state -----------------------------------------------
+
+
+class StubSampler:
+    """What BeforeTiming does to its sampler, in order."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.kw = kw
+        self.calls: list[str] = []
+
+    def start(self) -> StubSampler:
+        self.calls.append("start")
+        return self
+
+    def steady(self) -> None:
+        self.calls.append("steady")
+
+    def stop(self) -> dict[str, Any]:
+        self.calls.append("stop")
+        return {"status": "sampled", "reason": None, "interval_s": 1.0, "gpus": []}
+
+
+def gpu_fit_start(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> tuple[Any, StubSampler]:
+    """A BeforeTiming (local rank 0, a CUDA device) past ``on_fit_start``, with a stub
+    sampler; ``kw`` goes to BeforeTiming."""
+    import torch
+
+    from scalescope import config
+    from scalescope.job import sampling
+    from scalescope.job.diagnosis import BeforeTiming
+
+    monkeypatch.setattr(sampling, "GpuSampler", StubSampler)
+    monkeypatch.setattr(sampling, "cuda_pci_bus_ids_or_reason", lambda: ([BUS_B], None))
+    before = BeforeTiming(config.DiagnosisConfig(), local_rank=0, node="n1", **kw)
+    trainer = types.SimpleNamespace(
+        strategy=types.SimpleNamespace(root_device=torch.device("cuda", 0))
+    )
+    before.on_fit_start(trainer, None)  # type: ignore[arg-type]
+    assert isinstance(before._sampler, StubSampler)
+    assert before._sampler.kw["pci_bus_ids"] == [BUS_B]
+    return before, before._sampler
+
+
+def test_before_timing_marks_the_steady_state_once_the_warmup_has_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from scalescope.job.timing import Timings
+
+    t = Timings(process_start_unix=0.0)
+    before, sampler = gpu_fit_start(monkeypatch, timings=t)
+    for i in range(3):
+        before.on_train_batch_end(None, None, None, None, i)  # type: ignore[arg-type]
+    assert sampler.calls == ["start"]
+    t.warmup_steps = 3  # what the TimingCallback sets, after this callback at that batch end
+    for i in range(3, 6):
+        before.on_train_batch_end(None, None, None, None, i)  # type: ignore[arg-type]
+    assert sampler.calls == ["start", "steady"]  # once, at the first batch end to see it
+    before.stop_sampler()
+    assert sampler.calls == ["start", "steady", "stop"]
+    assert before.nvml is not None and before.nvml["status"] == "sampled"
+
+
+def test_before_timing_without_timings_counts_every_sample(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before, sampler = gpu_fit_start(monkeypatch)  # the constructor as it was
+    before.on_train_batch_end(None, None, None, None, 0)  # type: ignore[arg-type]
+    assert sampler.calls == ["steady", "start"]
+
+
+def test_before_timing_passes_on_why_the_jobs_gpus_are_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from scalescope import config
+    from scalescope.job import sampling
+    from scalescope.job.diagnosis import BeforeTiming
+
+    monkeypatch.setattr(sampling, "GpuSampler", StubSampler)
+    why = "torch.cuda.is_available() is False"
+    monkeypatch.setattr(sampling, "cuda_pci_bus_ids_or_reason", lambda: (None, why))
+    before = BeforeTiming(config.DiagnosisConfig(), local_rank=0, node="n1")
+    trainer = types.SimpleNamespace(
+        strategy=types.SimpleNamespace(root_device=torch.device("cuda"))
+    )
+    before.on_fit_start(trainer, None)  # type: ignore[arg-type]
+    assert before._sampler.kw["pci_bus_ids"] is None
+    assert before._sampler.kw["unknown_reason"] == why
 
 
 # --- a real GPU -----------------------------------------------------------------------------------
@@ -310,6 +658,8 @@ def test_samples_a_real_gpu_under_load() -> None:
     assert bus_ids is not None and len(bus_ids) == torch.cuda.device_count()
     sampler = GpuSampler(interval_s=0.2, pci_bus_ids=bus_ids, node="gpu-node").start()
     a = torch.randn(4096, 4096, device="cuda")
+    (a @ a).sum().item()  # the warm-up: cuBLAS's handle and workspace, the allocator
+    sampler.steady()
     end = time.monotonic() + 2.0
     while time.monotonic() < end:
         for _ in range(20):
@@ -325,3 +675,8 @@ def test_samples_a_real_gpu_under_load() -> None:
     assert gpu["mem_used_max_gib"] > 0
     assert gpu["power_mean_w"] is None or gpu["power_mean_w"] > 0
     assert all(isinstance(r, str) for r in gpu["throttle_reasons"])
+    share = gpu["throttle_share"]
+    assert share is None or (
+        list(share) == gpu["throttle_reasons"] and all(0 < v <= 1 for v in share.values())
+    )
+    assert gpu["warmup_samples"] >= 0

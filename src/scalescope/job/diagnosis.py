@@ -868,24 +868,36 @@ def gather_calibration(trainer: L.Trainer, part: Mapping[str, Any]) -> dict[str,
 class BeforeTiming(L.Callback):
     """Before the training clock starts (earlier in the list than the TimingCallback): the
     all-reduce baseline on every rank, and the NVML sampler on each node's local rank 0.
-    When training ends, DDP's own gradient buckets replace the baseline's estimate of them."""
+    When training ends, DDP's own gradient buckets replace the baseline's estimate of them.
 
-    def __init__(self, cfg: DiagnosisConfig, *, local_rank: int, node: str) -> None:
+    ``timings`` (the TimingCallback's) tells when the warm-up ends: the sampler's figures
+    cover the steady state from then on. Without it every sample counts, as before."""
+
+    def __init__(
+        self,
+        cfg: DiagnosisConfig,
+        *,
+        local_rank: int,
+        node: str,
+        timings: Timings | None = None,
+    ) -> None:
         self.cfg = cfg
         self.local_rank = local_rank
         self.node = node
+        self.timings = timings
         self.allreduce: dict[str, Any] = {
             "status": "skipped",
             "reason": "training never started",
         }
         self.nvml: dict[str, Any] | None = None
         self._sampler: Any = None
+        self._awaiting_steady = False  # a sampler runs and the warm-up has not ended yet
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = trainer.strategy.root_device
         if self.local_rank != 0:
             return
-        from .sampling import GpuSampler, cuda_pci_bus_ids, nvml_section, off_section
+        from .sampling import GpuSampler, cuda_pci_bus_ids_or_reason, nvml_section, off_section
 
         interval = self.cfg.nvml_interval_s
         if not self.cfg.nvml:
@@ -893,11 +905,17 @@ class BeforeTiming(L.Callback):
         elif device.type != "cuda":
             self.nvml = nvml_section("unavailable", "CPU run: no GPU to sample", interval)
         else:
+            bus_ids, unknown = cuda_pci_bus_ids_or_reason()
             self._sampler = GpuSampler(
                 interval_s=interval,
-                pci_bus_ids=cuda_pci_bus_ids(),
+                pci_bus_ids=bus_ids,
                 node=self.node,
+                unknown_reason=unknown,
             )
+            if self.timings is None:
+                self._sampler.steady()  # no warm-up known: every sample counts
+            else:
+                self._awaiting_steady = True
             self._sampler.start()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -917,6 +935,24 @@ class BeforeTiming(L.Callback):
         )
         if device.type == "cuda":  # the record's peak memory is training's, not the sweep's
             torch.cuda.reset_peak_memory_stats(device)
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        # One attribute test per batch (three until the warm-up ends). This callback runs before
+        # the TimingCallback, which sets warmup_steps at the batch end where the warm-up
+        # ends: the mark comes one training call later. That call's samples count as warm-up,
+        # never a warm-up sample as steady; the TimingCallback's device sync at the warm-up's
+        # end has already drained the warm-up's GPU work by then.
+        if self._awaiting_steady and self.timings is not None:
+            if self.timings.warmup_steps is not None:
+                self._sampler.steady()
+                self._awaiting_steady = False
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.stop_sampler()
@@ -944,6 +980,7 @@ class BeforeTiming(L.Callback):
         if self._sampler is not None:
             self.nvml = self._sampler.stop()
             self._sampler = None
+            self._awaiting_steady = False
 
 
 def merge_nvml(parts: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:

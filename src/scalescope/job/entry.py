@@ -546,7 +546,9 @@ class _Diagnosis:
             return None
         from .diagnosis import BeforeTiming, StepBreakdown
 
-        before = BeforeTiming(cfg.diagnosis, local_rank=topo.local_rank, node=node)
+        before = BeforeTiming(
+            cfg.diagnosis, local_rank=topo.local_rank, node=node, timings=timing.t
+        )
         return cls(before, StepBreakdown(cfg.diagnosis, timing.t, cfg.faults), cfg)
 
     def before_timing(self) -> list[Any]:
