@@ -80,7 +80,8 @@ class TrainerConfig:
         300.0,
         help="a collective (gradient all-reduce, barrier) that waits longer than this fails "
         "the job: when one rank dies or hangs, the others stop within it instead of "
-        "PyTorch's 30 min (10 min for NCCL). Also bounds the wait for all ranks at start-up",
+        "PyTorch's 30 min (10 min for NCCL). The wait for all ranks at start-up is this or "
+        "120 s, whichever is longer",
         check=positive,
     )
 

@@ -451,6 +451,10 @@ def _quiet_known_noise(topo: Topology) -> None:
         warnings.filterwarnings("ignore", message=r".*`srun` command is available.*")
 
 
+STARTUP_TIMEOUT_S = 120.0
+"""The least the start-up rendezvous waits for every rank, whatever the collective timeout."""
+
+
 def build_trainer(
     trainer_cfg: TrainerConfig,
     topo: Topology,
@@ -474,14 +478,30 @@ def build_trainer(
 
     # Requeue has one owner: submitit or the sbatch script, never Lightning's USR1 handler.
     plugins: Any = [SLURMEnvironment(auto_requeue=False)] if topo.launcher == "slurm" else None
-    # The process group's timeout bounds every collective (gloo and NCCL) and the start-up
-    # rendezvous: a dead or hung rank fails the others within it, not after 30 min.
-    timeout = dt.timedelta(seconds=trainer_cfg.collective_timeout_s)
+    # The process group's timeout bounds every collective (gloo and NCCL): a dead or hung
+    # rank fails the others within it, not after 30 min. The start-up rendezvous waits at
+    # least STARTUP_TIMEOUT_S (processes import torch slowly on a loaded node), then the
+    # group's timeout is set to the collective one before training.
+    collective = dt.timedelta(seconds=trainer_cfg.collective_timeout_s)
+    startup = max(collective, dt.timedelta(seconds=STARTUP_TIMEOUT_S))
     strategy: Any = (
-        DDPStrategy(gradient_as_bucket_view=True, timeout=timeout)
+        DDPStrategy(gradient_as_bucket_view=True, timeout=startup)
         if topo.world_size > 1
         else "auto"
     )
+    if topo.world_size > 1 and startup != collective:
+
+        class CollectiveTimeout(L.Callback):
+            """The group's timeout set to the collective one once the group exists."""
+
+            def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+                import torch.distributed as dist
+                from torch.distributed import distributed_c10d
+
+                if dist.is_available() and dist.is_initialized():
+                    distributed_c10d._set_pg_timeout(collective)
+
+        callbacks = [CollectiveTimeout(), *callbacks]
     if not any(isinstance(cb, StopOnSignal) for cb in callbacks):
         callbacks = [*callbacks, StopOnSignal()]
     precision = trainer_cfg.precision
