@@ -230,10 +230,10 @@ class DiagnosisConfig:
         check=positive,
     )
     calibration_budget_s: float = option(
-        5.0,
+        3.0,
         help="upper bound on the timed calibration windows: where one forward+backward pass "
-        "is slow, fewer passes per window (then fewer windows) are run, at least one of each "
-        "kind",
+        "is slow, fewer passes per window (then fewer pairs) are run; where not even one "
+        "pair of one-pass windows fits, the cross-check is skipped with that reason",
         check=positive,
     )
     allreduce_baseline: bool = option(

@@ -28,9 +28,11 @@ def test_the_calibration_plan_keeps_to_its_budget(
     pass_s: float, steps: int, windows: int, budget_s: float
 ) -> None:
     k, w = calibration_plan(pass_s, steps, windows, budget_s)
+    if 2 * pass_s > budget_s * (1 + 1e-9):
+        assert (k, w) == (0, 0)  # not even one pair fits: no calibration at all
+        return
     assert 1 <= k <= steps and 1 <= w <= windows
-    # Within the budget, or the least there is: one pass in one window of each kind.
-    assert 2 * k * w * pass_s <= budget_s * (1 + 1e-9) or (k, w) == (1, 1)
+    assert 2 * k * w * pass_s <= budget_s * (1 + 1e-9)
     if 2 * steps * windows * pass_s <= budget_s * (1 - 1e-9):
         assert (k, w) == (steps, windows)  # a budget that affords everything changes nothing
 
@@ -38,7 +40,8 @@ def test_the_calibration_plan_keeps_to_its_budget(
 def test_a_slow_pass_takes_passes_off_before_windows() -> None:
     # 8 passes x 2 windows x 2 kinds = 32 passes wanted; 5 s at 0.5 s a pass affords 10.
     assert calibration_plan(0.5, 8, 2, 5.0) == (2, 2)
-    assert calibration_plan(3.0, 8, 2, 5.0) == (1, 1)
+    assert calibration_plan(2.0, 8, 2, 5.0) == (1, 1)
+    assert calibration_plan(2.5, 8, 4, 3.0) == (0, 0)  # gpt on 2 CPU cores: skipped
 
 
 def _part(rank: int, node: str, own: float, comm: float, **over: Any) -> dict[str, Any]:

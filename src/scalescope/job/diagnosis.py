@@ -562,8 +562,12 @@ def calibrate(
             k, windows = calibration_plan(
                 pass_s, cfg.calibration_steps, cfg.calibration_windows, cfg.calibration_budget_s
             )
-            one_pass(False)  # DDP's own path once, untimed
-            sync()
+            if windows == 0:  # every rank decides alike: the same reduced pass time
+                return skipped(
+                    f"one pair of windows ({2 * pass_s:.2g} s) would exceed "
+                    f"diagnosis.calibration_budget_s ({cfg.calibration_budget_s:g} s)"
+                )
+            # No untimed DDP pass: training has just run this very path, warm.
             times: dict[bool, list[tuple[float, float | None]]] = {False: [], True: []}
             for w in range(windows):
                 for grad_sync in (False, True) if w % 2 == 0 else (True, False):
@@ -588,11 +592,13 @@ def calibrate(
 
 
 def calibration_plan(pass_s: float, steps: int, windows: int, budget_s: float) -> tuple[int, int]:
-    """(passes per window, windows of each kind) that keep the timed windows within
-    ``budget_s`` at ``pass_s`` a pass, taking passes off before windows; at least one pass
-    in one window of each kind, whatever the budget. Every rank computes it from the same
-    reduced ``pass_s``, so all agree."""
+    """(passes per window, pairs of windows) that keep the timed windows within
+    ``budget_s`` at ``pass_s`` a pass, taking passes off before pairs; (0, 0) where not even
+    one pair of one-pass windows fits: the calibration is a cross-check, not worth more than
+    its budget. Every rank computes it from the same reduced ``pass_s``, so all agree."""
     affordable = int(budget_s / pass_s) if pass_s > 0 else steps * windows * 2
+    if affordable < 2:
+        return 0, 0
     k = max(1, min(steps, affordable // (2 * windows)))
     w = max(1, min(windows, affordable // (2 * k)))
     return k, w
