@@ -169,6 +169,14 @@ class TrainRun:
         )
 
 
+def default_sigint() -> None:
+    """In a child about to exec: SIGINT back to its default, as in a terminal. A test run
+    started in the background of a non-interactive shell (``cmd &``, nohup) inherits SIGINT
+    ignored, and Python then never raises KeyboardInterrupt: a Ctrl-C test would test
+    nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This environment without anything that would make a local run look like a Slurm task,
     a submitit task, a Lightning child or a tracked experiment."""
@@ -241,6 +249,7 @@ def two_rank_run(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=default_sigint,
         )
     try:
         deadline = time.monotonic() + startup_s

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from core_helpers import default_sigint
 from sweep_helpers import (
     sweep_cli,
     write_sweep,
@@ -115,6 +116,7 @@ def test_ctrl_c_stops_a_local_sweep_and_keeps_finished_results(tmp_path: Path) -
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=default_sigint,
     )
     sweep_dir = tmp_path / "outputs" / "sweeps" / "ctrl-c"
     lines: list[str] = []

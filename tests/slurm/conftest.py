@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 import pytest
+import slurm_helpers
 from slurm_helpers import EARLY_JOBS, EarlyJobs
 
 
@@ -46,23 +46,9 @@ Submit = Callable[..., str]
 
 @pytest.fixture
 def sbatch(slurm_cluster: object) -> Submit:
-    """``sbatch(*args, cwd=..., env=...) -> job id`` on the local cluster."""
-
-    def submit(
-        *args: str, cwd: str | os.PathLike[str], env: Mapping[str, str] | None = None
-    ) -> str:
-        out = subprocess.run(
-            ["sbatch", "--parsable", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            env={**os.environ, **(env or {})},
-            timeout=60,
-        )
-        assert out.returncode == 0, f"sbatch {' '.join(args)} failed: {out.stderr.strip()}"
-        return out.stdout.strip().split(";")[0]
-
-    return submit
+    """``sbatch(*args, cwd=..., env=...) -> job id`` on the local cluster
+    (:func:`slurm_helpers.sbatch` once the cluster is up)."""
+    return slurm_helpers.sbatch
 
 
 @pytest.fixture(scope="session")
