@@ -64,12 +64,14 @@ METHODS = {
     "parity": "final val loss relative change > loss tolerance, or val accuracy drop > tolerance",
     "waterfall": (
         "per run at a scale beyond the baseline: lost = 100 (1 - E_run), E_run = steady "
-        "per-device throughput / the baseline's mean (the parallel efficiency per run); part "
-        "c = 100 (c_run - mean_baseline(c)) / t_run, t = 1 / steady per-device throughput, c "
-        "in seconds per sample per device of the typical rank: input wait, compute, rank skew "
-        "(own time of the slowest rank - the typical rank's), exposed communication "
-        "(calibration, 0 on one device); unexplained = lost - the parts; mean and Student-t "
-        "interval over the repeats; 'not recorded' (null) where a run has no breakdown"
+        "per-device throughput / the baseline's mean; part c = 100 (c_run - mean_baseline(c)) "
+        "/ t_run, t = 1 / steady per-device throughput, c in seconds per sample per device of "
+        "the typical rank: exposed communication (per step, the least gradient wait over the "
+        "ranks), communication overlapping backward (calibration), input wait, rank skew and "
+        "rotating stragglers (the typical rank's wait for others: persistent, then per-step), "
+        "compute; unexplained = lost - the parts; per scale point over the runs with a "
+        "breakdown: lost with the scaling table's ratio interval, parts with Student-t "
+        "intervals; 'not recorded' (null) where a run has no breakdown"
     ),
     "comm_hidden_share": (
         "clip(1 - exposed_comm_s / allreduce.predicted_step_s, 0, 1): the share of the "

@@ -177,12 +177,19 @@ def test_the_diagnosis_goes_to_comet_as_its_headline_numbers() -> None:
         "typical_rank": 1,
         "ranks": [
             {"step_time_s": 0.02, "input_wait_s": 0.001, "compute_s": 0.01, "comm_wait_s": 0.009},
-            {"step_time_s": 0.02, "input_wait_s": 0.002, "compute_s": 0.008, "comm_wait_s": 0.01},
+            {
+                "step_time_s": 0.02,
+                "input_wait_s": 0.002,
+                "compute_s": 0.008,
+                "comm_wait_s": 0.01,
+                "wait_s": 0.007,
+                "exposed_comm_s": 0.003,
+            },
         ],
         "rank_skew": 0.25,
         "slowest_rank": 0,
         "slowest_node": "gpu07",
-        "calibration": {"status": "measured", "exposed_comm_s": 0.004},
+        "calibration": {"status": "measured", "exposed_comm_s": 0.004, "overlap_slowdown_s": None},
         "allreduce": {"status": "skipped", "predicted_step_s": None, "busbw_gbps": None},
         "nvml": {"status": "unavailable", "gpus": None},
     }
@@ -193,9 +200,11 @@ def test_the_diagnosis_goes_to_comet_as_its_headline_numbers() -> None:
         "diagnosis/input_wait_s": 0.002,  # the typical rank's
         "diagnosis/compute_s": 0.008,
         "diagnosis/comm_wait_s": 0.01,
+        "diagnosis/wait_s": 0.007,
+        "diagnosis/exposed_comm_s": 0.003,  # from the steps, not the calibration
         "diagnosis/rank_skew": 0.25,
-        "diagnosis/exposed_comm_s": 0.004,
-    }  # what was not measured is absent, not 0
+        "diagnosis/calibration_exposed_comm_s": 0.004,
+    }  # what was not measured (the overlap slowdown here) is absent, not 0
     assert others == {"diagnosis.slowest_rank": 0, "diagnosis.slowest_node": "gpu07"}
     off = {"status": "off", "reason": "diagnosis.enabled=false", "ranks": None}
     assert tracking.result_to_comet({"diagnosis": off}) == ({}, {})

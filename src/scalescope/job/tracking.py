@@ -292,8 +292,10 @@ def result_to_comet(record: Mapping[str, Any]) -> tuple[dict[str, float], dict[s
 
 
 def diagnosis_to_comet(diagnosis: Any) -> tuple[dict[str, float], dict[str, Any]]:
-    """The diagnosis' headline numbers for Comet: the typical rank's parts per step, the
-    skew, the exposed and predicted all-reduce, busbw (``diagnosis/<name>``), and the
+    """The diagnosis' headline numbers for Comet: the typical rank's parts per step (its
+    wait for others and the exposed all-reduce among them), the skew, the calibration's
+    cross-check and overlap slowdown, the predicted all-reduce, busbw
+    (``diagnosis/<name>``), and the
     slowest rank and node as others. Fields that were not measured are left out."""
     metrics: dict[str, float] = {}
     others: dict[str, Any] = {}
@@ -308,11 +310,14 @@ def diagnosis_to_comet(diagnosis: Any) -> tuple[dict[str, float], dict[str, Any]
     ranks = diagnosis.get("ranks") or []
     typical = diagnosis.get("typical_rank")
     if isinstance(typical, int) and 0 <= typical < len(ranks):
-        for part in ("step_time_s", "input_wait_s", "compute_s", "comm_wait_s"):
+        for part in ("step_time_s", "input_wait_s", "compute_s", "comm_wait_s", "wait_s"):
             put(part, ranks[typical].get(part))
+        # from every rank's steps; a record without them has only its calibration's
+        put("exposed_comm_s", ranks[typical].get("exposed_comm_s"))
     put("rank_skew", diagnosis.get("rank_skew"))
     calibration = diagnosis.get("calibration") or {}
-    put("exposed_comm_s", calibration.get("exposed_comm_s"))
+    put("calibration_exposed_comm_s", calibration.get("exposed_comm_s"))
+    put("overlap_slowdown_s", calibration.get("overlap_slowdown_s"))
     allreduce = diagnosis.get("allreduce") or {}
     put("allreduce_predicted_step_s", allreduce.get("predicted_step_s"))
     put("allreduce_busbw_gbps", allreduce.get("busbw_gbps"))
