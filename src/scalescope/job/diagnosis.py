@@ -190,7 +190,6 @@ class StepBreakdown(L.Callback):
         self._grad_hooks: list[Any] = []
         self._params: list[Any] = []
         self._batch: Any = None
-        self.peak_dev_gib: float | None = None
         self.committed_steps = 0
         self.step_waits: dict[str, float] | None = None
         self._probe: Callable[[], None] | None = None
@@ -316,10 +315,7 @@ class StepBreakdown(L.Callback):
         calibration, which can no longer cost the record anything."""
         self._counting = False
         self.clock.settle()
-        device = trainer.strategy.root_device
-        if device.type == "cuda":  # training's peak, before the calibration's passes
-            self.peak_dev_gib = torch.cuda.max_memory_allocated(device) / 2**30
-        self.reduce_steps(trainer)
+        self.reduce_steps(trainer)  # the gather reads training's peak memory: before calibration
         if self.gather is not None:
             self.gathered = self.gather(trainer)
         self.calibration = gather_calibration(trainer, self.calibrate(trainer, pl_module))

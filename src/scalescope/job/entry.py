@@ -589,8 +589,6 @@ class _Diagnosis:
             "diagnosis": self.breakdown.mine(rank_steady_s(t), steady_steps),
             "nvml": self.before.nvml,
         }
-        if self.breakdown.peak_dev_gib is not None:
-            out["peak_dev"] = self.breakdown.peak_dev_gib  # training's, not calibration's
         return out
 
     def section(
