@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, in tiers (tests/unit, tests/integration, tests/slurm):
 #   bash scripts/test.sh             set up (with the test tools), lint, the unit tier (stops at
-#                                    the first failure), then the integration tier and, beside it,
+#                                    the first failure), then the integration tier; beside both,
 #                                    the Slurm tier on the local two-node cluster (started here,
 #                                    installing Debian's Slurm packages when missing; taken down
 #                                    again if started here)
@@ -54,24 +54,9 @@ banner "lint"
 ruff check src analysis tests benchmarks examples
 ruff format --check src analysis tests benchmarks examples
 
-banner "unit tier (in-process; stops at the first failure)"
-unit_rc=0
-python -m pytest tests/unit -x -q --junitxml="$reports/unit.xml" "${pytest_args[@]}" || unit_rc=$?
-if [ "$unit_rc" != 0 ] && ! no_tests_ok "$unit_rc"; then
-  totals
-  echo "the unit tier failed: integration and Slurm tiers not run"
-  exit "$unit_rc"
-fi
-
-if [ "$quick" = 1 ]; then
-  totals
-  echo "quick run: lint and the unit tier only; integration and Slurm tiers not run"
-  exit 0
-fi
-
 slurm_pid=""
 slurm_log="$reports/slurm.log"
-if [ "$slurm" = 1 ]; then
+if [ "$quick" = 0 ] && [ "$slurm" = 1 ]; then
   # The Slurm tier needs the local cluster; one that was already up is left as it is.
   started_cluster=0
   scalescope local-cluster status -q >/dev/null 2>&1 || started_cluster=1
@@ -89,15 +74,37 @@ if [ "$slurm" = 1 ]; then
   }
   trap cleanup EXIT
   trap 'exit 130' INT TERM
-  # Beside the integration tier: Slurm's jobs mostly wait (a time limit, a requeue, the
-  # scheduler), and the integration tier uses about one core on average, so the two share
-  # the machine instead of taking turns. Its output follows the integration tier's.
+  # Beside the unit and integration tiers: Slurm's jobs mostly wait (a time limit, a
+  # requeue, the scheduler), and the other tiers use about one core on average, so they
+  # share the machine instead of taking turns. Its output follows the integration tier's;
+  # it is stopped (and not counted) if the unit tier fails.
   banner "tests/slurm: started in the background (its output comes after the integration tier's)"
   python -m pytest tests/slurm -q --durations=25 --junitxml="$reports/slurm.xml" \
     "${pytest_args[@]}" >"$slurm_log" 2>&1 &
   slurm_pid=$!
-else
+elif [ "$quick" = 0 ]; then
   banner "--no-slurm: the Slurm tier (tests/slurm) is NOT run"
+fi
+
+banner "unit tier (in-process; stops at the first failure)"
+unit_rc=0
+python -m pytest tests/unit -x -q --junitxml="$reports/unit.xml" "${pytest_args[@]}" || unit_rc=$?
+if [ "$unit_rc" != 0 ] && ! no_tests_ok "$unit_rc"; then
+  if [ -n "$slurm_pid" ]; then
+    kill "$slurm_pid" 2>/dev/null || true
+    wait "$slurm_pid" 2>/dev/null || true
+    slurm_pid=""
+    rm -f "$reports/slurm.xml"
+  fi
+  totals
+  echo "the unit tier failed: integration and Slurm tiers not run"
+  exit "$unit_rc"
+fi
+
+if [ "$quick" = 1 ]; then
+  totals
+  echo "quick run: lint and the unit tier only; integration and Slurm tiers not run"
+  exit 0
 fi
 
 banner "tests/integration"

@@ -1,6 +1,6 @@
-"""Eight jobs finishing at once into one outputs/ folder, summarised while they write.
+"""Six jobs finishing at once into one outputs/ folder, summarised while they write.
 
-Real processes throughout: eight ``python -m scalescope.train`` runs started together
+Real processes throughout: six ``python -m scalescope.train`` runs started together
 (half of them sharing one job id, as requeued or re-submitted jobs do, so they race for the
 same run directory), each printing its record into its own log, and summaries of the same
 folder written by several ``python -m analysis.summarize`` processes at the same time.
@@ -20,7 +20,7 @@ from core_helpers import TINY, clean_env
 
 from scalescope.record import ResultRecord, decode_line, read_result_json
 
-JOBS = 8
+JOBS = 6
 SUMMARIZERS = 3
 
 
@@ -35,7 +35,7 @@ def _summarize(out: Path) -> subprocess.Popen[str]:
 
 
 @pytest.mark.timeout(900)
-def test_eight_jobs_finishing_at_once_lose_no_record(tmp_path: Path) -> None:
+def test_six_jobs_finishing_at_once_lose_no_record(tmp_path: Path) -> None:
     out = tmp_path / "outputs"
     logs = out / "logs"
     logs.mkdir(parents=True)

@@ -494,10 +494,17 @@ def _train(tmp_path: Path, env: dict[str, str], *overrides: str, timeout_s: floa
     return Run(proc, time.monotonic() - start)
 
 
-def test_two_process_run_offline_writes_one_archive(tmp_path: Path) -> None:
-    run = _train(tmp_path, _clean_env(tmp_path), "trainer.devices=2", "tracking.mode=offline")
+@pytest.fixture(scope="module")
+def offline_two(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+    """One 2-process run with tracking offline, and its folder."""
+    folder = tmp_path_factory.mktemp("offline-two")
+    return _train(folder, _clean_env(folder), "trainer.devices=2", "tracking.mode=offline"), folder
+
+
+def test_two_process_run_offline_writes_one_archive(offline_two: tuple[Run, Path]) -> None:
+    run, folder = offline_two
     assert run.returncode == 0, run.output[-3000:]
-    out = tmp_path / "out"
+    out = folder / "out"
     result = one_result(out)
     found = archives(out)
     assert len(found) == 1, found  # rank 0 only
@@ -522,7 +529,9 @@ def test_two_process_run_offline_writes_one_archive(tmp_path: Path) -> None:
     assert data["others"]["version.torch"] == result.versions["torch"]
 
 
-def test_fake_key_and_unanswered_server_training_completes(tmp_path: Path) -> None:
+def test_fake_key_and_unanswered_server_training_completes(
+    tmp_path: Path, offline_two: tuple[Run, Path]
+) -> None:
     """Online asked for (a key is set) but the server never answers: the start line says
     so after connect_timeout_s, training runs, the record is complete, the key is nowhere,
     and the offline archive has the same parameter keys as any other run."""
@@ -546,11 +555,9 @@ def test_fake_key_and_unanswered_server_training_completes(tmp_path: Path) -> No
     assert {"world_size", "nodes", "devices_per_node", "global_batch_size"} <= set(params_1)
 
     # Same parameter keys as a 2-process run: runs compare column by column.
-    two = tmp_path / "two"
-    two.mkdir()
-    other = _train(two, _clean_env(tmp_path), "trainer.devices=2", "tracking.mode=offline")
+    other, folder = offline_two
     assert other.returncode == 0, other.output[-3000:]
-    (found_2,) = archives(tmp_path / "two" / "out")
+    (found_2,) = archives(folder / "out")
     assert sorted(tracking.read_offline_archive(found_2)["parameters"]) == params_1
     print(
         f"\nunanswered server, 1 process: job {run.wall_s:.1f} s wall, "

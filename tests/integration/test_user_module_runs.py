@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from core_helpers import TRAIN_TIMEOUT_S, clean_env, run_train
+from core_helpers import TRAIN_TIMEOUT_S, TrainRun, clean_env, run_train
 from user_module_helpers import (
     BAD,
     EXAMPLE,
@@ -75,21 +75,49 @@ def test_train_the_example_in_one_process(tmp_path: Path) -> None:
     )
 
 
-def test_train_the_example_in_two_processes(tmp_path: Path) -> None:
-    # Lightning's DistributedSampler gives each rank 1,500 samples: 46 batches of 32 and one
-    # of 28 each; the counts summed over ranks are the same 3,000 per epoch.
-    run = run_train(
+@pytest.fixture(scope="module")
+def example_two(tmp_path_factory: pytest.TempPathFactory) -> TrainRun:
+    """The example at 2 processes, the diagnosis on (the default)."""
+    return run_train(
         REPO,
         *QUIET,
         *SHORT_LAST,
         "trainer.devices=2",
+        output_dir=tmp_path_factory.mktemp("example-two"),
+        module_args=("--config", EXAMPLE),
+    )
+
+
+def test_train_the_example_in_two_processes(example_two: TrainRun) -> None:
+    # Lightning's DistributedSampler gives each rank 1,500 samples: 46 batches of 32 and one
+    # of 28 each; the counts summed over ranks are the same 3,000 per epoch.
+    assert example_two.returncode == 0, example_two.describe()
+    (r,) = example_two.results()
+    _check_example_record(r, world=2)
+    assert r.identity.per_device_batch_size == 32  # passed to MyData(batch_size=...)
+
+
+def test_the_example_is_diagnosed_and_trains_the_same(
+    tmp_path: Path, example_two: TrainRun
+) -> None:
+    """Automatic optimization, its own loaders, self.log in its step: the diagnosis (and
+    its calibration through the module's own training_step) leaves training as it was."""
+    off = run_train(
+        REPO,
+        *QUIET,
+        *SHORT_LAST,
+        "trainer.devices=2",
+        "diagnosis.enabled=false",
         output_dir=tmp_path,
         module_args=("--config", EXAMPLE),
     )
-    assert run.returncode == 0, run.describe()
-    (r,) = run.results()
-    _check_example_record(r, world=2)
-    assert r.identity.per_device_batch_size == 32  # passed to MyData(batch_size=...)
+    assert off.returncode == 0, off.describe()
+    ((on,), (off_r,)) = example_two.results(), off.results()
+    assert on.val_loss_final == off_r.val_loss_final
+    d = on.diagnosis
+    assert d is not None and d["calibration"]["status"] == "measured", d
+    assert all(r["input_wait_s"] > 0 for r in d["ranks"])  # a real DataLoader
+    assert off_r.diagnosis is not None and off_r.diagnosis["status"] == "off"
 
 
 def _summarize(folder: Path) -> subprocess.CompletedProcess[str]:
