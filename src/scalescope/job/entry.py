@@ -40,7 +40,7 @@ from ..errors import ScalescopeError, TopologyError
 from ..procinfo import process_start_unix
 from ..workloads import is_user
 from . import topology
-from .children import take_over_from_observer
+from .children import StartedRanks, adopting_ddp, start_local_ranks, take_over_from_observer
 from .topology import Topology
 
 
@@ -243,6 +243,11 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     # An import-path workload: import and check its classes before anything starts.
     check_user_workload(cfg, batch.per_device_batch_size)
     topology.export_for_lightning(topo)
+    accelerator = _accelerator(cfg.trainer.accelerator, topo)  # imports torch
+    # Every rank names the same run: ranks 1..N-1 inherit the job id.
+    os.environ.setdefault("SCALESCOPE_JOB_ID", topo.job_id)
+    # A plain local run's other ranks start now, and import Lightning while this one does.
+    started = start_local_ranks(topo.world_size) if topo.launcher == "local" else None
 
     import lightning as L
     import torch
@@ -255,13 +260,9 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     from .tracking import Tracker, start_tracking
 
     _quiet_known_noise(topo)
-    accelerator = _accelerator(cfg.trainer.accelerator, topo)
     threads = _threads(cfg.trainer.threads_per_process, topo, accelerator)
     torch.set_num_threads(threads)
 
-    # Lightning's own launcher re-executes this command for ranks 1..N-1; they inherit the
-    # job id so that every rank names the same run.
-    os.environ.setdefault("SCALESCOPE_JOB_ID", topo.job_id)
     run_dir = Path(cfg.output_dir) / "runs" / cfg.name / topo.run_id
     if topo.is_rank_zero:
         run_dir = _unique_dir(run_dir)
@@ -363,6 +364,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
                 *(diag.after_timing() if diag else []),
                 stop,
             ],
+            started=started,
             # A user's module brings plain DataLoaders: Lightning gives each rank its shard.
             **({"use_distributed_sampler": True} if user_workload else {}),
         )
@@ -462,6 +464,7 @@ def build_trainer(
     accelerator: str,
     run_dir: Path,
     callbacks: list[Any],
+    started: StartedRanks | None = None,
     **overrides: Any,
 ) -> Any:
     """The Lightning Trainer scalescope trains with (also timed by benchmarks/overhead.py).
@@ -484,11 +487,12 @@ def build_trainer(
     # group's timeout is set to the collective one before training.
     collective = dt.timedelta(seconds=trainer_cfg.collective_timeout_s)
     startup = max(collective, dt.timedelta(seconds=STARTUP_TIMEOUT_S))
-    strategy: Any = (
-        DDPStrategy(gradient_as_bucket_view=True, timeout=startup)
-        if topo.world_size > 1
-        else "auto"
-    )
+    ddp = {"gradient_as_bucket_view": True, "timeout": startup}
+    strategy: Any = "auto"
+    if started is not None:  # ranks 1..N-1 already running (children.start_local_ranks)
+        strategy = adopting_ddp(started, **ddp)
+    elif topo.world_size > 1:
+        strategy = DDPStrategy(**ddp)
     if topo.world_size > 1 and startup != collective:
 
         class CollectiveTimeout(L.Callback):

@@ -7,8 +7,8 @@ Three launchers are recognised:
 * ``submitit-local`` -- tasks started by submitit's LocalExecutor: their SUBMITIT_LOCAL_*
   ranks are mapped onto LOCAL_RANK / NODE_RANK / MASTER_ADDR / MASTER_PORT so that Lightning
   runs them as one DDP group without re-launching anything;
-* ``local``          -- a plain ``scalescope train``: Lightning starts the extra ranks itself
-  (children see LOCAL_RANK set by it).
+* ``local``          -- a plain ``scalescope train``: rank 0 starts the extra ranks early and
+  Lightning's launcher adopts them (``children.start_local_ranks``; they see LOCAL_RANK).
 
 Kept free of torch: the sweep launcher validates shapes with it on a login node.
 """
