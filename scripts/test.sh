@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, in tiers (tests/unit, tests/integration, tests/slurm):
 #   bash scripts/test.sh             set up (with the test tools), lint, the unit tier (stops at
-#                                    the first failure), then the integration tier (its timing
-#                                    tests and, beside them, the rest); beside all of it,
+#                                    the first failure), then the integration tier; beside both,
 #                                    the Slurm tier on the local two-node cluster (started here,
 #                                    installing Debian's Slurm packages when missing; taken down
 #                                    again if started here)
@@ -32,18 +31,7 @@ bash scripts/setup.sh --dev
 source .venv/bin/activate
 
 reports=$(mktemp -d)
-slurm_pid=""
-rest_pid=""
-started_cluster=0
-cleanup() {
-  # Background tiers and a cluster started here end with this script, however it ends.
-  if [ -n "$slurm_pid" ]; then kill "$slurm_pid" 2>/dev/null || true; fi
-  if [ -n "$rest_pid" ]; then kill "$rest_pid" 2>/dev/null || true; fi
-  if [ "$started_cluster" = 1 ]; then scalescope local-cluster down || true; fi
-  rm -rf "$reports"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'rm -rf "$reports"' EXIT
 totals() {
   # One closing line over every tier that ran: "tests: N passed, N failed, N skipped".
   python - "$reports" <<'PY'
@@ -66,9 +54,11 @@ banner "lint"
 ruff check src analysis tests benchmarks examples
 ruff format --check src analysis tests benchmarks examples
 
+slurm_pid=""
 slurm_log="$reports/slurm.log"
 if [ "$quick" = 0 ] && [ "$slurm" = 1 ]; then
   # The Slurm tier needs the local cluster; one that was already up is left as it is.
+  started_cluster=0
   scalescope local-cluster status -q >/dev/null 2>&1 || started_cluster=1
   if ! export_line=$(scalescope local-cluster up -q); then
     echo "test.sh: the local Slurm cluster did not come up (reason above); the Slurm tier" \
@@ -77,6 +67,13 @@ if [ "$quick" = 0 ] && [ "$slurm" = 1 ]; then
   fi
   eval "$export_line"
   export SCALESCOPE_REQUIRE_SLURM=1 # the tier's fixture fails, never skips, without a cluster
+  cleanup() {
+    if [ -n "$slurm_pid" ]; then kill "$slurm_pid" 2>/dev/null || true; fi
+    if [ "$started_cluster" = 1 ]; then scalescope local-cluster down || true; fi
+    rm -rf "$reports"
+  }
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
   # Beside the unit and integration tiers: Slurm's jobs mostly wait (a time limit, a
   # requeue, the scheduler), and the other tiers use about one core on average, so they
   # share the machine instead of taking turns. Its output follows the integration tier's;
@@ -110,40 +107,11 @@ if [ "$quick" = 1 ]; then
   exit 0
 fi
 
-# The integration tier in two halves at once: the tests that assert on measured times or
-# attributions (marker `timing`, each checked 5 times in a row beside a busy-looping
-# neighbour), and beside them the rest, whose runs mostly leave the second core idle
-# (one process, or imports one after the other). A caller's own -m selects as given, in one
-# run.
+banner "tests/integration"
 rc=0
-rest_pid=""
-rest_log="$reports/integration-rest.log"
-own_marker=0
-for arg in "${pytest_args[@]}"; do
-  case "$arg" in -m | -m*) own_marker=1 ;; esac
-done
-if [ "$own_marker" = 0 ]; then
-  banner "tests/integration, not timing: started in the background (its output follows)"
-  python -m pytest tests/integration -m "not timing" -q --durations=15 \
-    --junitxml="$reports/integration-rest.xml" "${pytest_args[@]}" >"$rest_log" 2>&1 &
-  rest_pid=$!
-  banner "tests/integration, timing"
-  python -m pytest tests/integration -m timing -q --durations=25 \
-    --junitxml="$reports/integration.xml" "${pytest_args[@]}" || rc=$?
-  no_tests_ok "$rc" && rc=0
-  banner "tests/integration, not timing"
-  rest_rc=0
-  wait "$rest_pid" || rest_rc=$?
-  rest_pid=""
-  cat "$rest_log"
-  no_tests_ok "$rest_rc" && rest_rc=0
-  [ "$rc" = 0 ] && rc=$rest_rc
-else
-  banner "tests/integration"
-  python -m pytest tests/integration -q --durations=25 --junitxml="$reports/integration.xml" \
-    "${pytest_args[@]}" || rc=$?
-  no_tests_ok "$rc" && rc=0
-fi
+python -m pytest tests/integration -q --durations=25 --junitxml="$reports/integration.xml" \
+  "${pytest_args[@]}" || rc=$?
+no_tests_ok "$rc" && rc=0
 
 if [ -n "$slurm_pid" ]; then
   banner "tests/slurm"

@@ -21,8 +21,6 @@ from scalescope.job.allreduce import (
     sweep_sizes,
 )
 
-pytestmark = pytest.mark.timing  # measured times or attributions: run apart (scripts/test.sh)
-
 ROOT = Path(__file__).resolve().parents[2]
 
 WORKER = ROOT / "tests" / "allreduce_worker.py"

@@ -35,10 +35,7 @@ from analysis.frame import load_all
 from scalescope.job.allreduce import predicted_step_s
 from scalescope.record import ResultRecord, encode
 
-pytestmark = [
-    pytest.mark.timeout(600),
-    pytest.mark.timing,  # measured times or attributions: run apart (scripts/test.sh)
-]
+pytestmark = pytest.mark.timeout(600)
 
 REPEATS = 2
 """Runs at 2 processes per cause: attributions are asserted on their mean, never one draw."""

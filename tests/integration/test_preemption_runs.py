@@ -7,13 +7,10 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
 from core_helpers import two_rank_run
 
 from scalescope.job.entry import EXIT_STOPPED
 from scalescope.record import read_result_json
-
-pytestmark = pytest.mark.timing  # measured times or attributions: run apart (scripts/test.sh)
 
 
 def test_sigterm_with_slow_steps_stops_both_ranks_and_records_why(tmp_path: Path) -> None:

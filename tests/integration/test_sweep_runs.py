@@ -21,8 +21,6 @@ from sweep_helpers import (
 from scalescope.job.timing import READY_LINE
 from scalescope.record import ResultRecord, decode_line
 
-pytestmark = pytest.mark.timing  # measured times or attributions: run apart (scripts/test.sh)
-
 
 def records_in(log: Path) -> list[Any]:
     events = []

@@ -30,8 +30,6 @@ from tracking_helpers import (
 from scalescope.config import TrackingConfig
 from scalescope.job import tracking
 
-pytestmark = pytest.mark.timing  # measured times or attributions: run apart (scripts/test.sh)
-
 REPO = Path(__file__).resolve().parents[2]
 
 TAGS = ["world2", "nodes1", "bf16-mixed", "strong", "spiral", "sweep:s1"]

@@ -22,8 +22,6 @@ from scalescope.job.hardware import peak_flops
 from scalescope.job.timing import READY_LINE
 from scalescope.record import ResultRecord, read_result_json
 
-pytestmark = pytest.mark.timing  # measured times or attributions: run apart (scripts/test.sh)
-
 
 def _finished(run: object) -> ResultRecord:
     assert isinstance(run, TrainRun)
