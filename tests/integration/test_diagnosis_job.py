@@ -201,7 +201,15 @@ all-reduce keeps it: its advice quotes the measured bus bandwidth)."""
 CAUSES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     # cause -> (the waterfall part it must land in, the train arguments, whether the plain
     # spiral's 1-device run is its baseline: the fault does nothing on one device)
-    "slow input": ("input", ("faults.input_sleep_s=0.1", *NO_BASELINE), False),
+    # 200 ms a fetch, every rank and the baseline alike: the step is mostly the sleep, so
+    # what the loaded machine adds to the all-reduce stays small beside it (with 100 ms,
+    # beside the Slurm tier and more, input fell to half of the loss); fewer samples keep
+    # the run as short as before.
+    "slow input": (
+        "input",
+        ("faults.input_sleep_s=0.2", "workload.num_samples=1000", *NO_BASELINE),
+        False,
+    ),
     "one slow rank": (
         "skew",
         ("faults.slow_rank=1", "faults.slow_rank_sleep_s=0.04", *NO_BASELINE),
