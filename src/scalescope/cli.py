@@ -51,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except ScalescopeError as exc:
-        print(f"scalescope {args.command}: error: {exc}", file=sys.stderr)
+        if getattr(exc, "rank", 0) == 0:  # SameOnEveryRankError: rank 0 speaks for all
+            print(f"scalescope {args.command}: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         print(f"scalescope {args.command}: interrupted", file=sys.stderr)

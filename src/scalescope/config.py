@@ -38,6 +38,12 @@ class TrainerConfig:
     max_steps: int | None = option(
         None, help="stop after this many optimizer steps (null = run all epochs)", check=positive
     )
+    limit_train_batches: int | None = option(
+        None,
+        help="training batches per epoch (Lightning's name; null = the whole loader); with "
+        "max_steps, what bounds a training loader that has no length (a streaming data set)",
+        check=positive,
+    )
     precision: Precision = option("32", help="32, bf16-mixed or 16-mixed (16-mixed needs a GPU)")
     seed: int = option(42, help="seed of model initialisation and shuffling")
     accelerator: Literal["auto", "cpu", "gpu"] = option(
@@ -409,13 +415,17 @@ def resolve_batch(trainer: TrainerConfig, world_size: int) -> Resolved:
     return Resolved(trainer.batch_size // world_size, trainer.batch_size)
 
 
-def check_user_workload(cfg: TrainConfig, per_device_batch_size: int | None = None) -> None:
+def check_user_workload(cfg: TrainConfig, per_device_batch_size: int | None = None) -> Any:
     """Import and check an import-path workload's classes and constructor arguments (imports
-    lightning); a no-op for built-in workloads. ConfigError names the key."""
+    lightning): what :func:`scalescope.workloads.user.check` resolved, or None for built-in
+    workloads. ConfigError names the key."""
     if workloads.is_user(cfg.workload_name):
         from .workloads import user
 
-        user.check(cfg.workload_name, cfg.workload_params(), batch_size=per_device_batch_size)
+        return user.check(
+            cfg.workload_name, cfg.workload_params(), batch_size=per_device_batch_size
+        )
+    return None
 
 
 def check_one_step(params: Any, global_batch: int) -> None:

@@ -11,3 +11,12 @@ class ConfigError(ScalescopeError):
 
 class TopologyError(ScalescopeError):
     """The allocation or the machine does not match what the config asks for."""
+
+
+class SameOnEveryRankError(ScalescopeError):
+    """Found by every rank of a run alike (a check of the loaders inside ``fit``): only
+    rank 0 prints it, so a run of any size says it once."""
+
+    def __init__(self, message: str, *, rank: int) -> None:
+        super().__init__(message)
+        self.rank = rank

@@ -241,7 +241,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     check_one_step(params, batch.global_batch_size)
     user_workload = is_user(cfg.workload_name)
     # An import-path workload: import and check its classes before anything starts.
-    check_user_workload(cfg, batch.per_device_batch_size)
+    resolved = check_user_workload(cfg, batch.per_device_batch_size)
     topology.export_for_lightning(topo)
     accelerator = _accelerator(cfg.trainer.accelerator, topo)  # imports torch
     # Every rank names the same run: ranks 1..N-1 inherit the job id.
@@ -338,7 +338,11 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             ),
         )
         stop = StopOnSignal()
-        measures = _UserMeasures.create(model, timing) if user_workload else None
+        measures = (
+            _UserMeasures.create(model, timing, resolved.batch_size_passed_to)
+            if user_workload
+            else None
+        )
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         diag = _Diagnosis.create(cfg, timing, topo, node)
 
@@ -400,7 +404,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             result = replace(
                 result,
                 diagnosis=(
-                    diag.section(agreed, result.steady_steps, ident.per_device_batch_size)
+                    diag.section(agreed, result.steady_steps, result.identity.per_device_batch_size)
                     if diag
                     else _diagnosis_off()
                 ),
@@ -415,6 +419,8 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             )
             record.write_json_atomic(run_dir / "result.json", result.to_dict())
             print(record.encode(result), flush=True)
+            for warning in (result.batch or {}).get("warnings", []):
+                _say(topo, f"warning: {warning}")
             _say(topo, _summary_line(result))
         _leave_process_group()
         if stop.reason is not None:
@@ -518,6 +524,7 @@ def build_trainer(
         "precision": "32-true" if precision == "32" else precision,
         "max_epochs": trainer_cfg.max_epochs,
         "max_steps": trainer_cfg.max_steps or -1,
+        "limit_train_batches": trainer_cfg.limit_train_batches,
         "check_val_every_n_epoch": trainer_cfg.val_every_n_epochs,
         "num_sanity_val_steps": 0,
         "logger": False,
@@ -537,16 +544,18 @@ class _UserMeasures:
     samples counted from its loader, validation metrics from what it logs, and (without its
     own ``flops_per_sample()``) FLOPs measured once before the clock starts."""
 
-    def __init__(self, counter: Any, history: Any, probe: Any) -> None:
+    def __init__(self, counter: Any, history: Any, probe: Any, passed_to: str | None) -> None:
         self.counter, self.history, self.probe = counter, history, probe
+        self.passed_to = passed_to
+        """The class scalescope gave ``batch_size`` to, or None."""
         self.counted: Any = None  # set on every rank after training (counter.agree)
 
     @classmethod
-    def create(cls, model: Any, timing: Any) -> _UserMeasures:
+    def create(cls, model: Any, timing: Any, passed_to: str | None) -> _UserMeasures:
         from ..workloads.user_job import FlopsProbe, SampleCounter, ValHistory
 
         probe = None if hasattr(model, "flops_per_sample") else FlopsProbe()
-        return cls(SampleCounter(lambda: timing.t.warmup_steps), ValHistory(), probe)
+        return cls(SampleCounter(lambda: timing.t.warmup_steps), ValHistory(), probe, passed_to)
 
     def before_timing(self) -> list[Any]:
         # Hooks run in list order: the probe measures before the TimingCallback's clock starts
@@ -639,17 +648,24 @@ def _result(
     """
     import torch
 
+    from ..workloads.user_job import measured_batch
     from .hardware import mfu, peak_entry_label, peak_flops
-    from .timing import median_step_time
+    from .timing import loader_steps, median_step_time
 
     steps = int(trainer.global_step)
     train_time = sum(agreed.epoch_times_s)
     counted = measures.counted if measures is not None else None
+    batch_section = None
+    if measures is not None and counted is not None:
+        ident, batch_section = measured_batch(
+            ident, counted, measures.passed_to, trainer.train_dataloader
+        )
     samples = counted.train_samples if counted is not None else steps * ident.global_batch_size
     rate = record.rate(samples, train_time)
     per_device = rate / ident.world_size
-    loader = trainer.train_dataloader
-    steps_per_epoch = int(getattr(loader, "num_steps", len(loader) if loader else 0))
+    # Known before the epoch ran (a length, limit_train_batches), else what the longest
+    # epoch ran: a stream without a length ends its epochs where it ends.
+    steps_per_epoch = loader_steps(trainer) or max(agreed.epoch_steps, default=0)
     # Mean epoch times over complete epochs only (max_steps may cut the last one short).
     full = [
         t
@@ -730,6 +746,7 @@ def _result(
         versions=dict(versions),
         config=cfg.to_dict(),
         finished_at=_utc(time.time()),
+        batch=batch_section,
     )
 
 

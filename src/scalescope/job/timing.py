@@ -20,6 +20,7 @@ Rules this module follows:
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -31,9 +32,18 @@ import torch
 import torch.distributed as dist
 
 from ..config import WARMUP_AUTO_MAX_STEPS
+from ..errors import SameOnEveryRankError
 from ..procinfo import peak_host_rss_gib, process_start_unix
 
-__all__ = ["TimingCallback", "agree", "median_step_time", "process_start_unix", "resolve_warmup"]
+__all__ = [
+    "TimingCallback",
+    "agree",
+    "check_bounded",
+    "loader_steps",
+    "median_step_time",
+    "process_start_unix",
+    "resolve_warmup",
+]
 
 
 READY_LINE = "scalescope: training starts"
@@ -59,11 +69,28 @@ class Timings:
     """Training time (validation excluded) from train start to the end of the warm-up."""
 
 
-def resolve_warmup(setting: int | str, steps_per_epoch: int) -> int:
-    """``trainer.warmup_steps``: ``auto`` is the first epoch, capped for long epochs."""
+def resolve_warmup(setting: int | str, steps_per_epoch: int, max_steps: int | None = None) -> int:
+    """``trainer.warmup_steps``: ``auto`` is the first epoch, capped for long epochs; where
+    the epoch's length is not known before it runs (a loader without a length, bounded by
+    ``max_steps``), the first half of ``max_steps``, with the same cap."""
     if setting == "auto":
-        return min(steps_per_epoch, WARMUP_AUTO_MAX_STEPS) if steps_per_epoch > 0 else 0
+        if steps_per_epoch > 0:
+            return min(steps_per_epoch, WARMUP_AUTO_MAX_STEPS)
+        if max_steps:
+            return min(max_steps // 2, WARMUP_AUTO_MAX_STEPS)
+        return 0
     return int(setting)
+
+
+def check_bounded(trainer: L.Trainer) -> None:
+    """Refuse a training loader without a length that nothing bounds: its epochs would end
+    only if its stream does. Called on every rank before the first step."""
+    if math.isinf(trainer.num_training_batches) and (trainer.max_steps or -1) < 0:
+        raise SameOnEveryRankError(
+            "the training loader has no length (an iterable data set) and nothing bounds an "
+            "epoch of it: set trainer.max_steps (or trainer.limit_train_batches)",
+            rank=trainer.global_rank,
+        )
 
 
 class TimingCallback(L.Callback):
@@ -80,7 +107,7 @@ class TimingCallback(L.Callback):
         self.t = Timings(process_start_unix=process_start)
         self.every = log_every_n_steps
         self.warmup_setting = warmup_steps
-        self._steps_per_epoch = steps_per_epoch or _loader_steps
+        self._steps_per_epoch = steps_per_epoch or loader_steps
         self._warmup_target = 0
         self.on_loss = on_loss
         self.on_epoch = on_epoch
@@ -109,7 +136,11 @@ class TimingCallback(L.Callback):
         self.t.train_start_unix = time.time()
         if trainer.global_rank == 0:
             print(f"{READY_LINE} (all {trainer.world_size} ranks met)", flush=True)
-        self._warmup_target = resolve_warmup(self.warmup_setting, self._steps_per_epoch(trainer))
+        check_bounded(trainer)
+        max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        self._warmup_target = resolve_warmup(
+            self.warmup_setting, self._steps_per_epoch(trainer), max_steps
+        )
         if self._warmup_target == 0:
             self.t.warmup_steps, self.t.warmup_train_s = 0, 0.0
 
@@ -183,15 +214,18 @@ class TimingCallback(L.Callback):
         self.t.train_end_unix = time.time()
 
 
-def _loader_steps(trainer: L.Trainer) -> int:
-    """Optimizer steps in one epoch, as the training loader says (0 when unknown)."""
+def loader_steps(trainer: L.Trainer) -> int:
+    """Optimizer steps in one epoch as known before it runs (0 when unknown): a built-in
+    loader's own count, else Lightning's number of training batches (the loader's length,
+    ``limit_train_batches`` applied; infinite for a loader without a length)."""
     loader = trainer.train_dataloader
     if loader is None:
         return 0
-    try:
-        return int(getattr(loader, "num_steps", None) or len(loader))
-    except TypeError:  # an iterable loader without a length
-        return 0
+    own = getattr(loader, "num_steps", None)
+    if own:
+        return int(own)
+    batches = trainer.num_training_batches
+    return int(batches) if math.isfinite(batches) else 0
 
 
 def _thin_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:

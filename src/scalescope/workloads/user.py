@@ -175,6 +175,13 @@ class Resolved:
         kwargs = self.datamodule_kwargs if self.datamodule_cls else self.module_kwargs
         return BATCH_SIZE_ARG in kwargs
 
+    @property
+    def batch_size_passed_to(self) -> str | None:
+        """The class scalescope gave ``batch_size`` to, or None."""
+        if not self.batch_size_passed:
+            return None
+        return (self.datamodule_cls or self.module_cls).__name__
+
 
 def check(name: str, params: UserParams, *, batch_size: int | None = None) -> Resolved:
     """Import and check an import-path workload (imports lightning); ConfigError otherwise.

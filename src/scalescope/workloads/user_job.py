@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -69,6 +70,17 @@ class Counted:
     """Training samples up to the end of the warm-up; None when training never left it."""
     val_samples: int
     """Samples of the first validation pass."""
+    train_batches: int = 0
+    """Training batches the loaders yielded, summed over ranks."""
+    max_batch: int = 0
+    """The largest training batch any rank saw."""
+    same_first_batch: bool | None = None
+    """Whether every rank's first training batch was identical (None: one rank, or a batch
+    without a tensor to compare)."""
+
+    @property
+    def per_device_mean(self) -> float | None:
+        return self.train_samples / self.train_batches if self.train_batches else None
 
 
 @dataclass
@@ -81,6 +93,9 @@ class SampleCounter(L.Callback):
 
     warmup_steps: Callable[[], int | None]
     total: int = 0
+    batches: int = 0
+    max_batch: int = 0
+    first_fingerprint: float = float("nan")
     warmup_samples: int | None = None
     epoch_samples: list[int] = field(default_factory=list)
     val_samples: int = 0
@@ -97,7 +112,12 @@ class SampleCounter(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, i: int
     ) -> None:
-        self.total += batch_size_of(pl_module, batch)  # shapes only: no device sync
+        size = batch_size_of(pl_module, batch)  # shapes only: no device sync
+        if self.batches == 0:
+            self.first_fingerprint = _fingerprint(batch)  # once: one sync at most
+        self.total += size
+        self.batches += 1
+        self.max_batch = max(self.max_batch, size)
         if self.warmup_samples is None and self.warmup_steps() is not None:
             self.warmup_samples = self.total
 
@@ -121,20 +141,47 @@ class SampleCounter(L.Callback):
             self._validations += 1
 
     def agree(self, trainer: L.Trainer) -> Counted:
-        """Sums over ranks (call on every rank)."""
+        """Sums over ranks, the largest batch, and whether the ranks' first batches were
+        the same (call on every rank)."""
         mine = [
             self.total,
             self.epoch_samples[0] if self.epoch_samples else self.total,
             -1 if self.warmup_samples is None else self.warmup_samples,
             self.val_samples,
+            self.batches,
         ]
         device = trainer.strategy.root_device
         summed = trainer.strategy.reduce(
             torch.tensor(mine, dtype=torch.int64, device=device), reduce_op="sum"
         )
-        total, first, warmup, val = (int(v) for v in summed.tolist())
+        total, first, warmup, val, batches = (int(v) for v in summed.tolist())
+        same: bool | None = None
+        largest = self.max_batch
+        if trainer.world_size > 1:
+            theirs = trainer.strategy.all_gather(
+                torch.tensor(
+                    [float(self.max_batch), self.first_fingerprint],
+                    dtype=torch.float64,
+                    device=device,
+                )
+            ).reshape(-1, 2)
+            largest = int(theirs[:, 0].max().item())
+            prints = theirs[:, 1].tolist()
+            if all(p == p for p in prints):  # no NaN: every rank had a tensor to compare
+                same = len(set(prints)) == 1
         # The warm-up ends at the same step on every rank: all -1 or none.
-        return Counted(total, first, warmup if warmup >= 0 else None, val)
+        return Counted(total, first, warmup if warmup >= 0 else None, val, batches, largest, same)
+
+
+def _fingerprint(batch: Any) -> float:
+    """A number that identical batches share and different ones almost never do: the
+    weighted sum of the first tensor's values (NaN without a tensor)."""
+    tensor = _first_tensor(batch)
+    if tensor is None:
+        return float("nan")
+    flat = tensor.detach().reshape(-1).to(torch.float64)
+    weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device)
+    return float((flat * weights).sum().item())
 
 
 class FlopsProbe(L.Callback):
@@ -236,3 +283,53 @@ def _metric(metrics: Mapping[str, Any], keys: Sequence[str]) -> float | None:
         if key in metrics:
             return float(metrics[key])
     return None
+
+
+def measured_batch(
+    ident: Any, counted: Counted, passed_to: str | None, loader: Any
+) -> tuple[Any, dict[str, Any]]:
+    """The record's identity with the batch sizes the training ``loader`` really yielded, and
+    the record's ``batch`` section (README, "Your own LightningModule")."""
+    world = ident.world_size
+    configured = ident.per_device_batch_size
+    iterable = isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset)
+    if iterable:
+        split = (
+            "not split by Lightning (an iterable data set): each rank reads what the data set "
+            "gives it, its own shard only if the data set shards by rank itself"
+        )
+    else:
+        split = "split by Lightning's DistributedSampler: each rank its own shard"
+    warnings_: list[str] = []
+    if world > 1 and counted.same_first_batch:
+        warnings_.append(
+            f"the {world} ranks' first training batches were identical: every rank may be "
+            "training on the same data (shard the data set by rank)"
+        )
+    mean = counted.per_device_mean
+    section: dict[str, Any] = {
+        "per_device_mean": mean,
+        "per_device_max": counted.max_batch or None,
+        "micro_batches": counted.train_batches,
+        "passed": configured if passed_to else None,
+        "passed_to": passed_to,
+        "data": {
+            "iterable": iterable,
+            "split": split,
+            "same_first_batch": counted.same_first_batch,
+        },
+        "warnings": warnings_,
+    }
+    if mean is None:  # nothing was yielded: the configured figures stand
+        return ident, section
+    measured = max(1, round(mean))
+    if passed_to and counted.max_batch != configured:
+        warnings_.append(
+            f"scalescope passed batch_size={configured} to {passed_to}, but its training "
+            f"loader yielded batches of {counted.max_batch} at most (mean {mean:.4g}) per "
+            "device: the record uses the measured batch"
+        )
+    ident = dataclasses.replace(
+        ident, per_device_batch_size=measured, global_batch_size=measured * world
+    )
+    return ident, section

@@ -1,0 +1,83 @@
+"""Modules this project did not write: Lightning's own demo classes, unmodified, under
+``scalescope train`` at 2 processes (lightning.pytorch.demos.boring_classes).
+
+Each yields one record with the batch its loaders really yielded (batches of 1: the demos'
+DataLoaders use the default batch size, whatever trainer.batch_size says), the samples it
+counted and a finite throughput; a stream without a length trains when bounded and is
+refused, in one line, when nothing bounds it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core_helpers import REPO, TrainRun, run_train
+
+DEMOS = "lightning.pytorch.demos.boring_classes"
+QUIET = ("tracking.mode='off'", "trainer.devices=2")
+
+
+def _demo(tmp_path: Path, model: str, datamodule: str, *args: str) -> TrainRun:
+    return run_train(
+        REPO,
+        *QUIET,
+        f"workload.name={DEMOS}:{model}",
+        f"workload.datamodule={DEMOS}:{datamodule}",
+        *args,
+        output_dir=tmp_path,
+    )
+
+
+def _record(run: TrainRun) -> object:
+    assert run.returncode == 0, run.describe()
+    (result,) = run.results()
+    assert result.samples_per_s > 0 and result.steady_samples_per_s is not None
+    return result
+
+
+def test_a_sized_data_set_records_the_batch_its_loader_yielded(tmp_path: Path) -> None:
+    r = _record(_demo(tmp_path, "BoringModel", "BoringDataModule", "trainer.max_epochs=2"))
+    # 64 training samples split over 2 ranks by the DistributedSampler, batches of 1
+    assert r.train_samples == 64 and r.steps_per_epoch == 32 and r.steps == 64
+    assert r.identity.per_device_batch_size == 1 and r.identity.global_batch_size == 2
+    b = r.batch
+    assert b["per_device_mean"] == 1.0 and b["per_device_max"] == 1
+    assert b["micro_batches"] == 128 and b["passed"] is None and b["passed_to"] is None
+    assert b["data"]["iterable"] is False and "DistributedSampler" in b["data"]["split"]
+    assert b["data"]["same_first_batch"] is False and b["warnings"] == []
+    assert r.diagnosis["status"] == "recorded"
+
+
+def test_a_stream_without_a_length_trains_when_bounded(tmp_path: Path) -> None:
+    run = _demo(tmp_path, "BoringModel", "BoringDataModuleNoLen", "trainer.max_steps=40")
+    r = _record(run)
+    assert r.steps == 40 and r.steps_per_epoch == 40  # what the (cut) epoch ran
+    assert r.warmup_steps == 20 and r.steady_steps == 20  # auto: half of max_steps
+    assert r.train_samples == 80  # 40 batches of 1 on each of 2 ranks
+    b = r.batch
+    assert r.identity.per_device_batch_size == 1 and b["per_device_max"] == 1
+    assert b["data"]["iterable"] is True and "not split by Lightning" in b["data"]["split"]
+    # Every rank seeds the same generator: the demo's stream is the same on both ranks,
+    # and the record and the output say so.
+    assert b["data"]["same_first_batch"] is True
+    assert any("identical" in w for w in b["warnings"]), b["warnings"]
+    assert "warning: the 2 ranks' first training batches were identical" in run.stdout
+
+
+def test_a_stream_nothing_bounds_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    run = _demo(tmp_path, "BoringModel", "BoringDataModuleNoLen")
+    assert run.returncode == 2, run.describe()
+    lines = run.stderr.strip().splitlines()
+    assert lines == [
+        "scalescope train: error: the training loader has no length (an iterable data set) "
+        "and nothing bounds an epoch of it: set trainer.max_steps (or "
+        "trainer.limit_train_batches)"
+    ], run.stderr
+    assert not run.results() and not list(tmp_path.rglob("result.json"))
+
+
+def test_a_manual_optimization_demo_records(tmp_path: Path) -> None:
+    r = _record(
+        _demo(tmp_path, "ManualOptimBoringModel", "BoringDataModule", "trainer.max_epochs=2")
+    )
+    assert r.steps == 64 and r.identity.per_device_batch_size == 1
