@@ -21,7 +21,7 @@ import pandas as pd
 
 from scalescope.record import Identity, ResultRecord
 
-from .metrics import SCALE_KEYS, STAT_COLUMNS
+from .metrics import SCALE_KEYS, SERIES_KEYS, STAT_COLUMNS
 from .parse import Failure, ParseResult, Problem, Run, parse
 
 PathArg = str | os.PathLike[str]
@@ -291,6 +291,47 @@ def unmeasured_runs(runs: pd.DataFrame) -> list[Problem]:
     return problems
 
 
+def scaling_mismatches(runs: pd.DataFrame) -> list[Problem]:
+    """A problem per series whose recorded batches do not follow its declared scaling mode
+    (a user's module records the batch its loaders yielded, which may ignore the config):
+    strong scaling whose per-device batch is the same at every world size is weak scaling,
+    and weak scaling whose global batch is the same is strong scaling. Such runs split into
+    one series per world size (the held batch differs), so no speedup is computed for them:
+    the problem says why."""
+    needed = {*SERIES_KEYS, "world_size", "per_device_batch_size", "global_batch_size"}
+    if runs.empty or not needed <= set(runs.columns):
+        return []
+    keys = [k for k in SERIES_KEYS if k != "held_batch_size"]
+    problems: list[Problem] = []
+    for _, g in runs.groupby(keys, dropna=False, sort=True):
+        sizes = g.dropna(subset=["world_size", "per_device_batch_size", "global_batch_size"])
+        if sizes["world_size"].nunique() < 2:
+            continue
+        mode = str(g["scaling_mode"].iloc[0])
+        per_device = set(sizes["per_device_batch_size"].astype(int))
+        global_ = set(sizes["global_batch_size"].astype(int))
+        name = f"{g['config_name'].iloc[0]} ({g['workload'].iloc[0]})"
+        if mode == "strong" and len(per_device) == 1 and len(global_) > 1:
+            (b,) = per_device
+            what = (
+                f"declared strong scaling, but the per-device batch recorded is {b} at every "
+                "world size: that is weak scaling (the loader does not take the batch "
+                "scalescope passes); set trainer.scaling=weak, or give the data module a "
+                "batch_size argument"
+            )
+        elif mode == "weak" and len(global_) == 1 and len(per_device) > 1:
+            (b,) = global_
+            what = (
+                f"declared weak scaling, but the global batch recorded is {b} at every world "
+                "size: that is strong scaling; set trainer.scaling=strong"
+            )
+        else:
+            continue
+        sources = str(g["sources"].iloc[0] or "").split(";")
+        problems.append(Problem(sources[0], f"series {name}: {what}; no speedup is computed"))
+    return problems
+
+
 def load_all(
     path: PathArg | Sequence[PathArg],
     *,
@@ -301,7 +342,7 @@ def load_all(
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     result = parse(paths, jobs=jobs, exclude=exclude)
     runs = runs_frame(result)
-    problems = [*result.problems, *unmeasured_runs(runs)]
+    problems = [*result.problems, *unmeasured_runs(runs), *scaling_mismatches(runs)]
     return Loaded(runs, failures_frame(result), problems, result.files_read)
 
 
