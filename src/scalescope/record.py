@@ -173,8 +173,9 @@ class ResultRecord:
     efficiency went"). ``status: off`` with a reason when switched off; None in records
     written before it existed: the analysis shows "not recorded", never zeros."""
     batch: dict[str, Any] | None = None
-    """A user's module's batch as its loaders yielded it (``per_device_mean``,
-    ``per_device_max``, ``micro_batches``; ``passed``: the batch_size scalescope gave a
+    """A user's module's batch as its loaders yielded it (``loaders``: how many training
+    loaders, their batches summed per step; ``per_device_mean``, ``per_device_max``,
+    ``micro_batches``; ``passed``: the batch_size scalescope gave a
     constructor, or None; ``data``: whether the ranks' data were split, and how that was
     checked). The identity's batch sizes are then the measured ones. None for built-in
     workloads, whose batches are the configured ones, and in older records."""

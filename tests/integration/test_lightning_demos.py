@@ -81,3 +81,39 @@ def test_a_manual_optimization_demo_records(tmp_path: Path) -> None:
         _demo(tmp_path, "ManualOptimBoringModel", "BoringDataModule", "trainer.max_epochs=2")
     )
     assert r.steps == 64 and r.identity.per_device_batch_size == 1
+
+
+TWO_LOADERS = """
+from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
+from torch.utils.data import DataLoader
+
+
+class TwoLoaders(BoringModel):
+    def train_dataloader(self):
+        return {
+            "a": DataLoader(RandomDataset(32, 64), batch_size=2),
+            "b": DataLoader(RandomDataset(32, 32), batch_size=1),
+        }
+
+    def training_step(self, batch, batch_idx):
+        return {"loss": self.step(batch["a"]) + self.step(batch["b"])}
+"""
+
+
+def test_several_training_loaders_count_every_loaders_samples(tmp_path: Path) -> None:
+    """A dict of two loaders (the demo model, its training step reading both): each rank's
+    shard of each, 16 steps an epoch of 2 + 1 samples; FLOPs from one combined batch."""
+    (tmp_path / "two_loaders.py").write_text(TWO_LOADERS)
+    run = run_train(
+        tmp_path,
+        *QUIET,
+        "workload.name=two_loaders:TwoLoaders",
+        "trainer.max_epochs=2",
+        output_dir=tmp_path / "out",
+    )
+    r = _record(run)
+    assert r.steps_per_epoch == 16 and r.steps == 32
+    assert r.train_samples == 96  # (32 + 16) samples a rank, 2 ranks
+    assert r.identity.per_device_batch_size == 3 and r.batch["loaders"] == 2
+    assert r.batch["per_device_mean"] == 3.0 and r.batch["per_device_max"] == 3
+    assert r.flops_source == "measured" and r.model_flops_per_sample > 0

@@ -174,3 +174,15 @@ def test_batches_that_follow_their_mode_raise_nothing(
     mode: str, batches: list[tuple[int, int, int]]
 ) -> None:
     assert scaling_mismatches(_runs(mode, batches)) == []
+
+
+def test_a_combined_batch_counts_every_loaders_part() -> None:
+    from scalescope.workloads.user_job import batch_size_of, training_loaders
+
+    two = {"a": [torch.zeros(2, 3), torch.zeros(2)], "b": torch.zeros(5, 1)}
+    assert batch_size_of(object(), two, combined=True) == 7
+    assert batch_size_of(object(), two) == 2  # one loader's batch: its first tensor
+    assert batch_size_of(object(), [torch.zeros(4, 1), None], combined=True) == 4
+    assert training_loaders({"a": SIZED, "b": STREAM}) == [SIZED, STREAM]
+    assert training_loaders([SIZED]) == [SIZED] and training_loaders(SIZED) == [SIZED]
+    assert training_loaders(None) == []

@@ -44,12 +44,17 @@ def _first_tensor(batch: Any) -> torch.Tensor | None:
     return None
 
 
-def batch_size_of(module: Any, batch: Any) -> int:
+def batch_size_of(module: Any, batch: Any, *, combined: bool = False) -> int:
     """The module's ``batch_size_of(batch)`` if it has one, else the first dimension of the
-    first tensor in the batch."""
+    first tensor in the batch. A ``combined`` batch (several training loaders: a list or
+    dict of loaders, or a CombinedLoader) holds one batch per loader: its samples are theirs
+    summed, each counted by the same rule."""
     declared = getattr(module, "batch_size_of", None)
     if callable(declared):
         return int(declared(batch))
+    if combined and isinstance(batch, (Mapping, list, tuple)):
+        parts = list(batch.values()) if isinstance(batch, Mapping) else list(batch)
+        return sum(batch_size_of(module, part) for part in parts if part is not None)
     tensor = _first_tensor(batch)
     if tensor is None:
         raise ScalescopeError(
@@ -99,10 +104,13 @@ class SampleCounter(L.Callback):
     warmup_samples: int | None = None
     epoch_samples: list[int] = field(default_factory=list)
     val_samples: int = 0
+    combined: bool = False
+    """Several training loaders: each step's batch holds one batch of each."""
     _epoch_start: int = 0
     _validations: int = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.combined = len(training_loaders(trainer.train_dataloader)) > 1
         if self.warmup_steps() == 0:
             self.warmup_samples = 0
 
@@ -112,7 +120,7 @@ class SampleCounter(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, i: int
     ) -> None:
-        size = batch_size_of(pl_module, batch)  # shapes only: no device sync
+        size = batch_size_of(pl_module, batch, combined=self.combined)  # shapes: no sync
         if self.batches == 0:
             self.first_fingerprint = _fingerprint(batch)  # once: one sync at most
         self.total += size
@@ -171,6 +179,17 @@ class SampleCounter(L.Callback):
                 same = len(set(prints)) == 1
         # The warm-up ends at the same step on every rank: all -1 or none.
         return Counted(total, first, warmup if warmup >= 0 else None, val, batches, largest, same)
+
+
+def training_loaders(loader: Any) -> list[Any]:
+    """The training loaders behind ``trainer.train_dataloader``: one, or each of a list,
+    tuple or dict of them (Lightning hands a CombinedLoader's iterables back as given)."""
+    iterables = getattr(loader, "iterables", loader)  # a CombinedLoader
+    if isinstance(iterables, Mapping):
+        return list(iterables.values())
+    if isinstance(iterables, (list, tuple)):
+        return list(iterables)
+    return [] if iterables is None else [iterables]
 
 
 def _fingerprint(batch: Any) -> float:
@@ -232,14 +251,26 @@ def _restore_rng(states: tuple[Any, ...]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+def _first_training_batch(loader: Any) -> tuple[Any, bool]:
+    """The first batch a fresh iterator of the training loader(s) gives, as ``training_step``
+    receives it (several loaders: one batch of each, combined as Lightning does by default),
+    and whether it is such a combined batch."""
+    if len(training_loaders(loader)) > 1:
+        from lightning.pytorch.utilities import CombinedLoader
+
+        batch, _, _ = next(iter(CombinedLoader(getattr(loader, "iterables", loader))))
+        return batch, True
+    return next(iter(loader)), False
+
+
 def measure_flops_per_sample(trainer: L.Trainer, module: L.LightningModule) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     states = _rng_states()
     try:
-        batch = next(iter(trainer.train_dataloader))  # type: ignore[arg-type]
+        batch, combined = _first_training_batch(trainer.train_dataloader)
         batch = trainer.strategy.batch_to_device(batch)
-        samples = batch_size_of(module, batch)
+        samples = batch_size_of(module, batch, combined=combined)
         probe = copy.deepcopy(module, memo={id(trainer): None})
         probe.train()
         counter = FlopCounterMode(display=False)
@@ -292,7 +323,11 @@ def measured_batch(
     the record's ``batch`` section (README, "Your own LightningModule")."""
     world = ident.world_size
     configured = ident.per_device_batch_size
-    iterable = isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset)
+    loaders = training_loaders(loader)
+    iterable = any(
+        isinstance(getattr(one, "dataset", None), torch.utils.data.IterableDataset)
+        for one in loaders
+    )
     if iterable:
         split = (
             "not split by Lightning (an iterable data set): each rank reads what the data set "
@@ -308,6 +343,7 @@ def measured_batch(
         )
     mean = counted.per_device_mean
     section: dict[str, Any] = {
+        "loaders": len(loaders),
         "per_device_mean": mean,
         "per_device_max": counted.max_batch or None,
         "micro_batches": counted.train_batches,
