@@ -117,3 +117,33 @@ def test_several_training_loaders_count_every_loaders_samples(tmp_path: Path) ->
     assert r.identity.per_device_batch_size == 3 and r.batch["loaders"] == 2
     assert r.batch["per_device_mean"] == 3.0 and r.batch["per_device_max"] == 3
     assert r.flops_source == "measured" and r.model_flops_per_sample > 0
+
+
+EMPTY = """
+from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset, RandomIterableDataset
+from torch.utils.data import DataLoader
+
+
+class NoBatches(BoringModel):
+    def train_dataloader(self):
+        return DataLoader(RandomDataset(32, 0))
+
+
+class EmptyStream(BoringModel):
+    def train_dataloader(self):
+        return DataLoader(RandomIterableDataset(32, 0))
+"""
+
+
+def test_a_loader_that_yields_nothing_is_one_line_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "empty.py").write_text(EMPTY)
+    for cls, bound, words in (
+        ("NoBatches", (), "the training loader of NoBatches yields no batch"),
+        ("EmptyStream", ("trainer.max_steps=10",), "the training loader of EmptyStream yielded"),
+    ):
+        out = tmp_path / cls
+        run = run_train(tmp_path, *QUIET, f"workload.name=empty:{cls}", *bound, output_dir=out)
+        assert run.returncode == 2, run.describe()
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith(f"scalescope train: error: {words}"), run.stderr
+        assert not list(out.rglob("result.json"))

@@ -36,7 +36,7 @@ from ..config import (
     load_train_config,
     resolve_batch,
 )
-from ..errors import ScalescopeError, TopologyError
+from ..errors import SameOnEveryRankError, ScalescopeError, TopologyError
 from ..procinfo import process_start_unix
 from ..workloads import is_user
 from . import topology
@@ -387,6 +387,12 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             if trainer.interrupted:
                 raise KeyboardInterrupt from None
             raise
+        if trainer.global_step == 0 and stop.reason is None:  # a stream that yielded nothing
+            raise SameOnEveryRankError(
+                f"the training loader of {TimingCallback.loader_owner(trainer)} yielded no "
+                "batch: nothing was trained",
+                rank=trainer.global_rank,
+            )
         if diag is not None:
             diag.before.stop_sampler()  # a run stopped early never reached on_train_end
         # Gathered at training's end (before the diagnosis' calibration) when training

@@ -38,7 +38,7 @@ from ..procinfo import peak_host_rss_gib, process_start_unix
 __all__ = [
     "TimingCallback",
     "agree",
-    "check_bounded",
+    "check_training_loader",
     "loader_steps",
     "median_step_time",
     "process_start_unix",
@@ -82,9 +82,16 @@ def resolve_warmup(setting: int | str, steps_per_epoch: int, max_steps: int | No
     return int(setting)
 
 
-def check_bounded(trainer: L.Trainer) -> None:
-    """Refuse a training loader without a length that nothing bounds: its epochs would end
-    only if its stream does. Called on every rank before the first step."""
+def check_training_loader(trainer: L.Trainer, owner: str) -> None:
+    """Refuse, before the first step and alike on every rank, a training loader that yields
+    no batch (``owner`` names whose it is) and one without a length that nothing bounds:
+    its epochs would end only if its stream does."""
+    if trainer.num_training_batches == 0:
+        raise SameOnEveryRankError(
+            f"the training loader of {owner} yields no batch (an empty data set, or one "
+            "smaller than a batch with drop_last): nothing would be trained",
+            rank=trainer.global_rank,
+        )
     if math.isinf(trainer.num_training_batches) and (trainer.max_steps or -1) < 0:
         raise SameOnEveryRankError(
             "the training loader has no length (an iterable data set) and nothing bounds an "
@@ -119,6 +126,13 @@ class TimingCallback(L.Callback):
         self._sync: Callable[[], None] = lambda: None
 
     # -- helpers -------------------------------------------------------------------------
+    @staticmethod
+    def loader_owner(trainer: L.Trainer) -> str:
+        """Whose training loader this is: the data module's, else the module's."""
+        datamodule = getattr(trainer, "datamodule", None)
+        owner = datamodule if datamodule is not None else trainer.lightning_module
+        return type(owner).__name__
+
     def _now(self) -> float:
         self._sync()
         return time.perf_counter()
@@ -134,9 +148,9 @@ class TimingCallback(L.Callback):
         trainer.strategy.barrier("scalescope-train-start")
         self._sync()
         self.t.train_start_unix = time.time()
+        check_training_loader(trainer, self.loader_owner(trainer))
         if trainer.global_rank == 0:
             print(f"{READY_LINE} (all {trainer.world_size} ranks met)", flush=True)
-        check_bounded(trainer)
         max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         self._warmup_target = resolve_warmup(
             self.warmup_setting, self._steps_per_epoch(trainer), max_steps
