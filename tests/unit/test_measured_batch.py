@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
+from core_helpers import make_identity
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from analysis.frame import scaling_mismatches
@@ -18,29 +19,12 @@ from scalescope.workloads.user_job import Counted, measured_batch
 
 
 def _ident(world: int = 2, per_device: int = 128) -> Identity:
-    return Identity(
-        run_id="r",
-        job_id="j",
-        array_job_id=None,
-        array_task_id=None,
-        restart_count=0,
-        launcher="local",
-        config_name="c",
-        workload="m:M",
-        scaling_mode="strong",
-        precision="32",
-        accelerator="cpu",
+    return make_identity(
         nodes=1,
         devices_per_node=world,
         world_size=world,
         per_device_batch_size=per_device,
         global_batch_size=per_device * world,
-        sweep_id=None,
-        run_dir="/x",
-        started_at="2026-01-01T00:00:00+00:00",
-        cluster="local",
-        repeat_index=None,
-        run_uuid="u",
     )
 
 

@@ -50,11 +50,14 @@ def take_over_from_observer(grace_s: float = 10.0) -> int:
         observer._terminate_all = lambda: None  # type: ignore[attr-defined]
         observer._run = lambda: True  # type: ignore[attr-defined]
         children += list(getattr(observer, "_child_processes", []))
+    return _wait_or_kill([p for p in children if isinstance(p, subprocess.Popen)], grace_s)
+
+
+def _wait_or_kill(procs: list[subprocess.Popen[bytes]], grace_s: float) -> int:
+    """Wait up to ``grace_s`` for ``procs`` to end, SIGKILL the rest; how many were killed."""
     deadline = time.monotonic() + grace_s
     killed = 0
-    for proc in children:
-        if not isinstance(proc, subprocess.Popen):
-            continue
+    for proc in procs:
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -81,14 +84,7 @@ class StartedRanks:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.terminate()
-        deadline = time.monotonic() + grace_s
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                proc.wait()
+        _wait_or_kill(self.procs, grace_s)
 
 
 def _free_port() -> int:
