@@ -41,7 +41,7 @@ COMM_HEAVY = ["--config", "configs/diagnosis/comm_heavy.yaml", "workload.num_sam
 
 CAUSES: dict[str, tuple[str, list[str], list[str], str]] = {
     # name -> (part it must land in, the shared arguments, the fault's arguments, recovered)
-    "input": ("input", TINY, ["faults.input_sleep_s=0.1"], ""),
+    "input": ("input", TINY, ["faults.input_sleep_s=0.2", "workload.num_samples=1000"], ""),
     "slow-rank": ("skew", TINY, ["faults.slow_rank=1", "faults.slow_rank_sleep_s=0.04"], ""),
     "rotating": ("jitter", TINY, ["faults.rotating_sleep_s=0.04"], ""),
     "delay": ("comm", TINY, ["faults.allreduce_delay_s=0.02"], "comm"),
