@@ -138,7 +138,7 @@ class EmptyStream(BoringModel):
 def test_a_loader_that_yields_nothing_is_one_line_naming_it(tmp_path: Path) -> None:
     (tmp_path / "empty.py").write_text(EMPTY)
     for cls, bound, words in (
-        ("NoBatches", (), "the training loader of NoBatches yields no batch"),
+        ("NoBatches", (), "the training loader of NoBatches yielded no batch"),
         ("EmptyStream", ("trainer.max_steps=10",), "the training loader of EmptyStream yielded"),
     ):
         out = tmp_path / cls

@@ -460,6 +460,8 @@ def _quiet_known_noise(topo: Topology) -> None:
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    # An empty training loader: the run stops with one line that names whose it is.
+    warnings.filterwarnings("ignore", message=r".*Total length of .* across ranks is zero.*")
     if topo.launcher != "slurm":
         # Slurm's client tools being installed does not mean this run is a Slurm job.
         warnings.filterwarnings("ignore", message=r".*`srun` command is available.*")

@@ -38,7 +38,7 @@ from ..procinfo import peak_host_rss_gib, process_start_unix
 __all__ = [
     "TimingCallback",
     "agree",
-    "check_training_loader",
+    "check_bounded",
     "loader_steps",
     "median_step_time",
     "process_start_unix",
@@ -82,16 +82,10 @@ def resolve_warmup(setting: int | str, steps_per_epoch: int, max_steps: int | No
     return int(setting)
 
 
-def check_training_loader(trainer: L.Trainer, owner: str) -> None:
-    """Refuse, before the first step and alike on every rank, a training loader that yields
-    no batch (``owner`` names whose it is) and one without a length that nothing bounds:
-    its epochs would end only if its stream does."""
-    if trainer.num_training_batches == 0:
-        raise SameOnEveryRankError(
-            f"the training loader of {owner} yields no batch (an empty data set, or one "
-            "smaller than a batch with drop_last): nothing would be trained",
-            rank=trainer.global_rank,
-        )
+def check_bounded(trainer: L.Trainer) -> None:
+    """Refuse, before the first step and alike on every rank, a training loader without a
+    length that nothing bounds: its epochs would end only if its stream does. (An empty
+    loader never gets here: Lightning skips training, and the entry says so after ``fit``.)"""
     if math.isinf(trainer.num_training_batches) and (trainer.max_steps or -1) < 0:
         raise SameOnEveryRankError(
             "the training loader has no length (an iterable data set) and nothing bounds an "
@@ -148,7 +142,7 @@ class TimingCallback(L.Callback):
         trainer.strategy.barrier("scalescope-train-start")
         self._sync()
         self.t.train_start_unix = time.time()
-        check_training_loader(trainer, self.loader_owner(trainer))
+        check_bounded(trainer)
         if trainer.global_rank == 0:
             print(f"{READY_LINE} (all {trainer.world_size} ranks met)", flush=True)
         max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
