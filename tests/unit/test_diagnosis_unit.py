@@ -206,3 +206,28 @@ def test_the_overlap_slowdown_is_the_median_pair_of_each_ranks_difference() -> N
     assert cal["overlap_diffs_s"] == pytest.approx([0.002, 0.003])
     assert cal["overlap_slowdown_s"] == pytest.approx(0.0025)
     assert combine_calibration([_windows(0), b])["overlap_slowdown_s"] is None  # one rank unmarked
+
+
+def test_a_pair_the_training_steps_show_too_long_runs_nothing() -> None:
+    """gpt on two CPU cores: 2.5 s a step, so one pair of one-pass windows (5 s) exceeds the
+    3 s budget; the training steps say so, and not even the trial pass runs (no trainer or
+    module is touched here)."""
+    from types import SimpleNamespace
+
+    from scalescope.config import DiagnosisConfig
+    from scalescope.job.diagnosis import _slowest_compute, calibrate
+
+    gathered = SimpleNamespace(
+        per_rank=[{"diagnosis": {"compute_s": 2.1}}, {"diagnosis": {"compute_s": 2.5}}]
+    )
+    estimate = _slowest_compute(gathered)
+    assert estimate == 2.5
+    part = calibrate(None, None, None, DiagnosisConfig(), step_estimate_s=estimate)  # type: ignore[arg-type]
+    assert part["status"] == "skipped"
+    assert part["reason"] == (
+        "one pair of windows (about 5 s, from the training steps) would exceed "
+        "diagnosis.calibration_budget_s (3 s)"
+    )
+    # a rank without the figure: no estimate, the trial pass decides
+    assert _slowest_compute(SimpleNamespace(per_rank=[{"diagnosis": {}}, {}])) is None
+    assert _slowest_compute(None) is None

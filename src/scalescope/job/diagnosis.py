@@ -376,7 +376,13 @@ class StepBreakdown(L.Callback):
         started = time.perf_counter()
         try:
             part = calibrate(
-                trainer, pl_module, self._batch, self.cfg, self.faults, self._set_probe
+                trainer,
+                pl_module,
+                self._batch,
+                self.cfg,
+                self.faults,
+                self._set_probe,
+                step_estimate_s=_slowest_compute(self.gathered),
             )
         except Exception as exc:  # a peer that died, a collective that failed
             part = {
@@ -387,9 +393,19 @@ class StepBreakdown(L.Callback):
         finally:
             self._batch = None
             self._probe = None
-        if part.get("status") == "measured":
-            part["seconds"] = time.perf_counter() - started
+        # What it cost outside the timed region, whatever came of it (a trial pass that
+        # found one pair of windows too long is a cost too).
+        part["seconds"] = time.perf_counter() - started
         return part
+
+
+def _slowest_compute(gathered: Any) -> float | None:
+    """The slowest rank's compute per training step (forward, backward and the optimizer
+    step; the same on every rank, from the gather), or None where it is not known."""
+    per_rank = getattr(gathered, "per_rank", None) or []
+    times = [(p.get("diagnosis") or {}).get("compute_s") for p in per_rank]
+    known = [t for t in times if isinstance(t, float) and t > 0]
+    return max(known) if known and len(known) == len(times) else None
 
 
 def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:
@@ -444,8 +460,14 @@ def calibrate(
     cfg: DiagnosisConfig,
     faults: FaultsConfig | None = None,
     set_probe: Callable[[Callable[[], None] | None], bool] | None = None,
+    *,
+    step_estimate_s: float | None = None,
 ) -> dict[str, Any]:
     """The calibration windows (all ranks). Returns this rank's ``calibration`` part.
+
+    Where training's own steps (``step_estimate_s``: the slowest rank's compute per step,
+    which every rank has from the gather) already show that one pair of one-pass windows
+    would exceed the budget, nothing runs: not even the trial pass.
 
     Order of events, so that no rank can wait for another that will never come:
 
@@ -467,6 +489,11 @@ def calibrate(
 
     if cfg.calibration_steps == 0:
         return skipped("diagnosis.calibration_steps=0", "off")
+    if step_estimate_s is not None and 2 * step_estimate_s > cfg.calibration_budget_s:
+        return skipped(
+            f"one pair of windows (about {2 * step_estimate_s:.2g} s, from the training steps) "
+            f"would exceed diagnosis.calibration_budget_s ({cfg.calibration_budget_s:g} s)"
+        )
     model = trainer.strategy.model
     if trainer.world_size <= 1:
         return skipped(SKIPPED_ONE_DEVICE)
@@ -806,7 +833,8 @@ def combine_calibration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "paired_diffs_s": None,
             "overlap_slowdown_s": None,
             "overlap_diffs_s": None,
-            "seconds": None,
+            # what trying cost (a trial pass, say); None where no rank got that far
+            "seconds": max((p.get("seconds") or 0.0) for p in parts) or None,
         }
     pairs = min(
         min(len(p["fwd_bwd_windows_s"]), len(p["fwd_bwd_sync_windows_s"])) for p in measured
