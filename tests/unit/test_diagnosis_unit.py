@@ -210,24 +210,22 @@ def test_the_overlap_slowdown_is_the_median_pair_of_each_ranks_difference() -> N
 
 def test_a_pair_the_training_steps_show_too_long_runs_nothing() -> None:
     """gpt on two CPU cores: 2.5 s a step, so one pair of one-pass windows (5 s) exceeds the
-    3 s budget; the training steps say so, and not even the trial pass runs (no trainer or
-    module is touched here)."""
+    3 s budget: the training steps say so, and not even the trial pass runs."""
     from types import SimpleNamespace
 
-    from scalescope.config import DiagnosisConfig
-    from scalescope.job.diagnosis import _slowest_compute, calibrate
+    from scalescope.job.diagnosis import _slowest_compute, pair_exceeds_budget
 
     gathered = SimpleNamespace(
         per_rank=[{"diagnosis": {"compute_s": 2.1}}, {"diagnosis": {"compute_s": 2.5}}]
     )
     estimate = _slowest_compute(gathered)
     assert estimate == 2.5
-    part = calibrate(None, None, None, DiagnosisConfig(), step_estimate_s=estimate)  # type: ignore[arg-type]
-    assert part["status"] == "skipped"
-    assert part["reason"] == (
+    assert pair_exceeds_budget(estimate, 3.0) == (
         "one pair of windows (about 5 s, from the training steps) would exceed "
         "diagnosis.calibration_budget_s (3 s)"
     )
-    # a rank without the figure: no estimate, the trial pass decides
+    assert pair_exceeds_budget(1.5, 3.0) is None  # exactly fits: the trial pass decides
+    assert pair_exceeds_budget(None, 3.0) is None
+    # a rank without the figure: no estimate
     assert _slowest_compute(SimpleNamespace(per_rank=[{"diagnosis": {}}, {}])) is None
     assert _slowest_compute(None) is None

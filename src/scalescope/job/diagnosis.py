@@ -489,16 +489,14 @@ def calibrate(
 
     if cfg.calibration_steps == 0:
         return skipped("diagnosis.calibration_steps=0", "off")
-    if step_estimate_s is not None and 2 * step_estimate_s > cfg.calibration_budget_s:
-        return skipped(
-            f"one pair of windows (about {2 * step_estimate_s:.2g} s, from the training steps) "
-            f"would exceed diagnosis.calibration_budget_s ({cfg.calibration_budget_s:g} s)"
-        )
     model = trainer.strategy.model
     if trainer.world_size <= 1:
         return skipped(SKIPPED_ONE_DEVICE)
     if not isinstance(model, DistributedDataParallel):
         return skipped(f"not trained under DDP ({type(model).__name__})")
+    too_long = pair_exceeds_budget(step_estimate_s, cfg.calibration_budget_s)
+    if too_long is not None:
+        return skipped(too_long)
     # Ranks that cannot calibrate at all say so in the agreement below, with the others.
     loss_of = _loss_function(pl_module) if batch is not None else "no training batch was seen"
     if faults is not None and faults.exit_rank == trainer.global_rank:
@@ -612,6 +610,17 @@ def calibrate(
         "to_last_grad_windows_s": [g for _, g in times[False]] if None not in to_grad else None,
         "to_last_grad_sync_windows_s": [g for _, g in times[True]] if None not in to_grad else None,
     }
+
+
+def pair_exceeds_budget(step_estimate_s: float | None, budget_s: float) -> str | None:
+    """Why no calibration runs, where training's steps (``step_estimate_s`` a pass) already
+    show one pair of one-pass windows exceeds ``budget_s``; None where it may fit."""
+    if step_estimate_s is None or 2 * step_estimate_s <= budget_s:
+        return None
+    return (
+        f"one pair of windows (about {2 * step_estimate_s:.2g} s, from the training steps) "
+        f"would exceed diagnosis.calibration_budget_s ({budget_s:g} s)"
+    )
 
 
 def calibration_plan(pass_s: float, steps: int, windows: int, budget_s: float) -> tuple[int, int]:
