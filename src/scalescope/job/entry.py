@@ -389,7 +389,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             raise
         if trainer.global_step == 0 and stop.reason is None:  # a stream that yielded nothing
             raise SameOnEveryRankError(
-                f"the training loader of {TimingCallback.loader_owner(trainer)} yielded no "
+                f"the training loader of {_loader_owner(trainer)} yielded no "
                 "batch: nothing was trained",
                 rank=trainer.global_rank,
             )
@@ -453,6 +453,13 @@ def _leave_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def _loader_owner(trainer: Any) -> str:
+    """Whose training loader this is: the data module's, else the module's."""
+    datamodule = getattr(trainer, "datamodule", None)
+    owner = datamodule if datamodule is not None else trainer.lightning_module
+    return type(owner).__name__
 
 
 def _quiet_known_noise(topo: Topology) -> None:

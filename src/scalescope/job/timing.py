@@ -86,12 +86,17 @@ def check_bounded(trainer: L.Trainer) -> None:
     """Refuse, before the first step and alike on every rank, a training loader without a
     length that nothing bounds: its epochs would end only if its stream does. (An empty
     loader never gets here: Lightning skips training, and the entry says so after ``fit``.)"""
-    if math.isinf(trainer.num_training_batches) and (trainer.max_steps or -1) < 0:
+    if math.isinf(trainer.num_training_batches) and _max_steps(trainer) is None:
         raise SameOnEveryRankError(
             "the training loader has no length (an iterable data set) and nothing bounds an "
             "epoch of it: set trainer.max_steps (or trainer.limit_train_batches)",
             rank=trainer.global_rank,
         )
+
+
+def _max_steps(trainer: L.Trainer) -> int | None:
+    """The run's step bound, or None (Lightning's -1: no bound)."""
+    return trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
 
 
 class TimingCallback(L.Callback):
@@ -120,13 +125,6 @@ class TimingCallback(L.Callback):
         self._sync: Callable[[], None] = lambda: None
 
     # -- helpers -------------------------------------------------------------------------
-    @staticmethod
-    def loader_owner(trainer: L.Trainer) -> str:
-        """Whose training loader this is: the data module's, else the module's."""
-        datamodule = getattr(trainer, "datamodule", None)
-        owner = datamodule if datamodule is not None else trainer.lightning_module
-        return type(owner).__name__
-
     def _now(self) -> float:
         self._sync()
         return time.perf_counter()
@@ -145,9 +143,8 @@ class TimingCallback(L.Callback):
         check_bounded(trainer)
         if trainer.global_rank == 0:
             print(f"{READY_LINE} (all {trainer.world_size} ranks met)", flush=True)
-        max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         self._warmup_target = resolve_warmup(
-            self.warmup_setting, self._steps_per_epoch(trainer), max_steps
+            self.warmup_setting, self._steps_per_epoch(trainer), _max_steps(trainer)
         )
         if self._warmup_target == 0:
             self.t.warmup_steps, self.t.warmup_train_s = 0, 0.0
