@@ -48,6 +48,7 @@ _IDENTITY_COLUMNS: dict[str, str] = {
     "cluster": "str",
     "repeat_index": "Int64",
     "run_uuid": "str",
+    "accumulate_grad_batches": "Int64",
 }
 
 RUN_COLUMNS: dict[str, str] = {

@@ -92,10 +92,19 @@ def key_mapping(key: Sequence[Any]) -> dict[str, Any]:
     return {name: _canon(v) for name, v in zip(SERIES_KEYS, key, strict=True)}
 
 
+KEY_DEFAULTS: dict[str, Any] = {"accumulate_grad_batches": 1}
+"""Key fields added after reference files and tracker names existed, and the value they had
+then: absent from a reference file means that value, and a series at it is named as before."""
+
+
 def series_identity(key: Sequence[Any]) -> str:
     """A stable name for a series, made of its key fields alone (unlike the display label, it
     does not depend on which other series are in the result set): trackers chart by name."""
-    return ",".join(f"{k}={v}" for k, v in key_mapping(key).items() if v is not None)
+    return ",".join(
+        f"{k}={v}"
+        for k, v in key_mapping(key).items()
+        if v is not None and not (k in KEY_DEFAULTS and v == KEY_DEFAULTS[k])
+    )
 
 
 def _canon_key(key: Sequence[Any]) -> tuple[Any, ...]:
@@ -200,6 +209,7 @@ def load_reference(path: str | os.PathLike[str]) -> list[Expectation]:
         where = f"series[{i}]"
         entry = _check_keys(path, where, entry, _SERIES_ENTRY_KEYS)
         fields = _check_keys(path, f"{where}.key", entry.get("key"), SERIES_KEYS)
+        fields = {**{k: v for k, v in KEY_DEFAULTS.items() if k not in fields}, **fields}
         absent = [k for k in SERIES_KEYS if k not in fields]
         if absent:
             raise _fail(

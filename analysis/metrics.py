@@ -75,6 +75,7 @@ SERIES_KEYS = (
     "workload",
     "scaling_mode",
     "precision",
+    "accumulate_grad_batches",
     "accelerator",
     "held_batch_size",
     "epochs",
@@ -123,6 +124,12 @@ def precision_label(precision: Any) -> str:
     return f"fp{text}" if text.isdigit() else text
 
 
+def accumulation_label(accumulate: Any) -> str:
+    """`` · 4 micro-batches/step`` for gradient accumulation; nothing without it."""
+    k = _key_value(accumulate)
+    return f" · {int(k)} micro-batches/step" if k is not None and int(k) > 1 else ""
+
+
 def _key_value(value: Any) -> Any:
     return (
         None
@@ -141,6 +148,7 @@ def series_labels(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]
         if k["workload"] is not None and k["workload"] != k["config_name"]:
             name += f" [{k['workload']}]"
         base[key] = f"{name} · {k['scaling_mode']} · {precision_label(k['precision'])}"
+        base[key] += accumulation_label(k["accumulate_grad_batches"])
     labels: dict[tuple[Any, ...], str] = {}
     for key, label in base.items():
         clash = [other for other, lab in base.items() if lab == label]

@@ -17,6 +17,7 @@ import pandas as pd
 from .metrics import (
     STEADY,
     Analysis,
+    accumulation_label,
     natural_key,
     precision_label,
     series_keys,
@@ -576,7 +577,8 @@ def failure_label(row: pd.Series) -> str:
     name = str(row["config_name"])
     if not _nan(row["workload"]) and row["workload"] != row["config_name"]:
         name += f" [{row['workload']}]"
-    return f"{name} · {row['scaling_mode']} · {precision_label(row['precision'])}"
+    label = f"{name} · {row['scaling_mode']} · {precision_label(row['precision'])}"
+    return label + accumulation_label(row.get("accumulate_grad_batches"))
 
 
 def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:

@@ -44,6 +44,14 @@ class TrainerConfig:
         "max_steps, what bounds a training loader that has no length (a streaming data set)",
         check=positive,
     )
+    accumulate_grad_batches: int = option(
+        1,
+        help="micro-batches per optimizer step (Lightning's name): each device's batch (see "
+        "scaling) is split into this many micro-batches, gradients summed over them, DDP "
+        "synchronising on the last only; it must divide a built-in workload's per-device "
+        "batch. A user's module gets Lightning's own accumulation over its loader's batches",
+        check=positive,
+    )
     precision: Precision = option("32", help="32, bf16-mixed or 16-mixed (16-mixed needs a GPU)")
     seed: int = option(42, help="seed of model initialisation and shuffling")
     accelerator: Literal["auto", "cpu", "gpu"] = option(
@@ -401,30 +409,64 @@ class Resolved:
     """Batch sizes for one world size, derived from the scaling mode."""
 
     per_device_batch_size: int
+    """Samples per optimizer step on one device."""
     global_batch_size: int
+    accumulate_grad_batches: int = 1
+
+    @property
+    def micro_batch_size(self) -> int | None:
+        """Samples of one forward/backward pass on one device; None where the accumulation
+        does not divide the per-device batch (see :meth:`check_micro_batch`)."""
+        k = self.accumulate_grad_batches
+        return None if self.per_device_batch_size % k else self.per_device_batch_size // k
+
+    def micro_batch_error(self) -> str:
+        return (
+            f"trainer.accumulate_grad_batches: {self.accumulate_grad_batches} micro-batches do "
+            f"not divide the per-device batch of {self.per_device_batch_size}; pick a divisor "
+            "of it (or another trainer.batch_size)"
+        )
+
+    def check_micro_batch(self) -> int:
+        """The micro-batch a built-in workload splits its batch into; ConfigError where the
+        accumulation does not divide it."""
+        micro = self.micro_batch_size
+        if micro is None:
+            raise ConfigError(self.micro_batch_error())
+        return micro
 
 
 def resolve_batch(trainer: TrainerConfig, world_size: int) -> Resolved:
+    k = trainer.accumulate_grad_batches
     if trainer.scaling == "weak":
-        return Resolved(trainer.batch_size, trainer.batch_size * world_size)
+        return Resolved(trainer.batch_size, trainer.batch_size * world_size, k)
     if trainer.batch_size % world_size:
         raise ConfigError(
             f"trainer.batch_size: strong scaling splits the global batch {trainer.batch_size} "
             f"across {world_size} ranks, which does not divide; pick a multiple of {world_size}"
         )
-    return Resolved(trainer.batch_size // world_size, trainer.batch_size)
+    return Resolved(trainer.batch_size // world_size, trainer.batch_size, k)
 
 
-def check_user_workload(cfg: TrainConfig, per_device_batch_size: int | None = None) -> Any:
-    """Import and check an import-path workload's classes and constructor arguments (imports
-    lightning): what :func:`scalescope.workloads.user.check` resolved, or None for built-in
-    workloads. ConfigError names the key."""
+def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
+    """Check what the workload is given before anything starts; ConfigError names the key.
+
+    An import-path workload's classes and constructor arguments are imported and checked
+    (imports lightning): what :func:`scalescope.workloads.user.check` resolved is returned.
+    Its constructor that takes a ``batch_size`` is given the micro-batch (Lightning
+    accumulates the loader's batches), which the accumulation must then divide. A built-in
+    workload splits each device's batch into the micro-batches itself: it must divide.
+    """
     if workloads.is_user(cfg.workload_name):
         from .workloads import user
 
         return user.check(
-            cfg.workload_name, cfg.workload_params(), batch_size=per_device_batch_size
+            cfg.workload_name,
+            cfg.workload_params(),
+            batch_size=batch.micro_batch_size,
+            batch_error=None if batch.micro_batch_size else batch.micro_batch_error(),
         )
+    batch.check_micro_batch()
     return None
 
 

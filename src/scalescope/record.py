@@ -84,6 +84,10 @@ class Identity:
     run_uuid: str | None = None
     """Random and unique for every run (every attempt of a requeued job), on every cluster:
     two clusters' job 1234 are two runs. None in records written before it existed."""
+    accumulate_grad_batches: int = 1
+    """Micro-batches per optimizer step (``trainer.accumulate_grad_batches``): the batch sizes
+    above count the samples of one optimizer step, each device's in this many passes. 1 in
+    records written before it existed."""
 
 
 @dataclass(frozen=True)
@@ -174,8 +178,10 @@ class ResultRecord:
     written before it existed: the analysis shows "not recorded", never zeros."""
     batch: dict[str, Any] | None = None
     """A user's module's batch as its loaders yielded it (``loaders``: how many training
-    loaders, their batches summed per step; ``per_device_mean``, ``per_device_max``,
-    ``micro_batches``; ``passed``: the batch_size scalescope gave a
+    loaders, their batches summed per step; ``per_device_mean``, ``per_device_max``: samples
+    per optimizer step on one device; ``accumulate_grad_batches``, ``micro_batches`` (their
+    count over ranks), ``micro_batch_mean``, ``micro_batch_max``, ``optimizer_steps``;
+    ``passed``: the (micro-)batch_size scalescope gave a
     constructor, or None; ``data``: whether the ranks' data were split, and how that was
     checked). The identity's batch sizes are then the measured ones. None for built-in
     workloads, whose batches are the configured ones, and in older records."""

@@ -15,7 +15,13 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from analysis.gate import BadReference, _ratio_p_below, load_reference
+from analysis.gate import (
+    KEY_DEFAULTS,
+    BadReference,
+    _ratio_p_below,
+    load_reference,
+    series_identity,
+)
 from analysis.metrics import SERIES_KEYS
 from analysis.stats import below_test, log_ratio, ratio_ci, summarize
 
@@ -225,12 +231,27 @@ def test_unreadable_reference_files(tmp_path: Path, text: str | None, message: s
     assert message in line and str(ref) in line
 
 
-@pytest.mark.parametrize("field", SERIES_KEYS)
+@pytest.mark.parametrize("field", [k for k in SERIES_KEYS if k not in KEY_DEFAULTS])
 def test_every_series_key_field_is_required(tmp_path: Path, reference: Path, field: str) -> None:
-    """Key fields are read from SERIES_KEYS, not a list of their own: each one is required."""
+    """Key fields are read from SERIES_KEYS, not a list of their own: each one is required,
+    but for those added later (KEY_DEFAULTS)."""
     bad = _edit(reference, tmp_path / "bad.yaml", lambda d: d["series"][0]["key"].pop(field))
     with pytest.raises(BadReference, match=f"series\\[0\\].key: missing key field '{field}'"):
         load_reference(bad)
+
+
+def test_a_reference_written_before_accumulation_existed_means_none(
+    tmp_path: Path, reference: Path
+) -> None:
+    old = _edit(
+        reference,
+        tmp_path / "old.yaml",
+        lambda d: [e["key"].pop("accumulate_grad_batches") for e in d["series"]],
+    )
+    first, *_ = load_reference(old)
+    assert dict(zip(SERIES_KEYS, first.key, strict=True))["accumulate_grad_batches"] == 1
+    (same, *_) = load_reference(reference)
+    assert same.key == first.key and "accumulate" not in series_identity(first.key)
 
 
 def test_a_loaded_key_holds_each_field_in_series_key_order(reference: Path) -> None:

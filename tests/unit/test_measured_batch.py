@@ -120,6 +120,7 @@ def _runs(mode: str, batches: list[tuple[int, int, int]]) -> pd.DataFrame:
                 "workload": "m:M",
                 "scaling_mode": mode,
                 "precision": "32",
+                "accumulate_grad_batches": 1,
                 "accelerator": "cpu",
                 "held_batch_size": per_device if mode == "weak" else global_,
                 "epochs": 2,

@@ -10,7 +10,8 @@ changing what is trained:
   - *communication wait*: from backward's last gradient (when DDP hands its last bucket to
     the all-reduce) to ``backward`` returning: the all-reduce not hidden behind backward
     plus any wait for slower ranks (and, for modules with buffers, DDP's broadcast of them
-    before forward);
+    before forward). With gradient accumulation only the optimizer step's last backward
+    synchronises: the others are compute, and every figure is per optimizer step;
   - *compute*: the rest of the rank's own steady-state time (forward, backward, optimizer,
     framework).
 
@@ -191,6 +192,9 @@ class StepBreakdown(L.Callback):
         self._params: list[Any] = []
         self._batch: Any = None
         self.committed_steps = 0
+        self._synced = 0
+        """Backwards of the counted steps in which DDP all-reduced gradients."""
+        self.committed_synced = 0
         self.step_waits: dict[str, float] | None = None
         self._probe: Callable[[], None] | None = None
         """Called at the last gradient of a calibration pass (see :func:`calibrate`)."""
@@ -268,6 +272,13 @@ class StepBreakdown(L.Callback):
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._grad_order is not None:  # the first backward: keep one hook from now on
             self._settle_last_gradient()
+        if not getattr(trainer.strategy.model, "require_backward_grad_sync", True):
+            # A micro-batch that accumulates (DDP's no_sync): no all-reduce to wait for, its
+            # backward is compute. The step's communication is its last micro-batch's.
+            self._ready = None
+            return
+        if self._counting:
+            self._synced += 1
         if self._counting and self._params:
             if self._ready is not None:
                 self.clock.add("comm_wait_s", self._ready, self.clock.mark(), per_step=True)
@@ -307,6 +318,7 @@ class StepBreakdown(L.Callback):
         self.clock.settle()  # the TimingCallback synchronised the device just before
         self.committed = dict(self.clock.totals)
         self.committed_steps = self.clock.n_steps
+        self.committed_synced = self._synced
 
     # calibration ---------------------------------------------------------------------
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -360,6 +372,8 @@ class StepBreakdown(L.Callback):
             comm_wait_s=comm,
             compute_s=max(0.0, step - wait - comm),
         )
+        if self._params:  # under DDP: how many backwards per step asked for the all-reduce
+            out["syncs_per_step"] = self.committed_synced * per
         if self.step_waits is not None:
             out["step_waits"] = self.step_waits
         return out
@@ -743,6 +757,8 @@ def assemble(
                 {k: d[k] for k in ("step_time_s", "input_wait_s", "comm_wait_s", "compute_s")}
             )
             row["own_s"] = d["input_wait_s"] + d["compute_s"]
+            if "syncs_per_step" in d:
+                row["syncs_per_step"] = d["syncs_per_step"]
             waits = d.get("step_waits")
             if len(per_rank) == 1:  # one device: no all-reduce, nobody to wait for
                 row.update(wait_s=0.0, exposed_comm_s=d["comm_wait_s"], waits_steps=0)
@@ -769,6 +785,11 @@ def assemble(
         "typical_rank": None,
         "rank_skew": None,
     }
+    syncs = [r["syncs_per_step"] for r in ranks if "syncs_per_step" in r]
+    # Gradient all-reduces per optimizer step: 1 (with accumulation too: only the last
+    # micro-batch's backward synchronises); more is communication an accumulation loop
+    # could avoid (no_sync).
+    out["syncs_per_step"] = max(syncs) if syncs else None
     timed = [r for r in ranks if "own_s" in r]
     if timed and len(timed) == len(ranks):
         slowest = max(timed, key=lambda r: r["own_s"])

@@ -32,7 +32,7 @@ from ..config import (
     TrainConfig,
     TrainerConfig,
     check_one_step,
-    check_user_workload,
+    check_workload,
     load_train_config,
     resolve_batch,
 )
@@ -240,8 +240,9 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     params = cfg.workload_params()
     check_one_step(params, batch.global_batch_size)
     user_workload = is_user(cfg.workload_name)
-    # An import-path workload: import and check its classes before anything starts.
-    resolved = check_user_workload(cfg, batch.per_device_batch_size)
+    # Before anything starts: an import-path workload's classes imported and checked, an
+    # accumulation that must divide the per-device batch.
+    resolved = check_workload(cfg, batch)
     topology.export_for_lightning(topo)
     accelerator = _accelerator(cfg.trainer.accelerator, topo)  # imports torch
     # Every rank names the same run: ranks 1..N-1 inherit the job id.
@@ -289,6 +290,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         cluster=cfg.cluster or topo.cluster_name or "local",
         repeat_index=cfg.repeat_index,
         run_uuid=uuid.uuid4().hex,
+        accumulate_grad_batches=batch.accumulate_grad_batches,
     )
     if topo.is_rank_zero:
         print(record.encode(record.StartEvent(ident)), flush=True)
@@ -297,7 +299,13 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         f"run {ident.run_id}: {cfg.name} on {topo.num_nodes} node(s) x "
         f"{topo.devices_per_node} {accelerator} device(s) = world {topo.world_size}, "
         f"batch {batch.per_device_batch_size}/device {batch.global_batch_size} global "
-        f"({cfg.trainer.scaling} scaling), precision {cfg.trainer.precision}, "
+        f"({cfg.trainer.scaling} scaling)"
+        + (
+            f" in {batch.accumulate_grad_batches} micro-batches of {batch.micro_batch_size}"
+            if batch.accumulate_grad_batches > 1
+            else ""
+        )
+        + f", precision {cfg.trainer.precision}, "
         f"run dir {run_dir}",
     )
 
@@ -325,7 +333,10 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             batch_size=batch.per_device_batch_size,
             seed=cfg.trainer.seed,
             steps_per_call=cfg.trainer.steps_per_call,
+            accumulate_grad_batches=batch.accumulate_grad_batches,
         )
+        if user_workload and batch.accumulate_grad_batches > 1:
+            _check_accumulates(model, batch.accumulate_grad_batches, topo.global_rank)
         timing = TimingCallback(
             process_start=process_start,
             log_every_n_steps=cfg.trainer.log_every_n_steps,
@@ -369,8 +380,16 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
                 stop,
             ],
             started=started,
-            # A user's module brings plain DataLoaders: Lightning gives each rank its shard.
-            **({"use_distributed_sampler": True} if user_workload else {}),
+            # A user's module brings plain DataLoaders: Lightning gives each rank its shard,
+            # and accumulates its gradients (built-ins accumulate in their own step loop).
+            **(
+                {
+                    "use_distributed_sampler": True,
+                    "accumulate_grad_batches": batch.accumulate_grad_batches,
+                }
+                if user_workload
+                else {}
+            ),
         )
         try:
             trainer.fit(model, datamodule=datamodule)
@@ -438,6 +457,19 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         return result
     finally:
         tracker.end()  # no-op when already ended; bounded by tracking.end_timeout_s
+
+
+def _check_accumulates(model: Any, accumulate: int, rank: int) -> None:
+    """Lightning accumulates a user's module's gradients for automatic optimization only: say
+    so in one line, before training, instead of its traceback from inside ``fit``."""
+    if not model.automatic_optimization:
+        raise SameOnEveryRankError(
+            f"trainer.accumulate_grad_batches: {type(model).__name__} optimizes manually "
+            "(automatic_optimization = False), and Lightning accumulates gradients for "
+            "automatic optimization only; accumulate in its training_step and leave "
+            f"trainer.accumulate_grad_batches at 1 (got {accumulate})",
+            rank=rank,
+        )
 
 
 def _leave_process_group() -> None:

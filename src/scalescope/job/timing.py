@@ -222,7 +222,9 @@ class TimingCallback(L.Callback):
 def loader_steps(trainer: L.Trainer) -> int:
     """Optimizer steps in one epoch as known before it runs (0 when unknown): a built-in
     loader's own count, else Lightning's number of training batches (the loader's length,
-    ``limit_train_batches`` applied; infinite for a loader without a length)."""
+    ``limit_train_batches`` applied; infinite for a loader without a length) over its
+    gradient accumulation, the last partial accumulation stepping too (as Lightning does at an
+    epoch's end)."""
     loader = trainer.train_dataloader
     if loader is None:
         return 0
@@ -230,7 +232,9 @@ def loader_steps(trainer: L.Trainer) -> int:
     if own:
         return int(own)
     batches = trainer.num_training_batches
-    return int(batches) if math.isfinite(batches) else 0
+    if not math.isfinite(batches):
+        return 0
+    return math.ceil(int(batches) / max(1, int(trainer.accumulate_grad_batches)))
 
 
 def _thin_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:

@@ -96,7 +96,8 @@ def _sbatch_extra(options: tuple[str, ...]) -> dict[str, Any]:
 
 
 def job_name(plan: SweepPlan, sp: ShapePlan) -> str:
-    """``scalescope-<sweep>-<shape>``, with ``@<precision>`` when precision is a sweep axis
+    """``scalescope-<sweep>-<shape>``, with ``@<precision>`` (``@acc<k>``) when precision
+    (gradient accumulation) is a sweep axis
     (two precisions of one shape are two jobs in squeue). Never "bash" or "interactive":
     Lightning treats those as not-a-batch-job."""
     return f"scalescope-{plan.name}-{sp.label}"

@@ -142,16 +142,26 @@ def _rel(path: Path) -> str:
 
 
 def _jobs_breakdown(plan: SweepPlan) -> str:
-    """``2 shapes x 3 repeats``, or ``2 shapes x 2 precisions x 3 repeats``."""
+    """``2 shapes x 3 repeats``, or ``2 shapes x 2 precisions x 3 repeats`` (and ``x 2
+    accumulations`` in a sweep over gradient accumulation)."""
     shapes = len({sp.shape.label for sp in plan.shapes})
-    precisions = len({sp.precision for sp in plan.shapes})
-    axis = f" x {precisions} precisions" if any(sp.precision_axis for sp in plan.shapes) else ""
+    axis = ""
+    if any(sp.precision_axis for sp in plan.shapes):
+        axis += f" x {len({sp.precision for sp in plan.shapes})} precisions"
+    if any(sp.accumulate_axis for sp in plan.shapes):
+        axis += f" x {len({sp.accumulate for sp in plan.shapes})} accumulations"
     return f"{shapes} shapes{axis} x {plan.repeats} repeats"
 
 
 def _what_is_shuffled(plan: SweepPlan) -> str:
-    axis = any(sp.precision_axis for sp in plan.shapes)
-    return "(shape, precision) pairs" if axis else "shapes"
+    names = ["shape"]
+    if any(sp.precision_axis for sp in plan.shapes):
+        names.append("precision")
+    if any(sp.accumulate_axis for sp in plan.shapes):
+        names.append("accumulation")
+    if len(names) == 1:
+        return "shapes"
+    return f"({', '.join(names)}) {'pairs' if len(names) == 2 else 'triples'}"
 
 
 def _round_orders(plan: SweepPlan) -> list[str]:
@@ -186,7 +196,13 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
             f"[{i}/{len(plan.shapes)}] shape {sp.label}: world size {sp.shape.world_size}, "
             f"{t.scaling} scaling, global batch {sp.global_batch_size} "
             f"({sp.per_device_batch_size} per device), accelerator {t.accelerator}, "
-            f"precision {t.precision}, {plan.repeats} job(s)",
+            f"precision {t.precision}"
+            + (
+                f", {t.accumulate_grad_batches} micro-batches per step"
+                if t.accumulate_grad_batches > 1
+                else ""
+            )
+            + f", {plan.repeats} job(s)",
             f"  nodes {r.nodes}, tasks per node {r.tasks_per_node}, gpus per node "
             f"{r.gpus_per_node}, cpus per task {r.cpus_per_task}, "
             f"mem {f'{r.mem_gb} GB' if r.mem_gb is not None else 'site default'}, "
@@ -433,6 +449,7 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
                 "devices_per_node": h.shape.devices_per_node,
                 "world_size": h.shape.world_size,
                 "precision": h.plan.precision,
+                "accumulate_grad_batches": h.plan.accumulate,
                 "repeat": h.repeat,
                 "round": h.repeat + 1,
                 "order": order,
@@ -459,6 +476,7 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
                 "shape": sp.shape.label,
                 "world_size": sp.shape.world_size,
                 "precision": sp.precision,
+                "accumulate_grad_batches": sp.accumulate,
                 "global_batch_size": sp.global_batch_size,
                 "per_device_batch_size": sp.per_device_batch_size,
                 "config": sp.config_dict(),

@@ -12,6 +12,7 @@ and how often to repeat each::
       - {nodes: 1, devices_per_node: 2}
     precisions: ["32", "bf16-mixed"]  # optional: every shape at each; default: the train
                                       # config's trainer.precision
+    accumulate_grad_batches: [1, 4]   # optional, likewise: micro-batches per optimizer step
     repeats: 3                    # runs per shape, submitted in rounds (see below)
     timeout_min: 20               # per job; null = the cluster profile's timeout_min
     order_seed: null              # shuffles the shapes within each round; null = random
@@ -19,7 +20,9 @@ and how often to repeat each::
 Repeats are interleaved: round 1 submits every shape once, in a shuffled order, then round 2,
 and so on (:meth:`SweepPlan.submission_order`). With ``precisions``, each shape runs at
 each precision: a plan entry (:class:`ShapePlan`) is a (shape, precision) pair, the jobs are
-shapes x precisions x repeats, and each round holds every pair once, shuffled. A slow period
+shapes x precisions x repeats, and each round holds every pair once, shuffled (and likewise
+with ``accumulate_grad_batches``: a plan entry is then a (shape, precision, accumulation)
+triple). A slow period
 on the cluster (a busy file system, a noisy neighbour) then falls on several shapes instead of
 biasing all repeats of one.
 The order and its seed are kept in ``sweep.json``.
@@ -50,7 +53,7 @@ from ..config import (
     Precision,
     TrainConfig,
     check_one_step,
-    check_user_workload,
+    check_workload,
     load_train_config,
     merge,
     read_yaml,
@@ -113,6 +116,12 @@ class SweepConfig:
         help='run every shape at each of these trainer.precision values (e.g. ["32", '
         '"bf16-mixed"]); null = the train config\'s precision',
     )
+    accumulate_grad_batches: list[int] | None = option(
+        None,
+        help="run every shape at each of these trainer.accumulate_grad_batches values (e.g. "
+        "[1, 4]: the effect of gradient accumulation on efficiency at each scale); null = "
+        "the train config's",
+    )
     repeats: int = option(
         3,
         help="runs per shape, submitted round by round (every shape once per round)",
@@ -146,6 +155,18 @@ class SweepConfig:
             twice = sorted({p for p in self.precisions if self.precisions.count(p) > 1})
             if twice:
                 raise ConfigError(f"precisions: {twice[0]} is listed twice")
+        acc = self.accumulate_grad_batches
+        if acc is not None:
+            if not acc:
+                raise ConfigError(
+                    "accumulate_grad_batches: the list is empty; leave it out or name one"
+                )
+            bad = [a for a in acc if isinstance(a, bool) or a < 1]
+            if bad:
+                raise ConfigError(f"accumulate_grad_batches: {bad[0]!r} is not a count >= 1")
+            twice_acc = sorted({a for a in acc if acc.count(a) > 1})
+            if twice_acc:
+                raise ConfigError(f"accumulate_grad_batches: {twice_acc[0]} is listed twice")
 
 
 def load_sweep_config(path: str | os.PathLike[str]) -> SweepConfig:
@@ -183,15 +204,27 @@ class ShapePlan:
     resources: Resources
     precision_axis: bool = False
     """Whether the sweep lists precisions: the label then names the precision too."""
+    accumulate_axis: bool = False
+    """Whether the sweep lists accumulate_grad_batches: the label then names it too."""
 
     @property
     def precision(self) -> str:
         return self.config.trainer.precision
 
     @property
+    def accumulate(self) -> int:
+        return self.config.trainer.accumulate_grad_batches
+
+    @property
     def label(self) -> str:
-        """``1x2``, or ``1x2@bf16-mixed`` in a sweep over precisions."""
-        return f"{self.shape.label}@{self.precision}" if self.precision_axis else self.shape.label
+        """``1x2``, ``1x2@bf16-mixed`` in a sweep over precisions, ``1x2@acc4`` in one over
+        gradient accumulation (both: ``1x2@bf16-mixed@acc4``)."""
+        label = self.shape.label
+        if self.precision_axis:
+            label += f"@{self.precision}"
+        if self.accumulate_axis:
+            label += f"@acc{self.accumulate}"
+        return label
 
     def config_dict(self) -> dict[str, Any]:
         return self.config.to_dict()
@@ -208,7 +241,7 @@ class SweepPlan:
     executor: ExecutorKind
     repeats: int
     shapes: list[ShapePlan]
-    """One entry per (shape, precision) pair; the shape alone without a precision axis."""
+    """One entry per (shape, precision, accumulation); the shape alone without those axes."""
     profile: ClusterProfile | None
     order_seed: int = 0
     """Seed of the shape order within each round (:meth:`submission_order`)."""
@@ -257,9 +290,9 @@ def _nested(overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _sets_precision(overrides: Mapping[str, Any]) -> bool:
+def _sets_trainer_key(overrides: Mapping[str, Any], key: str) -> bool:
     extra = overrides.get("trainer")
-    return isinstance(extra, Mapping) and "precision" in extra
+    return isinstance(extra, Mapping) and key in extra
 
 
 def _sets_project(overrides: Mapping[str, Any]) -> bool:
@@ -395,11 +428,16 @@ def plan_sweep(
                 f"override {key}: the sweep sets it for every run (from shapes, the sweep id and "
                 "the sweep folder); remove it"
             )
-    if sweep.precisions is not None and _sets_precision(overrides):
-        raise ConfigError(
-            "override trainer.precision: the sweep's precisions list sets it for every run; "
-            "remove one of the two"
-        )
+    for axis, key in (
+        (sweep.precisions, "precision"),
+        (sweep.accumulate_grad_batches, "accumulate_grad_batches"),
+    ):
+        if axis is not None and _sets_trainer_key(overrides, key):
+            plural = "precisions" if key == "precision" else key
+            raise ConfigError(
+                f"override trainer.{key}: the sweep's {plural} list sets it for every run; "
+                "remove one of the two"
+            )
     # One Comet project per sweep family: the sweep's name, over the train file's project.
     if not _sets_project(overrides):
         overrides = merge(overrides, {"tracking": {"project": sweep.name}})
@@ -412,7 +450,7 @@ def plan_sweep(
     try:
         # An import-path workload is imported and checked here, on the submitting machine
         # (this imports lightning); built-in workloads need nothing more.
-        check_user_workload(base, resolve_batch(base.trainer, 1).per_device_batch_size)
+        check_workload(base, resolve_batch(base.trainer, 1))
     except ConfigError as exc:
         raise ConfigError(f"{train_path}: {exc}") from None
     sweep_dir = (Path(base.output_dir) / "sweeps" / sweep_id).absolute()
@@ -420,14 +458,26 @@ def plan_sweep(
     gpus_here: int | None = None  # asked once, and only when a local run could use GPUs
     plans: list[ShapePlan] = []
     precisions: list[str | None] = list(sweep.precisions) if sweep.precisions else [None]
-    pairs = [(shape, precision) for shape in sweep.shapes for precision in precisions]
-    for shape, precision in pairs:
+    accumulations: list[int | None] = (
+        list(sweep.accumulate_grad_batches) if sweep.accumulate_grad_batches else [None]
+    )
+    entries = [
+        (shape, precision, acc)
+        for shape in sweep.shapes
+        for precision in precisions
+        for acc in accumulations
+    ]
+    for shape, precision, acc in entries:
         where = f"shape {shape.label} (world size {shape.world_size})"
         if precision is not None:
             where += f" at precision {precision}"
+        if acc is not None:
+            where += f" with {acc} micro-batches per step"
         trainer: dict[str, Any] = {"num_nodes": shape.nodes, "devices": shape.devices_per_node}
         if precision is not None:
             trainer["precision"] = precision
+        if acc is not None:
+            trainer["accumulate_grad_batches"] = acc
         per_run = merge(
             overrides,
             {
@@ -440,8 +490,10 @@ def plan_sweep(
         try:
             cfg = load_train_config(train_path, per_run)
             batch = resolve_batch(cfg.trainer, shape.world_size)
-            # The trainer's own rule (torch-free), asked here so that no job fails on it later.
+            # The trainer's own rules, asked here so that no job fails on them later (an
+            # import-path workload was imported above: checking it again costs nothing).
             check_one_step(cfg.workload_params(), batch.global_batch_size)
+            check_workload(cfg, batch)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         if executor == "slurm":
@@ -459,6 +511,7 @@ def plan_sweep(
                 global_batch_size=batch.global_batch_size,
                 resources=resources,
                 precision_axis=sweep.precisions is not None,
+                accumulate_axis=sweep.accumulate_grad_batches is not None,
             )
         )
     return SweepPlan(

@@ -92,7 +92,13 @@ def validate_params(name: str, params: Mapping[str, Any]) -> Any:
 
 
 def build_workload(
-    name: str, params: Any, *, batch_size: int, seed: int, steps_per_call: int = 1
+    name: str,
+    params: Any,
+    *,
+    batch_size: int,
+    seed: int,
+    steps_per_call: int = 1,
+    accumulate_grad_batches: int = 1,
 ) -> Any:
     """Import the workload's module (torch, lightning) and build (module, datamodule).
 
@@ -103,11 +109,20 @@ def build_workload(
     An import-path workload is built by :func:`scalescope.workloads.user.build` instead: its
     own module and data module (None when the module has its own loaders), as written;
     ``steps_per_call`` does not apply.
+
+    ``batch_size`` is the per-device batch of one optimizer step. A built-in module splits
+    it into ``accumulate_grad_batches`` micro-batches itself
+    (:meth:`~scalescope.workloads.base.WorkloadModule.training_step`); a user's constructor
+    that takes a ``batch_size`` is given the micro-batch, and Lightning accumulates.
     """
     if is_import_path(name):
         from .user import build as build_user
 
-        return build_user(name, params, batch_size=batch_size)
+        return build_user(name, params, batch_size=batch_size // accumulate_grad_batches)
     module_name, func = get(name).builder.split(":")
     builder = getattr(importlib.import_module(module_name), func)
-    return builder(params, batch_size=batch_size, seed=seed, steps_per_call=steps_per_call)
+    model, datamodule = builder(
+        params, batch_size=batch_size, seed=seed, steps_per_call=steps_per_call
+    )
+    model.accumulate_grad_batches = accumulate_grad_batches
+    return model, datamodule

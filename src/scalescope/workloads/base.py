@@ -32,29 +32,75 @@ class WorkloadModule(L.LightningModule):
 
     val_history: list[tuple[int, float, float]]
 
+    accumulate_grad_batches: int = 1
+    """Micro-batches per optimizer step (``trainer.accumulate_grad_batches``): each batch of
+    the group is split into this many, their gradients summed (each loss divided by it, as
+    Lightning does), DDP's all-reduce running on the last one's backward only."""
+
     def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
         """The training loss of one micro-batch (forward pass only)."""
         raise NotImplementedError
 
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # With accumulation, DDP must not expect a gradient all-reduce from the call's forward
+        # (it would run on the first micro-batch's backward): each step's last micro-batch
+        # asks for it itself (training_step). Lightning calls this before that forward.
+        if self.accumulate_grad_batches > 1:
+            self._grad_sync(False)
+
     def training_step(self, batch: Sequence[tuple[Tensor, Tensor]], batch_idx: int) -> Tensor:
         # Manual optimization: the same zero_grad/backward/step as Lightning's automatic loop
-        # (DDP all-reduces gradients in every backward), one step per batch of the group.
+        # (DDP all-reduces gradients in the step's last backward), one optimizer step per
+        # batch of the group.
         opt = self.optimizers()
         assert not isinstance(opt, list)  # one optimizer (configure_optimizers)
         limit = self.trainer.max_steps
+        k = self.accumulate_grad_batches
         loss = torch.zeros(())
-        for x, y in batch:
-            if 0 <= limit <= self.trainer.global_step:
-                break
-            loss = self.micro_batch_loss(x, y)
-            opt.zero_grad(set_to_none=True)
-            self.manual_backward(loss)
-            opt.step()
+        try:
+            for x, y in batch:
+                if 0 <= limit <= self.trainer.global_step:
+                    break
+                opt.zero_grad(set_to_none=True)
+                if k == 1:
+                    loss = self.micro_batch_loss(x, y)
+                    self.manual_backward(loss)
+                else:
+                    loss = self._accumulate(x, y, k)
+                opt.step()
+        finally:
+            if k > 1:
+                self._grad_sync(True)
         return loss.detach()
 
+    def _accumulate(self, x: Tensor, y: Tensor, k: int) -> Tensor:
+        """Forward and backward on ``k`` micro-batches of (x, y); the gradient all-reduce on
+        the last backward only. Returns the loss of the whole batch."""
+        total = torch.zeros((), device=x.device)
+        for i, (xs, ys) in enumerate(zip(x.tensor_split(k), y.tensor_split(k), strict=True)):
+            last = i == k - 1
+            self._grad_sync(last)  # Lightning prepares DDP's reducer when this is on
+            part = self.micro_batch_loss(xs, ys) / k
+            self.manual_backward(part)
+            total = total + part.detach()
+        return total
+
+    def _grad_sync(self, on: bool) -> None:
+        """Whether DDP all-reduces gradients in the coming backward (what ``no_sync()``
+        switches); nothing without DDP."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = self.trainer.strategy.model
+        if isinstance(model, DistributedDataParallel):
+            model.require_backward_grad_sync = on
+
     def calibration_loss(self, batch: Sequence[tuple[Tensor, Tensor]]) -> Tensor:
-        """The loss of the group's first micro-batch: what one optimizer step computes."""
+        """The loss of the group's first micro-batch: what one backward with the gradient
+        all-reduce computes (with accumulation, a part of the first batch)."""
         x, y = batch[0]
+        k = self.accumulate_grad_batches
+        if k > 1:
+            x, y = x.tensor_split(k)[0], y.tensor_split(k)[0]
         return self.micro_batch_loss(x, y)
 
     def __setattr__(self, name: str, value: Any) -> None:

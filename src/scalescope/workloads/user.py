@@ -142,9 +142,18 @@ def takes_batch_size(cls: type) -> bool:
         return False
 
 
-def _bind(key: str, cls: type, args: Mapping[str, Any], batch_size: int | None) -> dict[str, Any]:
-    """The keyword arguments ``cls`` is built with; refuses what its signature rejects."""
+def _bind(
+    key: str,
+    cls: type,
+    args: Mapping[str, Any],
+    batch_size: int | None,
+    batch_error: str | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments ``cls`` is built with; refuses what its signature rejects
+    (and, with ``batch_error``, a ``batch_size`` argument scalescope has no size for)."""
     kwargs = dict(args)
+    if batch_error is not None and takes_batch_size(cls):
+        raise ConfigError(f"{batch_error} ({cls.__name__} takes it as batch_size)")
     if batch_size is not None and takes_batch_size(cls):
         if BATCH_SIZE_ARG in kwargs:
             raise ConfigError(
@@ -183,10 +192,18 @@ class Resolved:
         return (self.datamodule_cls or self.module_cls).__name__
 
 
-def check(name: str, params: UserParams, *, batch_size: int | None = None) -> Resolved:
+def check(
+    name: str,
+    params: UserParams,
+    *,
+    batch_size: int | None = None,
+    batch_error: str | None = None,
+) -> Resolved:
     """Import and check an import-path workload (imports lightning); ConfigError otherwise.
 
-    ``batch_size`` is the per-device batch passed to a constructor that takes one.
+    ``batch_size`` is the per-device (micro-)batch passed to a constructor that takes one;
+    ``batch_error`` what to say instead when there is none to pass (an accumulation that does
+    not divide the per-device batch).
     """
     import lightning as L
 
@@ -206,11 +223,16 @@ def check(name: str, params: UserParams, *, batch_size: int | None = None) -> Re
         module_cls,
         params.init_args,
         batch_size if datamodule_cls is None else None,
+        batch_error if datamodule_cls is None else None,
     )
     datamodule_kwargs: dict[str, Any] = {}
     if datamodule_cls is not None:
         datamodule_kwargs = _bind(
-            "workload.datamodule_init_args", datamodule_cls, params.datamodule_init_args, batch_size
+            "workload.datamodule_init_args",
+            datamodule_cls,
+            params.datamodule_init_args,
+            batch_size,
+            batch_error,
         )
     return Resolved(module_cls, module_kwargs, datamodule_cls, datamodule_kwargs)
 

@@ -82,10 +82,23 @@ class Counted:
     same_first_batch: bool | None = None
     """Whether every rank's first training batch was identical (None: one rank, or a batch
     without a tensor to compare)."""
+    optimizer_steps: int = 0
+    """Optimizer steps the counted batches made (the same on every rank)."""
+    max_step_samples: int = 0
+    """The most samples one optimizer step took on any rank (its micro-batches summed)."""
 
     @property
-    def per_device_mean(self) -> float | None:
+    def micro_batch_mean(self) -> float | None:
+        """Samples per batch the loaders yielded (a micro-batch under accumulation)."""
         return self.train_samples / self.train_batches if self.train_batches else None
+
+    def per_device_mean(self, world_size: int, accumulate: int = 1) -> float | None:
+        """Samples per optimizer step per device: what the record calls the per-device
+        batch. Without a count of steps, the micro-batch mean times the accumulation."""
+        if self.optimizer_steps and self.train_batches:
+            return self.train_samples / (world_size * self.optimizer_steps)
+        mean = self.micro_batch_mean
+        return mean * accumulate if mean is not None else None
 
 
 @dataclass
@@ -106,11 +119,18 @@ class SampleCounter(L.Callback):
     val_samples: int = 0
     combined: bool = False
     """Several training loaders: each step's batch holds one batch of each."""
+    steps: int = 0
+    """Optimizer steps the counted batches made."""
+    max_step: int = 0
+    """The most samples of one optimizer step (its micro-batches summed)."""
     _epoch_start: int = 0
     _validations: int = 0
+    _step_samples: int = 0
+    _first_step: int = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.combined = len(training_loaders(trainer.train_dataloader)) > 1
+        self._first_step = trainer.global_step
         if self.warmup_steps() == 0:
             self.warmup_samples = 0
 
@@ -126,6 +146,12 @@ class SampleCounter(L.Callback):
         self.total += size
         self.batches += 1
         self.max_batch = max(self.max_batch, size)
+        self._step_samples += size
+        steps = trainer.global_step - self._first_step
+        if steps != self.steps:  # this batch ended an optimizer step (accumulation: the last)
+            self.steps = steps
+            self.max_step = max(self.max_step, self._step_samples)
+            self._step_samples = 0
         if self.warmup_samples is None and self.warmup_steps() is not None:
             self.warmup_samples = self.total
 
@@ -158,27 +184,39 @@ class SampleCounter(L.Callback):
             self.val_samples,
             self.batches,
         ]
+        steps = self.steps
         device = trainer.strategy.root_device
         summed = trainer.strategy.reduce(
             torch.tensor(mine, dtype=torch.int64, device=device), reduce_op="sum"
         )
         total, first, warmup, val, batches = (int(v) for v in summed.tolist())
         same: bool | None = None
-        largest = self.max_batch
+        largest, largest_step = self.max_batch, self.max_step
         if trainer.world_size > 1:
             theirs = trainer.strategy.all_gather(
                 torch.tensor(
-                    [float(self.max_batch), self.first_fingerprint],
+                    [float(self.max_batch), self.first_fingerprint, float(self.max_step)],
                     dtype=torch.float64,
                     device=device,
                 )
-            ).reshape(-1, 2)
+            ).reshape(-1, 3)
             largest = int(theirs[:, 0].max().item())
+            largest_step = int(theirs[:, 2].max().item())
             prints = theirs[:, 1].tolist()
             if all(p == p for p in prints):  # no NaN: every rank had a tensor to compare
                 same = len(set(prints)) == 1
         # The warm-up ends at the same step on every rank: all -1 or none.
-        return Counted(total, first, warmup if warmup >= 0 else None, val, batches, largest, same)
+        return Counted(
+            total,
+            first,
+            warmup if warmup >= 0 else None,
+            val,
+            batches,
+            largest,
+            same,
+            optimizer_steps=steps,
+            max_step_samples=largest_step,
+        )
 
 
 def training_loaders(loader: Any) -> list[Any]:
@@ -341,13 +379,19 @@ def measured_batch(
             f"the {world} ranks' first training batches were identical: every rank may be "
             "training on the same data (shard the data set by rank)"
         )
-    mean = counted.per_device_mean
+    k = ident.accumulate_grad_batches
+    mean = counted.per_device_mean(world, k)
+    micro_passed = configured // k
     section: dict[str, Any] = {
         "loaders": len(loaders),
         "per_device_mean": mean,
-        "per_device_max": counted.max_batch or None,
+        "per_device_max": (counted.max_step_samples or counted.max_batch * k) or None,
+        "accumulate_grad_batches": k,
         "micro_batches": counted.train_batches,
-        "passed": configured if passed_to else None,
+        "micro_batch_mean": counted.micro_batch_mean,
+        "micro_batch_max": counted.max_batch or None,
+        "optimizer_steps": counted.optimizer_steps or None,
+        "passed": micro_passed if passed_to else None,
         "passed_to": passed_to,
         "data": {
             "iterable": iterable,
@@ -359,11 +403,12 @@ def measured_batch(
     if mean is None:  # nothing was yielded: the configured figures stand
         return ident, section
     measured = max(1, round(mean))
-    if passed_to and counted.max_batch != configured:
+    micro_mean = counted.micro_batch_mean or 0.0
+    if passed_to and counted.max_batch != micro_passed:
         warnings_.append(
-            f"scalescope passed batch_size={configured} to {passed_to}, but its training "
-            f"loader yielded batches of {counted.max_batch} at most (mean {mean:.4g}) per "
-            "device: the record uses the measured batch"
+            f"scalescope passed batch_size={micro_passed} to {passed_to}, but its training "
+            f"loader yielded batches of {counted.max_batch} at most (mean {micro_mean:.4g}) "
+            "per device: the record uses the measured batch"
         )
     ident = dataclasses.replace(
         ident, per_device_batch_size=measured, global_batch_size=measured * world
