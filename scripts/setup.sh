@@ -45,5 +45,15 @@ if [ "${1:-}" = "--dev" ]; then
   fi
 fi
 echo "setup: installing scalescope${extra} and its dependencies (quick when present)"
-quiet_pip -e ".${extra}"
-echo "setup: ready ($(python -c 'import torch, lightning; print(f"torch {torch.__version__}, lightning {lightning.__version__}")'))"
+# uv installs the same packages from the same index in seconds where pip takes about 40 s; the
+# torch kept above satisfies the requirement, so neither touches it. pip where uv cannot be
+# installed or fails.
+if quiet_pip uv >/dev/null 2>&1 &&
+  python -m uv pip install -q --python "$(command -v python)" --compile-bytecode -e ".${extra}"; then
+  :
+else
+  echo "setup: installing with pip instead of uv"
+  quiet_pip -e ".${extra}"
+fi
+echo "setup: ready ($(python -c 'from importlib.metadata import version as v
+print("torch " + v("torch") + ", lightning " + v("lightning"))'))"
