@@ -195,19 +195,22 @@ def run_train(
     env: Mapping[str, str] | None = None,
     module_args: Sequence[str] = (),
 ) -> TrainRun:
-    """``python -m scalescope.train <module_args> [output_dir=...] <args>`` in ``cwd``."""
+    """``python -m scalescope.train <module_args> [output_dir=...] <args>`` in ``cwd``: rank 0
+    forked from a preloaded interpreter (tests/zygote.py; ``SCALESCOPE_TEST_FRESH_PROCESSES=1``
+    starts a fresh one instead), its other ranks started by it as in any local run."""
+    import zygote
+
     argv = list(module_args)
     if output_dir is not None:
         argv.append(f"output_dir={output_dir}")
     argv += list(args)
-    proc = subprocess.run(
-        [sys.executable, "-m", "scalescope.train", *argv],
+    proc = zygote.run(
+        "scalescope.train",
+        argv,
         cwd=cwd,
         env=clean_env(env),
-        capture_output=True,
-        text=True,
+        server_env=clean_env(),
         timeout=TRAIN_TIMEOUT_S,
-        check=False,
     )
     return TrainRun(
         args=tuple(argv),
