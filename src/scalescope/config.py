@@ -53,6 +53,17 @@ class TrainerConfig:
         check=positive,
     )
     precision: Precision = option("32", help="32, bf16-mixed or 16-mixed (16-mixed needs a GPU)")
+    compile: bool = option(
+        False,
+        help="torch.compile the module's forward when training starts (after the FLOPs "
+        "probe, which measures the eager module); compiling happens in the first steps, "
+        "inside the warm-up, and the record's compile section says what it cost",
+    )
+    compile_backend: str = option(
+        "inductor",
+        help="torch.compile backend with trainer.compile (inductor needs a C++ compiler on "
+        "the CPU; aot_eager traces without generating code)",
+    )
     seed: int = option(42, help="seed of model initialisation and shuffling")
     accelerator: Literal["auto", "cpu", "gpu"] = option(
         "auto", help="auto picks the GPU when CUDA is available, else the CPU"

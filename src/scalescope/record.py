@@ -185,6 +185,13 @@ class ResultRecord:
     constructor, or None; ``data``: whether the ranks' data were split, and how that was
     checked). The identity's batch sizes are then the measured ones. None for built-in
     workloads, whose batches are the configured ones, and in older records."""
+    compile: dict[str, Any] | None = None
+    """``torch.compile`` in the run (``trainer.compile``, or the module's own): ``enabled``,
+    ``by`` (scalescope or the module), ``backend``, compile seconds before training
+    (``before_s``: the FLOPs probe's, outside every timed interval), during training
+    (``training_s``) split into ``warmup_s`` and ``steady_s`` (at the warm-up's end), what
+    validation compiled (``validation_s``), and ``warnings``. None for an eager run and in
+    older records."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 

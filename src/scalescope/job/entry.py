@@ -356,6 +356,11 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         )
         node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         diag = _Diagnosis.create(cfg, timing, topo, node)
+        from .compiling import CompileClock, CompileForward
+
+        compile_clock = CompileClock(
+            timing.t, backend=cfg.trainer.compile_backend if cfg.trainer.compile else None
+        )
 
         def gather(trainer: Any) -> Any:
             """The end-of-run gather of every rank's timings (a collective)."""
@@ -373,8 +378,10 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             callbacks=[
                 *(diag.before_timing() if diag else []),
                 *(measures.before_timing() if measures else []),
+                *([CompileForward(cfg.trainer.compile_backend)] if cfg.trainer.compile else []),
                 *fault_callbacks(cfg.faults),
                 timing,
+                compile_clock,
                 *(measures.after_timing() if measures else []),
                 *(diag.after_timing() if diag else []),
                 stop,
@@ -441,10 +448,14 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
                 tracking=tracker.info(),
                 threads_per_process=threads,
                 stop_reason=stop.reason,
+                compile=compile_clock.section(cfg.trainer.compile),
             )
             record.write_json_atomic(run_dir / "result.json", result.to_dict())
             print(record.encode(result), flush=True)
-            for warning in (result.batch or {}).get("warnings", []):
+            for warning in [
+                *(result.batch or {}).get("warnings", []),
+                *(result.compile or {}).get("warnings", []),
+            ]:
                 _say(topo, f"warning: {warning}")
             _say(topo, _summary_line(result))
         _leave_process_group()
