@@ -195,9 +195,10 @@ def run_train(
     env: Mapping[str, str] | None = None,
     module_args: Sequence[str] = (),
 ) -> TrainRun:
-    """``python -m scalescope.train <module_args> [output_dir=...] <args>`` in ``cwd``: rank 0
-    forked from a preloaded interpreter (tests/zygote.py; ``SCALESCOPE_TEST_FRESH_PROCESSES=1``
-    starts a fresh one instead), its other ranks started by it as in any local run."""
+    """``python -m scalescope.train <module_args> [output_dir=...] <args>`` in ``cwd``: its
+    ranks forked from a preloaded interpreter (tests/zygote.py;
+    ``SCALESCOPE_TEST_FRESH_PROCESSES=1`` starts fresh ones instead), rank 0 starting the
+    others as in any local run."""
     import zygote
 
     argv = list(module_args)

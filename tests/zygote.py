@@ -3,12 +3,18 @@ paying for Python's start and the imports of torch and Lightning (about 5 s of C
 
 The server (this file run as a script) imports torch, Lightning and scalescope's training
 modules once, then waits on a Unix socket. For each request it forks; the child takes the
-request's working directory, environment, argv and output files, and runs
-``scalescope.train`` as ``python -m`` does (``runpy``: ``__main__`` is that module, ``sys.argv[0]``
-its file, the working directory first on ``sys.path``), then exits as that process would
-(its exit code, atexit handlers, thread shutdown). The child is a real process: its other
-ranks, the DDP process group, signals and files are those of a fresh run; only the
-interpreter's start-up is shared.
+request's working directory, environment, argv and descriptors (stdin, stdout, stderr, passed
+over the socket), and runs ``scalescope.train`` as ``python -m`` does (``runpy``: ``__main__`` is
+that module, ``sys.argv[0]`` its file, the working directory first on ``sys.path``), then exits
+as that process would (its exit code, atexit handlers, thread shutdown).
+
+The other ranks a run starts (``python -m scalescope.train`` with LOCAL_RANK set) are forked
+the same way: in a forked process ``sys.executable`` is a shim (:func:`shim`) that asks the
+server for the fork with its own working directory, environment and descriptors, passes
+SIGTERM, SIGINT and SIGHUP on, returns the rank's exit code, and takes the rank with it when
+it is killed. Rank 0 adopts, watches and ends it exactly as it would a fresh interpreter.
+Every process is real (the DDP process group, signals, files); only the interpreter's
+start-up is shared.
 
 The client (:func:`run`) is what ``core_helpers.run_train`` calls. It falls back to a fresh
 interpreter where the server cannot serve the request exactly (a different ``PYTHONPATH``)
@@ -18,6 +24,7 @@ or is switched off (``SCALESCOPE_TEST_FRESH_PROCESSES=1``).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -59,13 +66,15 @@ def _single_threaded() -> bool:
     return threading.active_count() == 1
 
 
-def _serve(path: str) -> dict[str, Any]:
-    """Serve requests until killed; returns (in a forked child only) the child's request."""
+def _serve(path: str) -> tuple[dict[str, Any], list[int]]:
+    """Serve requests until killed; returns (in a forked child only) the child's request and
+    the descriptors that came with it (its stdin, stdout and stderr)."""
     _preload()
+    shim = _write_shim(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
-    # Children are reaped by the kernel: the client waits on a pidfd, not on this process.
+    # Children are reaped by the kernel: clients wait on a pidfd, not on this process.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     ready = "ready" if _single_threaded() else "threaded"
     sys.stdout.write(f"{ready}\n")
@@ -73,13 +82,15 @@ def _serve(path: str) -> dict[str, Any]:
     while True:
         conn, _ = listener.accept()
         with conn:
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+            while data and not data.endswith(b"\n"):  # the rest of a long request
+                more = conn.recv(1 << 20)
+                if not more:
                     break
-                data += chunk
-            if not data:
+                data += more
+            if not data.endswith(b"\n") or len(fds) != 3:
+                for fd in fds:
+                    os.close(fd)
                 continue
             request = json.loads(data)
             sys.stdout.flush()
@@ -88,23 +99,42 @@ def _serve(path: str) -> dict[str, Any]:
             if pid == 0:
                 listener.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                return dict(request)
+                request["shim"] = shim
+                return dict(request), list(fds)
+            for fd in fds:
+                os.close(fd)
             conn.sendall(f"{pid}\n".encode())
 
 
-def _become(request: Mapping[str, Any]) -> None:
+def _write_shim(path: str) -> str:
+    """An executable that stands for ``python`` in the forked processes (``sys.executable``):
+    a rank they start (``python -m scalescope.train ...``) is forked from this server too."""
+    shim = os.path.join(os.path.dirname(path), "python")
+    here = os.path.dirname(os.path.abspath(__file__))
+    Path(shim).write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"sys.path.insert(0, {here!r})\n"
+        "import zygote\n"
+        f"sys.exit(zygote.shim({path!r}, {sys.executable!r}))\n"
+    )
+    os.chmod(shim, 0o755)
+    return shim
+
+
+def _become(request: Mapping[str, Any], fds: Sequence[int]) -> None:
     """In the forked child: take the request's process state, then run the module."""
     import runpy
 
+    for fd, target in zip(fds, (0, 1, 2), strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    stdin = os.open(os.devnull, os.O_RDONLY)
-    stdout = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    stderr = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
-        os.dup2(fd, target)
-        os.close(fd)
+    if request.get("watch") is not None:
+        _die_with(int(request["watch"]))
+    sys.executable = request["shim"]  # the ranks this one starts are forked here too
     sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
     sys.argv = ["-m", *request["argv"]]
     code: Any = 1
@@ -117,6 +147,64 @@ def _become(request: Mapping[str, Any]) -> None:
     finally:
         rc = code if isinstance(code, int) else (0 if code is None else 1)
         Path(request["rc"]).write_text(str(rc))
+
+
+def _die_with(pid: int) -> None:
+    """End this process (SIGKILL) when process ``pid`` ends: a rank forked for a shim goes
+    with it, as the real process the shim stands for would."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return
+
+    def watch() -> None:
+        select.select([fd], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="zygote-watch", daemon=True).start()
+
+
+def shim(path: str, python: str) -> int:
+    """``python -m <module> ...`` started by a forked process: forked from the server at
+    ``path`` with this process's working directory, environment and descriptors; its exit
+    code returned, SIGTERM, SIGINT and SIGHUP passed on, and it dies with this process.
+    Anything else (or a server gone) runs the real ``python``."""
+    args = sys.argv[1:]
+    if len(args) < 2 or args[0] != "-m":
+        os.execv(python, [python, *args])
+    with tempfile.TemporaryDirectory(prefix="scalescope-rank-") as folder:
+        rc_file = os.path.join(folder, "rc")
+        request = {
+            "module": args[1],
+            "argv": args[2:],
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "rc": rc_file,
+            "watch": os.getpid(),
+        }
+        try:
+            pid = _request(path, request, [0, 1, 2])
+        except OSError:
+            os.execv(python, [python, *args])
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda signum, _frame: _signal(pid, signum))
+        _wait(pid, None, args)
+        text = Path(rc_file).read_text() if os.path.exists(rc_file) else ""
+        return int(text) if text else 128 + signal.SIGKILL
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def _request(path: str, request: Mapping[str, Any], fds: Sequence[int]) -> int:
+    """Send one request and its descriptors; the forked process's pid."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], list(fds))
+        return int(conn.makefile().readline())
 
 
 # --- client -----------------------------------------------------------------------------------
@@ -201,17 +289,18 @@ def run(
         )
     with tempfile.TemporaryDirectory(prefix="scalescope-run-") as folder:
         files = {k: os.path.join(folder, k) for k in ("stdout", "stderr", "rc")}
-        request = {
-            "module": module,
-            "argv": list(argv),
-            "cwd": str(cwd),
-            "env": dict(env),
-            **files,
-        }
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(address)
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            pid = int(conn.makefile().readline())
+        request = {"module": module, "argv": list(argv), "cwd": str(cwd), "env": dict(env)}
+        request["rc"] = files["rc"]
+        fds = [
+            os.open(os.devnull, os.O_RDONLY),
+            os.open(files["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+            os.open(files["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+        ]
+        try:
+            pid = _request(address, request, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
         _wait(pid, timeout, argv)
         rc_text = Path(files["rc"]).read_text() if os.path.exists(files["rc"]) else ""
         return subprocess.CompletedProcess(
@@ -222,8 +311,9 @@ def run(
         )
 
 
-def _wait(pid: int, timeout: float, argv: Sequence[str]) -> None:
-    """Until process ``pid`` (not a child of this one) has exited."""
+def _wait(pid: int, timeout: float | None, argv: Sequence[str]) -> None:
+    """Until process ``pid`` (not a child of this one) has exited; TimeoutExpired (and the
+    process killed) after ``timeout`` seconds."""
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
@@ -241,4 +331,4 @@ def _wait(pid: int, timeout: float, argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    _become(_serve(sys.argv[1]))
+    _become(*_serve(sys.argv[1]))
