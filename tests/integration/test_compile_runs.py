@@ -1,5 +1,5 @@
-"""``torch.compile`` in real runs: scalescope compiling a module it never saw (``trainer.compile``)
-at 2 processes, and a module compiling itself in ``configure_model``.
+"""``torch.compile`` in real runs at 2 processes: scalescope compiling a module it never saw
+(``trainer.compile``), and a module compiling itself in ``configure_model``.
 
 The backend is ``aot_eager``: dynamo traces and AOTAutograd splits forward and backward, as
 with every backend, without generating C++ (inductor's code generation costs tens of seconds
@@ -68,6 +68,7 @@ def test_a_module_that_compiles_itself_is_recorded_and_a_steady_state_compile_wa
     run = run_train(
         tmp_path,
         "tracking.mode='off'",
+        "trainer.devices=2",
         "workload.name=self_compiling:SelfCompiling",
         f"workload.datamodule={DEMOS}:BoringDataModule",
         "trainer.max_epochs=1",
