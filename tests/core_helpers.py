@@ -222,6 +222,26 @@ def run_train(
     )
 
 
+DEMOS = "lightning.pytorch.demos.boring_classes"
+"""Lightning's own demo classes: modules this project did not write."""
+
+
+def run_demo(
+    output_dir: Path, model: str, datamodule: str, *args: str, devices: int = 2
+) -> TrainRun:
+    """One of Lightning's demo modules with one of its data modules, unmodified, under
+    ``scalescope train`` (tracking off) at ``devices`` processes."""
+    return run_train(
+        REPO,
+        "tracking.mode='off'",
+        f"trainer.devices={devices}",
+        f"workload.name={DEMOS}:{model}",
+        f"workload.datamodule={DEMOS}:{datamodule}",
+        *args,
+        output_dir=output_dir,
+    )
+
+
 @contextlib.contextmanager
 def two_rank_run(
     tmp_path: Path,

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core_helpers import REPO, TINY, run_train
-
-DEMOS = "lightning.pytorch.demos.boring_classes"
+from core_helpers import TINY, run_demo, run_train
 
 
 def test_a_built_in_workload_accumulates_to_the_same_trajectory(
@@ -51,15 +49,12 @@ def test_a_user_module_accumulates_with_lightning(tmp_path: Path) -> None:
     """Lightning's BoringModel, unmodified: 32 batches of 1 per rank and epoch, 3 per
     optimizer step, so 11 steps an epoch (the last one of 2 batches: Lightning steps at an
     epoch's end whatever is accumulated)."""
-    run = run_train(
-        REPO,
-        "tracking.mode='off'",
-        "trainer.devices=2",
-        f"workload.name={DEMOS}:BoringModel",
-        f"workload.datamodule={DEMOS}:BoringDataModule",
+    run = run_demo(
+        tmp_path,
+        "BoringModel",
+        "BoringDataModule",
         "trainer.max_epochs=2",
         "trainer.accumulate_grad_batches=3",
-        output_dir=tmp_path,
     )
     assert run.returncode == 0, run.describe()
     (r,) = run.results()
@@ -80,13 +75,12 @@ def test_a_user_module_accumulates_with_lightning(tmp_path: Path) -> None:
 
 
 def test_accumulation_for_a_module_that_optimizes_manually_is_one_line(tmp_path: Path) -> None:
-    run = run_train(
-        REPO,
-        "tracking.mode='off'",
-        f"workload.name={DEMOS}:ManualOptimBoringModel",
-        f"workload.datamodule={DEMOS}:BoringDataModule",
+    run = run_demo(
+        tmp_path,
+        "ManualOptimBoringModel",
+        "BoringDataModule",
         "trainer.accumulate_grad_batches=2",
-        output_dir=tmp_path,
+        devices=1,
     )
     assert run.returncode == 2, run.describe()
     assert run.stderr.strip().splitlines() == [

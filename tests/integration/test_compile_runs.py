@@ -10,22 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core_helpers import REPO, run_train
-
-DEMOS = "lightning.pytorch.demos.boring_classes"
+from core_helpers import DEMOS, run_demo, run_train
 
 
 def test_a_compiled_module_compiles_in_the_warm_up_and_keeps_eager_flops(tmp_path: Path) -> None:
-    run = run_train(
-        REPO,
-        "tracking.mode='off'",
-        "trainer.devices=2",
-        f"workload.name={DEMOS}:BoringModel",
-        f"workload.datamodule={DEMOS}:BoringDataModule",
+    run = run_demo(
+        tmp_path,
+        "BoringModel",
+        "BoringDataModule",
         "trainer.max_epochs=2",
         "trainer.compile=true",
         "trainer.compile_backend=aot_eager",
-        output_dir=tmp_path,
     )
     assert run.returncode == 0, run.describe()
     (r,) = run.results()

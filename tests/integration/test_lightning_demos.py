@@ -11,21 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core_helpers import REPO, TrainRun, run_train
+from core_helpers import TrainRun, run_demo, run_train
 
-DEMOS = "lightning.pytorch.demos.boring_classes"
 QUIET = ("tracking.mode='off'", "trainer.devices=2")
-
-
-def _demo(tmp_path: Path, model: str, datamodule: str, *args: str) -> TrainRun:
-    return run_train(
-        REPO,
-        *QUIET,
-        f"workload.name={DEMOS}:{model}",
-        f"workload.datamodule={DEMOS}:{datamodule}",
-        *args,
-        output_dir=tmp_path,
-    )
 
 
 def _record(run: TrainRun) -> object:
@@ -36,7 +24,7 @@ def _record(run: TrainRun) -> object:
 
 
 def test_a_sized_data_set_records_the_batch_its_loader_yielded(tmp_path: Path) -> None:
-    r = _record(_demo(tmp_path, "BoringModel", "BoringDataModule", "trainer.max_epochs=2"))
+    r = _record(run_demo(tmp_path, "BoringModel", "BoringDataModule", "trainer.max_epochs=2"))
     # 64 training samples split over 2 ranks by the DistributedSampler, batches of 1
     assert r.train_samples == 64 and r.steps_per_epoch == 32 and r.steps == 64
     assert r.identity.per_device_batch_size == 1 and r.identity.global_batch_size == 2
@@ -49,7 +37,7 @@ def test_a_sized_data_set_records_the_batch_its_loader_yielded(tmp_path: Path) -
 
 
 def test_a_stream_without_a_length_trains_when_bounded(tmp_path: Path) -> None:
-    run = _demo(tmp_path, "BoringModel", "BoringDataModuleNoLen", "trainer.max_steps=40")
+    run = run_demo(tmp_path, "BoringModel", "BoringDataModuleNoLen", "trainer.max_steps=40")
     r = _record(run)
     assert r.steps == 40 and r.steps_per_epoch == 40  # what the (cut) epoch ran
     assert r.warmup_steps == 20 and r.steady_steps == 20  # auto: half of max_steps
@@ -65,7 +53,7 @@ def test_a_stream_without_a_length_trains_when_bounded(tmp_path: Path) -> None:
 
 
 def test_a_stream_nothing_bounds_is_one_line_naming_the_key(tmp_path: Path) -> None:
-    run = _demo(tmp_path, "BoringModel", "BoringDataModuleNoLen")
+    run = run_demo(tmp_path, "BoringModel", "BoringDataModuleNoLen")
     assert run.returncode == 2, run.describe()
     lines = run.stderr.strip().splitlines()
     assert lines == [
@@ -78,7 +66,7 @@ def test_a_stream_nothing_bounds_is_one_line_naming_the_key(tmp_path: Path) -> N
 
 def test_a_manual_optimization_demo_records(tmp_path: Path) -> None:
     r = _record(
-        _demo(tmp_path, "ManualOptimBoringModel", "BoringDataModule", "trainer.max_epochs=2")
+        run_demo(tmp_path, "ManualOptimBoringModel", "BoringDataModule", "trainer.max_epochs=2")
     )
     assert r.steps == 64 and r.identity.per_device_batch_size == 1
 
