@@ -471,11 +471,12 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
     if workloads.is_user(cfg.workload_name):
         from .workloads import user
 
+        micro = batch.micro_batch_size
         return user.check(
             cfg.workload_name,
             cfg.workload_params(),
-            batch_size=batch.micro_batch_size,
-            batch_error=None if batch.micro_batch_size else batch.micro_batch_error(),
+            batch_size=micro,
+            batch_error=None if micro else batch.micro_batch_error(),
         )
     batch.check_micro_batch()
     return None

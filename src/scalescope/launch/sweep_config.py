@@ -150,23 +150,33 @@ class SweepConfig:
                 raise ConfigError(f"shapes: {shape.label} is listed twice; use repeats instead")
             seen.add(shape.label)
         if self.precisions is not None:
-            if not self.precisions:
-                raise ConfigError("precisions: the list is empty; leave it out or name one")
-            twice = sorted({p for p in self.precisions if self.precisions.count(p) > 1})
-            if twice:
-                raise ConfigError(f"precisions: {twice[0]} is listed twice")
-        acc = self.accumulate_grad_batches
-        if acc is not None:
-            if not acc:
-                raise ConfigError(
-                    "accumulate_grad_batches: the list is empty; leave it out or name one"
-                )
-            bad = [a for a in acc if isinstance(a, bool) or a < 1]
-            if bad:
-                raise ConfigError(f"accumulate_grad_batches: {bad[0]!r} is not a count >= 1")
-            twice_acc = sorted({a for a in acc if acc.count(a) > 1})
-            if twice_acc:
-                raise ConfigError(f"accumulate_grad_batches: {twice_acc[0]} is listed twice")
+            _check_axis("precisions", self.precisions)
+        if self.accumulate_grad_batches is not None:
+            _check_axis(
+                "accumulate_grad_batches",
+                self.accumulate_grad_batches,
+                bad=lambda a: isinstance(a, bool) or a < 1,
+                wanted="a count >= 1",
+            )
+
+
+def _check_axis(
+    key: str,
+    values: list[Any],
+    *,
+    bad: Callable[[Any], bool] | None = None,
+    wanted: str = "",
+) -> None:
+    """A sweep axis (every shape at each value): a non-empty list, every value one that
+    ``bad`` accepts, none twice."""
+    if not values:
+        raise ConfigError(f"{key}: the list is empty; leave it out or name one")
+    wrong = [v for v in values if bad is not None and bad(v)]
+    if wrong:
+        raise ConfigError(f"{key}: {wrong[0]!r} is not {wanted}")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise ConfigError(f"{key}: {twice[0]} is listed twice")
 
 
 def load_sweep_config(path: str | os.PathLike[str]) -> SweepConfig:

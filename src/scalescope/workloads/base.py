@@ -8,6 +8,7 @@ from typing import Any
 import lightning as L
 import torch
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 
 
 class WorkloadModule(L.LightningModule):
@@ -88,8 +89,6 @@ class WorkloadModule(L.LightningModule):
     def _grad_sync(self, on: bool) -> None:
         """Whether DDP all-reduces gradients in the coming backward (what ``no_sync()``
         switches); nothing without DDP."""
-        from torch.nn.parallel import DistributedDataParallel
-
         model = self.trainer.strategy.model
         if isinstance(model, DistributedDataParallel):
             model.require_backward_grad_sync = on
