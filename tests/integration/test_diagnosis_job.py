@@ -346,24 +346,37 @@ def comm_heavy_baseline(tmp_path_factory: pytest.TempPathFactory) -> ResultRecor
     )
 
 
+WAITS = ("comm", "input", "skew", "jitter")
+"""The parts of a step other than compute and the overlap slowdown: time spent waiting."""
+
+
 def test_a_communication_heavy_model_shows_exposed_communication(
     tmp_path: Path, comm_heavy_baseline: ResultRecord
 ) -> None:
-    """A model of many parameters and little compute per step (weak scaling). What the
-    waterfall can say of it robustly: its exposed communication and the slowdown of
-    backward beside it are a large share of the loss in every run (compute per sample
-    grows there too, as two ranks and the neighbour share two cores)."""
+    """A model of many parameters and little compute per step (weak scaling): its exposed
+    communication and the slowdown of backward beside it are a large share of every
+    2-process step, and the largest of the parts that only scale brings.
+
+    Those points (100 x part / the run's own step time) are measured inside each run. The
+    loss itself is not asserted: with no injected effect it is the difference between runs
+    made at different moments, and on a 2-core machine shared with other jobs it moves with
+    their load (one CI run, its baseline made beside the Slurm tier's jobs, measured -9.5
+    points lost, compute -59, while communication was 27.5 and the overlap 8.3)."""
     folder = _folder_with(tmp_path, comm_heavy_baseline, ("workload.num_samples=600",), COMM_HEAVY)
     wf = waterfall(load_all(folder).runs)
     row = _scaled_row(wf)
-    comm = row["comm_pts_mean"] + row["overlap_pts_mean"]
-    print(
-        f"comm-heavy: lost {row['lost_pts_mean']:.1f}, comm {row['comm_pts_mean']:.1f}, "
-        f"overlap {row['overlap_pts_mean']:.1f}, compute {row['compute_pts_mean']:.1f}"
-    )
-    assert comm > 0.25 * row["lost_pts_mean"] > 0, row.to_dict()
-    exposed = [parts.exposed_comm_s for _, world, _, parts, _ in wf.runs if world == 2]
-    assert len(exposed) == REPEATS and min(exposed) > 0, exposed
+    parts = {p: round(row[f"{p}_pts_mean"], 1) for p in (*WAITS, "overlap", "compute")}
+    print(f"comm-heavy: lost {row['lost_pts_mean']:.1f}, parts {parts}")
+    assert parts["comm"] + parts["overlap"] > 15, row.to_dict()
+    assert max(WAITS, key=lambda p: parts[p]) == "comm", parts
+    shares = [
+        (p.per_sample("comm") + p.per_sample("overlap")) / p.t_s
+        for _, world, _, p, _ in wf.runs
+        if world == 2
+    ]
+    assert len(shares) == REPEATS and min(shares) > 0.15, shares
+    exposed = [p.exposed_comm_s for _, world, _, p, _ in wf.runs if world == 2]
+    assert min(exposed) > 0, exposed
 
 
 BURN_S = 0.015
