@@ -200,6 +200,20 @@ class FaultsConfig:
         "buckets, e.g. configs/diagnosis/comm_heavy.yaml); 0 = off",
         check=non_negative,
     )
+    network_alpha_s: float = option(
+        0.0,
+        help="an emulated network whose cost grows with the world size p: every all-reduce "
+        "(DDP's buckets in training and the diagnosis' all-reduce sweep) is held back "
+        "network_alpha_s x log2(p) + bytes x 2(p-1)/p / network_busbw_gbps, to check the "
+        "projection's mechanics; 0 = off",
+        check=non_negative,
+    )
+    network_busbw_gbps: float = option(
+        0.0,
+        help="the emulated network's bus bandwidth (GB/s) for network_alpha_s; 0 = no "
+        "bandwidth term",
+        check=non_negative,
+    )
     exit_rank: int | None = option(
         None,
         help="this global rank exits abruptly (exit status 1) at exit_at: a rank that dies "
@@ -221,7 +235,26 @@ class FaultsConfig:
             or self.rotating_sleep_s > 0
             or self.allreduce_delay_s > 0
             or self.overlap_burn_s > 0
+            or self.emulates_network
         )
+
+    @property
+    def emulates_network(self) -> bool:
+        return self.network_alpha_s > 0 or self.network_busbw_gbps > 0
+
+    def network_hold_s(self, nbytes: int, world_size: int) -> float:
+        """How long the emulated network holds an all-reduce of ``nbytes`` at
+        ``world_size`` ranks back (0 on one rank, or when off)."""
+        import math
+
+        if world_size < 2 or not self.emulates_network:
+            return 0.0
+        bandwidth = (
+            nbytes * 2 * (world_size - 1) / world_size / (self.network_busbw_gbps * 1e9)
+            if self.network_busbw_gbps > 0
+            else 0.0
+        )
+        return self.network_alpha_s * math.log2(world_size) + bandwidth
 
     def validate(self, where: str) -> None:
         if self.slow_rank is not None and self.slow_rank_sleep_s <= 0:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -432,8 +432,12 @@ def allreduce_baseline(
     budget_s: float = 3.0,
     bucket_bytes: Sequence[int] | None = None,
     bucket_reason: str | None = None,
+    hold_s: Callable[[int, int], float] | None = None,
 ) -> dict[str, Any]:
     """Run the sweep on every rank of the default process group; return the record's section.
+
+    ``hold_s(bytes, world_size)``: seconds every rank waits after each timed op (an emulated
+    network, ``faults.network_alpha_s``); None for the real one.
 
     ``bucket_bytes``: the buckets to predict (DDP cannot have built its own before training:
     they are ``"estimated"``, for ``bucket_reason``); by default ``gradient_bytes`` split at
@@ -466,7 +470,7 @@ def allreduce_baseline(
     else:
         buckets = list(bucket_bytes)
 
-    sweep = _Sweep(device, start)
+    sweep = _Sweep(device, start, hold_s)
     planned = sweep_sizes(gradient_bytes)
     # The largest message every rank can hold (one small MIN-reduce before any big buffer).
     room = sweep.reduce([_free_bytes(device) * MEMORY_SHARE], dist.ReduceOp.MIN)[0]
@@ -536,9 +540,15 @@ def allreduce_baseline(
 class _Sweep:
     """Timed all-reduces on one device, timed as nccl-tests' ``all_reduce_perf`` does."""
 
-    def __init__(self, device: torch.device, start: float) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        start: float,
+        hold_s: Callable[[int, int], float] | None = None,
+    ) -> None:
         self.device = device
         self.start = start
+        self.hold_s = hold_s
 
     def reduce(self, values: list[float], op: Any) -> list[float]:
         """All-reduce a few floats (one small op; on the device, as NCCL needs)."""
@@ -594,9 +604,16 @@ class _Sweep:
             end.synchronize()
             seconds = begin.elapsed_time(end) / 1e3
         else:
+            hold = (
+                self.hold_s(buf.numel() * buf.element_size(), dist.get_world_size())
+                if self.hold_s is not None
+                else 0.0
+            )
             t0 = time.perf_counter()
             for _ in range(iters):
                 dist.all_reduce(buf)
+                if hold > 0:
+                    time.sleep(hold)
             seconds = time.perf_counter() - t0
         elapsed = time.perf_counter() - self.start
         parts = self.gather([seconds / iters, elapsed])

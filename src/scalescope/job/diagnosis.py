@@ -940,11 +940,14 @@ class BeforeTiming(L.Callback):
         local_rank: int,
         node: str,
         timings: Timings | None = None,
+        faults: FaultsConfig | None = None,
     ) -> None:
         self.cfg = cfg
         self.local_rank = local_rank
         self.node = node
         self.timings = timings
+        self.faults = faults
+        """Its emulated network (``faults.network_alpha_s``) holds the sweep's ops back."""
         self.allreduce: dict[str, Any] = {
             "status": "skipped",
             "reason": "training never started",
@@ -992,6 +995,11 @@ class BeforeTiming(L.Callback):
             budget_s=self.cfg.allreduce_budget_s,
             bucket_bytes=ar.estimate_bucket_bytes(ar.parameter_bytes(pl_module), *caps),
             bucket_reason=f"{ar.NOT_READ_YET}; {ar.ESTIMATED_FROM_PARAMETERS}",
+            hold_s=(
+                self.faults.network_hold_s
+                if self.faults is not None and self.faults.emulates_network
+                else None
+            ),
         )
         if device.type == "cuda":  # the record's peak memory is training's, not the sweep's
             torch.cuda.reset_peak_memory_stats(device)

@@ -638,7 +638,11 @@ class _Diagnosis:
         from .diagnosis import BeforeTiming, StepBreakdown
 
         before = BeforeTiming(
-            cfg.diagnosis, local_rank=topo.local_rank, node=node, timings=timing.t
+            cfg.diagnosis,
+            local_rank=topo.local_rank,
+            node=node,
+            timings=timing.t,
+            faults=cfg.faults,
         )
         return cls(before, StepBreakdown(cfg.diagnosis, timing.t, cfg.faults), cfg)
 

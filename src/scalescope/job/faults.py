@@ -19,6 +19,11 @@ right cause:
 * ``overlap_burn_s`` -- communication that slows backward: the same kind of hook busy-loops
   on the CPU for each bucket but backward's last, before its all-reduce, while backward
   still has gradients to compute (overlapped, yet it costs backward that long);
+* ``network_alpha_s`` / ``network_busbw_gbps`` -- an emulated network whose cost grows with
+  the world size p: the same kind of hook holds each bucket back alpha log2(p) + bytes
+  2(p-1)/p / busbw, and the diagnosis' all-reduce sweep holds each of its ops back the same,
+  so the sweep fits the emulated network and the projection can be checked against a larger
+  scale (the mechanics, not the physics);
 * ``exit_rank`` / ``exit_at`` -- a rank that dies in the calibration windows or before the
   end-of-run gather (see :mod:`.diagnosis` and :mod:`.entry`).
 
@@ -28,6 +33,7 @@ A communication-heavy model is not a fault but a model: ``configs/diagnosis/comm
 from __future__ import annotations
 
 import random
+import threading
 import time
 from typing import Any
 
@@ -48,8 +54,8 @@ class FaultInjection(L.Callback):
             self._sleep_s += f.slow_rank_sleep_s
         if f.input_sleep_s > 0:
             _slow_fetches(trainer, f.input_sleep_s)
-        if f.allreduce_delay_s > 0 or f.overlap_burn_s > 0:
-            _hook_allreduce(trainer, f.allreduce_delay_s, f.overlap_burn_s)
+        if f.allreduce_delay_s > 0 or f.overlap_burn_s > 0 or f.emulates_network:
+            _hook_allreduce(trainer, f.allreduce_delay_s, f.overlap_burn_s, f)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
@@ -91,17 +97,21 @@ def _slow_fetches(trainer: L.Trainer, seconds: float) -> None:
     fetcher.__class__ = type(f"Slow{base.__name__}", (base,), {"__next__": __next__})
 
 
-def _hook_allreduce(trainer: L.Trainer, delay_s: float, burn_s: float) -> None:
+def _hook_allreduce(
+    trainer: L.Trainer, delay_s: float, burn_s: float, faults: FaultsConfig | None = None
+) -> None:
     """Register a DDP communication hook that all-reduces each bucket as DDP would (PyTorch's
     default hook: divide by the world size, then sum) and
 
-    * completes its future ``delay_s`` later: DDP waits for every bucket's future before
+    * completes its future ``delay_s`` later (plus what the emulated network of ``faults``
+      holds a bucket of its size back): DDP waits for every bucket's future before
       backward returns, so each step's backward ends that much later (exposed);
     * first busy-loops ``burn_s`` on the CPU for every bucket but the last one of backward
       (DDP calls the hook in the autograd thread when a bucket is ready, so backward's
       remaining gradients wait that long: overlapped communication that slows backward).
 
     A 1-device run has no DDP wrapper and nothing to hook."""
+    import torch
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
@@ -117,15 +127,29 @@ def _hook_allreduce(trainer: L.Trainer, delay_s: float, burn_s: float) -> None:
             while time.perf_counter() < until:
                 pass
         fut = default_hooks.allreduce_hook(state, bucket)
-        if delay_s <= 0:
+        held = delay_s
+        if faults is not None and faults.emulates_network:
+            buf = bucket.buffer()
+            held += faults.network_hold_s(buf.numel() * buf.element_size(), world)
+        if held <= 0:
             return fut
+        # Held on a thread of its own: a callback chained with ``fut.then`` runs inline in
+        # the autograd thread when the all-reduce has already finished, and would hold
+        # backward itself (compute) instead of DDP's wait for the bucket at its end.
+        out = torch.futures.Future()
 
-        def hold(done: Any) -> Any:
-            time.sleep(delay_s)
-            return done.value()
+        def hold() -> None:
+            try:
+                value = fut.wait()
+                time.sleep(held)
+                out.set_result(value)
+            except BaseException as exc:  # the all-reduce failed: DDP sees its error
+                out.set_exception(exc)
 
-        return fut.then(hold)
+        threading.Thread(target=hold, name="scalescope-held-allreduce", daemon=True).start()
+        return out
 
+    world = trainer.world_size
     ddp.register_comm_hook(None, hooked)
 
 
