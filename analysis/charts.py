@@ -468,3 +468,60 @@ def ranks_chart(ranks: pd.DataFrame, series: str) -> Figure:
     ax.grid(True, axis="y", alpha=0.3)
     _legend_below(ax, 3)
     return fig
+
+
+def projection_chart(scaling: pd.DataFrame, projection: pd.DataFrame, series: str) -> Figure:
+    """Efficiency against devices for one series: the measured points with their 95% CI,
+    the projection (as measured) with its prediction band, ideal scaling and the 75% line.
+    ``projection``: :attr:`analysis.projection.ProjectionResult.table`."""
+    fig, ax = _figure()
+    measured = scaling[scaling["series"] == series].sort_values(["world_size", "nodes"])
+    proj = projection[
+        (projection["series"] == series) & (projection["what_if"] == "as measured")
+    ].sort_values("world_size")
+    col = "per_device_throughput_efficiency"
+    xs_all = [*measured["world_size"].tolist(), *proj["world_size"].tolist()]
+    ax.axhline(100, color="0.4", linewidth=1, label="ideal scaling")
+    ax.axhline(
+        100 * _EFFICIENCY_REFERENCE,
+        color="tab:red",
+        linestyle="--",
+        linewidth=1,
+        label=f"{_EFFICIENCY_REFERENCE:.0%}",
+    )
+    if len(proj):
+        # the band joins the largest measured point to the projected ones
+        last = measured.iloc[-1] if len(measured) else None
+        bx = proj["world_size"].to_numpy(float)
+        lo = 100 * proj["efficiency_low"].to_numpy(float)
+        hi = 100 * proj["efficiency_high"].to_numpy(float)
+        mid = 100 * proj["efficiency"].to_numpy(float)
+        if last is not None and last["world_size"] < bx.min():
+            e = 100 * float(last[col])
+            bx, lo, hi, mid = (
+                np.r_[last["world_size"], bx],
+                np.r_[e, lo],
+                np.r_[e, hi],
+                np.r_[e, mid],
+            )
+        ax.fill_between(bx, lo, hi, color="tab:blue", alpha=0.18, label="projected, 95% PI")
+        ax.plot(bx, mid, color="tab:blue", linestyle="-", marker=".", label="projected")
+    if len(measured):
+        ax.errorbar(
+            measured["world_size"],
+            100 * measured[col],
+            yerr=100
+            * _errors(measured[col], measured[f"{col}_ci_low"], measured[f"{col}_ci_high"]),
+            fmt="o",
+            color="black",
+            capsize=3,
+            label="measured, 95% CI",
+        )
+    _log2_x(ax, xs_all)
+    ax.set_ylim(0, 110)
+    ax.set_xlabel(devices_header(measured["accelerator"].tolist() if len(measured) else []))
+    ax.set_ylabel("Efficiency (%)")
+    ax.set_title(f"Projected scaling: {series}", fontsize="medium")
+    ax.grid(True, axis="y", alpha=0.3)
+    _legend_below(ax, 4)
+    return fig

@@ -131,6 +131,9 @@ class RunParts:
     """The fitted bus bandwidth of that model."""
     predicted_allreduce_s: float = math.nan
     exposed_comm_s: float = math.nan
+    bucket_bytes: tuple[int, ...] = ()
+    """The all-reduce's buckets in the order DDP sends them (its own, or estimated)."""
+    gradient_bytes: float = math.nan
 
     @property
     def recorded(self) -> bool:
@@ -307,7 +310,18 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
         fit_busbw_gbps=_opt_num(allreduce.get("fit"), "busbw_gbps"),
         predicted_allreduce_s=_opt_num(allreduce, "predicted_step_s"),
         exposed_comm_s=exposed,
+        bucket_bytes=_buckets(allreduce),
+        gradient_bytes=_opt_num(allreduce, "gradient_bytes"),
     )
+
+
+def _buckets(allreduce: Mapping[str, Any]) -> tuple[int, ...]:
+    values = allreduce.get("bucket_bytes")
+    if not isinstance(values, list) or not values:
+        return ()
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return ()
+    return tuple(values)
 
 
 # --- the attribution --------------------------------------------------------------------------

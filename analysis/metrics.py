@@ -841,6 +841,8 @@ class Analysis:
     """Mixed precision vs fp32 (:func:`precision_table`); empty without such pairs."""
     waterfall: Waterfall | None = None
     """Where each scale point's lost efficiency went (:func:`analysis.diagnosis.waterfall`)."""
+    projection: Any = None
+    """The projection to scales not run (:func:`analysis.projection.project`), when asked."""
 
 
 def analyze(

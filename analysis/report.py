@@ -77,6 +77,14 @@ METHODS = {
         "clip(1 - exposed_comm_s / allreduce.predicted_step_s, 0, 1): the share of the "
         "all-reduce predicted from busbw and the gradient bytes hidden behind backward"
     ),
+    "projection": (
+        "with --project: per series, T(N) = k (input + compute) + overlap + exposed "
+        "all-reduce(N) + straggler(N) + other, fitted at the largest measured multi-device "
+        "scale; all-reduce of DDP's buckets on the fitted latency-bandwidth model (latency "
+        "log2 N as a tree's, bandwidth 2(N-1)/N as a ring's), less what backward hides; "
+        "straggler = sigma x E[max of N normals]; 95% prediction interval from draws over "
+        "repeats (bootstrap), the network band and a model error; see analysis/projection.py"
+    ),
 }
 
 
@@ -197,8 +205,30 @@ def document(
         "precision": records(analysis.precision),
         "diagnosis": records(analysis.waterfall.table) if analysis.waterfall else [],
         "diagnosis_findings": findings(analysis.waterfall) if analysis.waterfall else [],
+        **_projection(analysis),
         "failures": records(failures),
         "problems": [asdict(p) for p in problems],
+    }
+
+
+def _projection(analysis: Analysis) -> dict[str, Any]:
+    """summary.json's projection: rows (efficiencies as fractions), the self-check, the
+    paragraphs; absent when no projection was asked for."""
+    result = analysis.projection
+    if result is None:
+        return {}
+    from .projection import findings as projection_findings
+
+    crossings = [
+        {"series": sp.series, "what_if": w, "nodes_below_75": c, "earliest": lo, "latest": hi}
+        for sp in result.series
+        for w, (c, lo, hi) in sp.crossing.items()
+    ]
+    return {
+        "projection": records(result.table),
+        "projection_check": records(result.checks),
+        "projection_crossings": crossings,
+        "projection_findings": projection_findings(result),
     }
 
 
@@ -245,6 +275,10 @@ def report_markdown(
     if doc.get("diagnosis_findings"):
         out += ["## Where the efficiency went, in words", ""]
         for item in doc["diagnosis_findings"]:
+            out += [f"### {item['series']}", "", item["text"], ""]
+    if doc.get("projection_findings"):
+        out += ["## Projection, in words", ""]
+        for item in doc["projection_findings"]:
             out += [f"### {item['series']}", "", item["text"], ""]
     if charts:
         out += ["## Charts", ""]

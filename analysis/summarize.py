@@ -89,6 +89,8 @@ CSV_TABLES = (
     "amdahl",
     "precision",
     "diagnosis",
+    "projection",
+    "projection_check",
     "failures",
     "problems",
 )
@@ -110,6 +112,22 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text}: expected an integer >= 1")
     return value
+
+
+def _node_list(text: str) -> list[int]:
+    """``4,8,16,32``: node counts, each an integer >= 1."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = int(part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected node counts separated by commas, e.g. 4,8,16,32"
+            ) from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: a node count must be >= 1")
+        values.append(value)
+    return sorted(set(values))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -185,6 +203,26 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="worker processes for reading files and drawing charts (default: one per CPU; "
         "1 = everything in this process)",
+    )
+    proj = p.add_argument_group("projection to scales not yet run")
+    proj.add_argument(
+        "--project",
+        type=_node_list,
+        metavar="NODES",
+        help="project each series to these node counts, e.g. 4,8,16,32: a table with "
+        "prediction intervals, what-ifs, the 75%% crossing, a chart and a self-check",
+    )
+    proj.add_argument(
+        "--devices-per-node",
+        type=_positive_int,
+        metavar="N",
+        help="devices per node of the projected scales (default: the sweep's largest)",
+    )
+    proj.add_argument(
+        "--network",
+        metavar="FILE",
+        help="the cluster's inter-node all-reduce at scale (YAML: inter_busbw_gbps, "
+        "optionally inter_alpha_s, at_world_size, source), e.g. from nccl-tests there",
     )
     return p
 
@@ -301,6 +339,14 @@ def _csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
         "amdahl": analysis.amdahl,
         "precision": analysis.precision,
         "diagnosis": _waterfall_table(analysis),
+        **(
+            {
+                "projection": analysis.projection.table,
+                "projection_check": analysis.projection.checks,
+            }
+            if analysis.projection is not None
+            else {}
+        ),
         "failures": loaded.failures,
         "problems": problems,
     }
@@ -374,10 +420,32 @@ def _draw_charts(
             meta = {"Date": None} if ext == "svg" else {"Software": None}
             fig.savefig(directory / f"{name}.{ext}", metadata=meta)
         svgs[name] = (directory / f"{name}.svg").read_text(encoding="utf-8")
-    for name, fig in _diagnosis_figures(analysis):
+    for name, fig in [*_diagnosis_figures(analysis), *_projection_figures(analysis)]:
         fig.savefig(directory / f"{name}.png", metadata={"Software": None})
         svgs[name] = figure_svg(fig)
     return svgs
+
+
+def _projection_charts(analysis: Analysis) -> list[tuple[str, str]]:
+    """(series, file stem) of each projected series' chart (``projection_<slug>``)."""
+    from .diagnosis import chart_slugs
+
+    result = analysis.projection
+    if result is None or result.table.empty:
+        return []
+    names = list(dict.fromkeys(result.table["series"]))
+    slugs = chart_slugs(names)
+    return [(name, f"projection_{slugs[name]}") for name in names]
+
+
+def _projection_figures(analysis: Analysis) -> list[tuple[str, Any]]:
+    from . import charts
+
+    result = analysis.projection
+    return [
+        (stem, charts.projection_chart(analysis.scaling, result.table, series))
+        for series, stem in _projection_charts(analysis)
+    ]
 
 
 def _diagnosis_charts(analysis: Analysis) -> list[tuple[str, str, str]]:
@@ -485,6 +553,10 @@ def _write_outputs(
             (tmp / "summary.json").write_text(doc_text, encoding="utf-8")
             links = [(title, f"charts/{name}.png") for name, title in CHART_TITLES.items()]
             links += diagnosis_chart_links(analysis)
+            links += [
+                (f"Projected scaling: {series}", f"charts/{stem}.png")
+                for series, stem in _projection_charts(analysis)
+            ]
             (tmp / "report.md").write_text(
                 report_markdown(doc=doc, tables=tables, charts=links if with_charts else []),
                 encoding="utf-8",
@@ -517,6 +589,23 @@ def summarize(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"{PROG}: error: --baseline: {exc}", file=sys.stderr)
         return 2
+    profile = None
+    if args.format == "csv" and args.table.startswith("projection") and args.project is None:
+        print(f"{PROG}: error: --table {args.table} needs --project NODES", file=sys.stderr)
+        return 2
+    if args.network is not None or args.devices_per_node is not None:
+        if args.project is None:
+            flag = "--network" if args.network is not None else "--devices-per-node"
+            print(f"{PROG}: error: {flag} needs --project NODES", file=sys.stderr)
+            return 2
+    if args.network is not None:
+        from .projection import read_profile
+
+        try:
+            profile = read_profile(args.network)
+        except ValueError as exc:
+            print(f"{PROG}: error: --network: {exc}", file=sys.stderr)
+            return 2
     target = None if args.no_write else Path(args.out) if args.out else _default_out(args.paths[0])
     if target is not None:
         check_replaceable(target.absolute())
@@ -547,6 +636,18 @@ def summarize(args: argparse.Namespace) -> int:
         loss_tolerance=args.loss_tolerance,
         acc_tolerance=args.acc_tolerance,
     )
+    if args.project is not None:
+        from .projection import check_notes, project
+
+        analysis.projection = project(
+            loaded.runs,
+            args.project,
+            devices_per_node=args.devices_per_node,
+            profile=profile,
+            baseline=baseline,
+            confidence=args.confidence,
+        )
+        analysis.notes += check_notes(analysis.projection)
     tables = all_tables(
         loaded.runs, loaded.failures, loaded.problems, analysis, max_rows=args.max_rows
     )

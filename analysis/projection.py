@@ -1,0 +1,1044 @@
+"""Projection: the scaling a sweep has not run yet, with an interval.
+
+A step-time model of data-parallel training is fitted to each series' measured scale points
+and evaluated at larger ones. Per optimizer step on the typical rank, at world size N over
+``nodes`` nodes with a per-device batch b and k micro-batches per step:
+
+    T(N) = k (input(b/k) + compute(b/k)) + overlap + exposed(N) + straggler(N) + other
+
+* compute(m) = a + c m per micro-batch of m samples: fitted over the measured scales' mean
+  compute when their per-device batches differ (strong scaling), else proportional (a = 0),
+  from the multi-device runs (so DDP's own per-step work is in it); input per sample the same.
+* all-reduce of one message of n bytes at N ranks (Thakur, Rabenseifner & Gropp 2005; the
+  record's fitted latency-bandwidth model, ``scalescope.job.allreduce.fit_model``):
+
+      t(n, N) = alpha(N) + n 2 (N - 1) / N / busbw,   alpha(N) = alpha_p log2 N / log2 p
+
+  The bandwidth term is the ring's (each byte crosses 2 (N-1)/N links at the bus bandwidth);
+  the latency grows as a tree's, log2 N: NCCL's tuner picks the faster of ring and tree, and
+  with equal bus bandwidth that is the tree's latency (alpha_p fitted at p ranks). Within a
+  node the intra-node level applies, across nodes the inter-node one (the ring's slowest
+  link); see :class:`Network` for where each comes from and its assumption band.
+* exposed(N): DDP sends its buckets one after another as backward produces them; all but the
+  last can hide behind the rest of backward (about 2/3 of a micro-batch's compute), so
+
+      modelled(N) = t(last, N) + max(0, sum_b t(b, N) - t(last, N) - 2/3 compute)
+
+  and exposed(N) = max(0, modelled(N) + (exposed_p - modelled(p))): the offset measured at
+  the anchor (the largest measured multi-device scale) carries what the model misses there
+  (contention, the framework), so the model reproduces the anchor exactly.
+* straggler(N) = sigma m(N): every rank waits each step for the slowest of N; with per-rank
+  step times of spread sigma, the expected maximum of N draws is sigma m(N) above the mean
+  (sigma is kept as a share of the step's compute, so it shrinks with the per-device batch)
+  (m: the expected maximum of N standard normals, m(2) = 0.56, m(64) = 2.4, m(512) = 3.0).
+  sigma is fitted (least squares through 0) to the measured waits (rank skew + rotating
+  stragglers) at each multi-device scale.
+* overlap (backward slowed by the all-reduce beside it) and other (the step's unexplained
+  rest, never below 0: a step faster than its parts is noise) stay as at the anchor.
+
+Efficiency at N is the per-device throughput b/T(N) over the baseline's (as in the scaling
+table), speedup = efficiency x N / baseline world size. A what-if that changes the per-device
+batch changes the baseline's step by the same compute and input.
+
+The interval is a prediction interval: percentiles of draws that (1) resample each measured
+scale's runs with replacement (bootstrap over repeats), (2) draw the network's bus bandwidth
+log-uniformly within its band, and (3) scale the step time's growth beyond the anchor by a
+model error, exp(s Z) with s = :data:`MODEL_ERROR` (doubled with a single scaled point,
+whose model cannot be checked against another scale). Assumptions: data parallelism only;
+no bottleneck at scale other than the network term (no I/O limit, no memory change).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scalescope.job.allreduce import DDP_FIRST_BUCKET_BYTES, bus_factor
+
+THRESHOLD = 0.75
+"""The efficiency below which a scale is called out (the N where the curve falls under it)."""
+MODEL_ERROR = 0.25
+"""Log-normal spread of the step time's growth beyond the anchor (one s.d.), see the doc."""
+DRAWS = 400
+BACKWARD_SHARE = 2.0 / 3.0
+"""Share of a micro-batch's compute that is backward (forward : backward about 1 : 2)."""
+INTERVAL = (2.5, 97.5)
+SCAN_NODES = tuple(2**i for i in range(13))
+"""Node counts scanned for the 75% crossing (up to 4096)."""
+
+
+# --- the network --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Level:
+    """The all-reduce cost at one level of the network, as fitted at ``at_world`` ranks."""
+
+    alpha_s: float
+    busbw_gbps: float
+    at_world: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Network:
+    """Intra-node and inter-node levels, and the band of the inter-node bus bandwidth.
+
+    ``inter_band``: (low, high) factors on ``inter.busbw_gbps``; the central value is their
+    geometric mean. ``inter`` is None where nothing says what crosses nodes (then only
+    single-node scales can be projected)."""
+
+    intra: Level | None
+    inter: Level | None
+    inter_band: tuple[float, float] = (1.0, 1.0)
+    note: str = ""
+    measured_nodes: int = 1
+    """Up to this many nodes the inter-node level is as measured (factor 1)."""
+
+    def level(self, nodes: int) -> Level | None:
+        return self.intra if nodes <= 1 else self.inter
+
+    def factor(self, nodes: int, u: float | None = None) -> float:
+        """The factor on the level's bus bandwidth at ``nodes``: 1 where measured, else the
+        band's geometric middle, or the point ``u`` in [0, 1] of it (log scale)."""
+        if nodes <= self.measured_nodes:
+            return 1.0
+        lo, hi = (math.log(b) for b in self.inter_band)
+        return math.exp(lo + (0.5 if u is None else u) * (hi - lo))
+
+
+def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0) -> float:
+    """t(n, N) of the module doc at ``world`` ranks (0 on one rank)."""
+    if world <= 1:
+        return 0.0
+    scale = math.log2(world) / math.log2(level.at_world) if level.at_world > 1 else 1.0
+    bw = level.busbw_gbps * bw_factor
+    return level.alpha_s * scale + (nbytes * bus_factor(world) / (bw * 1e9) if bw > 0 else 0.0)
+
+
+def rebucket(gradient_bytes: float, cap_bytes: float) -> tuple[int, ...]:
+    """Gradient bytes split as DDP would with ``bucket_cap_mb`` = cap (its first bucket stays
+    at 1 MiB): the what-if of another bucket size, where only the total is known."""
+    out: list[int] = []
+    left, cap = float(gradient_bytes), float(min(DDP_FIRST_BUCKET_BYTES, cap_bytes))
+    while left > 0:
+        take = min(cap, left)
+        out.append(int(take))
+        left -= take
+        cap = cap_bytes
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def expected_max(n: int) -> float:
+    """E[max of n independent standard normals] (0 for n = 1), by quadrature."""
+    if n <= 1:
+        return 0.0
+    from scipy.stats import norm
+
+    x = np.linspace(-9.0, 9.0, 20001)
+    density = n * norm.pdf(x) * norm.cdf(x) ** (n - 1)
+    return float(np.trapezoid(x * density, x))
+
+
+# --- the model ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """A series' step, as one draw of the fit knows it (seconds per optimizer step)."""
+
+    per_device_batch: float
+    """Samples per optimizer step per device at the anchor."""
+    accumulate: int
+    compute_fixed_s: float
+    compute_per_sample_s: float
+    input_per_sample_s: float
+    overlap_s: float
+    other_s: float
+    sigma_share: float
+    """Per-rank spread of the step time as a share of its compute (see straggler(N))."""
+    bucket_bytes: tuple[float, ...]
+    network: Network
+    anchor_world: int
+    anchor_nodes: int
+    exposed_offset_s: float
+    baseline_step_s: float
+    baseline_batch: float
+    baseline_world: int
+    scaling_mode: str
+    model_error: float = MODEL_ERROR
+
+    def compute_s(self, batch: float, k: int) -> float:
+        micro = batch / k
+        return k * (self.compute_fixed_s + self.compute_per_sample_s * micro)
+
+    def modelled_exposed(
+        self, world: int, nodes: int, buckets: Sequence[float], k: int, bw: float, batch: float
+    ) -> float:
+        level = self.network.level(nodes)
+        if world <= 1 or not buckets:
+            return 0.0
+        if level is None:
+            return math.nan
+        times = [allreduce_s(level, b, world, bw) for b in buckets]
+        hideable = BACKWARD_SHARE * self.compute_s(batch, k) / k  # the last micro-batch's
+        return times[-1] + max(0.0, sum(times) - times[-1] - hideable)
+
+    def parts(
+        self,
+        world: int,
+        nodes: int,
+        *,
+        batch: float | None = None,
+        k: int | None = None,
+        buckets: Sequence[float] | None = None,
+        bw: float | None = None,
+        growth: float = 1.0,
+    ) -> dict[str, float]:
+        """The step's parts at ``world`` ranks over ``nodes`` nodes (seconds per step);
+        ``growth`` multiplies the step's growth beyond the anchor (the model-error draw)."""
+        b = self.per_device_batch if batch is None else batch
+        k = self.accumulate if k is None else k
+        buckets = self.bucket_bytes if buckets is None else buckets
+        factor = self.network.factor(nodes) if bw is None else bw
+        anchor_factor = self.network.factor(self.anchor_nodes)
+        modelled = self.modelled_exposed(world, nodes, buckets, k, factor, b)
+        at_anchor = self.modelled_exposed(
+            self.anchor_world,
+            self.anchor_nodes,
+            self.bucket_bytes,
+            self.accumulate,
+            anchor_factor,
+            self.per_device_batch,
+        )
+        exposed = max(0.0, modelled + self.exposed_offset_s) if world > 1 else 0.0
+        if world > 1 and math.isnan(at_anchor):
+            exposed = math.nan
+        out_compute = self.compute_s(b, k)
+        straggler = self.sigma_share * out_compute * expected_max(world)
+        out = {
+            "compute": out_compute,
+            "input": self.input_per_sample_s * b,
+            "overlap": self.overlap_s if world > 1 else 0.0,
+            "exposed_comm": exposed,
+            "straggler": straggler,
+            "other": self.other_s if world > 1 else 0.0,
+        }
+        step = math.fsum(out.values())
+        # the model error scales what the network and the stragglers add beyond the anchor
+        grown = exposed + straggler - self.exposed_at_anchor - self.anchor_straggler_s
+        if growth != 1.0 and math.isfinite(grown) and grown > 0:
+            step += grown * (growth - 1.0)
+        out["step"] = step
+        return out
+
+    def anchor_step_s(self) -> float:
+        return (
+            self.compute_s(self.per_device_batch, self.accumulate)
+            + self.input_per_sample_s * self.per_device_batch
+            + self.overlap_s
+            + self.exposed_at_anchor
+            + self.anchor_straggler_s
+            + self.other_s
+        )
+
+    @property
+    def anchor_straggler_s(self) -> float:
+        compute = self.compute_s(self.per_device_batch, self.accumulate)
+        return self.sigma_share * compute * expected_max(self.anchor_world)
+
+    @property
+    def exposed_at_anchor(self) -> float:
+        factor = self.network.factor(self.anchor_nodes)
+        modelled = self.modelled_exposed(
+            self.anchor_world,
+            self.anchor_nodes,
+            self.bucket_bytes,
+            self.accumulate,
+            factor,
+            self.per_device_batch,
+        )
+        return max(0.0, modelled + self.exposed_offset_s)
+
+    def baseline_step(self, batch: float) -> float:
+        """The baseline's step with another per-device batch: its compute and input change
+        by the model's (micro-batches as at the anchor)."""
+        db = batch - self.baseline_batch
+        return self.baseline_step_s + db * (self.compute_per_sample_s + self.input_per_sample_s)
+
+    def batch_at(self, world: int, batch: float | None = None) -> float:
+        """The per-device batch at ``world`` ranks of a what-if whose per-device batch at
+        the anchor is ``batch``: strong scaling keeps the global batch, weak the per-device."""
+        b = self.per_device_batch if batch is None else batch
+        return b * self.anchor_world / world if self.scaling_mode == "strong" else b
+
+    def efficiency(
+        self, world: int, nodes: int, *, batch: float | None = None, **kw: Any
+    ) -> tuple[float, dict[str, float], float]:
+        """(efficiency, parts, per-device batch) at ``world`` ranks over ``nodes`` nodes;
+        NaN where a micro-batch would hold less than one sample."""
+        b0 = self.per_device_batch if batch is None else batch
+        b = self.batch_at(world, b0)
+        k0 = kw.pop("k", None) or self.accumulate
+        # strong scaling keeps the micro-batch and drops accumulation first
+        k = max(1, math.floor(k0 * b / b0 + 1e-9)) if b < b0 else k0
+        parts = self.parts(world, nodes, batch=b, k=k, **kw)
+        parts = {**parts, "k": float(k)}
+        if b / k < 1 or not parts["step"] > 0:
+            return math.nan, parts, b
+        base_b = self.baseline_batch * b0 / self.per_device_batch
+        x_base = base_b / self.baseline_step(base_b)
+        return (b / parts["step"]) / x_base, parts, b
+
+
+# --- fitting a series ---------------------------------------------------------------------
+
+
+@dataclass
+class ScalePoint:
+    """One measured scale of a series: its runs' parts (analysis.diagnosis.RunParts)."""
+
+    world: int
+    nodes: int
+    devices_per_node: int
+    parts: list[Any]
+    """RunParts of each run with a breakdown (or, for the baseline, every run's)."""
+    accumulate: int = 1
+
+
+@dataclass
+class Fit:
+    model: StepModel | None
+    reason: str = ""
+    scaled_points: int = 0
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return math.fsum(finite) / len(finite) if finite else math.nan
+
+
+def _step_of(p: Any) -> float:
+    b = p.per_device_batch_size
+    return p.t_s * b if b else math.nan
+
+
+def fit_series(
+    points: Sequence[ScalePoint],
+    baseline: ScalePoint,
+    scaling_mode: str,
+    network: Network | None = None,
+) -> Fit:
+    """A :class:`StepModel` from a series' measured points (any order): the anchor is the
+    largest multi-device point with a recorded breakdown and an all-reduce fit."""
+    multi = [
+        pt for pt in points if pt.world > 1 and any(p.recorded and p.bucket_bytes for p in pt.parts)
+    ]
+    if not multi:
+        return Fit(
+            None,
+            "no multi-device run with a diagnosis (exposed communication, the "
+            "all-reduce sweep and DDP's buckets): nothing to project from",
+        )
+    anchor = max(multi, key=lambda pt: (pt.world, pt.nodes))
+    a_parts = [p for p in anchor.parts if p.recorded and p.bucket_bytes]
+    b_parts = [p for p in baseline.parts if math.isfinite(p.t_s)]
+    if not b_parts:
+        return Fit(None, "the baseline has no steady-state throughput")
+    net = network or network_from_points(multi)
+    if (anchor.nodes > 1 and net.inter is None) or (anchor.nodes <= 1 and net.intra is None):
+        return Fit(None, "the anchor's all-reduce was not fitted (no latency-bandwidth model)")
+    k = max(1, int(anchor.accumulate))
+    batch = _mean([float(p.per_device_batch_size) for p in a_parts])
+    # compute per micro-batch against its size, over the multi-device points
+    xs, ys = [], []
+    for pt in multi:
+        rec = [p for p in pt.parts if p.recorded]
+        kk = max(1, int(pt.accumulate))
+        for p in rec:
+            xs.append(p.per_device_batch_size / kk)
+            ys.append(p.compute_step_s / kk)
+    fixed, per_sample = _line(xs, ys)
+    inputs = _mean([p.input_step_s / p.per_device_batch_size for p in a_parts])
+    overlap = _mean([p.overlap_step_s for p in a_parts])
+    overlap = 0.0 if math.isnan(overlap) else overlap
+    # straggler spread: waits against the expected maximum, through 0
+    num = den = 0.0
+    for pt in multi:
+        w = _mean(
+            [
+                p.skew_step_s + (0.0 if math.isnan(p.jitter_step_s) else p.jitter_step_s)
+                for p in pt.parts
+                if p.recorded
+            ]
+        )
+        if math.isfinite(w):
+            m = expected_max(pt.world)
+            num, den = num + max(w, 0.0) * m, den + m * m
+    sigma = num / den if den else 0.0
+    buckets = tuple(float(b) for b in a_parts[0].bucket_bytes)
+    exposed_meas = _mean([p.comm_step_s for p in a_parts])
+    draft = StepModel(
+        per_device_batch=batch,
+        accumulate=k,
+        compute_fixed_s=fixed,
+        compute_per_sample_s=per_sample,
+        input_per_sample_s=inputs if math.isfinite(inputs) else 0.0,
+        overlap_s=overlap,
+        other_s=0.0,
+        sigma_share=0.0,
+        bucket_bytes=buckets,
+        network=net,
+        anchor_world=anchor.world,
+        anchor_nodes=anchor.nodes,
+        exposed_offset_s=0.0,
+        baseline_step_s=_mean([_step_of(p) for p in b_parts]),
+        baseline_batch=_mean([float(p.per_device_batch_size or 0) for p in b_parts]),
+        baseline_world=baseline.world,
+        scaling_mode=scaling_mode,
+    )
+    modelled = draft.modelled_exposed(
+        anchor.world, anchor.nodes, buckets, k, net.factor(anchor.nodes), batch
+    )
+    offset = exposed_meas - modelled if math.isfinite(exposed_meas) else 0.0
+    compute_anchor = draft.compute_s(batch, k)
+    draft = replace(
+        draft,
+        exposed_offset_s=offset,
+        sigma_share=sigma / compute_anchor if compute_anchor > 0 else 0.0,
+    )
+    measured_step = _mean([_step_of(p) for p in a_parts])
+    other = measured_step - draft.anchor_step_s()
+    # a step faster than its parts is noise, not a speed to carry to every scale
+    model = replace(draft, other_s=max(0.0, other) if math.isfinite(other) else 0.0)
+    scaled = len({pt.world for pt in points if pt.world != baseline.world})
+    if scaled <= 1:
+        model = replace(model, model_error=2 * MODEL_ERROR)
+    return Fit(model, "", scaled)
+
+
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """(a, c) of y = a + c x: least squares where x varies, else through 0; a kept >= 0."""
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y) and x > 0]
+    if not pairs:
+        return 0.0, 0.0
+    x = np.array([p[0] for p in pairs])
+    y = np.array([p[1] for p in pairs])
+    if np.ptp(x) > 0:
+        c, a = np.polyfit(x, y, 1)
+        if a >= 0 and c >= 0:
+            return float(a), float(c)
+    return 0.0, float(np.sum(x * y) / np.sum(x * x))
+
+
+def network_from_points(multi: Sequence[ScalePoint]) -> Network:
+    """The levels the sweep measured: intra-node from its largest single-node point,
+    inter-node from its largest multi-node one, with the band the number of nodes allows."""
+
+    def level(pts: Sequence[ScalePoint], where: str) -> Level | None:
+        if not pts:
+            return None
+        pt = max(pts, key=lambda q: (q.nodes, q.world))
+        rec = [p for p in pt.parts if p.recorded]
+        alpha = _mean([p.alpha_s for p in rec])
+        bw = _mean([p.fit_busbw_gbps for p in rec])
+        if not math.isfinite(alpha):
+            return None
+        return Level(
+            alpha,
+            bw if math.isfinite(bw) else 0.0,
+            pt.world,
+            f"{where}: the all-reduce sweep of the {pt.nodes}x{pt.devices_per_node} runs",
+        )
+
+    intra = level([p for p in multi if p.nodes <= 1], "intra-node")
+    inter_pts = [p for p in multi if p.nodes > 1]
+    inter = level(inter_pts, "inter-node")
+    if inter is not None:
+        most = max(p.nodes for p in inter_pts)
+        if most <= 2:
+            return Network(
+                intra,
+                inter,
+                (0.5, 1.0),
+                measured_nodes=most,
+                note=(
+                    "inter-node bus bandwidth measured at 2 nodes only, taken at 50-100% of it "
+                    "beyond: at 2 nodes NCCL's tree can show about twice the per-NIC figure, "
+                    "and bus bandwidth falls from 2 to 6 nodes and across racks"
+                ),
+            )
+        return Network(
+            intra,
+            inter,
+            (0.7, 1.0),
+            measured_nodes=most,
+            note=(
+                f"inter-node bus bandwidth measured at {most} nodes, taken at 70-100% of it "
+                "beyond (it falls again across racks)"
+            ),
+        )
+    if intra is None:
+        return Network(None, None)
+    assumed = Level(
+        intra.alpha_s,
+        intra.busbw_gbps,
+        intra.at_world,
+        "inter-node: assumed from the intra-node sweep (no multi-node run)",
+    )
+    return Network(
+        intra,
+        assumed,
+        (0.1, 1.0),
+        note=(
+            "no multi-node run and no --network profile: inter-node bus bandwidth assumed at "
+            "10-100% of the intra-node one measured; run 2 nodes or pass --network for a "
+            "narrower band"
+        ),
+    )
+
+
+def network_from_profile(profile: Mapping[str, Any], intra: Level | None) -> Network:
+    """A user's cluster profile (``--network FILE``): the inter-node bus bandwidth (GB/s)
+    and latency at the target size, e.g. from nccl-tests there; band +-15%."""
+    bw = float(profile["inter_busbw_gbps"])
+    alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
+    at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
+    source = str(profile.get("source") or "the --network profile")
+    inter = Level(alpha, bw, at, f"inter-node: {source}")
+    return Network(
+        intra,
+        inter,
+        (0.85, 1.15),
+        note=(f"inter-node bus bandwidth {bw:g} GB/s from {source} (+-15%)"),
+    )
+
+
+# --- drawing the interval -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    name: str
+    batch_factor: float = 1.0
+    accumulate: int | None = None
+    bucket_cap_bytes: float | None = None
+    grad_bytes_factor: float = 1.0
+
+
+def what_ifs(model: StepModel, precision: str = "") -> list[WhatIf]:
+    """The settings that move data-parallel efficiency, as lines of the table."""
+    out = [WhatIf("as measured")]
+    out.append(WhatIf("per-device batch x2", batch_factor=2.0))
+    k = 4 if model.accumulate < 4 else 2 * model.accumulate
+    out.append(WhatIf(f"accumulation {k}", accumulate=k))
+    out.append(WhatIf("DDP buckets of 100 MB", bucket_cap_bytes=100e6))
+    if "bf16-true" not in precision and "16-true" not in precision:
+        out.append(WhatIf("gradients in bf16", grad_bytes_factor=0.5))
+    return out
+
+
+def _apply(model: StepModel, w: WhatIf) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    if w.batch_factor != 1.0:
+        kw["batch"] = model.per_device_batch * w.batch_factor
+    if w.accumulate is not None:
+        kw["k"] = w.accumulate
+        # k micro-batches of the measured size: k times the samples per optimizer step
+        kw["batch"] = kw.get("batch", model.per_device_batch) * w.accumulate / model.accumulate
+    buckets = model.bucket_bytes
+    if w.bucket_cap_bytes is not None:
+        buckets = rebucket(sum(buckets), w.bucket_cap_bytes)
+    if w.grad_bytes_factor != 1.0:
+        buckets = tuple(b * w.grad_bytes_factor for b in buckets)
+    if buckets != model.bucket_bytes:
+        kw["buckets"] = buckets
+    return kw
+
+
+def resample(points: Sequence[ScalePoint], rng: np.random.Generator) -> list[ScalePoint]:
+    out = []
+    for pt in points:
+        if pt.parts:
+            idx = rng.integers(0, len(pt.parts), len(pt.parts))
+            out.append(replace(pt, parts=[pt.parts[i] for i in idx]))
+        else:
+            out.append(pt)
+    return out
+
+
+@dataclass
+class Projection:
+    rows: pd.DataFrame
+    crossings: dict[tuple[str, str], tuple[int | None, int | None, int | None]] = field(
+        default_factory=dict
+    )
+    """(series, what-if) -> nodes where efficiency falls below 75%: central, earliest
+    (interval's low end), latest (its high end); None = not within the nodes scanned."""
+
+
+def project_points(
+    fit: Fit,
+    points: Sequence[ScalePoint],
+    baseline: ScalePoint,
+    scaling_mode: str,
+    targets: Sequence[tuple[int, int]],
+    *,
+    network: Network | None = None,
+    precision: str = "",
+    draws: int = DRAWS,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Rows of (what-if, nodes, devices per node) with the central projection and its
+    interval; ``targets`` are (nodes, devices per node)."""
+    model = fit.model
+    assert model is not None
+    rng = np.random.default_rng(seed)
+    ifs = what_ifs(model, precision)
+    samples: dict[tuple[str, int, int], list[float]] = {}
+    for _ in range(draws):
+        base_draw = resample([baseline], rng)[0]
+        pts = [base_draw if pt is baseline else pt for pt in resample(points, rng)]
+        drawn = fit_series(pts, base_draw, scaling_mode, network).model
+        if drawn is None:
+            continue
+        u = float(rng.uniform())
+        growth = math.exp(rng.normal(0.0, drawn.model_error))
+        for w in ifs:
+            kw = _apply(drawn, w)
+            for nodes, dpn in targets:
+                e, _, _ = drawn.efficiency(
+                    nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), growth=growth, **kw
+                )
+                samples.setdefault((w.name, nodes, dpn), []).append(e)
+    rows = []
+    for w in ifs:
+        kw = _apply(model, w)
+        for nodes, dpn in targets:
+            world = nodes * dpn
+            e, parts, batch = model.efficiency(world, nodes, **kw)
+            k_used = int(parts.pop("k"))
+            got = np.array([v for v in samples.get((w.name, nodes, dpn), []) if math.isfinite(v)])
+            low, high = (
+                (float(np.percentile(got, INTERVAL[0])), float(np.percentile(got, INTERVAL[1])))
+                if len(got)
+                else (math.nan, math.nan)
+            )
+            ratio = world / model.baseline_world
+            x = batch / parts["step"] if parts["step"] > 0 else math.nan
+            rows.append(
+                {
+                    "what_if": w.name,
+                    "nodes": nodes,
+                    "devices_per_node": dpn,
+                    "world_size": world,
+                    "per_device_batch_size": batch,
+                    "accumulate_grad_batches": k_used,
+                    "efficiency": e,
+                    "efficiency_low": min(low, e),
+                    "efficiency_high": max(high, e),
+                    "speedup": e * ratio,
+                    "speedup_low": min(low, e) * ratio,
+                    "speedup_high": max(high, e) * ratio,
+                    "throughput_per_device": x,
+                    "throughput": x * world,
+                    **{("step_s" if k == "step" else f"{k}_step_s"): v for k, v in parts.items()},
+                }
+            )
+    return rows
+
+
+# --- a summary's projection ---------------------------------------------------------------
+
+
+PROJECTION_COLUMNS = [
+    "series",
+    "what_if",
+    "nodes",
+    "devices_per_node",
+    "world_size",
+    "per_device_batch_size",
+    "accumulate_grad_batches",
+    "efficiency",
+    "efficiency_low",
+    "efficiency_high",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "throughput_per_device",
+    "throughput",
+    "step_s",
+    "compute_step_s",
+    "input_step_s",
+    "overlap_step_s",
+    "exposed_comm_step_s",
+    "straggler_step_s",
+    "other_step_s",
+    "network",
+    "scaled_points",
+]
+"""Columns of ``projection.csv`` (and ``summary.json``'s ``projection``): efficiencies are
+fractions, throughput in samples/s, ``_step_s`` seconds per optimizer step."""
+
+CHECK_COLUMNS = [
+    "series",
+    "nodes",
+    "devices_per_node",
+    "world_size",
+    "from_world_sizes",
+    "measured",
+    "predicted",
+    "predicted_low",
+    "predicted_high",
+    "error_pts",
+    "covered",
+]
+"""Columns of the leave-one-out self-check: the largest measured scale predicted from the
+smaller ones (efficiencies as fractions)."""
+
+
+@dataclass
+class SeriesProjection:
+    series: str
+    fit: Fit
+    network_note: str
+    crossing: dict[str, tuple[int | None, int | None, int | None]]
+    """what-if -> (central, earliest, latest) nodes below :data:`THRESHOLD`."""
+    devices_per_node: int
+
+
+@dataclass
+class ProjectionResult:
+    table: pd.DataFrame
+    checks: pd.DataFrame
+    series: list[SeriesProjection]
+    notes: list[str]
+
+
+def _points_of(members: Sequence[Any], base: Any) -> tuple[list[ScalePoint], ScalePoint]:
+    from .diagnosis import run_parts
+
+    def point(g: Any) -> ScalePoint:
+        diag = g.rows["diagnosis"] if "diagnosis" in g.rows else [None] * len(g.rows)
+        parts = [
+            run_parts(d, r["steady_samples_per_s_per_device"], g.world_size)
+            for (_, r), d in zip(g.rows.iterrows(), diag, strict=True)
+        ]
+        k = g.rows.get("accumulate_grad_batches", [1])
+        kk = {int(v) for v in k if v == v and v is not None} or {1}
+        if g is base:
+            usable = [p for p in parts if math.isfinite(p.t_s) and p.per_device_batch_size]
+        else:
+            usable = [p for p in parts if p.recorded]
+        return ScalePoint(g.world_size, g.nodes, g.devices_per_node, usable, max(kk))
+
+    points = [point(g) for g in members]
+    return points, points[members.index(base)]
+
+
+def scan_crossing(
+    model: StepModel, w: WhatIf, dpn: int, lows: Mapping[int, float], highs: Mapping[int, float]
+) -> tuple[int | None, int | None, int | None]:
+    """Nodes (of :data:`SCAN_NODES`) where efficiency first falls below the threshold: at the
+    central projection, at its interval's low end (earliest), at its high end (latest)."""
+    kw = _apply(model, w)
+    central = next(
+        (
+            n
+            for n in SCAN_NODES
+            if n * dpn > model.baseline_world and model.efficiency(n * dpn, n, **kw)[0] < THRESHOLD
+        ),
+        None,
+    )
+    earliest = next((n for n in SCAN_NODES if lows.get(n, 1.0) < THRESHOLD), None)
+    latest = next((n for n in SCAN_NODES if highs.get(n, 1.0) < THRESHOLD), None)
+    return central, earliest, latest
+
+
+def project(
+    runs: pd.DataFrame,
+    nodes: Sequence[int],
+    *,
+    devices_per_node: int | None = None,
+    profile: Mapping[str, Any] | None = None,
+    baseline: Any = None,
+    confidence: float = 0.95,
+    draws: int = DRAWS,
+) -> ProjectionResult:
+    """Every series' projection at ``nodes`` (devices per node: the sweep's largest, or
+    ``devices_per_node``), its 75% crossing, and the leave-one-out self-check."""
+    from .metrics import pick_baseline, scale_groups, series_labels
+
+    groups = scale_groups(runs, confidence)
+    labels = series_labels([g.series_key for g in groups])
+    by_series: dict[tuple[Any, ...], list[Any]] = {}
+    for g in groups:
+        by_series.setdefault(g.series_key, []).append(g)
+    rows: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    out: list[SeriesProjection] = []
+    notes: list[str] = []
+    for key, members in by_series.items():
+        label = labels[key]
+        mode = str(members[0].rows["scaling_mode"].iloc[0])
+        precision = str(members[0].rows["precision"].iloc[0])
+        base, _ = pick_baseline(members, baseline)
+        points, base_pt = _points_of(members, base)
+        net = _network(points, profile)
+        fit = fit_series(points, base_pt, mode, net)
+        if fit.model is None:
+            notes.append(f"{label}: no projection: {fit.reason}.")
+            continue
+        dpn = devices_per_node or max(g.devices_per_node for g in members)
+        targets = [(n, dpn) for n in nodes]
+        scan = [(n, dpn) for n in SCAN_NODES if n * dpn > base.world_size]
+        all_targets = list(dict.fromkeys([*targets, *scan]))
+        projected = project_points(
+            fit,
+            points,
+            base_pt,
+            mode,
+            all_targets,
+            network=net,
+            precision=precision,
+            draws=draws,
+        )
+        crossing = {}
+        for w in what_ifs(fit.model, precision):
+            these = [r for r in projected if r["what_if"] == w.name]
+            lows = {r["nodes"]: r["efficiency_low"] for r in these}
+            highs = {r["nodes"]: r["efficiency_high"] for r in these}
+            crossing[w.name] = scan_crossing(fit.model, w, dpn, lows, highs)
+        for r in projected:
+            if (r["nodes"], r["devices_per_node"]) in targets:
+                rows.append(
+                    {
+                        "series": label,
+                        **r,
+                        "network": fit.model.network.note,
+                        "scaled_points": fit.scaled_points,
+                    }
+                )
+        out.append(SeriesProjection(label, fit, fit.model.network.note, crossing, dpn))
+        runs_at = min(len(pt.parts) for pt in points if pt.world > 1 and pt.parts)
+        if runs_at < 3:
+            notes.append(
+                f"{label}: the projection's interval rests on {runs_at} run(s) at a scale; a "
+                "bootstrap over so few repeats is too narrow: run 3 or more of each shape."
+            )
+        check = self_check(members, points, base, base_pt, mode, profile, precision, draws)
+        if check is not None:
+            checks.append({"series": label, **check})
+    table = pd.DataFrame(rows, columns=PROJECTION_COLUMNS)
+    return ProjectionResult(table, pd.DataFrame(checks, columns=CHECK_COLUMNS), out, notes)
+
+
+def _network(points: Sequence[ScalePoint], profile: Mapping[str, Any] | None) -> Network:
+    multi = [pt for pt in points if pt.world > 1 and any(p.recorded for p in pt.parts)]
+    measured = network_from_points(multi)
+    if profile is None:
+        return measured
+    return network_from_profile(profile, measured.intra)
+
+
+def self_check(
+    members: Sequence[Any],
+    points: Sequence[ScalePoint],
+    base: Any,
+    base_pt: ScalePoint,
+    mode: str,
+    profile: Mapping[str, Any] | None,
+    precision: str,
+    draws: int,
+) -> dict[str, Any] | None:
+    """The largest measured scale predicted from the smaller ones (three scales or more,
+    the baseline counted), against its measured efficiency."""
+    worlds = sorted({pt.world for pt in points})
+    if len(worlds) < 3:
+        return None
+    top = max(points, key=lambda pt: (pt.world, pt.nodes))
+    rest = [pt for pt in points if pt is not top]
+    net = _network(rest, profile)
+    fit = fit_series(rest, base_pt, mode, net)
+    if fit.model is None or not top.parts:
+        return None
+    (row,) = project_points(
+        fit,
+        rest,
+        base_pt,
+        mode,
+        [(top.nodes, top.devices_per_node)],
+        network=net,
+        precision=precision,
+        draws=draws,
+    )[:1]
+    g = next(m for m in members if m.world_size == top.world and m.nodes == top.nodes)
+    x = g.stats["steady_samples_per_s_per_device"].mean
+    x_base = base.stats["steady_samples_per_s_per_device"].mean
+    measured = x / x_base if x_base else math.nan
+    return {
+        "nodes": top.nodes,
+        "devices_per_node": top.devices_per_node,
+        "world_size": top.world,
+        "from_world_sizes": ",".join(str(w) for w in worlds if w != top.world),
+        "measured": measured,
+        "predicted": row["efficiency"],
+        "predicted_low": row["efficiency_low"],
+        "predicted_high": row["efficiency_high"],
+        "error_pts": 100.0 * (row["efficiency"] - measured),
+        "covered": bool(row["efficiency_low"] <= measured <= row["efficiency_high"]),
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:.3g} ms"
+
+
+def _nodes_word(n: int) -> str:
+    return f"{n} node{'s' if n != 1 else ''}"
+
+
+def findings(result: ProjectionResult) -> list[dict[str, str]]:
+    """A paragraph per projected series: where efficiency goes at the largest N, where it
+    falls below 75%, and which what-if moves it most."""
+    out = []
+    for sp in result.series:
+        rows = result.table[result.table["series"] == sp.series]
+        if rows.empty:
+            continue
+        top = rows[rows["nodes"] == rows["nodes"].max()]
+        plain = top[top["what_if"] == "as measured"].iloc[0]
+        e, lo, hi = plain["efficiency"], plain["efficiency_low"], plain["efficiency_high"]
+        text = [
+            f"At {_nodes_word(int(plain['nodes']))} ({int(plain['world_size'])} devices) the "
+            f"projected efficiency is {100 * e:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]"
+            if math.isfinite(e)
+            else f"At {_nodes_word(int(plain['nodes']))} no efficiency can be projected "
+            "(less than one sample per device and micro-batch)"
+        ]
+        if math.isfinite(e):
+            parts = {
+                "exposed all-reduce": plain["exposed_comm_step_s"],
+                "waiting for the slowest rank": plain["straggler_step_s"],
+                "compute": plain["compute_step_s"],
+                "input wait": plain["input_step_s"],
+                "backward slowed by the all-reduce": plain["overlap_step_s"],
+            }
+            big = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)[:3]
+            text[0] += (
+                f": a step of {_ms(plain['step_s'])}, of which "
+                + ", ".join(f"{k} {_ms(v)}" for v, k in big)
+                + "."
+            )
+        else:
+            text[0] += "."
+        central, earliest, latest = sp.crossing.get("as measured", (None, None, None))
+        model = sp.fit.model
+        assert model is not None
+        if central is not None and central * sp.devices_per_node <= model.anchor_world:
+            text.append(
+                f"Efficiency is below 75% already at the largest measured scale "
+                f"({model.anchor_world} devices)."
+            )
+        elif central is not None:
+            span = ""
+            if earliest is not None and (earliest, latest) != (central, central):
+                end = _nodes_word(latest) if latest else f"beyond {_nodes_word(SCAN_NODES[-1])}"
+                span = f" (between {_nodes_word(earliest)} and {end})"
+            text.append(f"Efficiency falls below 75% at about {_nodes_word(central)}{span}.")
+        elif earliest is not None:
+            text.append(
+                f"The central projection stays above 75% to {_nodes_word(SCAN_NODES[-1])}; "
+                f"its interval reaches below it from {_nodes_word(earliest)}."
+            )
+        else:
+            text.append(f"It stays above 75% to {_nodes_word(SCAN_NODES[-1])}.")
+        others = top[top["what_if"] != "as measured"].dropna(subset=["efficiency"])
+        if len(others) and math.isfinite(e):
+            best = others.loc[others["efficiency"].idxmax()]
+            gain = 100 * (best["efficiency"] - e)
+            if gain >= 1:
+                text.append(
+                    f"Of the settings tried, {best['what_if']} moves it most: to "
+                    f"{100 * best['efficiency']:.0f}% [{100 * best['efficiency_low']:.0f}, "
+                    f"{100 * best['efficiency_high']:.0f}]."
+                )
+            else:
+                text.append("None of the settings tried moves it by a point or more.")
+        if sp.fit.scaled_points <= 1:
+            text.append(
+                "One scaled point only: the model cannot be checked against another scale, so "
+                "its interval is widened; measure a second scale to narrow it."
+            )
+        if sp.network_note:
+            text.append(f"Network: {sp.network_note}.")
+        out.append({"series": sp.series, "text": " ".join(text)})
+    for _, c in result.checks.iterrows():
+        verdict = "inside" if c["covered"] else "OUTSIDE"
+        for item in out:
+            if item["series"] == c["series"]:
+                item["text"] += (
+                    f" Self-check: {int(c['world_size'])} devices projected from "
+                    f"{c['from_world_sizes']} alone gave {100 * c['predicted']:.0f}% "
+                    f"[{100 * c['predicted_low']:.0f}, {100 * c['predicted_high']:.0f}], "
+                    f"measured {100 * c['measured']:.0f}% ({c['error_pts']:+.0f} points, "
+                    f"{verdict} the interval)."
+                )
+    return out
+
+
+def check_notes(result: ProjectionResult) -> list[str]:
+    """'Read this first' lines: series not projected, and self-checks the interval missed."""
+    notes = list(result.notes)
+    for _, c in result.checks.iterrows():
+        if not c["covered"]:
+            notes.append(
+                f"{c['series']}: the projection's self-check missed: {int(c['world_size'])} "
+                f"devices projected at {100 * c['predicted']:.0f}% "
+                f"[{100 * c['predicted_low']:.0f}, {100 * c['predicted_high']:.0f}] from the "
+                f"smaller scales, measured {100 * c['measured']:.0f}%: treat the projection "
+                "with care."
+            )
+    return notes
+
+
+def read_profile(path: str) -> dict[str, Any]:
+    """A ``--network`` file: YAML with ``inter_busbw_gbps`` (GB/s, required) and optionally
+    ``inter_alpha_s``, ``at_world_size`` and ``source``. Raises ValueError naming what is
+    wrong."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping with inter_busbw_gbps")
+    known = {"inter_busbw_gbps", "inter_alpha_s", "at_world_size", "source"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(
+            f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    for key in ("inter_busbw_gbps", "inter_alpha_s"):
+        value = data.get(key)
+        if key == "inter_busbw_gbps" and value is None:
+            raise ValueError(f"{path}: inter_busbw_gbps is missing")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+        ):
+            raise ValueError(f"{path}: {key} must be a positive number, got {value!r}")
+    at = data.get("at_world_size")
+    if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 2):
+        raise ValueError(f"{path}: at_world_size must be an integer >= 2, got {at!r}")
+    return data
