@@ -1,0 +1,415 @@
+"""``python -m analysis.project backtest CASES.yaml``: the projection scored on published results.
+
+Each case (format: ``benchmarks/projection_cases.yaml``) gives a model's gradient bytes and
+buckets, the hardware's devices per node and link bandwidths, its ``measured`` small-scale
+throughputs (what a user would have run) and its ``published`` larger-scale ones (the truth).
+From the measured points alone, the step model of :mod:`analysis.projection` predicts each
+published point's efficiency against one node, with its interval; the command prints per case
+and in total the error and whether the interval covered the published value.
+
+The step model needs what a scalescope record has and a published table lacks; a case fills
+it from what it states, and the rest is an assumption, drawn over its band in the interval:
+
+* compute per step: the 1-GPU point's step time when measured, else the 1-node step less the
+  intra-node all-reduce the model exposes there (none when no intra-node bandwidth is given);
+* all-reduce: the case's buckets (``bucket_mb``, or DDP's 25 MB) on a latency-bandwidth
+  model with latency ``ALPHA_INTRA_S`` / ``ALPHA_INTER_S`` at 2 ranks and the case's bus
+  bandwidths; where a multi-node point is measured, its step fixes the offset as a
+  scalescope anchor does; inter-node bus bandwidth within ``INTER_BAND`` of the stated link
+  (or of what the measured multi-node point implies);
+* stragglers: sigma = ``SIGMA_SHARE`` of the step's compute (drawn from 0 to twice that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .projection import (
+    DRAWS,
+    INTERVAL,
+    MODEL_ERROR,
+    Level,
+    Network,
+    StepModel,
+    expected_max,
+    rebucket,
+)
+
+PROG = "python -m analysis.project"
+ALPHA_INTRA_S = 20e-6
+ALPHA_INTER_S = 50e-6
+INTER_BAND = (0.4, 1.0)
+"""Achieved inter-node bus bandwidth as a share of the stated link (or of the measured)."""
+INTRA_DEFAULT_GBPS = 100.0
+SIGMA_SHARE = 0.01
+DDP_BUCKET_MB = 25.0
+
+
+class CaseError(ValueError):
+    """A case that cannot be read; the message names the case and the field."""
+
+
+@dataclass(frozen=True)
+class Point:
+    nodes: int
+    devices_per_node: int
+    throughput_per_device: float
+    efficiency_vs_1node: float | None = None
+    efficiency_vs_1gpu: float | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    devices_per_node: int
+    grad_bytes: float
+    bucket_mb: float
+    scaling: str
+    per_device_batch: float
+    grad_accum: int
+    intra_busbw_gbps: float | None
+    inter_busbw_gbps: float | None
+    measured: tuple[Point, ...]
+    published: tuple[Point, ...]
+
+
+def _number(case: str, where: str, value: Any, *, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise CaseError(f"case {case!r}: {where} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _required(case: str, where: str, value: Any) -> float:
+    number = _number(case, where, value)
+    assert number is not None
+    return number
+
+
+def read_cases(path: str) -> list[Case]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CaseError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise CaseError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise CaseError(f"{path}: expected a mapping with a list 'cases'")
+    out = []
+    for i, raw in enumerate(data["cases"]):
+        if not isinstance(raw, dict):
+            raise CaseError(f"{path}: cases[{i}] is not a mapping")
+        name = str(raw.get("name") or f"cases[{i}]")
+        hw, model = raw.get("hardware") or {}, raw.get("model") or {}
+        if not isinstance(hw, dict) or not isinstance(model, dict):
+            raise CaseError(f"case {name!r}: hardware and model must be mappings")
+
+        def points(key: str, name: str = name, raw: dict[str, Any] = raw) -> tuple[Point, ...]:
+            rows = raw.get(key)
+            if not isinstance(rows, list) or not rows:
+                raise CaseError(f"case {name!r}: {key} must be a non-empty list")
+            pts = []
+            for j, r in enumerate(rows):
+                if not isinstance(r, dict):
+                    raise CaseError(f"case {name!r}: {key}[{j}] is not a mapping")
+                nodes = r.get("nodes")
+                dpn = r.get("devices_per_node")
+                if not isinstance(nodes, int) or not isinstance(dpn, int) or nodes < 1 or dpn < 1:
+                    raise CaseError(
+                        f"case {name!r}: {key}[{j}] needs integer nodes and devices_per_node"
+                    )
+                x = _number(
+                    name, f"{key}[{j}].throughput_per_device", r.get("throughput_per_device")
+                )
+                effs = [
+                    _number(name, f"{key}[{j}].{k}", r.get(k), optional=True)
+                    for k in ("efficiency_vs_1node", "efficiency_vs_1gpu")
+                ]
+                if key == "published" and effs == [None, None]:
+                    raise CaseError(
+                        f"case {name!r}: {key}[{j}] needs efficiency_vs_1node or efficiency_vs_1gpu"
+                    )
+                pts.append(Point(nodes, dpn, float(x), *effs))  # type: ignore[arg-type]
+            return tuple(pts)
+
+        measured, published = points("measured"), points("published")
+        dpn = hw.get("devices_per_node")
+        if not isinstance(dpn, int) or dpn < 1:
+            raise CaseError(f"case {name!r}: hardware.devices_per_node must be an integer >= 1")
+        has_node = any(p.nodes == 1 and p.devices_per_node == dpn for p in measured)
+        has_gpu = any(p.nodes * p.devices_per_node == 1 for p in measured)
+        if not has_node and not has_gpu:
+            raise CaseError(
+                f"case {name!r}: measured needs the 1-node point ({dpn} devices) or 1 GPU"
+            )
+        for j, p in enumerate(published):
+            if (p.efficiency_vs_1node is None and not has_gpu) or (
+                p.efficiency_vs_1node is not None and not has_node and p.efficiency_vs_1gpu is None
+            ):
+                raise CaseError(
+                    f"case {name!r}: published[{j}]'s efficiency has no measured reference "
+                    "point (1 node for efficiency_vs_1node, 1 GPU for efficiency_vs_1gpu)"
+                )
+        scaling = raw.get("scaling", "weak")
+        if scaling not in ("weak", "strong"):
+            raise CaseError(f"case {name!r}: scaling must be weak or strong, got {scaling!r}")
+        out.append(
+            Case(
+                name=name,
+                devices_per_node=dpn,
+                grad_bytes=_required(name, "model.grad_bytes", model.get("grad_bytes")),
+                bucket_mb=float(
+                    _number(name, "model.bucket_mb", model.get("bucket_mb"), optional=True)
+                    or DDP_BUCKET_MB
+                ),
+                scaling=scaling,
+                per_device_batch=_required(name, "per_device_batch", raw.get("per_device_batch")),
+                grad_accum=int(raw.get("grad_accum") or 1),
+                intra_busbw_gbps=_number(
+                    name, "hardware.intra_busbw_gbps", hw.get("intra_busbw_gbps"), optional=True
+                ),
+                inter_busbw_gbps=_number(
+                    name, "hardware.inter_busbw_gbps", hw.get("inter_busbw_gbps"), optional=True
+                ),
+                measured=measured,
+                published=published,
+            )
+        )
+    return out
+
+
+def reference(case: Case) -> tuple[Point, str]:
+    """The measured point efficiencies are scored against: one node where the published
+    points give an efficiency against it, else one GPU; and the published field to use."""
+    d = case.devices_per_node
+    one_node = next((p for p in case.measured if p.nodes == 1 and p.devices_per_node == d), None)
+    if one_node is not None and all(p.efficiency_vs_1node is not None for p in case.published):
+        return one_node, "efficiency_vs_1node"
+    one_gpu = next(p for p in case.measured if p.nodes * p.devices_per_node == 1)
+    return one_gpu, "efficiency_vs_1gpu"
+
+
+def case_model(case: Case, *, sigma_share: float = SIGMA_SHARE) -> StepModel:
+    """The step model a case's measured points give (see the module doc)."""
+    d = case.devices_per_node
+    b, k = case.per_device_batch, case.grad_accum
+    ref, _ = reference(case)
+    one_node = next((p for p in case.measured if p.nodes == 1 and p.devices_per_node == d), None)
+    one_gpu = next((p for p in case.measured if p.nodes * p.devices_per_node == 1), None)
+    t_node = b / (one_node or ref).throughput_per_device
+    buckets = rebucket(case.grad_bytes, case.bucket_mb * 1e6)
+    intra = Level(
+        ALPHA_INTRA_S,
+        case.intra_busbw_gbps or INTRA_DEFAULT_GBPS,
+        2,
+        "intra-node: the case's link" if case.intra_busbw_gbps else "intra: assumed",
+    )
+    multi = [p for p in case.measured if p.nodes > 1]
+    inter_bw = case.inter_busbw_gbps or (case.intra_busbw_gbps or INTRA_DEFAULT_GBPS) / 10
+    inter = Level(ALPHA_INTER_S, inter_bw, 2, "inter-node: the case's link or assumed")
+    net = Network(intra, inter, INTER_BAND, "", measured_nodes=1)
+    strong = case.scaling == "strong"
+    ref_world = ref.nodes * ref.devices_per_node
+    draft = StepModel(
+        per_device_batch=b,
+        accumulate=k,
+        compute_fixed_s=0.0,
+        compute_per_sample_s=0.0,
+        input_per_sample_s=0.0,
+        overlap_s=0.0,
+        other_s=0.0,
+        sigma_share=sigma_share,
+        bucket_bytes=buckets,
+        network=net,
+        anchor_world=d,
+        anchor_nodes=1,
+        exposed_offset_s=0.0,
+        # the reference's step: under strong scaling it holds the whole node's samples
+        baseline_step_s=(b * d / ref_world if strong else b) / ref.throughput_per_device,
+        baseline_batch=b * d / ref_world if strong else b,
+        baseline_world=ref_world,
+        scaling_mode=case.scaling,
+    )
+    if one_gpu is not None:
+        compute = b / one_gpu.throughput_per_device
+    else:  # the 1-node step less what the model exposes there (fixed point: it hides less
+        compute = t_node  # when compute is shorter)
+        for _ in range(20):
+            trial = replace(draft, compute_per_sample_s=compute / b)
+            exposed = trial.modelled_exposed(d, 1, buckets, k, 1.0, b)
+            compute = max((t_node - exposed) / (1 + sigma_share * expected_max(d)), 0.1 * t_node)
+    model = replace(draft, compute_per_sample_s=compute / b)
+    if one_node is None:  # only 1 GPU measured: it is the anchor, nothing to offset
+        return replace(model, anchor_world=1, anchor_nodes=1)
+    if multi:  # the largest measured multi-node point is the anchor
+        top = max(multi, key=lambda p: p.nodes)
+        world = top.nodes * top.devices_per_node
+        # strong scaling: the anchor's per-device batch is the 1-node one over the ranks,
+        # its accumulation shrinking first (the micro-batch kept)
+        b_a = b * d / world if strong else b
+        k_a = max(1, math.floor(k * d / world + 1e-9)) if strong else k
+        model = replace(model, per_device_batch=b_a, accumulate=k_a)
+        t_top = b_a / top.throughput_per_device
+        compute_top = model.compute_s(b_a, k_a)
+        exposed = t_top - compute_top * (1 + sigma_share * expected_max(world))
+        net = replace(net, measured_nodes=top.nodes)
+        if case.inter_busbw_gbps is None:  # the bandwidth the measured point implies
+            implied = _implied_busbw(model, world, top.nodes, exposed)
+            net = replace(net, inter=replace(inter, busbw_gbps=implied))
+        model = replace(model, network=net, anchor_world=world, anchor_nodes=top.nodes)
+        modelled = model.modelled_exposed(world, top.nodes, buckets, k_a, 1.0, b_a)
+        model = replace(model, exposed_offset_s=exposed - modelled)
+        model = replace(model, other_s=max(0.0, t_top - model.anchor_step_s()))
+    else:  # the 1-node point is the anchor: what the model leaves over there stays
+        model = replace(model, other_s=max(0.0, t_node - model.anchor_step_s()))
+    return model
+
+
+def _implied_busbw(model: StepModel, world: int, nodes: int, exposed: float) -> float:
+    # (the model's per_device_batch and accumulate are the anchor's)
+    """The inter-node bus bandwidth (GB/s) at which the model exposes ``exposed`` seconds at
+    ``world`` ranks (bisection on the log scale within 0.1-1000 GB/s, clamped there)."""
+    lo, hi = math.log(0.1), math.log(1000.0)
+    net = model.network
+    inter = net.inter
+    assert inter is not None
+
+    def at(log_bw: float) -> float:
+        level = replace(inter, busbw_gbps=math.exp(log_bw))
+        m = replace(model, network=replace(net, inter=level))
+        return m.modelled_exposed(
+            world, nodes, model.bucket_bytes, model.accumulate, 1.0, model.per_device_batch
+        )
+
+    if at(hi) >= exposed:
+        return math.exp(hi)
+    if at(lo) <= exposed:
+        return math.exp(lo)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if at(mid) > exposed else (lo, mid)
+    return math.exp((lo + hi) / 2)
+
+
+def _predict(model: StepModel, p: Point, bw: float | None, growth: float) -> float:
+    world = p.nodes * p.devices_per_node
+    e, _, _ = model.efficiency(world, p.nodes, bw=bw, growth=growth)
+    return e
+
+
+def backtest(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    points: list[dict[str, Any]] = []
+    for case in cases:
+        central = case_model(case)
+        _, field = reference(case)
+        for p in case.published:
+            predicted = _predict(central, p, None, 1.0)
+            got = []
+            for _ in range(draws):
+                sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
+                m = case_model(case, sigma_share=sigma)
+                u = float(rng.uniform())
+                growth = math.exp(rng.normal(0.0, MODEL_ERROR))
+                got.append(_predict(m, p, m.network.factor(p.nodes, u), growth))
+            arr = np.array([g for g in got if math.isfinite(g)])
+            low = float(np.percentile(arr, INTERVAL[0])) if len(arr) else math.nan
+            high = float(np.percentile(arr, INTERVAL[1])) if len(arr) else math.nan
+            low, high = min(low, predicted), max(high, predicted)
+            truth = float(getattr(p, field))
+            points.append(
+                {
+                    "case": case.name,
+                    "nodes": p.nodes,
+                    "devices_per_node": p.devices_per_node,
+                    "published": truth,
+                    "against": "1 node" if field == "efficiency_vs_1node" else "1 GPU",
+                    "predicted": predicted,
+                    "low": low,
+                    "high": high,
+                    "covered": bool(low <= truth <= high),
+                }
+            )
+    errors = [abs(p["predicted"] - p["published"]) * 100 for p in points]
+    totals = {
+        "cases": len(cases),
+        "points": len(points),
+        "coverage": sum(p["covered"] for p in points) / len(points) if points else math.nan,
+        "median_abs_error_pts": statistics.median(errors) if errors else math.nan,
+    }
+    return {"points": points, "totals": totals}
+
+
+def _print(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Projection backtest: published multi-node efficiency (vs 1 node)")
+    for col in (
+        "Case",
+        "Nodes",
+        "Devices",
+        "Published",
+        "Projected [95% PI]",
+        "Error (pts)",
+        "Covered",
+    ):
+        table.add_column(col, justify="left" if col == "Case" else "right")
+    for p in result["points"]:
+        table.add_row(
+            p["case"],
+            str(p["nodes"]),
+            str(p["nodes"] * p["devices_per_node"]),
+            f"{100 * p['published']:.1f}%",
+            f"{100 * p['predicted']:.1f}% [{100 * p['low']:.1f}, {100 * p['high']:.1f}]",
+            f"{100 * (p['predicted'] - p['published']):+.1f}",
+            "yes" if p["covered"] else "no",
+        )
+    console = Console(width=120, highlight=False)
+    console.print(table)
+    t = result["totals"]
+    console.print(
+        f"{t['cases']} case(s), {t['points']} published point(s): interval coverage "
+        f"{100 * t['coverage']:.0f}%, median absolute error {t['median_abs_error_pts']:.1f} "
+        "points of efficiency",
+        markup=False,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    bt = sub.add_parser("backtest", help="score the projection on published multi-node cases")
+    bt.add_argument("cases", metavar="CASES.yaml")
+    bt.add_argument("--json", metavar="FILE", help="also write the points and totals here")
+    bt.add_argument("--draws", type=int, default=DRAWS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        cases = read_cases(args.cases)
+    except CaseError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    result = backtest(cases, draws=args.draws)
+    _print(result)
+    if args.json:
+        from scalescope.atomic import write_text_atomic
+
+        write_text_atomic(Path(args.json), json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
