@@ -30,6 +30,7 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -400,7 +401,7 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
             f"log {h.stdout}, errors {h.stderr}",
             markup=False,
         )
-    rc = run_summary(plan.sweep_dir, console)
+    rc = run_summary(plan.sweep_dir, console, plan.project_nodes)
     if rc is None:
         console.print(
             f"results: {plan.sweep_dir} (each job's log holds its :::SCALESCOPE record)",
@@ -413,8 +414,9 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
     return rc
 
 
-def run_summary(sweep_dir: Path, console: Any) -> int | None:
-    """``python -m analysis.summarize <sweep dir>`` in-process, when that module exists."""
+def run_summary(sweep_dir: Path, console: Any, project: Sequence[int] = ()) -> int | None:
+    """``python -m analysis.summarize <sweep dir> [--project N,..]`` in-process, when that
+    module exists."""
     try:
         found = importlib.util.find_spec("analysis.summarize") is not None
     except (ImportError, ValueError):
@@ -426,7 +428,8 @@ def run_summary(sweep_dir: Path, console: Any) -> int | None:
     if not callable(main):
         return None
     try:
-        return int(main([str(sweep_dir)]) or 0)
+        extra = ["--project", ",".join(map(str, project))] if project else []
+        return int(main([str(sweep_dir), *extra]) or 0)
     except SystemExit as exc:  # an argparse-style main may exit instead of returning
         return exc.code if isinstance(exc.code, int) else 1
     except Exception as exc:

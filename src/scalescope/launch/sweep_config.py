@@ -135,6 +135,11 @@ class SweepConfig:
     timeout_min: int | None = option(
         None, help="time limit per job in minutes; null = the cluster profile's", check=positive
     )
+    project_nodes: list[int] | None = option(
+        None,
+        help="the summary projects each series to these node counts (e.g. [2, 4, 8]: "
+        "`python -m analysis.summarize --project 2,4,8`); null = no projection",
+    )
 
     def validate(self, where: str) -> None:
         if not _NAME.match(self.name):
@@ -151,6 +156,13 @@ class SweepConfig:
             seen.add(shape.label)
         if self.precisions is not None:
             _check_axis("precisions", self.precisions)
+        if self.project_nodes is not None:
+            _check_axis(
+                "project_nodes",
+                self.project_nodes,
+                bad=lambda n: isinstance(n, bool) or n < 1,
+                wanted="a node count >= 1",
+            )
         if self.accumulate_grad_batches is not None:
             _check_axis(
                 "accumulate_grad_batches",
@@ -255,6 +267,8 @@ class SweepPlan:
     profile: ClusterProfile | None
     order_seed: int = 0
     """Seed of the shape order within each round (:meth:`submission_order`)."""
+    project_nodes: tuple[int, ...] = ()
+    """Node counts the summary projects to (none: no projection)."""
 
     @property
     def num_jobs(self) -> int:
@@ -535,4 +549,5 @@ def plan_sweep(
         shapes=plans,
         profile=profile,
         order_seed=sweep.order_seed if sweep.order_seed is not None else secrets.randbelow(2**31),
+        project_nodes=tuple(sweep.project_nodes or ()),
     )
