@@ -357,9 +357,10 @@ def _print(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Projection backtest: published multi-node efficiency (vs 1 node)")
+    table = Table(title="Projection backtest: published multi-node efficiency")
     for col in (
         "Case",
+        "Against",
         "Nodes",
         "Devices",
         "Published",
@@ -371,6 +372,7 @@ def _print(result: dict[str, Any]) -> None:
     for p in result["points"]:
         table.add_row(
             p["case"],
+            p["against"],
             str(p["nodes"]),
             str(p["nodes"] * p["devices_per_node"]),
             f"{100 * p['published']:.1f}%",

@@ -221,8 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     proj.add_argument(
         "--network",
         metavar="FILE",
-        help="the cluster's inter-node all-reduce at scale (YAML: inter_busbw_gbps, "
-        "optionally inter_alpha_s, at_world_size, source), e.g. from nccl-tests there",
+        help="the cluster's inter-node all-reduce at the target size: nccl-tests' "
+        "all_reduce_perf output (or benchmarks/allreduce.py's), or YAML with inter_busbw_gbps "
+        "(optionally inter_alpha_s, at_world_size, source)",
     )
     return p
 

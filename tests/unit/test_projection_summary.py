@@ -144,6 +144,34 @@ def test_bad_projection_arguments_are_one_line_and_write_nothing(
     assert not out.exists()
 
 
+def test_an_nccl_tests_output_is_a_network_profile(tmp_path: Path) -> None:
+    """nccl-tests' table, as printed or behind srun's ``0:`` prefixes: the latency-bandwidth
+    fit at its rank count (its busbw column at 512 MiB reads 322.78 GB/s)."""
+    from analysis.projection import read_profile
+
+    text = (FIXTURE / "nccl_tests_16_ranks.txt").read_text()
+    prefixed = tmp_path / "srun.out"
+    prefixed.write_text("".join(f"0: {line}\n" for line in text.splitlines()))
+    for path in (FIXTURE / "nccl_tests_16_ranks.txt", prefixed):
+        profile = read_profile(str(path))
+        assert profile["at_world_size"] == 16
+        assert 250 < profile["inter_busbw_gbps"] < 340, profile
+        assert 0 < profile["inter_alpha_s"] < 1e-3
+    rc, out, err = run(
+        summarize.main,
+        str(FIXTURE),
+        "--project",
+        "4",
+        "--network",
+        str(prefixed),
+        "--no-write",
+        "--format",
+        "json",
+    )
+    assert rc == 0, err
+    assert "srun.out (16 ranks, 7 sizes fitted)" in json.loads(out)["projection"][0]["network"]
+
+
 def test_a_bad_network_profile_names_the_key(tmp_path: Path) -> None:
     profile = tmp_path / "net.yaml"
     profile.write_text("inter_busbw_gbps: -3\n")
