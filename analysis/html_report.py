@@ -307,6 +307,12 @@ def report_html(
             for f in doc["diagnosis_findings"]
         )
         sections.append(("findings", "In words", findings))
+    if doc.get("projection_findings"):
+        projected = "<h2>Projection, in words</h2>" + "".join(
+            f'\n<h3>{_e(f["series"])}</h3>\n<p class="finding">{_e(f["text"])}</p>'
+            for f in doc["projection_findings"]
+        )
+        sections.append(("projection", "Projection", projected))
     sections.append(("charts", "Charts", "<h2>Charts</h2>\n" + _charts(doc, charts)))
     seen: dict[str, int] = {}
     for table in tables:

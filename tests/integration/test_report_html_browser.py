@@ -164,3 +164,58 @@ def test_report_html_renders_in_chromium(tmp_path: Path) -> None:
 
         SCREENSHOT.parent.mkdir(exist_ok=True)
         Image.open(shot).convert("RGB").quantize(256).save(SCREENSHOT, optimize=True)
+
+
+MEASURE_PROJECTION = """<script>
+(() => {
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.width, r.height]; };
+  const texts = (row) => [...row.cells].map((c) => c.innerText.trim());
+  const charts = [...document.querySelectorAll("#charts figure")];
+  const projected = charts.filter((f) => f.innerText.includes("Projected scaling"));
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.textContent = JSON.stringify({
+    projection_charts: projected.map((f) => box(f.querySelector("svg"))),
+    head: texts(document.querySelector("#table-projection thead tr")),
+    rows: [...document.querySelectorAll("#table-projection tbody tr")].map(texts),
+    words: (document.querySelector("#projection") || {innerText: ""}).innerText,
+  });
+  document.body.appendChild(out);
+})();
+</script>
+"""
+
+
+@pytest.mark.timeout(600)
+def test_the_projection_renders_in_chromium(tmp_path: Path) -> None:
+    """A summary with --project (real records of an emulated network): its chart rendered at
+    a readable size, its table holds summary.json's projected efficiencies, its paragraph
+    is on the page."""
+    chromium = _chromium()
+    out = tmp_path / "summary"
+    proc = run_summarize("tests/fixtures/projection", "--project", "2,4", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    measuring = tmp_path / "measure" / "report.html"
+    measuring.parent.mkdir()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    measuring.write_text(page.replace("</body>", MEASURE_PROJECTION + "</body>"))
+    dom = _browse(chromium, tmp_path / "profile", measuring, "--dump-dom")
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
+    assert found, f"the measuring script did not run; DOM starts: {dom[:500]}"
+    m: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    assert len(m["projection_charts"]) == 1, m
+    width, height = m["projection_charts"][0]
+    assert width >= 400 and height >= 250, m
+    efficiency = m["head"].index("Efficiency [95% PI]")
+    shown = {(r[1], r[2]): r[efficiency] for r in m["rows"]}
+    for r in doc["projection"]:
+        if r["what_if"] == "as measured":
+            want = with_ci(r["efficiency"], r["efficiency_low"], r["efficiency_high"], "%")
+            assert shown[("as measured", str(r["nodes"]))] == want
+    assert "projected efficiency is" in m["words"] and "Self-check" in m["words"]
+    shot = tmp_path / "projection.png"
+    _browse(chromium, tmp_path / "profile", out / "report.html", f"--screenshot={shot}")
+    pixels = imread(shot)
+    colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
+    assert len(colours) > 50, f"{len(colours)} colour(s): a blank page"

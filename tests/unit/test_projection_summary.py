@@ -82,7 +82,8 @@ def test_report_says_where_efficiency_goes_and_draws_the_chart(summary: Path) ->
     assert "Projection to scales not yet run" in report
     png = summary / "charts" / "projection_spiral-weak-fp32.png"
     assert png.stat().st_size > 10_000
-    assert "Projected scaling" in (summary / "report.html").read_text()
+    page = (summary / "report.html").read_text()
+    assert "Projected scaling" in page and "<h2>Projection, in words</h2>" in page
 
 
 def test_a_network_profile_replaces_the_assumed_band(tmp_path: Path) -> None:
