@@ -1,7 +1,7 @@
 """``scalescope config-reference``: every config key, generated from the dataclasses.
 
-The README's config reference is this command's Markdown output, so the documentation
-cannot drift from what the validator accepts (a test compares them).
+The config reference in docs/config.md is this command's Markdown output, so the
+documentation cannot drift from what the validator accepts (a test compares them).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--write",
         metavar="FILE",
-        help="replace the text between the config-reference markers of FILE (README.md)",
+        help="replace the text between the config-reference markers of FILE (docs/config.md)",
     )
 
 

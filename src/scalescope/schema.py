@@ -156,7 +156,7 @@ def to_dict(obj: Any) -> Any:
 
 
 def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """(key, type, default, help) rows for the config reference in the README."""
+    """(key, type, default, help) rows for the config reference in docs/config.md."""
     rows: list[tuple[str, str, str, str]] = []
     hints = typing.get_type_hints(cls)
     for f in fields(cls):

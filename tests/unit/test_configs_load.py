@@ -1,5 +1,5 @@
-"""Every file under configs/ loads and validates, and the README's config reference is the
-one generated from the schema."""
+"""Every file under configs/ loads and validates, and the config reference in docs/config.md is
+the one generated from the schema."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ CONFIGS = REPO / "configs"
 TRAIN_CONFIGS = sorted([*CONFIGS.glob("*.yaml"), *(CONFIGS / "diagnosis").glob("*.yaml")])
 SWEEPS = sorted((CONFIGS / "sweeps").glob("*.yaml"))
 CLUSTERS = sorted((CONFIGS / "clusters").glob("*.yaml"))
-README = REPO / "README.md"
+CONFIG_DOC = REPO / "docs" / "config.md"
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 
 
@@ -80,14 +80,14 @@ def test_local_sweep_plans_for_the_local_executor() -> None:
     assert all(s.resources.gpus_per_node == 0 for s in plan.shapes)
 
 
-def test_readme_config_reference_is_generated_from_the_schema() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert START in text and END in text, f"README.md lacks the {START} / {END} markers"
+def test_docs_config_reference_is_generated_from_the_schema() -> None:
+    text = CONFIG_DOC.read_text(encoding="utf-8")
+    assert START in text and END in text, f"docs/config.md lacks the {START} / {END} markers"
     assert text.index(START) < text.index(END)
     between = text.split(START, 1)[1].split(END, 1)[0]
     assert between.strip() == reference.markdown().strip(), (
-        "README.md's config reference is stale: regenerate it with "
-        "`scalescope config-reference --write README.md`"
+        "docs/config.md's config reference is stale: regenerate it with "
+        "`scalescope config-reference --write docs/config.md`"
     )
 
 
