@@ -356,9 +356,10 @@ def test_bencher_metric_format_shape() -> None:
     assert intervals > 0  # the repeated series has intervals: the check above ran
 
 
-def test_the_readme_reference_example_is_a_valid_reference_file(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    block = readme.split("The\nformat, edited by hand as needed:\n\n```yaml\n")[1].split("```")[0]
+def test_the_documented_reference_example_is_a_valid_reference_file(tmp_path: Path) -> None:
+    doc = Path(__file__).resolve().parents[2] / "docs" / "analysis.md"
+    text = doc.read_text(encoding="utf-8")
+    block = text.split("The\nformat, edited by hand as needed:\n\n```yaml\n")[1].split("```")[0]
     ref = tmp_path / "ref.yaml"
     ref.write_text(block, encoding="utf-8")
     expected = load_reference(ref)
