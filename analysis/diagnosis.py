@@ -1,7 +1,7 @@
 """The efficiency waterfall: where each scale point's lost parallel efficiency went.
 
 Input: the runs frame (its ``diagnosis`` column holds each record's ``diagnosis`` dict, see
-the README section "Where the efficiency went"). Output: a :class:`Waterfall` of frames and
+docs/analysis.md, "Where the efficiency went"). Output: a :class:`Waterfall` of frames and
 the sentences of the report. Pure: no printing, no files, no plotting.
 
 Definitions (one per quantity)

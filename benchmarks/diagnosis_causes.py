@@ -1,4 +1,5 @@
-"""Injected causes of a known size, attributed by the efficiency waterfall: the README's table.
+"""Injected causes of a known size, attributed by the efficiency waterfall: the table in
+docs/diagnosis.md.
 
 For each cause (slow input, one slow rank, rotating stragglers, an all-reduce held back, a
 communication hook that slows backward, a communication-heavy model) it trains the baseline on

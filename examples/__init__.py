@@ -1,1 +1,1 @@
-"""Example projects that scalescope trains without knowing them (see the README)."""
+"""Example projects that scalescope trains without knowing them (see docs/your-module.md)."""

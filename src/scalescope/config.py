@@ -266,7 +266,7 @@ class FaultsConfig:
 @dataclass(frozen=True)
 class DiagnosisConfig:
     """Where the lost efficiency goes: the step-time breakdown of every rank, the calibration
-    windows, the all-reduce baseline and GPU sampling (see the README, "Scaling diagnosis")."""
+    windows, the all-reduce baseline and GPU sampling (see docs/diagnosis.md)."""
 
     enabled: bool = option(
         True,

@@ -173,9 +173,10 @@ class ResultRecord:
     scancel); None when it ran to the end. A stopped run's figures cover the steps it ran."""
     diagnosis: dict[str, Any] | None = None
     """Where the step time went, per rank: input wait, compute and communication wait, the
-    calibration windows, the all-reduce baseline and NVML samples (README, "Where the
-    efficiency went"). ``status: off`` with a reason when switched off; None in records
-    written before it existed: the analysis shows "not recorded", never zeros."""
+    calibration windows, the all-reduce baseline and NVML samples (docs/diagnosis.md; the
+    summary's side: docs/analysis.md, "Where the efficiency went"). ``status: off`` with a
+    reason when switched off; None in records written before it existed: the analysis shows
+    "not recorded", never zeros."""
     batch: dict[str, Any] | None = None
     """A user's module's batch as its loaders yielded it (``loaders``: how many training
     loaders, their batches summed per step; ``per_device_mean``, ``per_device_max``: samples

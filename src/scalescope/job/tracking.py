@@ -8,7 +8,7 @@ Interface used by the trainer (rank 0 only):
   ``tracker.info()`` (what goes into the result record's ``tracking`` field; never secrets)
   and ``tracker.end()``.
 
-Modes (the README section "Experiment tracking with Comet" has the full table):
+Modes (docs/comet.md, "Choose the mode", has the full table):
 
 * ``online``  -- ``COMET_API_KEY`` is set and the server answered a pre-flight request within
   ``tracking.connect_timeout_s``;

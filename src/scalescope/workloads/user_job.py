@@ -1,6 +1,6 @@
 """Job-side measurement of a user's LightningModule, which knows nothing of scalescope.
 
-* :func:`batch_size_of`: how many samples a batch holds (the README's rule).
+* :func:`batch_size_of`: how many samples a batch holds (the rule in docs/your-module.md).
 * :class:`SampleCounter`: counts the samples every rank's training loader yields; the record's
   throughput uses these counts, not steps x batch size (a loader may end on a short batch,
   and its batch size may not be the config's).
@@ -358,7 +358,7 @@ def measured_batch(
     ident: Any, counted: Counted, passed_to: str | None, loader: Any
 ) -> tuple[Any, dict[str, Any]]:
     """The record's identity with the batch sizes the training ``loader`` really yielded, and
-    the record's ``batch`` section (README, "Your own LightningModule")."""
+    the record's ``batch`` section (docs/your-module.md)."""
     world = ident.world_size
     configured = ident.per_device_batch_size
     loaders = training_loaders(loader)
