@@ -318,7 +318,7 @@ class TrainConfig:
         {"name": DEFAULT_WORKLOAD},
         help="`name` of a registered workload plus that workload's parameters, or `name` "
         "the import path package.module:ClassName of your own LightningModule with "
-        "`datamodule`, `init_args` and `datamodule_init_args` (see the README)",
+        "`datamodule`, `init_args` and `datamodule_init_args` (see docs/your-module.md)",
     )
     trainer: TrainerConfig = option(TrainerConfig, help="how training runs")
     tracking: TrackingConfig = option(TrackingConfig, help="Comet experiment tracking")
