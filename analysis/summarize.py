@@ -157,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: <first PATH>/summary)",
     )
     out.add_argument("--no-write", action="store_true", help="print only, write nothing")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="print every table in the terminal (default: a headline table per series, "
+        "Read this first and where the files are; the rest is in report.md, report.html "
+        "and the CSV files)",
+    )
     p.add_argument("--no-charts", action="store_true", help="skip the charts (faster)")
     p.add_argument(
         "--max-rows",
@@ -365,6 +372,42 @@ def _markdown_all(tables: Sequence[DisplayTable], notes: Sequence[str]) -> str:
     if notes:
         parts.append("## Read this first\n\n" + "".join(f"- {n}\n" for n in notes))
     return "\n".join(parts)
+
+
+def _print_headline(analysis: Analysis, failures: pd.DataFrame) -> None:
+    """The terminal's default: the headline tables, a line per failed job (its cause), and
+    the notes."""
+    from .tables import failure_label, headline_tables
+
+    console = _console(sys.stdout)
+    for t in headline_tables(analysis):
+        console.print(rich_table(t, narrow=True))
+        console.print()
+    result = analysis.projection
+    if result is not None:
+        for _, c in result.checks.iterrows():
+            console.print(
+                f"Self-check, {c['series']}: {c['world_size']} devices projected from "
+                f"{c['from_world_sizes']} alone at {100 * c['predicted']:.1f}% "
+                f"[{100 * c['predicted_low']:.1f}, {100 * c['predicted_high']:.1f}], measured "
+                f"{100 * c['measured']:.1f}% ({'inside' if c['covered'] else 'OUTSIDE'} the "
+                "interval)",
+                markup=False,
+            )
+        if len(result.checks):
+            console.print()
+    if len(failures):
+        console.print(f"[bold]Failed or incomplete jobs ({len(failures)})[/bold]")
+        for _, r in failures.iterrows():
+            detail = f": {r['detail']}" if isinstance(r["detail"], str) and r["detail"] else ""
+            console.print(
+                f"  • {r['job_id']} ({failure_label(r)}): {r['reason_label']}{detail}",
+                markup=False,
+            )
+    if analysis.notes:
+        console.print("[bold]Read this first[/bold]")
+        for n in analysis.notes:
+            console.print(f"  • {n}", markup=False)
 
 
 def _print_tables(tables: Sequence[DisplayTable], notes: Sequence[str]) -> None:
@@ -665,8 +708,10 @@ def summarize(args: argparse.Namespace) -> int:
         settings=settings,
     )
     doc_text = dumps(doc) if args.format == "json" or target is not None else ""
-    if args.format == "table":
+    if args.format == "table" and args.wide:
         _print_tables(tables, analysis.notes)
+    elif args.format == "table":
+        _print_headline(analysis, loaded.failures)
     elif args.format == "markdown":
         sys.stdout.write(_markdown_all(tables, analysis.notes))
     elif args.format == "json":
@@ -682,6 +727,14 @@ def summarize(args: argparse.Namespace) -> int:
             f"{', charts' if not args.no_charts and len(loaded.runs) else ''})",
             file=sys.stderr,
         )
+        if args.format == "table" and not args.wide:
+            print(
+                f"Every table, chart and paragraph: {written / 'report.html'} (also "
+                f"report.md; the numbers in summary.json and the CSV files); --wide prints "
+                "every table here."
+            )
+    elif args.format == "table" and not args.wide:
+        print("Nothing written (--no-write); --wide prints every table here.")
     return 0
 
 

@@ -701,18 +701,22 @@ def markdown(table: DisplayTable, level: int = 2) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rich_table(table: DisplayTable) -> Any:
-    """A ``rich.table.Table`` (imported here: only the terminal output needs rich)."""
+def rich_table(table: DisplayTable, narrow: bool = False) -> Any:
+    """A ``rich.table.Table`` (imported here: only the terminal output needs rich);
+    ``narrow``: no rules and no edge padding, two spaces between columns (the headline
+    tables, which must fit 80 columns)."""
     from rich.table import Table
     from rich.text import Text
 
     # Text, not str: "[spiral]" in a configuration name is data, not rich markup.
+    extra: dict[str, Any] = {"box": None, "padding": (0, 1), "pad_edge": False} if narrow else {}
     t = Table(
         title=Text(table.title, style="bold"),
         title_justify="left",
         caption=Text("\n".join(table.caption), style="dim"),
         caption_justify="left",
         header_style="bold",
+        **extra,
     )
     for c in table.frame.columns:
         t.add_column(Text(str(c)), justify="right" if c in table.right else "left", overflow="fold")
@@ -811,3 +815,98 @@ def projection_check_table(result: Any) -> DisplayTable | None:
         ],
         right={"Devices", "Nodes", "Projected [95% PI]", "Measured", "Error (pts)"},
     )
+
+
+# --- the terminal's default view ----------------------------------------------------------------
+
+SHORT_PARTS = {
+    "comm": "exposed comm",
+    "overlap": "comm overlap",
+    "input": "input wait",
+    "skew": "rank skew",
+    "jitter": "stragglers",
+    "compute": "compute",
+}
+"""Names of the waterfall's parts in the headline table's last column."""
+
+
+def _most_lost(analysis: Analysis, series: str, nodes: int, dpn: int) -> str:
+    w = analysis.waterfall
+    if w is None:
+        return ""
+    t = w.table
+    rows = t[(t["series"] == series) & (t["nodes"] == nodes) & (t["devices_per_node"] == dpn)]
+    if rows.empty or bool(rows.iloc[0]["is_baseline"]):
+        return ""
+    r = rows.iloc[0]
+    parts = {p: r[f"{p}_pts_mean"] for p in SHORT_PARTS if not _nan(r[f"{p}_pts_mean"])}
+    if not parts:
+        return "not recorded" if r["status"] != "recorded" else ""
+    part = max(parts, key=lambda p: parts[p])
+    return f"{SHORT_PARTS[part]} {parts[part]:.0f}" if parts[part] >= 0.5 else "none"
+
+
+def headline_tables(analysis: Analysis) -> list[DisplayTable]:
+    """The terminal's default: per series one narrow table (it fits 80 columns) of every
+    scale's throughput, speedup and efficiency with their intervals, and the waterfall part
+    that lost the most points there; the projection (as measured) where one was asked for."""
+    s = analysis.scaling
+    out: list[DisplayTable] = []
+    columns = [
+        "Shape",
+        "n",
+        "Samples/s",
+        "Speedup [95% CI]",
+        "Efficiency [95% CI]",
+        "Most lost (pts)",
+    ]
+    for series, part in s.groupby("series", sort=False):
+        weak = bool((part["scaling_mode"] == "weak").all())
+        eff = "per_device_throughput_efficiency" if weak else "parallel_efficiency"
+        rows = []
+        for _, r in part.iterrows():
+            rows.append(
+                [
+                    f"{r['nodes']}x{r['devices_per_node']}",
+                    str(r["n"]),
+                    sig(r["samples_per_s_mean"], 3),
+                    "baseline"
+                    if r["is_baseline"]
+                    else with_ci(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
+                    with_ci(r[eff], r[f"{eff}_ci_low"], r[f"{eff}_ci_high"], "%"),
+                    _most_lost(analysis, str(series), int(r["nodes"]), int(r["devices_per_node"])),
+                ]
+            )
+        out.append(
+            DisplayTable(
+                "headline",
+                str(series),
+                pd.DataFrame(rows, columns=columns, dtype="object"),
+                right={"n", "Samples/s", "Speedup [95% CI]", "Efficiency [95% CI]"},
+            )
+        )
+    result = analysis.projection
+    if result is not None and not result.table.empty:
+        plain = result.table[result.table["what_if"] == "as measured"]
+        for series, part in plain.groupby("series", sort=False):
+            rows = [
+                [
+                    f"{r['nodes']}x{r['devices_per_node']}",
+                    with_ci(r["efficiency"], r["efficiency_low"], r["efficiency_high"], "%"),
+                    with_ci(r["speedup"], r["speedup_low"], r["speedup_high"]),
+                ]
+                for _, r in part.iterrows()
+            ]
+            out.append(
+                DisplayTable(
+                    "projection",
+                    f"Projected: {series}",
+                    pd.DataFrame(
+                        rows,
+                        columns=["Shape", "Efficiency [95% PI]", "Speedup [95% PI]"],
+                        dtype="object",
+                    ),
+                    right={"Efficiency [95% PI]", "Speedup [95% PI]"},
+                )
+            )
+    return out

@@ -74,8 +74,8 @@ def test_the_largest_shape_is_projected_from_the_smaller_ones(
     printed = capsys.readouterr().out
     assert rc == 0, printed
     # the sweep's own summary carries the projection (project_nodes)
-    assert "Projection to scales not yet run" in printed, printed[-3000:]
-    assert "Projection self-check" in printed
+    assert "Projected: spiral" in printed, printed[-3000:]
+    assert "Self-check, spiral" in printed, printed[-3000:]
     sweep_dir = tmp_path / "outputs" / "sweeps" / "projection-check"
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

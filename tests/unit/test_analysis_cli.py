@@ -60,10 +60,35 @@ def test_failures_alone_are_usable(tmp_path: Path) -> None:
 
 def test_terminal_table_format(tmp_path: Path) -> None:
     _sweep(tmp_path, {1: [10.0, 11.0], 2: [6.0, 6.5]})
-    proc = summarize_main(tmp_path, "--no-write")
+    proc = summarize_main(tmp_path, "--no-write", "--wide")
     assert proc.returncode == 0, proc.stderr
     for text in ("Benchmark results", "Speedup analysis", "Karp-Flatt", "Devices"):
         assert text in proc.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_default_terminal_view_fits_its_width(
+    width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Headline tables, failed jobs, notes: no line wider than the terminal, and every
+    scale's row on one line with its whole speedup and efficiency (nothing wrapped)."""
+    import json
+
+    from analysis import summarize
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    logs = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+    assert summarize.main([str(logs), "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= width, out
+    assert "Benchmark results" not in out and "--wide prints every table" in out
+    assert summarize.main([str(logs), "--no-write", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    lines = out.splitlines()
+    for r in doc["scaling"]:
+        shape = f"{r['nodes']}x{r['devices_per_node']}"
+        speed = "baseline" if r["is_baseline"] else f"{r['speedup']:.2f}x"
+        assert any(line.startswith(shape) and speed in line for line in lines), (shape, out)
 
 
 def test_csv_format_prints_machine_columns(tmp_path: Path) -> None:

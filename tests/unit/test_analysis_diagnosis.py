@@ -700,7 +700,7 @@ def test_summarize_writes_the_waterfall_end_to_end(tmp_path: Path) -> None:
     for r in pattern_records("input"):
         write_log(logs / f"slurm-{r.identity.job_id}.out", r)
     out = tmp_path / "summary"
-    proc = summarize_main(logs, "--out", out, "--format", "table")
+    proc = summarize_main(logs, "--out", out, "--format", "table", "--wide")
     assert proc.returncode == 0, proc.stderr
     assert "Where the efficiency went" in proc.stdout
     csv = pd.read_csv(out / "diagnosis.csv")
