@@ -830,7 +830,7 @@ def _emit(
     """One result table on stdout as a rich table, Markdown, JSON (``head`` plus the rows
     under ``rows_key``) or CSV."""
     if fmt == "table":
-        _console(sys.stdout).print(rich_table(table))
+        _console(sys.stdout).print(rich_table(table, narrow=True))
     elif fmt == "markdown":
         sys.stdout.write(markdown(table))
     elif fmt == "json":
@@ -848,8 +848,20 @@ def _gate_value(metric: str, x: Any) -> str:
     )
 
 
+GATE_METRICS = {
+    "samples_per_s": "throughput",
+    "samples_per_s_per_device": "throughput/device",
+    "parallel_efficiency": "efficiency",
+    "per_device_throughput_efficiency": "efficiency (weak)",
+}
+"""Short names of the gate's metrics in its terminal and Markdown table (CSV and JSON keep
+the record's names)."""
+
+
 def _check_table(frame: pd.DataFrame, alpha: float, n_unchecked: int) -> DisplayTable:
     rows = []
+    tolerances = {float(t) for t in frame["tolerance"]} if len(frame) else set()
+    one_tolerance = len(tolerances) == 1
     for _, r in frame.iterrows():
         m = r["metric"]
         measured = _gate_value(m, r["measured"])
@@ -859,21 +871,23 @@ def _check_table(frame: pd.DataFrame, alpha: float, n_unchecked: int) -> Display
             [
                 r["series"],
                 f"{r['nodes']}x{r['devices_per_node']}",
-                m,
+                GATE_METRICS.get(m, m),
                 _gate_value(m, r["reference"]),
-                f"{_gate_value(m, r['bound'])} (-{100 * r['tolerance']:g}%)",
+                _gate_value(m, r["bound"])
+                + ("" if one_tolerance else f" (-{100 * r['tolerance']:g}%)"),
                 measured,
                 str(r["n"]),
                 MISSING if pd.isna(r["p_value"]) else f"{r['p_value']:.3g}",
                 r["verdict"],
             ]
         )
+    bound = f"Bound (-{100 * next(iter(tolerances)):g}%)" if one_tolerance else "Bound"
     cols = [
         "Series",
         "Scale",
         "Metric",
         "Reference",
-        "Bound",
+        bound,
         "Measured [95% CI]",
         "n",
         "p",
@@ -893,7 +907,7 @@ def _check_table(frame: pd.DataFrame, alpha: float, n_unchecked: int) -> Display
         "Regression gate",
         pd.DataFrame(rows, columns=cols, dtype="object"),
         caption=caption,
-        right={"Reference", "Bound", "Measured [95% CI]", "n", "p"},
+        right={"Reference", bound, "Measured [95% CI]", "n", "p"},
     )
 
 

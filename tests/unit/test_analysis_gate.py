@@ -86,10 +86,14 @@ def test_a_significant_regression_fails_and_names_its_value(
     assert verdicts[("1x1", "samples_per_s_per_device")] == "ok"
     p = {c["metric"]: c["p_value"] for c in json.loads(proc.stdout)["checks"] if c["nodes"]}
     assert p["parallel_efficiency"] < 0.05
-    table = summarize_main("check", bad, "--reference", reference)
+    table = summarize_main("check", bad, "--reference", reference, env={"COLUMNS": "120"})
     assert table.returncode == 1
-    for text in ("Regression gate", "REGRESSION", "Bound", "Measured [95% CI]", "1x2"):
+    for text in ("Regression gate", "REGRESSION", "Bound (-5%)", "Measured [95% CI]", "1x2"):
         assert text in table.stdout
+    assert "throughput/device" in table.stdout  # the metric's short name
+    assert max(len(line) for line in table.stdout.splitlines()) <= 120, table.stdout
+    rows = [line for line in table.stdout.splitlines() if "REGRESSION" in line and "1x2" in line]
+    assert len(rows) == 2, table.stdout  # each check on one line: nothing wrapped at 120
     assert "2 regression(s)" in table.stderr
 
 
