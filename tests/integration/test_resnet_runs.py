@@ -162,11 +162,13 @@ def test_two_processes_follow_the_one_process_trajectory(runs: dict[str, TrainRu
     assert two.val_acc_final == pytest.approx(one.val_acc_final, abs=4 / 512)
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "scalescope.cli", *args],
         cwd=cwd,
-        env=clean_env(),
+        env=clean_env(env or {}),
         capture_output=True,
         text=True,
         timeout=300,
@@ -192,9 +194,15 @@ def test_bench_data_prints_its_table_and_writes_csv_and_json(tmp_path: Path) -> 
         "--out",
         str(out),
         f"workload.cache_dir={tmp_path / 'cache'}",
+        env={"COLUMNS": "120"},
     )
     assert proc.returncode == 0, proc.stderr
     assert "loader samples/s" in proc.stdout and "keeps up" in proc.stdout
+    # the table fits 120 columns: its header and every setting's row on one line each
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 120, proc.stdout
+    assert any("loader samples/s" in line and "keeps up" in line for line in lines)
+    assert sum(1 for line in lines if line.rstrip().endswith(("yes", "no"))) == 4, proc.stdout
     data = json.loads((out / "bench-data.json").read_text())
     rows = data["rows"]
     assert [(r["workers"], r["prefetch_factor"], r["batch_size"]) for r in rows] == [

@@ -140,9 +140,14 @@ def run(args: argparse.Namespace) -> int:
             progress=track,
         )
 
+    # no rules and two spaces between columns: the ten columns fit 120 columns unwrapped
     table = Table(
         title=f"input pipeline of {cfg.workload_name} ({cfg.name}) on {context['device']}, "
-        f"{args.batches} batches per setting"
+        f"{args.batches} batches per setting",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        header_style="bold",
     )
     for col in (
         "workers",
