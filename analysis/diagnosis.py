@@ -62,8 +62,7 @@ from .metrics import (
     BaselineSpec,
     headline_columns,
     pick_baseline,
-    scale_groups,
-    series_labels,
+    series_scale_groups,
 )
 from .stats import ratio_ci, summarize
 
@@ -456,6 +455,15 @@ def _batch(rows: pd.DataFrame) -> Any:
     return values[0] if len(values) == 1 else None
 
 
+def group_parts(g: Any) -> list[tuple[pd.Series, RunParts]]:
+    """(row, :class:`RunParts`) of every run of one scale group (a ``ScaleGroup``)."""
+    diag = g.rows["diagnosis"] if "diagnosis" in g.rows else [None] * len(g.rows)
+    return [
+        (r, run_parts(d, r["steady_samples_per_s_per_device"], g.world_size))
+        for (_, r), d in zip(g.rows.iterrows(), diag, strict=True)
+    ]
+
+
 def waterfall(
     runs: pd.DataFrame,
     *,
@@ -464,33 +472,19 @@ def waterfall(
 ) -> Waterfall:
     """The waterfall of every series (see the module doc); baselines as
     :func:`analysis.metrics.scaling_table` picks them (``baseline`` is ``--baseline``)."""
-    groups = scale_groups(runs, confidence)
-    labels = series_labels([g.series_key for g in groups])
-    by_series: dict[tuple[Any, ...], list[Any]] = {}
-    for g in groups:
-        by_series.setdefault(g.series_key, []).append(g)
     rows: list[dict[str, Any]] = []
     rank_rows: list[dict[str, Any]] = []
     per_run: list[tuple[str, int, str, RunParts, dict[str, float]]] = []
-
-    def parts_of(g: Any) -> list[tuple[pd.Series, RunParts]]:
-        diag = g.rows["diagnosis"] if "diagnosis" in g.rows else [None] * len(g.rows)
-        return [
-            (r, run_parts(d, r["steady_samples_per_s_per_device"], g.world_size))
-            for (_, r), d in zip(g.rows.iterrows(), diag, strict=True)
-        ]
-
-    for key, members in by_series.items():
-        label = labels[key]
+    for key, label, members in series_scale_groups(runs, confidence):
         base, _note = pick_baseline(members, baseline)
-        base_parts = [p for _, p in parts_of(base)]
+        base_parts = [p for _, p in group_parts(base)]
         base_x = base.stats["steady_samples_per_s_per_device"].mean
         base_s = {c: _mean([p.per_sample(c) for p in base_parts]) for c in COMPONENTS}
         largest: tuple[int, Any, list[tuple[pd.Series, RunParts]]] | None = None
         for g in members:
             is_base = g is base
             _, _, basis = headline_columns(g, base)
-            these = parts_of(g)
+            these = group_parts(g)
             recorded = [p for _, p in these if p.recorded]
             row: dict[str, Any] = {"series": label}
             row.update(zip(SERIES_KEYS, key, strict=True))

@@ -222,6 +222,19 @@ def scale_groups(runs: pd.DataFrame, confidence: float) -> list[ScaleGroup]:
     return out
 
 
+def series_scale_groups(
+    runs: pd.DataFrame, confidence: float
+) -> list[tuple[tuple[Any, ...], str, list[ScaleGroup]]]:
+    """(series key, its label, its scale groups) per series, in canonical order: what the
+    waterfall and the projection walk."""
+    groups = scale_groups(runs, confidence)
+    labels = series_labels([g.series_key for g in groups])
+    by_series: dict[tuple[Any, ...], list[ScaleGroup]] = {}
+    for g in groups:
+        by_series.setdefault(g.series_key, []).append(g)
+    return [(key, labels[key], members) for key, members in by_series.items()]
+
+
 def positive_quantity(column: str) -> bool:
     """Times (``_s``) and rates (``_per_s``) are strictly positive: their intervals are taken
     on the log scale (:func:`analysis.stats.summarize`), so they never go below zero."""

@@ -724,14 +724,10 @@ class ProjectionResult:
 
 
 def _points_of(members: Sequence[Any], base: Any) -> tuple[list[ScalePoint], ScalePoint]:
-    from .diagnosis import run_parts
+    from .diagnosis import group_parts
 
     def point(g: Any) -> ScalePoint:
-        diag = g.rows["diagnosis"] if "diagnosis" in g.rows else [None] * len(g.rows)
-        parts = [
-            run_parts(d, r["steady_samples_per_s_per_device"], g.world_size)
-            for (_, r), d in zip(g.rows.iterrows(), diag, strict=True)
-        ]
+        parts = [p for _, p in group_parts(g)]
         k = g.rows.get("accumulate_grad_batches", [1])
         kk = {int(v) for v in k if v == v and v is not None} or {1}
         if g is base:
@@ -775,19 +771,13 @@ def project(
 ) -> ProjectionResult:
     """Every series' projection at ``nodes`` (devices per node: the sweep's largest, or
     ``devices_per_node``), its 75% crossing, and the leave-one-out self-check."""
-    from .metrics import pick_baseline, scale_groups, series_labels
+    from .metrics import pick_baseline, series_scale_groups
 
-    groups = scale_groups(runs, confidence)
-    labels = series_labels([g.series_key for g in groups])
-    by_series: dict[tuple[Any, ...], list[Any]] = {}
-    for g in groups:
-        by_series.setdefault(g.series_key, []).append(g)
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     out: list[SeriesProjection] = []
     notes: list[str] = []
-    for key, members in by_series.items():
-        label = labels[key]
+    for _, label, members in series_scale_groups(runs, confidence):
         mode = str(members[0].rows["scaling_mode"].iloc[0])
         precision = str(members[0].rows["precision"].iloc[0])
         base, _ = pick_baseline(members, baseline)

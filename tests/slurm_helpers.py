@@ -12,6 +12,26 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def sweep_argv(sweep: Path, sweep_id: str, *extra: str) -> list[str]:
+    """``scalescope sweep`` arguments that submit ``sweep`` to the local cluster and watch it
+    to the end (``extra``: more options, e.g. ``--max-parallel 1``)."""
+    return [
+        "sweep",
+        "--config",
+        str(sweep),
+        "--cluster",
+        str(REPO / "configs" / "clusters" / "local.yaml"),
+        "--executor",
+        "slurm",
+        *extra,
+        "--wait",
+        "--sweep-id",
+        sweep_id,
+    ]
+
+
 TERMINAL_STATES = {
     "COMPLETED",
     "FAILED",
@@ -176,22 +196,7 @@ class RequeueSweep:
         self.job_id: str | None = None
         self.error: str | None = None
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-u",
-                "-m",
-                "scalescope.cli",
-                "sweep",
-                "--config",
-                str(sweep),
-                "--cluster",
-                str(REPO / "configs" / "clusters" / "local.yaml"),
-                "--executor",
-                "slurm",
-                "--wait",
-                "--sweep-id",
-                "requeue",
-            ],
+            [sys.executable, "-u", "-m", "scalescope.cli", *sweep_argv(sweep, "requeue")],
             cwd=self.root,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -19,7 +19,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from slurm_helpers import REPO
+from slurm_helpers import REPO, sweep_argv
 
 from analysis import summarize
 from scalescope import cli
@@ -55,22 +55,8 @@ def test_the_largest_shape_is_projected_from_the_smaller_ones(
     monkeypatch.chdir(tmp_path)
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(SWEEP)
-    rc = cli.main(
-        [
-            "sweep",
-            "--config",
-            str(sweep),
-            "--cluster",
-            str(REPO / "configs" / "clusters" / "local.yaml"),
-            "--executor",
-            "slurm",
-            "--max-parallel",  # one job at a time: none measures beside another's load
-            "1",
-            "--wait",
-            "--sweep-id",
-            "projection-check",
-        ]
-    )
+    # one job at a time: none measures beside another's load
+    rc = cli.main(sweep_argv(sweep, "projection-check", "--max-parallel", "1"))
     printed = capsys.readouterr().out
     assert rc == 0, printed
     # the sweep's own summary carries the projection (project_nodes)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from slurm_helpers import REPO, EarlyJobs, wait_for_job
+from slurm_helpers import REPO, EarlyJobs, sweep_argv, wait_for_job
 
 from scalescope import cli
 from scalescope.record import ResultRecord, decode_line
@@ -53,20 +53,7 @@ def test_three_shape_sweep_on_the_local_cluster(
     monkeypatch.chdir(tmp_path)
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(SWEEP)
-    rc = cli.main(
-        [
-            "sweep",
-            "--config",
-            str(sweep),
-            "--cluster",
-            str(REPO / "configs" / "clusters" / "local.yaml"),
-            "--executor",
-            "slurm",
-            "--wait",
-            "--sweep-id",
-            "slurm-e2e",
-        ]
-    )
+    rc = cli.main(sweep_argv(sweep, "slurm-e2e"))
     out = capsys.readouterr().out
     sweep_dir = tmp_path / "outputs" / "sweeps" / "slurm-e2e"
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
