@@ -94,6 +94,7 @@ RUN_COLUMNS: dict[str, str] = {
     "diagnosis": "object",
     "restart_reasons": "str",
     "sources": "str",
+    "comet_experiment_key": "str",
 }
 """Column -> dtype of the runs frame; ``version_<package>`` columns follow, one per package."""
 
@@ -177,6 +178,9 @@ def _run_row(run: Run) -> dict[str, Any]:
         warmup_share=warmup_share(r.train_time_s, r.steady_time_s),
         restart_reasons="; ".join(run.restart_reasons),
         sources=";".join(run.sources),
+        comet_experiment_key=(
+            r.tracking.get("experiment_key") if isinstance(r.tracking, dict) else None
+        ),
     )
     for col in RUN_COLUMNS:
         if col not in row:

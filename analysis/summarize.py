@@ -211,6 +211,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker processes for reading files and drawing charts (default: one per CPU; "
         "1 = everything in this process)",
     )
+    comet = p.add_argument_group("Comet scaling dashboards")
+    comet.add_argument(
+        "--comet",
+        nargs="?",
+        const="auto",
+        choices=("auto", "online", "offline"),
+        metavar="MODE",
+        help="log one scaling-summary experiment per series to Comet (metrics at step = world "
+        "size, the tables, charts and report.html): auto (online with COMET_API_KEY and a "
+        "reachable server, else an offline archive), online or offline; the default MODE is "
+        "auto",
+    )
+    comet.add_argument(
+        "--comet-project",
+        default="scalescope-scaling",
+        metavar="NAME",
+        help="Comet project of the summary experiments (default scalescope-scaling)",
+    )
+    comet.add_argument(
+        "--comet-workspace", metavar="NAME", help="Comet workspace (default: the key's)"
+    )
     proj = p.add_argument_group("projection to scales not yet run")
     proj.add_argument(
         "--project",
@@ -619,6 +640,30 @@ def _write_outputs(
     return write_atomically(target, fill)
 
 
+def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, runs: Any) -> None:
+    """The scaling-summary experiments (analysis.comet); a failure is a warning line, never
+    a failed summary (the files are written already)."""
+    from .comet import log_scaling_summaries
+
+    try:
+        lines = log_scaling_summaries(
+            doc,
+            written,
+            runs,
+            mode=args.comet,
+            project=args.comet_project,
+            workspace=args.comet_workspace,
+        )
+    except Exception as exc:  # comet_ml or the server: the summary stands
+        from scalescope.job.tracking import KEY_ENV, redact
+
+        why = redact(f"{type(exc).__name__}: {exc}", [os.environ.get(KEY_ENV, "")])
+        print(f"{PROG}: warning: comet: {why}", file=sys.stderr)
+        return
+    for line in lines:
+        print(f"{PROG}: comet: {line}", file=sys.stderr)
+
+
 def _default_out(first: str) -> Path:
     path = Path(first)
     return (path if path.is_dir() else path.parent) / "summary"
@@ -634,6 +679,9 @@ def summarize(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: --baseline: {exc}", file=sys.stderr)
         return 2
     profile = None
+    if args.comet is not None and args.no_write:
+        print(f"{PROG}: error: --comet logs the written summary: drop --no-write", file=sys.stderr)
+        return 2
     if args.format == "csv" and args.table.startswith("projection") and args.project is None:
         print(f"{PROG}: error: --table {args.table} needs --project NODES", file=sys.stderr)
         return 2
@@ -727,6 +775,8 @@ def summarize(args: argparse.Namespace) -> int:
             f"{', charts' if not args.no_charts and len(loaded.runs) else ''})",
             file=sys.stderr,
         )
+        if args.comet is not None:
+            _log_to_comet(args, doc, written, loaded.runs)
         if args.format == "table" and not args.wide:
             print(
                 f"Every table, chart and paragraph: {written / 'report.html'} (also "

@@ -83,6 +83,9 @@ class Tracker:
     def log_result(self, record: Mapping[str, Any]) -> None:
         pass
 
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return None
+
     def info(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode}
         if self.reason:
@@ -151,6 +154,11 @@ class CometTracker(Tracker):
             ),
         )
         self._guard("log_result", lambda: self._exp.log_others(_redact_values(others, self)))
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Any other comet_ml ``Experiment`` method (``log_table``, ``log_image``,
+        ``log_asset``, ``log_others``...), guarded as every call is."""
+        return self._guard(method, lambda: getattr(self._exp, method)(*args, **kwargs))
 
     def _redact(self, text: str) -> str:
         return redact(text, self._secrets)
