@@ -395,9 +395,9 @@ def _markdown_all(tables: Sequence[DisplayTable], notes: Sequence[str]) -> str:
     return "\n".join(parts)
 
 
-def _print_headline(analysis: Analysis, failures: pd.DataFrame) -> None:
-    """The terminal's default: the headline tables, a line per failed job (its cause), and
-    the notes."""
+def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 0) -> None:
+    """The terminal's default: the headline tables, a line per failed job (its cause; at
+    most ``max_rows``, 0 = all), and the notes."""
     from .tables import failure_label, headline_tables
 
     console = _console(sys.stdout)
@@ -419,10 +419,17 @@ def _print_headline(analysis: Analysis, failures: pd.DataFrame) -> None:
             console.print()
     if len(failures):
         console.print(f"[bold]Failed or incomplete jobs ({len(failures)})[/bold]")
-        for _, r in failures.iterrows():
+        shown = failures if max_rows <= 0 else failures.iloc[:max_rows]
+        for _, r in shown.iterrows():
             detail = f": {r['detail']}" if isinstance(r["detail"], str) and r["detail"] else ""
             console.print(
                 f"  • {r['job_id']} ({failure_label(r)}): {r['reason_label']}{detail}",
+                markup=False,
+            )
+        if len(shown) < len(failures):
+            console.print(
+                f"  … and {len(failures) - len(shown)} more (failures.csv, report.md; "
+                "--max-rows 0 shows all)",
                 markup=False,
             )
     if analysis.notes:
@@ -759,7 +766,7 @@ def summarize(args: argparse.Namespace) -> int:
     if args.format == "table" and args.wide:
         _print_tables(tables, analysis.notes)
     elif args.format == "table":
-        _print_headline(analysis, loaded.failures)
+        _print_headline(analysis, loaded.failures, args.max_rows)
     elif args.format == "markdown":
         sys.stdout.write(_markdown_all(tables, analysis.notes))
     elif args.format == "json":

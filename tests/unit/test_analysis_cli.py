@@ -82,6 +82,8 @@ def test_the_default_terminal_view_fits_its_width(
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= width, out
     assert "Benchmark results" not in out and "--wide prints every table" in out
+    assert "Failed or incomplete jobs (15)" in out  # the fixtures' failed jobs, each a line
+    assert sum(line.startswith("  • 50") for line in out.splitlines()) >= 10
     assert summarize.main([str(logs), "--no-write", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     lines = out.splitlines()
@@ -89,6 +91,11 @@ def test_the_default_terminal_view_fits_its_width(
         shape = f"{r['nodes']}x{r['devices_per_node']}"
         speed = "baseline" if r["is_baseline"] else f"{r['speedup']:.2f}x"
         assert any(line.startswith(shape) and speed in line for line in lines), (shape, out)
+    # --max-rows caps the failed jobs' lines, and says how many it left out
+    assert summarize.main([str(logs), "--no-write", "--max-rows", "3"]) == 0
+    capped = capsys.readouterr().out
+    assert sum(line.startswith("  • ") and "): " in line for line in capped.splitlines()) >= 3
+    assert "… and 12 more (failures.csv, report.md; --max-rows 0 shows all)" in capped
 
 
 def test_csv_format_prints_machine_columns(tmp_path: Path) -> None:
