@@ -20,7 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogLocator, NullLocator
 
-from .metrics import DEFAULT_LOSS_TOLERANCE
+from .metrics import DEFAULT_LOSS_TOLERANCE, efficiency_column
 from .tables import devices_header
 
 _SIZE = (7.5, 4.8)
@@ -65,12 +65,7 @@ def _log_limits(ax: Any, values: Sequence[float]) -> None:
 
 
 def _mode_columns(part: pd.DataFrame) -> tuple[str, str]:
-    weak = (part["scaling_mode"] == "weak").all()
-    return (
-        ("speedup", "per_device_throughput_efficiency")
-        if weak
-        else ("speedup", "parallel_efficiency")
-    )
+    return "speedup", efficiency_column(part["scaling_mode"])
 
 
 def _legend(ax: Any, n: int) -> None:

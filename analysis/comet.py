@@ -22,24 +22,16 @@ comet_ml is imported only here (and only with ``--comet``), through
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from .metrics import SERIES_KEYS
+from .diagnosis import finite_number
+from .metrics import SERIES_KEYS, efficiency_column
 
 SUMMARY_TAG = "scaling-summary"
-
-
-def _finite(x: Any) -> float | None:
-    try:
-        value = float(x)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def series_metrics(doc: Mapping[str, Any], series: str) -> list[tuple[int, dict[str, float]]]:
@@ -51,9 +43,8 @@ def series_metrics(doc: Mapping[str, Any], series: str) -> list[tuple[int, dict[
         (r["world_size"], r["nodes"]): r for r in doc.get("diagnosis", []) if r["series"] == series
     }
     out = []
+    eff = efficiency_column(r["scaling_mode"] for r in rows)
     for r in rows:
-        weak = r["scaling_mode"] == "weak"
-        eff = "per_device_throughput_efficiency" if weak else "parallel_efficiency"
         values: dict[str, Any] = {
             "speedup": r["speedup"],
             "efficiency": r[eff],
@@ -67,7 +58,9 @@ def series_metrics(doc: Mapping[str, Any], series: str) -> list[tuple[int, dict[
             values["lost_pts"] = w.get("lost_pts_mean")
             for part in ("comm", "overlap", "input", "skew", "jitter", "compute", "remainder"):
                 values[f"{part}_pts"] = w.get(f"{part}_pts_mean")
-        clean = {k: v for k, v in ((k, _finite(v)) for k, v in values.items()) if v is not None}
+        clean = {
+            k: v for k, v in ((k, finite_number(v)) for k, v in values.items()) if v is not None
+        }
         out.append((int(r["world_size"]), clean))
     return out
 
@@ -148,7 +141,3 @@ def _runs_of(runs: pd.DataFrame, first: Mapping[str, Any]) -> pd.DataFrame:
         if key in runs and first.get(key) is not None:
             mask &= runs[key].astype(str) == str(first[key])
     return runs[mask]
-
-
-def modes() -> Sequence[str]:
-    return ("auto", "online", "offline")

@@ -149,7 +149,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _finite(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
     """``value`` as a float when it is a finite number (not a boolean), else None."""
     if not _is_number(value):
         return None
@@ -158,14 +158,14 @@ def _finite(value: Any) -> float | None:
 
 
 def _num(data: Mapping[str, Any], key: str, where: str) -> float:
-    value = _finite(data.get(key))
+    value = finite_number(data.get(key))
     if value is None:
         raise _Malformed(f"diagnosis.{where}{key} is not a number")
     return value
 
 
 def _opt_num(data: Any, key: str) -> float:
-    value = _finite(data.get(key)) if isinstance(data, Mapping) else None
+    value = finite_number(data.get(key)) if isinstance(data, Mapping) else None
     return math.nan if value is None else value
 
 
@@ -433,7 +433,8 @@ class Waterfall:
     """(series, world size, run id, parts, attribution) per run, for notebooks."""
 
 
-def _mean(values: Sequence[float]) -> float:
+def finite_mean(values: Sequence[float]) -> float:
+    """The mean of the finite values (NaN when there is none)."""
     finite = [v for v in values if math.isfinite(v)]
     return math.fsum(finite) / len(finite) if finite else math.nan
 
@@ -479,7 +480,7 @@ def waterfall(
         base, _note = pick_baseline(members, baseline)
         base_parts = [p for _, p in group_parts(base)]
         base_x = base.stats["steady_samples_per_s_per_device"].mean
-        base_s = {c: _mean([p.per_sample(c) for p in base_parts]) for c in COMPONENTS}
+        base_s = {c: finite_mean([p.per_sample(c) for p in base_parts]) for c in COMPONENTS}
         largest: tuple[int, Any, list[tuple[pd.Series, RunParts]]] | None = None
         for g in members:
             is_base = g is base
@@ -542,13 +543,13 @@ def waterfall(
             row["comm_note"] = _first([p.comm_reason for p in recorded]) or (
                 "" if is_base else _first([p.comm_reason for p in base_parts if p.recorded])
             )
-            row["t_s"] = _mean([p.t_s for _, p in these])
+            row["t_s"] = finite_mean([p.t_s for _, p in these])
             for c in COMPONENTS:
-                row[f"{c}_s"] = _mean([p.per_sample(c) for p in recorded])
+                row[f"{c}_s"] = finite_mean([p.per_sample(c) for p in recorded])
             batch = row["per_device_batch_size"]
             row["step_s"] = row["t_s"] * batch if batch else math.nan
             for c in STEP_PARTS:
-                row[f"{c}_step_s"] = _mean([getattr(p, f"{c}_step_s") for p in recorded])
+                row[f"{c}_step_s"] = finite_mean([getattr(p, f"{c}_step_s") for p in recorded])
             explained = [
                 row[f"{c}_step_s"]
                 for c in STEP_PARTS
@@ -565,15 +566,15 @@ def waterfall(
                 hidden_share_ci_low=hidden.ci_low,
                 hidden_share_ci_high=hidden.ci_high,
                 hidden_note=_first([p.hidden_reason for p in recorded]) if hidden.n == 0 else "",
-                busbw_gbps_mean=_mean([p.busbw_gbps for p in recorded]),
-                allreduce_alpha_s_mean=_mean([p.alpha_s for p in recorded]),
-                allreduce_fit_busbw_gbps_mean=_mean([p.fit_busbw_gbps for p in recorded]),
-                predicted_allreduce_s_mean=_mean([p.predicted_allreduce_s for p in recorded]),
-                exposed_comm_s_mean=_mean([p.exposed_comm_s for p in recorded]),
-                calibration_comm_s_mean=_mean([p.calibration_comm_s for p in recorded]),
+                busbw_gbps_mean=finite_mean([p.busbw_gbps for p in recorded]),
+                allreduce_alpha_s_mean=finite_mean([p.alpha_s for p in recorded]),
+                allreduce_fit_busbw_gbps_mean=finite_mean([p.fit_busbw_gbps for p in recorded]),
+                predicted_allreduce_s_mean=finite_mean([p.predicted_allreduce_s for p in recorded]),
+                exposed_comm_s_mean=finite_mean([p.exposed_comm_s for p in recorded]),
+                calibration_comm_s_mean=finite_mean([p.calibration_comm_s for p in recorded]),
                 comm_source="/".join(sorted({p.comm_source for p in recorded if p.comm_source})),
                 jitter_note=_first([p.jitter_reason for p in recorded]),
-                rank_skew_mean=_mean([p.rank_skew for p in recorded]),
+                rank_skew_mean=finite_mean([p.rank_skew for p in recorded]),
             )
             slow = Counter((p.slowest_rank, p.slowest_node) for p in recorded)
             if slow:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from .metrics import efficiency_column
 from .tables import DisplayTable, devices_header, sig, with_ci
 
 CSS = """
@@ -144,18 +145,13 @@ def headline_table(doc: dict[str, Any]) -> DisplayTable | None:
     if not rows:
         return None
     dev = devices_header([r["accelerator"] for r in rows])
-    weak_series = {
-        s
-        for s in {r["series"] for r in rows}
-        if all(r["scaling_mode"] == "weak" for r in rows if r["series"] == s)
+    eff_of = {
+        series: efficiency_column(r["scaling_mode"] for r in rows if r["series"] == series)
+        for series in {r["series"] for r in rows}
     }
     out = []
     for r in rows:
-        eff = (
-            "per_device_throughput_efficiency"
-            if r["series"] in weak_series
-            else ("parallel_efficiency")
-        )
+        eff = eff_of[r["series"]]
         mark = " (baseline)" if r["is_baseline"] else ""
         out.append(
             [

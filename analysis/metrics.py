@@ -59,7 +59,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -220,6 +220,13 @@ def scale_groups(runs: pd.DataFrame, confidence: float) -> list[ScaleGroup]:
             g.stats[col] = summarize(values, confidence, log_scale=positive_quantity(col))
         out.append(g)
     return out
+
+
+def efficiency_column(scaling_modes: Iterable[Any]) -> str:
+    """The scaling table's headline efficiency of a series: the per-device throughput
+    efficiency when it scales weakly (every row weak), else the parallel efficiency S / p."""
+    weak = all(m == "weak" for m in scaling_modes)
+    return "per_device_throughput_efficiency" if weak else "parallel_efficiency"
 
 
 def series_scale_groups(

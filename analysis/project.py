@@ -270,12 +270,9 @@ def case_model(case: Case, *, sigma_share: float = SIGMA_SHARE) -> StepModel:
             implied = _implied_busbw(model, world, top.nodes, exposed)
             net = replace(net, inter=replace(inter, busbw_gbps=implied))
         model = replace(model, network=net, anchor_world=world, anchor_nodes=top.nodes)
-        modelled = model.modelled_exposed(world, top.nodes, buckets, k_a, 1.0, b_a)
-        model = replace(model, exposed_offset_s=exposed - modelled)
-        model = replace(model, other_s=max(0.0, t_top - model.anchor_step_s()))
-    else:  # the 1-node point is the anchor: what the model leaves over there stays
-        model = replace(model, other_s=max(0.0, t_node - model.anchor_step_s()))
-    return model
+        return model.calibrated(exposed, t_top)
+    # the 1-node point is the anchor: what the model leaves over there stays
+    return model.calibrated(math.nan, t_node)
 
 
 def _implied_busbw(model: StepModel, world: int, nodes: int, exposed: float) -> float:

@@ -52,8 +52,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ import numpy as np
 import pandas as pd
 
 from scalescope.job.allreduce import DDP_FIRST_BUCKET_BYTES, bus_factor
+
+from .diagnosis import finite_mean
 
 THRESHOLD = 0.75
 """The efficiency below which a scale is called out (the N where the curve falls under it)."""
@@ -209,18 +211,9 @@ class StepModel:
         k = self.accumulate if k is None else k
         buckets = self.bucket_bytes if buckets is None else buckets
         factor = self.network.factor(nodes) if bw is None else bw
-        anchor_factor = self.network.factor(self.anchor_nodes)
         modelled = self.modelled_exposed(world, nodes, buckets, k, factor, b)
-        at_anchor = self.modelled_exposed(
-            self.anchor_world,
-            self.anchor_nodes,
-            self.bucket_bytes,
-            self.accumulate,
-            anchor_factor,
-            self.per_device_batch,
-        )
         exposed = max(0.0, modelled + self.exposed_offset_s) if world > 1 else 0.0
-        if world > 1 and math.isnan(at_anchor):
+        if world > 1 and math.isnan(self.modelled_at_anchor):
             exposed = math.nan
         out_compute = self.compute_s(b, k)
         straggler = self.sigma_share * out_compute * expected_max(world)
@@ -255,18 +248,32 @@ class StepModel:
         compute = self.compute_s(self.per_device_batch, self.accumulate)
         return self.sigma_share * compute * expected_max(self.anchor_world)
 
-    @property
-    def exposed_at_anchor(self) -> float:
-        factor = self.network.factor(self.anchor_nodes)
-        modelled = self.modelled_exposed(
+    @cached_property
+    def modelled_at_anchor(self) -> float:
+        """The model's exposed all-reduce at the anchor, before the measured offset (a
+        constant of the model: computed once)."""
+        return self.modelled_exposed(
             self.anchor_world,
             self.anchor_nodes,
             self.bucket_bytes,
             self.accumulate,
-            factor,
+            self.network.factor(self.anchor_nodes),
             self.per_device_batch,
         )
-        return max(0.0, modelled + self.exposed_offset_s)
+
+    @property
+    def exposed_at_anchor(self) -> float:
+        return max(0.0, self.modelled_at_anchor + self.exposed_offset_s)
+
+    def calibrated(self, exposed_s: float, step_s: float) -> StepModel:
+        """This model made to reproduce its anchor: the offset takes what the all-reduce
+        model misses of the measured exposed time ``exposed_s`` (none when not measured),
+        ``other`` the rest of the measured step ``step_s``, never below 0 (a step faster
+        than its parts is noise, not a speed to carry to every scale)."""
+        offset = exposed_s - self.modelled_at_anchor if math.isfinite(exposed_s) else 0.0
+        model = replace(self, exposed_offset_s=offset, other_s=0.0)
+        other = step_s - model.anchor_step_s()
+        return replace(model, other_s=max(0.0, other) if math.isfinite(other) else 0.0)
 
     def baseline_step(self, batch: float) -> float:
         """The baseline's step with another per-device batch: its compute and input change
@@ -321,11 +328,6 @@ class Fit:
     scaled_points: int = 0
 
 
-def _mean(values: Sequence[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return math.fsum(finite) / len(finite) if finite else math.nan
-
-
 def _step_of(p: Any) -> float:
     b = p.per_device_batch_size
     return p.t_s * b if b else math.nan
@@ -357,7 +359,7 @@ def fit_series(
     if (anchor.nodes > 1 and net.inter is None) or (anchor.nodes <= 1 and net.intra is None):
         return Fit(None, "the anchor's all-reduce was not fitted (no latency-bandwidth model)")
     k = max(1, int(anchor.accumulate))
-    batch = _mean([float(p.per_device_batch_size) for p in a_parts])
+    batch = finite_mean([float(p.per_device_batch_size) for p in a_parts])
     # compute per micro-batch against its size, over the multi-device points
     xs, ys = [], []
     for pt in multi:
@@ -367,13 +369,13 @@ def fit_series(
             xs.append(p.per_device_batch_size / kk)
             ys.append(p.compute_step_s / kk)
     fixed, per_sample = _line(xs, ys)
-    inputs = _mean([p.input_step_s / p.per_device_batch_size for p in a_parts])
-    overlap = _mean([p.overlap_step_s for p in a_parts])
+    inputs = finite_mean([p.input_step_s / p.per_device_batch_size for p in a_parts])
+    overlap = finite_mean([p.overlap_step_s for p in a_parts])
     overlap = 0.0 if math.isnan(overlap) else overlap
     # straggler spread: waits against the expected maximum, through 0
     num = den = 0.0
     for pt in multi:
-        w = _mean(
+        w = finite_mean(
             [
                 p.skew_step_s + (0.0 if math.isnan(p.jitter_step_s) else p.jitter_step_s)
                 for p in pt.parts
@@ -385,7 +387,7 @@ def fit_series(
             num, den = num + max(w, 0.0) * m, den + m * m
     sigma = num / den if den else 0.0
     buckets = tuple(float(b) for b in a_parts[0].bucket_bytes)
-    exposed_meas = _mean([p.comm_step_s for p in a_parts])
+    exposed_meas = finite_mean([p.comm_step_s for p in a_parts])
     draft = StepModel(
         per_device_batch=batch,
         accumulate=k,
@@ -400,25 +402,14 @@ def fit_series(
         anchor_world=anchor.world,
         anchor_nodes=anchor.nodes,
         exposed_offset_s=0.0,
-        baseline_step_s=_mean([_step_of(p) for p in b_parts]),
-        baseline_batch=_mean([float(p.per_device_batch_size or 0) for p in b_parts]),
+        baseline_step_s=finite_mean([_step_of(p) for p in b_parts]),
+        baseline_batch=finite_mean([float(p.per_device_batch_size or 0) for p in b_parts]),
         baseline_world=baseline.world,
         scaling_mode=scaling_mode,
     )
-    modelled = draft.modelled_exposed(
-        anchor.world, anchor.nodes, buckets, k, net.factor(anchor.nodes), batch
-    )
-    offset = exposed_meas - modelled if math.isfinite(exposed_meas) else 0.0
     compute_anchor = draft.compute_s(batch, k)
-    draft = replace(
-        draft,
-        exposed_offset_s=offset,
-        sigma_share=sigma / compute_anchor if compute_anchor > 0 else 0.0,
-    )
-    measured_step = _mean([_step_of(p) for p in a_parts])
-    other = measured_step - draft.anchor_step_s()
-    # a step faster than its parts is noise, not a speed to carry to every scale
-    model = replace(draft, other_s=max(0.0, other) if math.isfinite(other) else 0.0)
+    draft = replace(draft, sigma_share=sigma / compute_anchor if compute_anchor > 0 else 0.0)
+    model = draft.calibrated(exposed_meas, finite_mean([_step_of(p) for p in a_parts]))
     scaled = len({pt.world for pt in points if pt.world != baseline.world})
     if scaled <= 1:
         model = replace(model, model_error=2 * MODEL_ERROR)
@@ -448,8 +439,8 @@ def network_from_points(multi: Sequence[ScalePoint]) -> Network:
             return None
         pt = max(pts, key=lambda q: (q.nodes, q.world))
         rec = [p for p in pt.parts if p.recorded]
-        alpha = _mean([p.alpha_s for p in rec])
-        bw = _mean([p.fit_busbw_gbps for p in rec])
+        alpha = finite_mean([p.alpha_s for p in rec])
+        bw = finite_mean([p.fit_busbw_gbps for p in rec])
         if not math.isfinite(alpha):
             return None
         return Level(
@@ -575,16 +566,6 @@ def resample(points: Sequence[ScalePoint], rng: np.random.Generator) -> list[Sca
     return out
 
 
-@dataclass
-class Projection:
-    rows: pd.DataFrame
-    crossings: dict[tuple[str, str], tuple[int | None, int | None, int | None]] = field(
-        default_factory=dict
-    )
-    """(series, what-if) -> nodes where efficiency falls below 75%: central, earliest
-    (interval's low end), latest (its high end); None = not within the nodes scanned."""
-
-
 def project_points(
     fit: Fit,
     points: Sequence[ScalePoint],
@@ -606,7 +587,7 @@ def project_points(
     samples: dict[tuple[str, int, int], list[float]] = {}
     for _ in range(draws):
         base_draw = resample([baseline], rng)[0]
-        pts = [base_draw if pt is baseline else pt for pt in resample(points, rng)]
+        pts = resample(points, rng)
         drawn = fit_series(pts, base_draw, scaling_mode, network).model
         if drawn is None:
             continue

@@ -18,6 +18,7 @@ from .metrics import (
     STEADY,
     Analysis,
     accumulation_label,
+    efficiency_column,
     natural_key,
     precision_label,
     series_keys,
@@ -861,8 +862,7 @@ def headline_tables(analysis: Analysis) -> list[DisplayTable]:
         "Most lost (pts)",
     ]
     for series, part in s.groupby("series", sort=False):
-        weak = bool((part["scaling_mode"] == "weak").all())
-        eff = "per_device_throughput_efficiency" if weak else "parallel_efficiency"
+        eff = efficiency_column(part["scaling_mode"])
         rows = []
         for _, r in part.iterrows():
             rows.append(
