@@ -432,9 +432,14 @@ def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 
                 "--max-rows 0 shows all)",
                 markup=False,
             )
-    if analysis.notes:
+    _print_notes(console, analysis.notes)
+
+
+def _print_notes(console: Any, notes: Sequence[str]) -> None:
+    """ "Read this first": the notes, one bullet each (data, never rich markup)."""
+    if notes:
         console.print("[bold]Read this first[/bold]")
-        for n in analysis.notes:
+        for n in notes:
             console.print(f"  • {n}", markup=False)
 
 
@@ -444,10 +449,7 @@ def _print_tables(tables: Sequence[DisplayTable], notes: Sequence[str]) -> None:
         if t.name != "problems":  # already on stderr as warnings
             console.print(rich_table(t))
             console.print()
-    if notes:
-        console.print("[bold]Read this first[/bold]")
-        for n in notes:
-            console.print(f"  • {n}", markup=False)
+    _print_notes(console, notes)
 
 
 # --- writing --------------------------------------------------------------------------------
