@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from .diagnosis import finite_number
+from .diagnosis import PARTS, finite_number
 from .metrics import SERIES_KEYS, efficiency_column
 
 SUMMARY_TAG = "scaling-summary"
@@ -56,7 +56,7 @@ def series_metrics(doc: Mapping[str, Any], series: str) -> list[tuple[int, dict[
         w = parts.get((r["world_size"], r["nodes"]))
         if w is not None and not w.get("is_baseline"):
             values["lost_pts"] = w.get("lost_pts_mean")
-            for part in ("comm", "overlap", "input", "skew", "jitter", "compute", "remainder"):
+            for part in PARTS:
                 values[f"{part}_pts"] = w.get(f"{part}_pts_mean")
         clean = {
             k: v for k, v in ((k, finite_number(v)) for k, v in values.items()) if v is not None
