@@ -16,6 +16,12 @@ read from the environment only and never written anywhere):
   jobs behind it, to go from the curve to a job; tags ``scaling-summary``, the sweeps and
   the clusters.
 
+``--comet-view`` also creates (or updates in place) the project view ``scalescope scaling``:
+line panels of ``efficiency``, ``speedup``, ``throughput_per_device`` and the waterfall's
+parts against step, built with ``comet_ml.views`` (the builder Comet documents) and saved
+through the REST API. A comet_ml without that builder (3.58 and earlier) makes no view and
+says so: the panels' layout is otherwise an undocumented format.
+
 comet_ml is imported only here (and only with ``--comet``), through
 ``scalescope.job.tracking``, which guards every call and redacts the key.
 """
@@ -32,6 +38,12 @@ from .diagnosis import PARTS, finite_number
 from .metrics import SERIES_KEYS, efficiency_column
 
 SUMMARY_TAG = "scaling-summary"
+VIEW_NAME = "scalescope scaling"
+# (section title, one line panel per tuple of metrics): every metric at step = world size
+VIEW_LAYOUT: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
+    ("Scaling: step = world size", (("efficiency",), ("speedup",), ("throughput_per_device",))),
+    ("Where the time went: points of the step", (("lost_pts", *(f"{p}_pts" for p in PARTS)),)),
+)
 
 
 def series_metrics(doc: Mapping[str, Any], series: str) -> list[tuple[int, dict[str, float]]]:
@@ -141,3 +153,65 @@ def _runs_of(runs: pd.DataFrame, first: Mapping[str, Any]) -> pd.DataFrame:
         if key in runs and first.get(key) is not None:
             mask &= runs[key].astype(str) == str(first[key])
     return runs[mask]
+
+
+def build_scaling_view(name: str = VIEW_NAME) -> tuple[Any, str]:
+    """The project view (VIEW_LAYOUT) built with ``comet_ml.views``; (None, why) where the
+    installed comet_ml has no such builder. Makes no network call."""
+    import comet_ml
+
+    try:
+        from comet_ml import views  # type: ignore[attr-defined]
+    except ImportError:
+        return None, (
+            f"comet_ml {comet_ml.__version__} has no comet_ml.views (the view builder Comet "
+            "documents): add the panels by hand (docs/comet.md)"
+        )
+    sections = [
+        views.Section(title, [views.line_panel(list(metrics)) for metrics in panels])
+        for title, panels in VIEW_LAYOUT
+    ]
+    return views.build_view(name, sections=sections), ""
+
+
+def publish_view(api: Any, view: Any, *, workspace: str | None, project: str) -> str:
+    """Save ``view`` in the project through comet_ml's REST client: updated in place where
+    a view of that name exists, created otherwise. Returns the line to print; raises on a
+    server that refuses."""
+    workspace = workspace or api.get_default_workspace()
+    if api.get_project(workspace, project) is None:
+        raise LookupError(
+            f"no project {workspace}/{project} on the server yet (summary experiments still in "
+            "an offline archive? comet upload it, then run --comet-view again)"
+        )
+    same = [v for v in api.get_views(workspace, project) if v.name == view.name]
+    if same and hasattr(api, "update_view"):
+        view.template_id = same[0].template_id
+        saved, verb = api.update_view(workspace, project, view), "updated"
+    elif same:
+        return (
+            f"view {view.name!r} exists in {workspace}/{project} and comet_ml "
+            "cannot update it in place: delete it in the UI to have it made again"
+        )
+    else:
+        saved, verb = api.create_view(workspace, project, view), "created"
+    if saved is None:
+        raise RuntimeError("the server returned no view")
+    return f"view {view.name!r} {verb} in project {workspace}/{project}"
+
+
+def publish_scaling_view(*, project: str, workspace: str | None) -> tuple[bool, str]:
+    """``--comet-view``: (made, the line to print). Never raises: a failure is a line."""
+    from scalescope.config import TrackingConfig
+    from scalescope.job.tracking import redact, rest_api
+
+    view, why = build_scaling_view()
+    if view is None:
+        return False, f"view not made: {why}"
+    api, why, secrets = rest_api(TrackingConfig(mode="online", project=project))
+    if api is None:
+        return False, f"view not made: {why}"
+    try:
+        return True, publish_view(api, view, workspace=workspace, project=project)
+    except Exception as exc:  # the server or comet_ml: the summary stands
+        return False, f"view not made: {redact(f'{type(exc).__name__}: {exc}', secrets)}"

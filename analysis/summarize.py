@@ -232,6 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
     comet.add_argument(
         "--comet-workspace", metavar="NAME", help="Comet workspace (default: the key's)"
     )
+    comet.add_argument(
+        "--comet-view",
+        action="store_true",
+        help="also create or update the project view 'scalescope scaling' (line panels of "
+        "efficiency, speedup, per-device throughput and the waterfall's parts against step = "
+        "world size); needs --comet auto or online, COMET_API_KEY, a reachable server and a "
+        "comet_ml with comet_ml.views (untried against a real server)",
+    )
     proj = p.add_argument_group("projection to scales not yet run")
     proj.add_argument(
         "--project",
@@ -668,9 +676,16 @@ def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, 
 
         why = redact(f"{type(exc).__name__}: {exc}", [os.environ.get(KEY_ENV, "")])
         print(f"{PROG}: warning: comet: {why}", file=sys.stderr)
-        return
-    for line in lines:
-        print(f"{PROG}: comet: {line}", file=sys.stderr)
+    else:
+        for line in lines:
+            print(f"{PROG}: comet: {line}", file=sys.stderr)
+    if args.comet_view:
+        from .comet import publish_scaling_view
+
+        made, line = publish_scaling_view(
+            project=args.comet_project, workspace=args.comet_workspace
+        )
+        print(f"{PROG}: {'' if made else 'warning: '}comet: {line}", file=sys.stderr)
 
 
 def _default_out(first: str) -> Path:
@@ -688,6 +703,12 @@ def summarize(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: --baseline: {exc}", file=sys.stderr)
         return 2
     profile = None
+    if args.comet_view and args.comet in (None, "offline"):
+        need = "--comet-view needs --comet auto or online" + (
+            " (an offline archive has no server to hold a view)" if args.comet else ""
+        )
+        print(f"{PROG}: error: {need}", file=sys.stderr)
+        return 2
     if args.comet is not None and args.no_write:
         print(f"{PROG}: error: --comet logs the written summary: drop --no-write", file=sys.stderr)
         return 2

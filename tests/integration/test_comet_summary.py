@@ -8,16 +8,26 @@ environment, must appear in no file and no output line."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import importlib.util
 import json
+import os
 import subprocess
 import sys
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 from analysis_helpers import REPO, run_summarize
 
-from scalescope.job.tracking import read_offline_archive
+from analysis.comet import VIEW_NAME, publish_scaling_view, publish_view
+from scalescope.config import TrackingConfig
+from scalescope.job.tracking import read_offline_archive, rest_api
 
 FIXTURE = REPO / "tests" / "fixtures" / "projection"
 SECRET = "fake-comet-key-4711-never-printed"
@@ -83,3 +93,200 @@ def test_comet_with_no_write_is_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip() == (
         "python -m analysis.summarize: error: --comet logs the written summary: drop --no-write"
     )
+
+
+# --- the project view (--comet-view) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        (["--comet-view"], "--comet-view needs --comet auto or online"),
+        (
+            ["--comet", "offline", "--comet-view"],
+            "--comet-view needs --comet auto or online "
+            "(an offline archive has no server to hold a view)",
+        ),
+    ],
+)
+def test_comet_view_without_a_server_mode_is_one_line(
+    tmp_path: Path, flags: list[str], why: str
+) -> None:
+    out = tmp_path / "summary"
+    proc = run_summarize(FIXTURE, "--out", out, *flags)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"python -m analysis.summarize: error: {why}"
+    assert not out.exists()
+
+
+def test_comet_view_that_cannot_be_made_is_a_warning_and_the_summary_stands(
+    tmp_path: Path,
+) -> None:
+    """The real command with the installed comet_ml: comet_ml 3.58 has no comet_ml.views, so
+    the line says so; with the builder, COMET_START_ONLINE=false keeps it off the network.
+    Either way: exit 0, the summary and the offline archive written, the key nowhere."""
+    out = tmp_path / "results" / "summary"
+    env = {"COMET_API_KEY": SECRET, "COMET_START_ONLINE": "false"}
+    proc = run_summarize(FIXTURE, "--out", out, "--comet", "--comet-view", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "summary.json").exists() and (out / "report.html").exists()
+    assert list((tmp_path / "results" / "comet").glob("*.zip"))
+    (line,) = [ln for ln in proc.stderr.splitlines() if "comet: view" in ln]
+    assert line.startswith("python -m analysis.summarize: warning: comet: view not made: ")
+    if importlib.util.find_spec("comet_ml.views") is None:
+        assert "has no comet_ml.views" in line and "docs/comet.md" in line
+    else:
+        assert "COMET_START_ONLINE=false" in line
+    assert SECRET not in proc.stdout + proc.stderr
+
+
+class _ViewServer(http.server.BaseHTTPRequestHandler):
+    """Comet's REST endpoints a project view needs, on loopback: the project, its views, the
+    upsert. ``behaviour``: ok, no-project, exists (a view of that name is there) or refuse
+    (the upsert answers 500)."""
+
+    behaviour = "ok"
+    seen: list[tuple[str, str, Any]] = []  # noqa: RUF012 - one list per server
+
+    def _reply(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self.seen.append(("GET", self.path, None))
+        if self.path.endswith("isAlive/ver"):
+            self._reply(200, {"version": "3.50.0"})
+        elif "/project?" in self.path and self.behaviour != "no-project":
+            self._reply(200, {"projectId": "p-1", "projectName": "scalescope-scaling"})
+        elif "/views/get-all" in self.path:
+            there = [{"templateId": "t-9", "templateName": VIEW_NAME}]
+            self._reply(200, {"views": there if self.behaviour == "exists" else []})
+        else:
+            self._reply(404, {"msg": "not here"})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        self.seen.append(("POST", self.path, body))
+        if self.path.endswith("write/views/upsert") and self.behaviour != "refuse":
+            self._reply(200, {**body, "templateId": "t-1"})
+        else:
+            self._reply(500, {"msg": "views are down"})
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def view_server(behaviour: str) -> Iterator[tuple[int, list[tuple[str, str, Any]]]]:
+    handler = type("Handler", (_ViewServer,), {"behaviour": behaviour, "seen": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with mock.patch.dict(
+            os.environ,
+            {
+                "COMET_API_KEY": SECRET,
+                "COMET_URL_OVERRIDE": f"http://127.0.0.1:{server.server_address[1]}/clientlib/",
+            },
+        ):
+            os.environ.pop("COMET_START_ONLINE", None)
+            os.environ.pop("COMET_OFFLINE", None)
+            yield int(server.server_address[1]), handler.seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _rest_api() -> Any:
+    api, why, secrets = rest_api(TrackingConfig(mode="online", project="scalescope-scaling"))
+    assert api is not None, why
+    assert secrets == [SECRET]
+    return api
+
+
+def test_a_view_is_sent_to_the_server_as_comet_ml_upserts_it() -> None:
+    """comet_ml's REST client, for real, against the stand-in: the project looked up, its
+    views listed, the view upserted under its name."""
+    from comet_ml.api_objects.view import View
+
+    with view_server("ok") as (_port, seen):
+        line = publish_view(
+            _rest_api(), View(name=VIEW_NAME), workspace="lab", project="scalescope-scaling"
+        )
+    assert line == "view 'scalescope scaling' created in project lab/scalescope-scaling"
+    paths = [(verb, path.split("?")[0].rsplit("/v2/", 1)[-1]) for verb, path, _ in seen]
+    assert ("GET", "project") in paths and ("GET", "views/get-all") in paths
+    (posted,) = [body for verb, path, body in seen if path.endswith("write/views/upsert")]
+    assert posted["projectId"] == "p-1" and posted["templateName"] == VIEW_NAME
+    assert all(SECRET not in json.dumps(body or {}) for _, _, body in seen)
+
+
+def test_a_view_of_that_name_is_not_duplicated() -> None:
+    from comet_ml.api_objects.view import View
+
+    with view_server("exists") as (_port, seen):
+        api = _rest_api()
+        line = publish_view(
+            api, View(name=VIEW_NAME), workspace="lab", project="scalescope-scaling"
+        )
+    posts = [body for verb, _path, body in seen if verb == "POST"]
+    if hasattr(api, "update_view"):  # comet_ml with update_view: in place, same template
+        assert line.startswith("view 'scalescope scaling' updated")
+        assert posts and all(p.get("templateId") == "t-9" for p in posts)
+    else:
+        assert "cannot update it in place" in line
+        assert posts == []
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "error", "message"),
+    [
+        ("no-project", "LookupError", "no project lab/scalescope-scaling on the server yet"),
+        ("refuse", "CometRestApiException", "status code 500: views are down"),
+    ],
+)
+def test_a_server_that_refuses_raises_and_says_why(
+    behaviour: str, error: str, message: str
+) -> None:
+    from comet_ml.api_objects.view import View
+
+    with view_server(behaviour), pytest.raises(Exception) as caught:
+        publish_view(
+            _rest_api(), View(name=VIEW_NAME), workspace="lab", project="scalescope-scaling"
+        )
+    assert type(caught.value).__name__ == error
+    assert message in str(caught.value) and SECRET not in str(caught.value)
+
+
+def test_comet_view_sends_the_scaling_panels_or_says_why_not() -> None:
+    """``--comet-view``'s own path with the installed comet_ml: with comet_ml.views the
+    upsert carries the efficiency and speedup panels; without it (comet_ml 3.58) nothing is
+    sent and the line says why."""
+    with view_server("ok") as (_port, seen):
+        made, line = publish_scaling_view(project="scalescope-scaling", workspace="lab")
+    upserts = [body for _verb, path, body in seen if path.endswith("write/views/upsert")]
+    if importlib.util.find_spec("comet_ml.views") is None:
+        assert not made and seen == []
+        assert line.startswith("view not made: comet_ml ") and "no comet_ml.views" in line
+    else:
+        assert made, line
+        (body,) = upserts
+        assert body["templateName"] == VIEW_NAME
+        assert '"efficiency"' in json.dumps(body) and '"speedup"' in json.dumps(body)
+
+
+def test_an_unreachable_server_is_a_reason_not_a_wait() -> None:
+    with view_server("ok") as (port, _seen):
+        pass  # closed again: nothing listens on the port now
+    with mock.patch.dict(
+        os.environ,
+        {"COMET_API_KEY": SECRET, "COMET_URL_OVERRIDE": f"http://127.0.0.1:{port}/clientlib/"},
+    ):
+        api, why, _ = rest_api(TrackingConfig(mode="online", project="p", connect_timeout_s=2))
+    assert api is None
+    assert "unreachable: connection refused" in why and SECRET not in why

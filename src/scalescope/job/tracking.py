@@ -691,6 +691,30 @@ def _start(
     return _online(comet_ml, req, server)
 
 
+def rest_api(cfg: TrackingConfig) -> tuple[Any, str, list[str]]:
+    """comet_ml's REST client (``comet_ml.API``) under the jobs' rules, for what an experiment
+    cannot do (a project view): the key from the environment or comet's config only, comet's
+    waits bounded, its log lines filtered, and the server probed first.
+
+    Returns (the API or None, the reason when None, the secrets to redact from any message)."""
+    key = _resolve_key()
+    if not key:
+        return None, f"{KEY_ENV} is not set", []
+    secrets = [key]
+    if env_requests_offline():
+        return None, "COMET_START_ONLINE=false / COMET_OFFLINE=true in the environment", secrets
+    for name, value in comet_bounds(cfg).items():
+        os.environ.setdefault(name, value)
+    import comet_ml
+
+    _install_log_filter(secrets)
+    url, server = _server_probe_url()
+    reachable, failure, spent = check_reachable(url, cfg.connect_timeout_s)
+    if not reachable:
+        return None, f"Comet server {server} unreachable: {failure} after {spent:.1f} s", secrets
+    return comet_ml.API(api_key=key), "", secrets
+
+
 def _fallback(comet_ml: Any, req: _Request, reason: str) -> tuple[Tracker, str]:
     """Online was asked for and cannot be had: an offline archive, if allowed."""
     if not req.cfg.fallback_offline:
