@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import http.server
+import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +52,32 @@ def one_result(out: Path) -> Any:
     found = glob.glob(str(out / "runs" / "*" / "*" / "result.json"))
     assert len(found) == 1, found
     return read_result_json(found[0])
+
+
+class LoopbackJson(http.server.BaseHTTPRequestHandler):
+    """A stand-in for a server's JSON endpoints (Comet's, here): subclasses answer with
+    ``reply``; nothing is logged to stderr."""
+
+    def reply(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_loopback(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """``handler`` served on 127.0.0.1 in a thread; yields the port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -9,13 +9,11 @@ environment, must appear in no file and no output line."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import importlib.util
 import json
 import os
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ from unittest import mock
 
 import pytest
 from analysis_helpers import REPO, run_summarize
+from tracking_helpers import LoopbackJson, serve_loopback
 
 from analysis.comet import VIEW_NAME, publish_scaling_view, publish_view
 from scalescope.config import TrackingConfig
@@ -140,7 +139,7 @@ def test_comet_view_that_cannot_be_made_is_a_warning_and_the_summary_stands(
     assert SECRET not in proc.stdout + proc.stderr
 
 
-class _ViewServer(http.server.BaseHTTPRequestHandler):
+class _ViewServer(LoopbackJson):
     """Comet's REST endpoints a project view needs, on loopback: the project, its views, the
     upsert. ``behaviour``: ok, no-project, exists (a view of that name is there) or refuse
     (the upsert answers 500)."""
@@ -148,58 +147,40 @@ class _ViewServer(http.server.BaseHTTPRequestHandler):
     behaviour = "ok"
     seen: list[tuple[str, str, Any]] = []  # noqa: RUF012 - one list per server
 
-    def _reply(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def do_GET(self) -> None:
         self.seen.append(("GET", self.path, None))
         if self.path.endswith("isAlive/ver"):
-            self._reply(200, {"version": "3.50.0"})
+            self.reply(200, {"version": "3.50.0"})
         elif "/project?" in self.path and self.behaviour != "no-project":
-            self._reply(200, {"projectId": "p-1", "projectName": "scalescope-scaling"})
+            self.reply(200, {"projectId": "p-1", "projectName": "scalescope-scaling"})
         elif "/views/get-all" in self.path:
             there = [{"templateId": "t-9", "templateName": VIEW_NAME}]
-            self._reply(200, {"views": there if self.behaviour == "exists" else []})
+            self.reply(200, {"views": there if self.behaviour == "exists" else []})
         else:
-            self._reply(404, {"msg": "not here"})
+            self.reply(404, {"msg": "not here"})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         self.seen.append(("POST", self.path, body))
         if self.path.endswith("write/views/upsert") and self.behaviour != "refuse":
-            self._reply(200, {**body, "templateId": "t-1"})
+            self.reply(200, {**body, "templateId": "t-1"})
         else:
-            self._reply(500, {"msg": "views are down"})
-
-    def log_message(self, *args: Any) -> None:
-        pass
+            self.reply(500, {"msg": "views are down"})
 
 
 @contextlib.contextmanager
 def view_server(behaviour: str) -> Iterator[tuple[int, list[tuple[str, str, Any]]]]:
     handler = type("Handler", (_ViewServer,), {"behaviour": behaviour, "seen": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with mock.patch.dict(
-            os.environ,
-            {
-                "COMET_API_KEY": SECRET,
-                "COMET_URL_OVERRIDE": f"http://127.0.0.1:{server.server_address[1]}/clientlib/",
-            },
-        ):
-            os.environ.pop("COMET_START_ONLINE", None)
-            os.environ.pop("COMET_OFFLINE", None)
-            yield int(server.server_address[1]), handler.seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    url = "http://127.0.0.1:{}/clientlib/"
+    with (
+        serve_loopback(handler) as port,
+        mock.patch.dict(
+            os.environ, {"COMET_API_KEY": SECRET, "COMET_URL_OVERRIDE": url.format(port)}
+        ),
+    ):
+        os.environ.pop("COMET_START_ONLINE", None)
+        os.environ.pop("COMET_OFFLINE", None)
+        yield port, handler.seen
 
 
 def _rest_api() -> Any:

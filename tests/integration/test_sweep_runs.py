@@ -90,7 +90,7 @@ def _sweep_processes(marker: str) -> list[int]:
 @pytest.mark.timeout(600)
 def test_ctrl_c_stops_a_local_sweep_and_keeps_finished_results(tmp_path: Path) -> None:
     # The 1-process job finishes; SIGINT arrives once both ranks of the 2-process job have
-    # met (a moment chosen by an event, not a clock). Its 700 steps sleep 10 ms each, so it
+    # met (a moment chosen by an event, not a clock). Its 420 steps sleep 10 ms each, so it
     # still trains seconds later, however busy the machine: the signal cannot come too late.
     # order_seed 1 runs 1x1 first, then 1x2.
     sweep = write_sweep(tmp_path, shapes=((1, 1), (1, 2)), extra="repeats: 1\norder_seed: 1\n")
@@ -107,7 +107,7 @@ def test_ctrl_c_stops_a_local_sweep_and_keeps_finished_results(tmp_path: Path) -
             "local",
             "--sweep-id",
             "ctrl-c",
-            "trainer.max_epochs=100",
+            "trainer.max_epochs=60",
             "workload.num_samples=2000",
             "faults.step_sleep_s=0.01",
         ],

@@ -5,13 +5,11 @@ servers on loopback, a rejected key, rank 0 alone tracking.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -23,8 +21,10 @@ from tracking_helpers import (
     FAKE_KEY,
     NAME,
     RECORD,
+    LoopbackJson,
     archives,
     one_result,
+    serve_loopback,
 )
 
 from scalescope.config import TrackingConfig
@@ -210,26 +210,18 @@ def silent_port() -> Iterator[int]:
         server.close()
 
 
-class _FakeComet(http.server.BaseHTTPRequestHandler):
+class _FakeComet(LoopbackJson):
     behaviour = "reject"
     seen: list[str] = []  # noqa: RUF012 - reset per server
-
-    def _reply(self, code: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:
         self.seen.append(f"GET {self.path}")
         if self.path.endswith("isAlive/ver"):
-            self._reply(200, {"version": "3.50.0"})
+            self.reply(200, {"version": "3.50.0"})
         elif self.behaviour == "hang":
             time.sleep(60)
         else:
-            self._reply(404, {"msg": "not here"})
+            self.reply(404, {"msg": "not here"})
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -239,26 +231,16 @@ class _FakeComet(http.server.BaseHTTPRequestHandler):
             return
         if self.path.endswith("logger/add/run"):
             # What Comet answers for a key it does not know (sdk_error_code 90212).
-            self._reply(403, {"sdk_error_code": 90212, "msg": "api key not registered"})
+            self.reply(403, {"sdk_error_code": 90212, "msg": "api key not registered"})
         else:
-            self._reply(404, {"msg": "not here"})
-
-    def log_message(self, *args: Any) -> None:
-        pass
+            self.reply(404, {"msg": "not here"})
 
 
 @contextlib.contextmanager
 def fake_comet(behaviour: str) -> Iterator[tuple[int, list[str]]]:
     handler = type("Handler", (_FakeComet,), {"behaviour": behaviour, "seen": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1]), handler.seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_loopback(handler) as port:
+        yield port, handler.seen
 
 
 def test_no_key_nothing_requested_is_off_in_one_line(tmp_path: Path) -> None:
