@@ -78,8 +78,12 @@ def test_one_process_record_is_consistent(spiral_runs: dict[str, object]) -> Non
     assert r.warmup_steps == r.steps_per_epoch == 25
     assert r.steady_steps == r.steps - 25
     assert r.steady_time_s is not None and 0 < r.steady_time_s < r.train_time_s
-    # the steady time is epoch 2 (validation excluded), up to the stamp's few microseconds
-    assert r.steady_time_s == pytest.approx(r.epoch_times_s[1], rel=0.05)
+    # The steady time is epoch 2 plus what epoch 1 ran after its last (warm-up) step, its
+    # end-of-epoch work (validation excluded from both): at least epoch 2, less than the two
+    # epochs. How much more than epoch 2 is the machine's business: beside a busy process
+    # that tail was 5 ms of a 50 ms epoch.
+    assert r.epoch_times_s[1] <= r.steady_time_s + 1e-9
+    assert r.steady_time_s < sum(r.epoch_times_s)
     assert r.steady_samples_per_s == pytest.approx(r.steady_steps * 64 / r.steady_time_s)
     assert r.steady_samples_per_s_per_device == r.steady_samples_per_s
     assert r.steady_mfu is None
