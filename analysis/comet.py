@@ -47,16 +47,22 @@ VIEW_LAYOUT: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
 
 
 def series_metrics(doc: Mapping[str, Any], series: str) -> list[tuple[int, dict[str, float]]]:
-    """(world size, metrics) per scale of one series, from the summary document."""
+    """(world size, metrics) per scale of one series, from the summary document.
+
+    A Comet step holds one value per metric, and two shapes can share a world size (1x2 and
+    2x1): the shape with the fewest nodes keeps the plain names (the curve from one device
+    through a full node to many nodes), the others log theirs suffixed with their shape
+    (``efficiency@2x1``)."""
     rows = sorted(
-        (r for r in doc["scaling"] if r["series"] == series), key=lambda r: r["world_size"]
+        (r for r in doc["scaling"] if r["series"] == series),
+        key=lambda r: (r["world_size"], r["nodes"]),
     )
     parts = {
         (r["world_size"], r["nodes"]): r for r in doc.get("diagnosis", []) if r["series"] == series
     }
     out = []
     eff = efficiency_column(r["scaling_mode"] for r in rows)
-    for r in rows:
+    for i, r in enumerate(rows):
         values: dict[str, Any] = {
             "speedup": r["speedup"],
             "efficiency": r[eff],
@@ -70,8 +76,12 @@ def series_metrics(doc: Mapping[str, Any], series: str) -> list[tuple[int, dict[
             values["lost_pts"] = w.get("lost_pts_mean")
             for part in PARTS:
                 values[f"{part}_pts"] = w.get(f"{part}_pts_mean")
+        shared = i > 0 and rows[i - 1]["world_size"] == r["world_size"]
+        suffix = f"@{r['nodes']}x{r['devices_per_node']}" if shared else ""
         clean = {
-            k: v for k, v in ((k, finite_number(v)) for k, v in values.items()) if v is not None
+            k + suffix: v
+            for k, v in ((k, finite_number(v)) for k, v in values.items())
+            if v is not None
         }
         out.append((int(r["world_size"]), clean))
     return out
