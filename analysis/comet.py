@@ -28,6 +28,7 @@ comet_ml is imported only here (and only with ``--comet``), through
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -184,10 +185,10 @@ def build_scaling_view(name: str = VIEW_NAME) -> tuple[Any, str]:
     return views.build_view(name, sections=sections), ""
 
 
-def publish_view(api: Any, view: Any, *, workspace: str | None, project: str) -> str:
+def publish_view(api: Any, view: Any, *, workspace: str | None, project: str) -> tuple[bool, str]:
     """Save ``view`` in the project through comet_ml's REST client: updated in place where
-    a view of that name exists, created otherwise. Returns the line to print; raises on a
-    server that refuses."""
+    a view of that name exists, created otherwise. Returns (saved, the line to print); raises
+    on a server that refuses."""
     workspace = workspace or api.get_default_workspace()
     if api.get_project(workspace, project) is None:
         raise LookupError(
@@ -199,29 +200,31 @@ def publish_view(api: Any, view: Any, *, workspace: str | None, project: str) ->
         view.template_id = same[0].template_id
         saved, verb = api.update_view(workspace, project, view), "updated"
     elif same:
-        return (
-            f"view {view.name!r} exists in {workspace}/{project} and comet_ml "
-            "cannot update it in place: delete it in the UI to have it made again"
+        return False, (
+            f"view {view.name!r} exists in {workspace}/{project} and this comet_ml cannot "
+            "update it in place: delete it in the UI to have it made again"
         )
     else:
         saved, verb = api.create_view(workspace, project, view), "created"
     if saved is None:
         raise RuntimeError("the server returned no view")
-    return f"view {view.name!r} {verb} in project {workspace}/{project}"
+    return True, f"view {view.name!r} {verb} in project {workspace}/{project}"
 
 
 def publish_scaling_view(*, project: str, workspace: str | None) -> tuple[bool, str]:
     """``--comet-view``: (made, the line to print). Never raises: a failure is a line."""
     from scalescope.config import TrackingConfig
-    from scalescope.job.tracking import redact, rest_api
+    from scalescope.job.tracking import KEY_ENV, redact, rest_api
 
     view, why = build_scaling_view()
     if view is None:
         return False, f"view not made: {why}"
-    api, why, secrets = rest_api(TrackingConfig(mode="online", project=project))
-    if api is None:
-        return False, f"view not made: {why}"
+    secrets = [os.environ.get(KEY_ENV, "")]
     try:
-        return True, publish_view(api, view, workspace=workspace, project=project)
+        api, why, found = rest_api(TrackingConfig(mode="online", project=project))
+        secrets += found
+        if api is None:
+            return False, f"view not made: {why}"
+        return publish_view(api, view, workspace=workspace, project=project)
     except Exception as exc:  # the server or comet_ml: the summary stands
         return False, f"view not made: {redact(f'{type(exc).__name__}: {exc}', secrets)}"

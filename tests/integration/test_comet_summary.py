@@ -196,10 +196,10 @@ def test_a_view_is_sent_to_the_server_as_comet_ml_upserts_it() -> None:
     from comet_ml.api_objects.view import View
 
     with view_server("ok") as (_port, seen):
-        line = publish_view(
+        saved, line = publish_view(
             _rest_api(), View(name=VIEW_NAME), workspace="lab", project="scalescope-scaling"
         )
-    assert line == "view 'scalescope scaling' created in project lab/scalescope-scaling"
+    assert saved and line == "view 'scalescope scaling' created in project lab/scalescope-scaling"
     paths = [(verb, path.split("?")[0].rsplit("/v2/", 1)[-1]) for verb, path, _ in seen]
     assert ("GET", "project") in paths and ("GET", "views/get-all") in paths
     (posted,) = [body for verb, path, body in seen if path.endswith("write/views/upsert")]
@@ -212,15 +212,15 @@ def test_a_view_of_that_name_is_not_duplicated() -> None:
 
     with view_server("exists") as (_port, seen):
         api = _rest_api()
-        line = publish_view(
+        saved, line = publish_view(
             api, View(name=VIEW_NAME), workspace="lab", project="scalescope-scaling"
         )
     posts = [body for verb, _path, body in seen if verb == "POST"]
     if hasattr(api, "update_view"):  # comet_ml with update_view: in place, same template
-        assert line.startswith("view 'scalescope scaling' updated")
+        assert saved and line.startswith("view 'scalescope scaling' updated")
         assert posts and all(p.get("templateId") == "t-9" for p in posts)
-    else:
-        assert "cannot update it in place" in line
+    else:  # not saved: a warning line, and nothing sent
+        assert not saved and "cannot update it in place" in line
         assert posts == []
 
 
