@@ -9,6 +9,7 @@ import io
 import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,17 @@ def run(main, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-de
     with redirect_stdout(out), redirect_stderr(err):
         rc = main(list(argv))
     return rc, out.getvalue(), err.getvalue()
+
+
+def first_projection(*argv: str) -> dict[str, Any]:
+    """The first projected row of the fixture at 4 nodes, summarised with ``argv`` (nothing
+    written)."""
+    rc, out, err = run(
+        summarize.main, str(FIXTURE), "--project", "4", *argv, "--no-write", "--format", "json"
+    )
+    assert rc == 0, err
+    row: dict[str, Any] = json.loads(out)["projection"][0]
+    return row
 
 
 @pytest.fixture(scope="module")
@@ -89,23 +101,8 @@ def test_report_says_where_efficiency_goes_and_draws_the_chart(summary: Path) ->
 def test_a_network_profile_replaces_the_assumed_band(tmp_path: Path) -> None:
     profile = tmp_path / "net.yaml"
     profile.write_text("inter_busbw_gbps: 12.5\nsource: nccl-tests at 16 nodes\n")
-    rc, out, err = run(
-        summarize.main,
-        str(FIXTURE),
-        "--project",
-        "4",
-        "--network",
-        str(profile),
-        "--no-write",
-        "--format",
-        "json",
-    )
-    assert rc == 0, err
-    with_profile = json.loads(out)["projection"][0]
-    rc, out, err = run(
-        summarize.main, str(FIXTURE), "--project", "4", "--no-write", "--format", "json"
-    )
-    assumed = json.loads(out)["projection"][0]
+    with_profile = first_projection("--network", str(profile))
+    assumed = first_projection()
     assert "nccl-tests at 16 nodes" in with_profile["network"]
     assert "assumed" in assumed["network"]
     width = lambda r: r["efficiency_high"] - r["efficiency_low"]  # noqa: E731
@@ -158,19 +155,8 @@ def test_an_nccl_tests_output_is_a_network_profile(tmp_path: Path) -> None:
         assert profile["at_world_size"] == 16
         assert 250 < profile["inter_busbw_gbps"] < 340, profile
         assert 0 < profile["inter_alpha_s"] < 1e-3
-    rc, out, err = run(
-        summarize.main,
-        str(FIXTURE),
-        "--project",
-        "4",
-        "--network",
-        str(prefixed),
-        "--no-write",
-        "--format",
-        "json",
-    )
-    assert rc == 0, err
-    assert "srun.out (16 ranks, 7 sizes fitted)" in json.loads(out)["projection"][0]["network"]
+    row = first_projection("--network", str(prefixed))
+    assert "srun.out (16 ranks, 7 sizes fitted)" in row["network"]
 
 
 def test_a_bad_network_profile_names_the_key(tmp_path: Path) -> None:
