@@ -995,11 +995,7 @@ class BeforeTiming(L.Callback):
             budget_s=self.cfg.allreduce_budget_s,
             bucket_bytes=ar.estimate_bucket_bytes(ar.parameter_bytes(pl_module), *caps),
             bucket_reason=f"{ar.NOT_READ_YET}; {ar.ESTIMATED_FROM_PARAMETERS}",
-            hold_s=(
-                self.faults.network_hold_s
-                if self.faults is not None and self.faults.emulates_network
-                else None
-            ),
+            hold_s=self.faults.network_hold_s if self.faults is not None else None,
         )
         if device.type == "cuda":  # the record's peak memory is training's, not the sweep's
             torch.cuda.reset_peak_memory_stats(device)

@@ -55,7 +55,7 @@ class FaultInjection(L.Callback):
         if f.input_sleep_s > 0:
             _slow_fetches(trainer, f.input_sleep_s)
         if f.allreduce_delay_s > 0 or f.overlap_burn_s > 0 or f.emulates_network:
-            _hook_allreduce(trainer, f.allreduce_delay_s, f.overlap_burn_s, f)
+            _hook_allreduce(trainer, f)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
@@ -97,16 +97,14 @@ def _slow_fetches(trainer: L.Trainer, seconds: float) -> None:
     fetcher.__class__ = type(f"Slow{base.__name__}", (base,), {"__next__": __next__})
 
 
-def _hook_allreduce(
-    trainer: L.Trainer, delay_s: float, burn_s: float, faults: FaultsConfig | None = None
-) -> None:
+def _hook_allreduce(trainer: L.Trainer, faults: FaultsConfig) -> None:
     """Register a DDP communication hook that all-reduces each bucket as DDP would (PyTorch's
     default hook: divide by the world size, then sum) and
 
-    * completes its future ``delay_s`` later (plus what the emulated network of ``faults``
-      holds a bucket of its size back): DDP waits for every bucket's future before
-      backward returns, so each step's backward ends that much later (exposed);
-    * first busy-loops ``burn_s`` on the CPU for every bucket but the last one of backward
+    * completes its future ``allreduce_delay_s`` later (plus what the emulated network holds
+      a bucket of its size back): DDP waits for every bucket's future before backward
+      returns, so each step's backward ends that much later (exposed);
+    * first busy-loops ``overlap_burn_s`` on the CPU for every bucket but the last one of backward
       (DDP calls the hook in the autograd thread when a bucket is ready, so backward's
       remaining gradients wait that long: overlapped communication that slows backward).
 
@@ -122,21 +120,21 @@ def _hook_allreduce(
     # No annotations: DDP accepts only `dist.GradBucket` there, and this module's postponed
     # annotations would be strings.
     def hooked(state, bucket):  # type: ignore[no-untyped-def]
-        if burn_s > 0 and not bucket.is_last():
-            until = time.perf_counter() + burn_s
+        if faults.overlap_burn_s > 0 and not bucket.is_last():
+            until = time.perf_counter() + faults.overlap_burn_s
             while time.perf_counter() < until:
                 pass
         fut = default_hooks.allreduce_hook(state, bucket)
-        held = delay_s
-        if faults is not None and faults.emulates_network:
-            buf = bucket.buffer()
-            held += faults.network_hold_s(buf.numel() * buf.element_size(), world)
+        buf = bucket.buffer()
+        held = faults.allreduce_delay_s + faults.network_hold_s(
+            buf.numel() * buf.element_size(), world
+        )
         if held <= 0:
             return fut
         # Held on a thread of its own: a callback chained with ``fut.then`` runs inline in
         # the autograd thread when the all-reduce has already finished, and would hold
         # backward itself (compute) instead of DDP's wait for the bucket at its end.
-        out = torch.futures.Future()
+        out: torch.futures.Future[Any] = torch.futures.Future()
 
         def hold() -> None:
             try:
