@@ -832,6 +832,8 @@ SHORT_PARTS = {
 
 
 def _most_lost(analysis: Analysis, series: str, nodes: int, dpn: int) -> str:
+    from .diagnosis import NOT_RECORDED
+
     w = analysis.waterfall
     if w is None:
         return ""
@@ -842,7 +844,7 @@ def _most_lost(analysis: Analysis, series: str, nodes: int, dpn: int) -> str:
     r = rows.iloc[0]
     parts = {p: r[f"{p}_pts_mean"] for p in SHORT_PARTS if not _nan(r[f"{p}_pts_mean"])}
     if not parts:
-        return "not recorded" if r["status"] != "recorded" else ""
+        return NOT_RECORDED if r["status"] != "recorded" else ""
     part = max(parts, key=lambda p: parts[p])
     return f"{SHORT_PARTS[part]} {parts[part]:.0f}" if parts[part] >= 0.5 else "none"
 
