@@ -20,11 +20,17 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogLocator, NullLocator
 
-from .metrics import DEFAULT_LOSS_TOLERANCE, efficiency_column
+from .metrics import DEFAULT_LOSS_TOLERANCE, EFFICIENCY_REFERENCE, efficiency_column
 from .tables import devices_header
 
 _SIZE = (7.5, 4.8)
-_EFFICIENCY_REFERENCE = 0.75
+
+
+def _reference_line(ax: Any, label: str) -> None:
+    """The dashed line at EFFICIENCY_REFERENCE on an efficiency axis in percent."""
+    ax.axhline(
+        100 * EFFICIENCY_REFERENCE, color="tab:red", linestyle="--", linewidth=1, label=label
+    )
 
 
 def _figure() -> tuple[Figure, Any]:
@@ -202,13 +208,7 @@ def efficiency_chart(scaling: pd.DataFrame) -> Figure:
     frame["_lo"] = [r[f"{c[1]}_ci_low"] for (_, r), c in zip(frame.iterrows(), cols, strict=True)]
     frame["_hi"] = [r[f"{c[1]}_ci_high"] for (_, r), c in zip(frame.iterrows(), cols, strict=True)]
     _grouped_bars(ax, frame, "_eff", "_lo", "_hi", scale=100.0)
-    ax.axhline(
-        100 * _EFFICIENCY_REFERENCE,
-        color="tab:red",
-        linestyle="--",
-        linewidth=1,
-        label=f"{_EFFICIENCY_REFERENCE:.0%} reference",
-    )
+    _reference_line(ax, f"{EFFICIENCY_REFERENCE:.0%} reference")
     ax.axhline(100, color="0.5", linewidth=0.8)
     # Scale to the measured values, not to the intervals: one wide interval (two noisy
     # repeats) would flatten every bar; its whisker is cut at the top of the plot instead.
@@ -477,13 +477,7 @@ def projection_chart(scaling: pd.DataFrame, projection: pd.DataFrame, series: st
     col = "per_device_throughput_efficiency"
     xs_all = [*measured["world_size"].tolist(), *proj["world_size"].tolist()]
     ax.axhline(100, color="0.4", linewidth=1, label="ideal scaling")
-    ax.axhline(
-        100 * _EFFICIENCY_REFERENCE,
-        color="tab:red",
-        linestyle="--",
-        linewidth=1,
-        label=f"{_EFFICIENCY_REFERENCE:.0%}",
-    )
+    _reference_line(ax, f"{EFFICIENCY_REFERENCE:.0%}")
     if len(proj):
         # the band joins the largest measured point to the projected ones
         last = measured.iloc[-1] if len(measured) else None

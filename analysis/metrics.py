@@ -104,6 +104,9 @@ VERSION_PREFIX = "version_"
 WARMUP_SHARE_NOTE = 0.25
 """A warm-up above this share of training time is called out: train longer."""
 STATS = ("mean", "median", "gmean", "std", "min", "max", "ci_low", "ci_high", "cv")
+EFFICIENCY_REFERENCE = 0.75
+"""The efficiency the charts draw a line at, and below which the projection calls a scale out
+(the N where the curve falls under it)."""
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_CV_THRESHOLD = 0.10

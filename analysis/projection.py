@@ -63,9 +63,8 @@ import pandas as pd
 from scalescope.job.allreduce import DDP_FIRST_BUCKET_BYTES, bus_factor
 
 from .diagnosis import finite_mean
+from .metrics import EFFICIENCY_REFERENCE
 
-THRESHOLD = 0.75
-"""The efficiency below which a scale is called out (the N where the curve falls under it)."""
 MODEL_ERROR = 0.25
 """Log-normal spread of the step time's growth beyond the anchor (one s.d.), see the doc."""
 DRAWS = 400
@@ -692,7 +691,7 @@ class SeriesProjection:
     fit: Fit
     network_note: str
     crossing: dict[str, tuple[int | None, int | None, int | None]]
-    """what-if -> (central, earliest, latest) nodes below :data:`THRESHOLD`."""
+    """what-if -> (central, earliest, latest) nodes below :data:`.metrics.EFFICIENCY_REFERENCE`."""
     devices_per_node: int
 
 
@@ -731,12 +730,13 @@ def scan_crossing(
         (
             n
             for n in SCAN_NODES
-            if n * dpn > model.baseline_world and model.efficiency(n * dpn, n, **kw)[0] < THRESHOLD
+            if n * dpn > model.baseline_world
+            and model.efficiency(n * dpn, n, **kw)[0] < EFFICIENCY_REFERENCE
         ),
         None,
     )
-    earliest = next((n for n in SCAN_NODES if lows.get(n, 1.0) < THRESHOLD), None)
-    latest = next((n for n in SCAN_NODES if highs.get(n, 1.0) < THRESHOLD), None)
+    earliest = next((n for n in SCAN_NODES if lows.get(n, 1.0) < EFFICIENCY_REFERENCE), None)
+    latest = next((n for n in SCAN_NODES if highs.get(n, 1.0) < EFFICIENCY_REFERENCE), None)
     return central, earliest, latest
 
 
