@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from scalescope.job.allreduce import ddp_bucket_bytes
+
 from .projection import (
     DRAWS,
     INTERVAL,
@@ -42,7 +44,6 @@ from .projection import (
     Network,
     StepModel,
     expected_max,
-    rebucket,
 )
 
 PROG = "python -m analysis.project"
@@ -210,7 +211,7 @@ def case_model(case: Case, *, sigma_share: float = SIGMA_SHARE) -> StepModel:
     one_node = next((p for p in case.measured if p.nodes == 1 and p.devices_per_node == d), None)
     one_gpu = next((p for p in case.measured if p.nodes * p.devices_per_node == 1), None)
     t_node = b / (one_node or ref).throughput_per_device
-    buckets = rebucket(case.grad_bytes, case.bucket_mb * 1e6)
+    buckets = tuple(ddp_bucket_bytes(int(case.grad_bytes), int(case.bucket_mb * 1e6)))
     intra = Level(
         ALPHA_INTRA_S,
         case.intra_busbw_gbps or INTRA_DEFAULT_GBPS,

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scalescope.job.allreduce import DDP_FIRST_BUCKET_BYTES, bus_factor
+from scalescope.job.allreduce import bus_factor, ddp_bucket_bytes
 
 from .diagnosis import finite_mean
 from .metrics import EFFICIENCY_REFERENCE
@@ -122,19 +122,6 @@ def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0)
     scale = math.log2(world) / math.log2(level.at_world) if level.at_world > 1 else 1.0
     bw = level.busbw_gbps * bw_factor
     return level.alpha_s * scale + (nbytes * bus_factor(world) / (bw * 1e9) if bw > 0 else 0.0)
-
-
-def rebucket(gradient_bytes: float, cap_bytes: float) -> tuple[int, ...]:
-    """Gradient bytes split as DDP would with ``bucket_cap_mb`` = cap (its first bucket stays
-    at 1 MiB): the what-if of another bucket size, where only the total is known."""
-    out: list[int] = []
-    left, cap = float(gradient_bytes), float(min(DDP_FIRST_BUCKET_BYTES, cap_bytes))
-    while left > 0:
-        take = min(cap, left)
-        out.append(int(take))
-        left -= take
-        cap = cap_bytes
-    return tuple(out)
 
 
 @lru_cache(maxsize=4096)
@@ -546,7 +533,7 @@ def _apply(model: StepModel, w: WhatIf) -> dict[str, Any]:
         kw["batch"] = kw.get("batch", model.per_device_batch) * w.accumulate / model.accumulate
     buckets = model.bucket_bytes
     if w.bucket_cap_bytes is not None:
-        buckets = rebucket(sum(buckets), w.bucket_cap_bytes)
+        buckets = tuple(ddp_bucket_bytes(int(sum(buckets)), int(w.bucket_cap_bytes)))
     if w.grad_bytes_factor != 1.0:
         buckets = tuple(b * w.grad_bytes_factor for b in buckets)
     if buckets != model.bucket_bytes:

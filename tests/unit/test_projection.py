@@ -23,9 +23,8 @@ from analysis.projection import (
     expected_max,
     fit_series,
     project_points,
-    rebucket,
 )
-from scalescope.job.allreduce import bus_factor
+from scalescope.job.allreduce import bus_factor, ddp_bucket_bytes
 
 
 def parts(
@@ -85,7 +84,7 @@ def test_allreduce_cost_is_latency_plus_ring_bandwidth() -> None:
 
 @given(st.floats(1e3, 1e10), st.floats(1e5, 1e9))
 def test_rebucketing_keeps_every_byte_and_a_small_first_bucket(total: float, cap: float) -> None:
-    buckets = rebucket(total, cap)
+    buckets = ddp_bucket_bytes(int(total), int(cap))
     assert sum(buckets) == pytest.approx(total, abs=len(buckets))
     assert buckets[0] <= min(cap, 1 << 20) + 1
     assert all(b <= cap + 1 for b in buckets)

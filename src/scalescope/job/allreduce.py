@@ -104,21 +104,23 @@ def float32_size(nbytes: int) -> int:
     return max(FLOAT32_BYTES, nbytes // FLOAT32_BYTES * FLOAT32_BYTES)
 
 
-def ddp_bucket_bytes(gradient_bytes: int) -> list[int]:
-    """``gradient_bytes`` split at DDP's default caps: 1 MiB first, then 25 MiB, then the rest.
+def ddp_bucket_bytes(gradient_bytes: int, cap_bytes: int = DDP_BUCKET_CAP_BYTES) -> list[int]:
+    """``gradient_bytes`` split at DDP's caps: 1 MiB first (or ``cap_bytes`` if smaller), then
+    ``cap_bytes`` (by default DDP's 25 MiB), then the rest.
 
-    The estimate when only a byte count is known (the benchmark). DDP never splits a
-    parameter, so its real buckets overshoot their caps (:func:`estimate_bucket_bytes`
-    follows its rule where the parameters are known; :func:`read_ddp_buckets` reads them).
+    The estimate when only a byte count is known (the benchmark; the projection's what-if of
+    another ``bucket_cap_mb``). DDP never splits a parameter, so its real buckets overshoot
+    their caps (:func:`estimate_bucket_bytes` follows its rule where the parameters are known;
+    :func:`read_ddp_buckets` reads them).
     """
     buckets: list[int] = []
     left = gradient_bytes
-    cap = DDP_FIRST_BUCKET_BYTES
+    cap = min(DDP_FIRST_BUCKET_BYTES, cap_bytes)
     while left > 0:
         take = min(cap, left)
         buckets.append(take)
         left -= take
-        cap = DDP_BUCKET_CAP_BYTES
+        cap = cap_bytes
     return buckets
 
 
