@@ -671,24 +671,37 @@ def _start(
         offline_dir=os.path.abspath(cfg.offline_dir or os.path.join(output_dir, "comet")),
         secrets=secrets,
     )
-    for name, value in comet_bounds(cfg).items():
-        os.environ.setdefault(name, value)
-
-    import comet_ml
-
-    _install_log_filter(secrets)
+    comet_ml = _import_comet(cfg, secrets)
     if planned == "offline":
         return _offline(comet_ml, req, why)
     if planned == "no-key":
         return _fallback(comet_ml, req, why)
 
+    server, unreachable = _probe_server(cfg)
+    if unreachable:
+        return _fallback(comet_ml, req, unreachable)
+    return _online(comet_ml, req, server)
+
+
+def _import_comet(cfg: TrackingConfig, secrets: Iterable[str]) -> Any:
+    """comet_ml, with its network waits bounded (:func:`comet_bounds`, where the user set
+    nothing) and its log lines filtered of ``secrets`` and noise."""
+    for name, value in comet_bounds(cfg).items():
+        os.environ.setdefault(name, value)
+    import comet_ml
+
+    _install_log_filter(secrets)
+    return comet_ml
+
+
+def _probe_server(cfg: TrackingConfig) -> tuple[str, str]:
+    """(the server comet's config names, why it cannot be used: '' when it answers within
+    the connect timeout)."""
     url, server = _server_probe_url()
     reachable, failure, spent = check_reachable(url, cfg.connect_timeout_s)
-    if not reachable:
-        return _fallback(
-            comet_ml, req, f"Comet server {server} unreachable: {failure} after {spent:.1f} s"
-        )
-    return _online(comet_ml, req, server)
+    if reachable:
+        return server, ""
+    return server, f"Comet server {server} unreachable: {failure} after {spent:.1f} s"
 
 
 def rest_api(cfg: TrackingConfig) -> tuple[Any, str, list[str]]:
@@ -703,15 +716,10 @@ def rest_api(cfg: TrackingConfig) -> tuple[Any, str, list[str]]:
     secrets = [key]
     if env_requests_offline():
         return None, "COMET_START_ONLINE=false / COMET_OFFLINE=true in the environment", secrets
-    for name, value in comet_bounds(cfg).items():
-        os.environ.setdefault(name, value)
-    import comet_ml
-
-    _install_log_filter(secrets)
-    url, server = _server_probe_url()
-    reachable, failure, spent = check_reachable(url, cfg.connect_timeout_s)
-    if not reachable:
-        return None, f"Comet server {server} unreachable: {failure} after {spent:.1f} s", secrets
+    comet_ml = _import_comet(cfg, secrets)
+    _server, unreachable = _probe_server(cfg)
+    if unreachable:
+        return None, unreachable, secrets
     return comet_ml.API(api_key=key), "", secrets
 
 
