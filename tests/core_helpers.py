@@ -242,6 +242,18 @@ def run_demo(
     )
 
 
+def slow_exit_env(seconds: float) -> dict[str, str]:
+    """Environment that makes rank 0 of a local run spend ``seconds`` in an atexit handler
+    (tests/slow_exit): a teardown slower than Lightning's child observer polls (5 s), as on a
+    busy machine, so a race between rank 0's exit and the observer is certain, not rare."""
+    return {
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO / "tests" / "slow_exit"), os.environ.get("PYTHONPATH")) if p
+        ),
+        "SCALESCOPE_TEST_SLOW_EXIT_S": str(seconds),
+    }
+
+
 @contextlib.contextmanager
 def two_rank_run(
     tmp_path: Path,

@@ -16,7 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from core_helpers import REPO, TINY, TrainRun, clean_env, run_train, two_rank_run
+from core_helpers import (
+    TINY,
+    TrainRun,
+    clean_env,
+    run_train,
+    slow_exit_env,
+    two_rank_run,
+)
 
 from scalescope.job.hardware import peak_flops
 from scalescope.job.timing import READY_LINE
@@ -338,15 +345,9 @@ def test_ctrl_c_stops_every_rank_and_writes_no_result(tmp_path: Path) -> None:
     before rank 0 took the children over, the observer SIGKILLed it there (exit -9), which
     a busy CI machine hit once in a few runs and this makes certain.
     """
-    slow_exit = {
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(REPO / "tests" / "slow_exit"), os.environ.get("PYTHONPATH")) if p
-        ),
-        "SCALESCOPE_TEST_SLOW_EXIT_S": "7",
-    }
     # settle: into fit, the second rank up and training
     with two_rank_run(
-        tmp_path, "trainer.max_epochs=100000", settle_s=3, ready=READY_LINE, env=slow_exit
+        tmp_path, "trainer.max_epochs=100000", settle_s=3, ready=READY_LINE, env=slow_exit_env(7)
     ) as (proc, log):
         os.killpg(proc.pid, signal.SIGINT)
         rc = proc.wait(timeout=60)

@@ -1,4 +1,5 @@
-"""Rank 0 of a local multi-process run: its child ranks, started early and ended on Ctrl-C.
+"""Rank 0 of a local multi-process run: its child ranks, started early and ended when every
+rank stops on purpose.
 
 Lightning's local launcher re-executes the command for ranks 1..N-1 when ``fit`` starts and
 watches them from a thread in rank 0 (``_ChildProcessObserver``, every 5 s). Two things here:
@@ -11,10 +12,11 @@ watches them from a thread in rank 0 (``_ChildProcessObserver``, every 5 s). Two
   Children not yet handed over when rank 0 exits (a refused Comet key, an error while
   building the model) are ended with it.
 * :func:`take_over_from_observer`: when a child has exited non-zero, the observer SIGKILLs
-  every child *and rank 0 itself*. After Ctrl-C every rank exits 130 on purpose, so a rank 0
-  still tearing down when the observer wakes (atexit handlers, a busy machine) died with -9
-  instead of returning 130. This disarms the observer and does its useful part: wait for the
-  children, kill the ones that do not end.
+  every child *and rank 0 itself*. When every rank exits non-zero on purpose (130 after
+  Ctrl-C, 143 after SIGTERM, 2 for a check every rank fails alike), a rank 0 still tearing
+  down when the observer wakes (atexit handlers, a busy machine) died with -9 instead of its
+  own status. This disarms the observer and does its useful part: wait for the children,
+  kill the ones that do not end.
 
 Under srun or submitit every rank is started by the launcher, and nothing here runs.
 """

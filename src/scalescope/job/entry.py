@@ -36,7 +36,7 @@ from ..config import (
     load_train_config,
     resolve_batch,
 )
-from ..errors import SameOnEveryRankError, ScalescopeError, TopologyError
+from ..errors import SameOnEveryRankError, TopologyError
 from ..procinfo import process_start_unix
 from ..workloads import is_user
 from . import topology
@@ -58,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)
     try:
         run_training(cfg)
-    except KeyboardInterrupt:
-        # Rank 0 of a local run ends its child ranks itself: left to Lightning's observer,
-        # this process could be SIGKILLed while it returns 130 (see children.py).
+    except (KeyboardInterrupt, SameOnEveryRankError):
+        # Every rank exits non-zero on purpose (Ctrl-C 130, SIGTERM 143, a check that every
+        # rank fails alike 2): rank 0 of a local run ends its child ranks itself, or
+        # Lightning's observer, seeing a child's non-zero exit, would SIGKILL this process
+        # while it still tears down (see children.py).
         take_over_from_observer()
         raise
     return 0
@@ -71,8 +73,9 @@ EXIT_STOPPED = 143
 it did not train what it was asked to, so it never exits 0, and its record says why."""
 
 
-class TrainingStopped(ScalescopeError):
-    """Training stopped before the end (Slurm's SIGTERM); the record, if any, was written."""
+class TrainingStopped(SameOnEveryRankError):
+    """Training stopped before the end (Slurm's SIGTERM) at a step every rank agreed on; the
+    record, if any, was written. Rank 0 says it for all."""
 
     exit_code = EXIT_STOPPED
 
@@ -463,7 +466,8 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
             raise TrainingStopped(
                 f"stopped early ({stop.reason}) at step {stop.stopped_at_step}; the record "
                 f"covers the {len(agreed.epoch_times_s)} complete epoch(s) before it and says "
-                f"stop_reason={stop.reason}"
+                f"stop_reason={stop.reason}",
+                rank=topo.global_rank,
             )
         return result
     finally:
