@@ -10,6 +10,7 @@ from pathlib import Path
 from core_helpers import slow_exit_env, two_rank_run
 
 from scalescope.job.entry import EXIT_STOPPED
+from scalescope.job.timing import READY_LINE
 from scalescope.record import read_result_json
 
 
@@ -23,11 +24,15 @@ def test_sigterm_with_slow_steps_stops_both_ranks_and_records_why(tmp_path: Path
     down (exit -9) until rank 0 took its children over.
     """
     args = ("trainer.max_epochs=1000", "trainer.steps_per_call=8", "faults.step_sleep_s=1.0")
-    # settle: both ranks up and stepping
-    with two_rank_run(tmp_path, *args, "tracking.mode=off", settle_s=12, env=slow_exit_env(7)) as (
-        proc,
-        log,
-    ):
+    # settle: training started on both ranks (after the all-reduce baseline), a few 1 s steps in
+    with two_rank_run(
+        tmp_path,
+        *args,
+        "tracking.mode=off",
+        ready=READY_LINE,
+        settle_s=4,
+        env=slow_exit_env(7),
+    ) as (proc, log):
         os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 5
         while not list(tmp_path.rglob("result.json")) and time.monotonic() < deadline:
