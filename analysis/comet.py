@@ -19,8 +19,10 @@ read from the environment only and never written anywhere):
 ``--comet-view`` also creates (or updates in place) the project view ``scalescope scaling``:
 line panels of ``efficiency``, ``speedup``, ``throughput_per_device`` and the waterfall's
 parts against step, built with ``comet_ml.views`` (the builder Comet documents) and saved
-through the REST API. A comet_ml without that builder (3.58 and earlier) makes no view and
-says so: the panels' layout is otherwise an undocumented format.
+through the REST API. A comet_ml without that builder (3.58 and earlier) cannot describe a
+panel (the layout is otherwise an undocumented format), so it copies instead: a view of that
+name made by hand once in any project of the workspace is copied into this one with
+comet_ml's documented ``View.as_portable``; with none to copy, the line says how to make it.
 
 comet_ml is imported only here (and only with ``--comet``), through
 ``scalescope.job.tracking``, which guards every call and redacts the key.
@@ -166,23 +168,28 @@ def _runs_of(runs: pd.DataFrame, first: Mapping[str, Any]) -> pd.DataFrame:
     return runs[mask]
 
 
-def build_scaling_view(name: str = VIEW_NAME) -> tuple[Any, str]:
-    """The project view (VIEW_LAYOUT) built with ``comet_ml.views``; (None, why) where the
-    installed comet_ml has no such builder. Makes no network call."""
-    import comet_ml
-
+def build_scaling_view(name: str = VIEW_NAME) -> Any | None:
+    """The project view (VIEW_LAYOUT) built with ``comet_ml.views``; None where the installed
+    comet_ml has no such builder. Makes no network call."""
     try:
         from comet_ml import views  # type: ignore[attr-defined]
     except ImportError:
-        return None, (
-            f"comet_ml {comet_ml.__version__} has no comet_ml.views (the view builder Comet "
-            "documents): add the panels by hand (docs/comet.md)"
-        )
+        return None
     sections = [
         views.Section(title, [views.line_panel(list(metrics)) for metrics in panels])
         for title, panels in VIEW_LAYOUT
     ]
-    return views.build_view(name, sections=sections), ""
+    return views.build_view(name, sections=sections)
+
+
+def _project_id(api: Any, workspace: str, project: str) -> str:
+    found = api.get_project(workspace, project)
+    if found is None:
+        raise LookupError(
+            f"no project {workspace}/{project} on the server yet (summary experiments still in "
+            "an offline archive? comet upload it, then run --comet-view again)"
+        )
+    return str(found["projectId"])
 
 
 def publish_view(api: Any, view: Any, *, workspace: str | None, project: str) -> tuple[bool, str]:
@@ -190,11 +197,7 @@ def publish_view(api: Any, view: Any, *, workspace: str | None, project: str) ->
     a view of that name exists, created otherwise. Returns (saved, the line to print); raises
     on a server that refuses."""
     workspace = workspace or api.get_default_workspace()
-    if api.get_project(workspace, project) is None:
-        raise LookupError(
-            f"no project {workspace}/{project} on the server yet (summary experiments still in "
-            "an offline archive? comet upload it, then run --comet-view again)"
-        )
+    _project_id(api, workspace, project)
     same = [v for v in api.get_views(workspace, project) if v.name == view.name]
     if same and hasattr(api, "update_view"):
         view.template_id = same[0].template_id
@@ -211,20 +214,51 @@ def publish_view(api: Any, view: Any, *, workspace: str | None, project: str) ->
     return True, f"view {view.name!r} {verb} in project {workspace}/{project}"
 
 
+def copy_workspace_view(
+    api: Any, *, workspace: str | None, project: str, name: str = VIEW_NAME
+) -> tuple[bool, str]:
+    """Where comet_ml cannot build the view: copy the view ``name`` that a project of the
+    workspace already has (made by hand once) into ``project``, the most recently changed
+    one where several have it, stripped of the source's identifiers (``View.as_portable``).
+    Returns (the project has the view, the line to print); raises on a server that refuses."""
+    import comet_ml
+
+    workspace = workspace or api.get_default_workspace()
+    target = _project_id(api, workspace, project)
+    if any(v.name == name for v in api.get_views(workspace, project)):
+        return True, f"view {name!r} already in project {workspace}/{project}: kept as it is"
+    others = [
+        v
+        for v in api.get_views(workspace, project, include_workspace_views=True)
+        if v.name == name and v.project_id != target
+    ]
+    if not others:
+        return False, (
+            f"comet_ml {comet_ml.__version__} has no comet_ml.views (the view builder Comet "
+            f"documents) and no project of workspace {workspace} has a view {name!r} to copy: "
+            "make it by hand once (docs/comet.md) and --comet-view copies it to every project"
+        )
+    source = max(others, key=lambda v: v.last_update or 0)
+    if api.create_view(workspace, project, source.as_portable()) is None:
+        raise RuntimeError("the server returned no view")
+    return True, f"view {name!r} copied into project {workspace}/{project} from its workspace"
+
+
 def publish_scaling_view(*, project: str, workspace: str | None) -> tuple[bool, str]:
     """``--comet-view``: (made, the line to print). Never raises: a failure is a line."""
     from scalescope.config import TrackingConfig
     from scalescope.job.tracking import KEY_ENV, redact, rest_api
 
-    view, why = build_scaling_view()
-    if view is None:
-        return False, f"view not made: {why}"
+    view = build_scaling_view()
     secrets = [os.environ.get(KEY_ENV, "")]
     try:
         api, why, found = rest_api(TrackingConfig(mode="online", project=project))
         secrets += found
         if api is None:
             return False, f"view not made: {why}"
+        if view is None:
+            made, line = copy_workspace_view(api, workspace=workspace, project=project)
+            return made, line if made else f"view not made: {line}"
         return publish_view(api, view, workspace=workspace, project=project)
     except Exception as exc:  # the server or comet_ml: the summary stands
         return False, f"view not made: {redact(f'{type(exc).__name__}: {exc}', secrets)}"

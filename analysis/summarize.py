@@ -237,8 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also create or update the project view 'scalescope scaling' (line panels of "
         "efficiency, speedup, per-device throughput and the waterfall's parts against step = "
-        "world size); needs --comet auto or online, COMET_API_KEY, a reachable server and a "
-        "comet_ml with comet_ml.views (untried against a real server)",
+        "world size) with comet_ml.views; a comet_ml without it (3.58) copies a view of that "
+        "name made by hand once in the workspace instead. Needs --comet auto or online, "
+        "COMET_API_KEY and a reachable server (untried against a real server)",
     )
     proj = p.add_argument_group("projection to scales not yet run")
     proj.add_argument(

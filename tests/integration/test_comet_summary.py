@@ -24,7 +24,7 @@ import pytest
 from analysis_helpers import REPO, run_summarize
 from tracking_helpers import LoopbackJson, serve_loopback
 
-from analysis.comet import VIEW_NAME, publish_scaling_view, publish_view
+from analysis.comet import VIEW_NAME, copy_workspace_view, publish_scaling_view, publish_view
 from scalescope.config import TrackingConfig
 from scalescope.job.tracking import read_offline_archive, rest_api
 
@@ -121,9 +121,9 @@ def test_comet_view_without_a_server_mode_is_one_line(
 def test_comet_view_that_cannot_be_made_is_a_warning_and_the_summary_stands(
     tmp_path: Path,
 ) -> None:
-    """The real command with the installed comet_ml: comet_ml 3.58 has no comet_ml.views, so
-    the line says so; with the builder, COMET_START_ONLINE=false keeps it off the network.
-    Either way: exit 0, the summary and the offline archive written, the key nowhere."""
+    """The real command: COMET_START_ONLINE=false keeps the view off the network (built or
+    copied, a view needs the server), so the line says why. Exit 0, the summary and the
+    offline archive written, the key nowhere."""
     out = tmp_path / "results" / "summary"
     env = {"COMET_API_KEY": SECRET, "COMET_START_ONLINE": "false"}
     proc = run_summarize(FIXTURE, "--out", out, "--comet", "--comet-view", env=env)
@@ -132,17 +132,29 @@ def test_comet_view_that_cannot_be_made_is_a_warning_and_the_summary_stands(
     assert list((tmp_path / "results" / "comet").glob("*.zip"))
     (line,) = [ln for ln in proc.stderr.splitlines() if "comet: view" in ln]
     assert line.startswith("python -m analysis.summarize: warning: comet: view not made: ")
-    if importlib.util.find_spec("comet_ml.views") is None:
-        assert "has no comet_ml.views" in line and "docs/comet.md" in line
-    else:
-        assert "COMET_START_ONLINE=false" in line
+    assert "COMET_START_ONLINE=false" in line
     assert SECRET not in proc.stdout + proc.stderr
 
 
+# A view made by hand in another project of the workspace (p-0), as views/get-all lists it
+# with includeWorkspaceViews: its layout names the scaling metrics, and an older one of the
+# same name that must not be the one copied.
+HAND_MADE = {
+    "templateId": "t-5",
+    "templateName": VIEW_NAME,
+    "projectId": "p-0",
+    "experimentKey": "e-src",
+    "lastUpdate": 1_790_000_000_000,
+    "v3": {"experimentKey": "e-src", "sections": [{"panels": ["efficiency", "speedup"]}]},
+}
+OLDER = {**HAND_MADE, "templateId": "t-4", "lastUpdate": 1_700_000_000_000, "v3": {"old": 1}}
+
+
 class _ViewServer(LoopbackJson):
-    """Comet's REST endpoints a project view needs, on loopback: the project, its views, the
-    upsert. ``behaviour``: ok, no-project, exists (a view of that name is there) or refuse
-    (the upsert answers 500)."""
+    """Comet's REST endpoints a project view needs, on loopback: the project (p-1), its
+    views, the upsert. ``behaviour``: ok, no-project, exists (a view of that name is in the
+    project), workspace (only other projects of the workspace have one: HAND_MADE, OLDER) or
+    refuse (the upsert answers 500)."""
 
     behaviour = "ok"
     seen: list[tuple[str, str, Any]] = []  # noqa: RUF012 - one list per server
@@ -154,8 +166,11 @@ class _ViewServer(LoopbackJson):
         elif "/project?" in self.path and self.behaviour != "no-project":
             self.reply(200, {"projectId": "p-1", "projectName": "scalescope-scaling"})
         elif "/views/get-all" in self.path:
-            there = [{"templateId": "t-9", "templateName": VIEW_NAME}]
-            self.reply(200, {"views": there if self.behaviour == "exists" else []})
+            there = [{"templateId": "t-9", "templateName": VIEW_NAME, "projectId": "p-1"}]
+            views = there if self.behaviour == "exists" else []
+            if self.behaviour == "workspace" and "includeWorkspaceViews=true" in self.path:
+                views = [OLDER, HAND_MADE, {**HAND_MADE, "templateName": "other"}]
+            self.reply(200, {"views": views})
         else:
             self.reply(404, {"msg": "not here"})
 
@@ -244,21 +259,61 @@ def test_a_server_that_refuses_raises_and_says_why(
     assert message in str(caught.value) and SECRET not in str(caught.value)
 
 
-def test_comet_view_sends_the_scaling_panels_or_says_why_not() -> None:
+def test_a_view_made_by_hand_in_the_workspace_is_copied_into_the_project() -> None:
+    """comet_ml's REST client, for real: the newest view of that name in another project of
+    the workspace is upserted into this one, its layout whole, the source's ids stripped."""
+    with view_server("workspace") as (_port, seen):
+        made, line = copy_workspace_view(_rest_api(), workspace="lab", project="scalescope-scaling")
+    assert made, line
+    assert line == (
+        "view 'scalescope scaling' copied into project lab/scalescope-scaling from its workspace"
+    )
+    (posted,) = [body for verb, path, body in seen if path.endswith("write/views/upsert")]
+    assert posted["projectId"] == "p-1" and posted["templateName"] == VIEW_NAME
+    assert posted["v3"] == {"sections": [{"panels": ["efficiency", "speedup"]}]}
+    assert "templateId" not in posted and "experimentKey" not in posted
+    assert all(SECRET not in json.dumps(body or {}) for _, _, body in seen)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "made", "words"),
+    [
+        ("exists", True, "view 'scalescope scaling' already in project lab/scalescope-scaling"),
+        ("ok", False, "no project of workspace lab has a view 'scalescope scaling' to copy"),
+    ],
+)
+def test_nothing_is_copied_where_the_project_has_the_view_or_nothing_has_it(
+    behaviour: str, made: bool, words: str
+) -> None:
+    with view_server(behaviour) as (_port, seen):
+        got, line = copy_workspace_view(_rest_api(), workspace="lab", project="scalescope-scaling")
+    assert got is made and words in line, line
+    assert [path for verb, path, _ in seen if verb == "POST"] == []
+
+
+def test_comet_view_sends_the_scaling_panels() -> None:
     """``--comet-view``'s own path with the installed comet_ml: with comet_ml.views the
-    upsert carries the efficiency and speedup panels; without it (comet_ml 3.58) nothing is
-    sent and the line says why."""
+    upsert carries the panels it built; without it (comet_ml 3.58) the view made by hand in
+    the workspace, copied. Either way the efficiency and speedup panels reach the server."""
+    with view_server("workspace") as (_port, seen):
+        made, line = publish_scaling_view(project="scalescope-scaling", workspace="lab")
+    assert made, line
+    (body,) = [body for _verb, path, body in seen if path.endswith("write/views/upsert")]
+    assert body["templateName"] == VIEW_NAME
+    assert '"efficiency"' in json.dumps(body) and '"speedup"' in json.dumps(body)
+    if importlib.util.find_spec("comet_ml.views") is None:
+        assert line.startswith("view 'scalescope scaling' copied into project lab/")
+
+
+def test_comet_view_without_a_view_to_copy_says_how_to_make_one() -> None:
+    if importlib.util.find_spec("comet_ml.views") is not None:
+        pytest.skip("this comet_ml builds the view: nothing is copied")
     with view_server("ok") as (_port, seen):
         made, line = publish_scaling_view(project="scalescope-scaling", workspace="lab")
-    upserts = [body for _verb, path, body in seen if path.endswith("write/views/upsert")]
-    if importlib.util.find_spec("comet_ml.views") is None:
-        assert not made and seen == []
-        assert line.startswith("view not made: comet_ml ") and "no comet_ml.views" in line
-    else:
-        assert made, line
-        (body,) = upserts
-        assert body["templateName"] == VIEW_NAME
-        assert '"efficiency"' in json.dumps(body) and '"speedup"' in json.dumps(body)
+    assert not made
+    assert line.startswith("view not made: comet_ml ") and "no comet_ml.views" in line
+    assert "make it by hand once (docs/comet.md)" in line
+    assert [path for verb, path, _ in seen if verb == "POST"] == []
 
 
 def test_an_unreachable_server_is_a_reason_not_a_wait() -> None:
