@@ -182,35 +182,41 @@ def build_scaling_view(name: str = VIEW_NAME) -> Any | None:
     return views.build_view(name, sections=sections)
 
 
-def _project_id(api: Any, workspace: str, project: str) -> str:
-    found = api.get_project(workspace, project)
-    if found is None:
+def _views_in(api: Any, workspace: str | None, project: str) -> tuple[str, list[Any]]:
+    """(the workspace, the project's views): the workspace defaults to the key's; a project
+    not on the server is a LookupError that says what to do."""
+    workspace = workspace or api.get_default_workspace()
+    if api.get_project(workspace, project) is None:
         raise LookupError(
             f"no project {workspace}/{project} on the server yet (summary experiments still in "
             "an offline archive? comet upload it, then run --comet-view again)"
         )
-    return str(found["projectId"])
+    return workspace, api.get_views(workspace, project)
+
+
+def _saved(view: Any) -> None:
+    if view is None:
+        raise RuntimeError("the server returned no view")
 
 
 def publish_view(api: Any, view: Any, *, workspace: str | None, project: str) -> tuple[bool, str]:
     """Save ``view`` in the project through comet_ml's REST client: updated in place where
     a view of that name exists, created otherwise. Returns (saved, the line to print); raises
     on a server that refuses."""
-    workspace = workspace or api.get_default_workspace()
-    _project_id(api, workspace, project)
-    same = [v for v in api.get_views(workspace, project) if v.name == view.name]
+    workspace, views = _views_in(api, workspace, project)
+    same = [v for v in views if v.name == view.name]
     if same and hasattr(api, "update_view"):
         view.template_id = same[0].template_id
-        saved, verb = api.update_view(workspace, project, view), "updated"
+        _saved(api.update_view(workspace, project, view))
+        verb = "updated"
     elif same:
         return False, (
             f"view {view.name!r} exists in {workspace}/{project} and this comet_ml cannot "
             "update it in place: delete it in the UI to have it made again"
         )
     else:
-        saved, verb = api.create_view(workspace, project, view), "created"
-    if saved is None:
-        raise RuntimeError("the server returned no view")
+        _saved(api.create_view(workspace, project, view))
+        verb = "created"
     return True, f"view {view.name!r} {verb} in project {workspace}/{project}"
 
 
@@ -223,14 +229,12 @@ def copy_workspace_view(
     Returns (the project has the view, the line to print); raises on a server that refuses."""
     import comet_ml
 
-    workspace = workspace or api.get_default_workspace()
-    target = _project_id(api, workspace, project)
-    if any(v.name == name for v in api.get_views(workspace, project)):
+    workspace, views = _views_in(api, workspace, project)
+    if any(v.name == name for v in views):
         return True, f"view {name!r} already in project {workspace}/{project}: kept as it is"
+    # the project has none (above), so every one of that name is another project's
     others = [
-        v
-        for v in api.get_views(workspace, project, include_workspace_views=True)
-        if v.name == name and v.project_id != target
+        v for v in api.get_views(workspace, project, include_workspace_views=True) if v.name == name
     ]
     if not others:
         return False, (
@@ -239,8 +243,7 @@ def copy_workspace_view(
             "make it by hand once (docs/comet.md) and --comet-view copies it to every project"
         )
     source = max(others, key=lambda v: v.last_update or 0)
-    if api.create_view(workspace, project, source.as_portable()) is None:
-        raise RuntimeError("the server returned no view")
+    _saved(api.create_view(workspace, project, source.as_portable()))
     return True, f"view {name!r} copied into project {workspace}/{project} from its workspace"
 
 
