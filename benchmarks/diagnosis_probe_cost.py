@@ -58,7 +58,7 @@ def _worker(rank: int, args: argparse.Namespace, port: int) -> None:
     opt = torch.optim.Adam(model.parameters(), 1e-3)
     x = torch.randn(args.batch, 2, device=device)
     y = torch.randint(0, 2, (args.batch,), device=device)
-    clock = _clock_for(device)
+    clock = _clock_for(device, ())
     state: dict[str, Any] = {"ready": None}
     first = next(model.parameters())  # the first layer's weight: its gradient comes last
 

@@ -178,6 +178,13 @@ class FaultsConfig:
     slow_rank_sleep_s: float = option(
         0.0, help="how long slow_rank sleeps per optimizer step", check=non_negative
     )
+    slow_rank_at: Literal["step", "input", "forward"] = option(
+        "step",
+        help="where slow_rank sleeps: step = before its optimizer step (after backward), "
+        "input = in its batch fetch (a slower loader on that rank alone: its peers wait in "
+        "the next collective, DDP's buffer broadcast for a module with buffers), forward = "
+        "inside the module's forward (its peers wait in the gradient all-reduce)",
+    )
     rotating_sleep_s: float = option(
         0.0,
         help="in every optimizer step one rank sleeps this long, a different one each step "
@@ -218,6 +225,13 @@ class FaultsConfig:
         None,
         help="this global rank exits abruptly (exit status 1) at exit_at: a rank that dies "
         "while the others wait in a collective; null = none",
+        check=non_negative,
+    )
+    window_error_rank: int | None = option(
+        None,
+        help="this global rank raises an error in the second pass of its first synced "
+        "calibration window (as an out-of-memory there would: its peers are then inside "
+        "that pass's collectives); null = none",
         check=non_negative,
     )
     exit_at: Literal["calibration", "gather"] = option(

@@ -22,6 +22,7 @@ import io
 import json
 import shutil
 import statistics
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -405,6 +406,113 @@ def test_communication_that_slows_backward_is_taken_out_of_compute(
     assert abs(row["remainder_pts_mean"]) < 0.5 * row["overlap_pts_mean"], row.to_dict()
 
 
+# --- a module with buffers: a wait is a wait in whichever collective it happens -------------
+
+BATCH_NORM = """
+from torch import nn
+
+from examples.my_project.model import MyModel
+
+
+class BnModel(MyModel):
+    \"\"\"MyModel with batch normalisation: DDP broadcasts its buffers before every forward.\"\"\"
+
+    def __init__(self, features=32, classes=4, hidden=128, lr=1e-3):
+        super().__init__(features, classes, hidden, lr)
+        self.net = nn.Sequential(
+            nn.Linear(features, hidden),
+            nn.BatchNorm1d(hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, classes),
+        )
+"""
+BN_DELAY_S = 0.015
+BN_CAUSES: dict[str, tuple[str, ...]] = {
+    # rank 1's loader is slower: rank 0 waits for it in the next buffer broadcast
+    "slow loader": (
+        "faults.slow_rank=1",
+        f"faults.slow_rank_sleep_s={BN_DELAY_S}",
+        "faults.slow_rank_at=input",
+        *NO_BASELINE,
+    ),
+    # rank 1's forward is slower: rank 0 waits for it in the gradient all-reduce
+    "slow forward": (
+        "faults.slow_rank=1",
+        f"faults.slow_rank_sleep_s={BN_DELAY_S}",
+        "faults.slow_rank_at=forward",
+        *NO_BASELINE,
+    ),
+    "delayed all-reduce": (f"faults.allreduce_delay_s={BN_DELAY_S}", *STEPS_ONLY),
+}
+
+
+@pytest.fixture(scope="module")
+def batch_norm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The batch-norm module at 1 process, and each cause REPEATS times at 2; one waterfall
+    per cause, all against the same 1-process baseline."""
+    work = tmp_path_factory.mktemp("batch-norm")
+    shutil.copytree(REPO / "examples", work / "examples")
+    (work / "bn_model.py").write_text(BATCH_NORM)
+    common = (
+        "--config",
+        "examples/my_project.yaml",
+        "tracking.mode=off",
+        "trainer.max_epochs=3",
+        "workload.name=bn_model:BnModel",
+    )
+
+    def train(folder: Path, *args: str) -> ResultRecord:
+        return only_result(run_train(work, *args, output_dir=folder, module_args=common))
+
+    baseline = train(tmp_path_factory.mktemp("bn-one"), *NO_BASELINE)
+    out = {}
+    for cause, args in BN_CAUSES.items():
+        folder = tmp_path_factory.mktemp(f"bn-{cause.replace(' ', '-')}")
+        (folder / "slurm-baseline.out").write_text(encode(baseline) + "\n")
+        for _ in range(REPEATS):
+            train(folder, *args, "trainer.devices=2")
+        out[cause] = waterfall(load_all(folder).runs)
+    return out
+
+
+def _bn_parts(wf: Any) -> tuple[float, dict[str, float]]:
+    row = _scaled_row(wf)
+    parts = {p: row[f"{p}_pts_mean"] for p in ("comm", "input", "skew", "jitter", "compute")}
+    return row["lost_pts_mean"], parts
+
+
+@pytest.mark.parametrize("cause", ["slow loader", "slow forward"])
+def test_a_slow_rank_is_skew_whichever_collective_its_peers_wait_in(
+    batch_norm: dict[str, Any], cause: str
+) -> None:
+    """With buffers, DDP broadcasts them before every forward: a rank whose loader is slower
+    keeps its peers waiting there, not in the all-reduce. That wait is rank skew (or input),
+    as much as a wait in the all-reduce for a rank whose forward is slower; communication
+    stays what is left once the last rank arrived."""
+    lost, parts = _bn_parts(batch_norm[cause])
+    print(f"batch norm, {cause} {BN_DELAY_S * 1000:.0f} ms on rank 1: lost {lost:.1f}, {parts}")
+    assert lost > 30, parts
+    assert parts["skew"] + parts["input"] >= 0.5 * lost, (lost, parts)
+    assert parts["comm"] < 0.25 * lost, (lost, parts)
+
+
+def test_a_delayed_all_reduce_with_buffers_is_communication(batch_norm: dict[str, Any]) -> None:
+    """The all-reduce held back BN_DELAY_S on every rank: communication takes most of the
+    loss, and its exposed time rises over the runs without the delay by BN_DELAY_S."""
+    lost, parts = _bn_parts(batch_norm["delayed all-reduce"])
+    print(f"batch norm, all-reduce delayed {BN_DELAY_S * 1000:.0f} ms: lost {lost:.1f}, {parts}")
+    assert parts["comm"] > 0.5 * lost, (lost, parts)
+
+    def exposed(cause: str) -> float:
+        values = [p.exposed_comm_s for _, world, _, p, _ in batch_norm[cause].runs if world == 2]
+        assert len(values) == REPEATS
+        return statistics.mean(values)
+
+    plain = statistics.mean(exposed(c) for c in ("slow loader", "slow forward"))
+    added = exposed("delayed all-reduce") - plain
+    assert added == pytest.approx(BN_DELAY_S, rel=0.25), (added, plain)
+
+
 # --- ranks that die --------------------------------------------------------------------------
 
 
@@ -452,3 +560,43 @@ def test_a_rank_that_dies_in_the_calibration_leaves_the_record(tmp_path: Path) -
     assert cal["status"] == "failed" and cal["exposed_comm_s"] is None, cal
     assert "by peer" in cal["reason"] or "reset" in cal["reason"], cal
     print(f"rank 1 died in the calibration: {cal['reason']}")
+
+
+@pytest.mark.parametrize("rank", [1, 0])
+def test_an_error_inside_a_calibration_window_ends_every_rank_with_the_record(
+    tmp_path: Path, rank: int
+) -> None:
+    """A pass that raises inside a synced window (an out-of-memory, say) leaves its peers
+    inside that pass's collectives. Every rank must still end well within the collective
+    timeout, and rank 0 write the record with a reason naming the window, whichever rank
+    failed. Before, the ranks met in mismatched collectives and sat out the timeout, and
+    no record was written."""
+    timeout_s = 60
+    started = time.monotonic()
+    run = run_train(
+        REPO,
+        *TINY,
+        "trainer.devices=2",
+        f"trainer.collective_timeout_s={timeout_s}",
+        f"faults.window_error_rank={rank}",
+        output_dir=tmp_path,
+    )
+    took = time.monotonic() - started
+    result = only_result(run)  # the training ran whole: the job succeeds
+    assert took < timeout_s, f"{took:.0f} s: a rank sat out the collective timeout"
+    d = diag(result)
+    assert d["status"] == "recorded" and d["step_waits"]["steps"] == d["steady_steps"]
+    cal = d["calibration"]
+    assert cal["status"] == "failed" and cal["exposed_comm_s"] is None, cal
+    assert cal["reason"] == (
+        f"calibration window 2 of {2 * cal_windows()} (synced) failed on rank {rank}: "
+        "RuntimeError: injected by faults.window_error_rank"
+    ), cal
+    print(f"rank {rank} raised in a window: ended in {took:.1f} s; {cal['reason']}")
+
+
+def cal_windows() -> int:
+    """Pairs of calibration windows by default (the spiral's passes all fit the budget)."""
+    from scalescope.config import DiagnosisConfig
+
+    return DiagnosisConfig().calibration_windows

@@ -71,11 +71,13 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         "input_sleep_s": 0.0,
         "slow_rank": None,
         "slow_rank_sleep_s": 0.0,
+        "slow_rank_at": "step",
         "rotating_sleep_s": 0.0,
         "allreduce_delay_s": 0.0,
         "overlap_burn_s": 0.0,
         "network_alpha_s": 0.0,
         "network_busbw_gbps": 0.0,
+        "window_error_rank": None,
         "exit_rank": None,
         "exit_at": "calibration",
     }

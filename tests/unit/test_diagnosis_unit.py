@@ -159,17 +159,26 @@ def test_one_device_waits_for_nobody() -> None:
     assert (row["wait_s"], row["exposed_comm_s"]) == (0.0, 0.0)
 
 
-def test_step_wait_stats_against_the_least_wait_of_each_step() -> None:
+def test_step_wait_stats_against_the_least_wait_of_each_step_and_collective() -> None:
+    """Worked by hand: two steps, two collectives. In step 1 this rank waited 5 ms in the
+    all-reduce where the least was 1 ms, and 0 in the broadcast where the least was 0; in
+    step 2 it waited 4 ms in the broadcast (least 0) and 2 ms in the all-reduce (least 2).
+    Exposed per step: 1 and 2 ms; its wait for others: 4 and 4 ms. A step whose all-reduce
+    was not timed (NaN) does not count; a broadcast that did not run adds nothing."""
     import numpy as np
 
-    mine = np.array([0.005, 0.001, 0.009, 0.003])
-    least = np.array([0.001, 0.001, 0.002, 0.003])
+    nan = np.nan
+    mine = np.array([[0.005, 0.002, nan, 0.003], [0.0, 0.004, 0.001, nan]])
+    least = np.array([[0.001, 0.002, 0.001, 0.003], [0.0, 0.0, 0.0, np.inf]])
     stats = step_wait_stats(mine, least)
-    assert stats["steps"] == 4
-    assert stats["exposed_s"] == pytest.approx(0.00175)
-    assert stats["wait_s"] == pytest.approx((0.004 + 0 + 0.007 + 0) / 4)
-    assert stats["wait_se_s"] == pytest.approx(np.std([0.004, 0, 0.007, 0], ddof=1) / 2)
-    assert step_wait_stats(mine[:1], least[:1])["exposed_se_s"] is None
+    assert stats is not None and stats["steps"] == 3
+    assert stats["exposed_s"] == pytest.approx((0.001 + 0.002 + 0.003) / 3)
+    assert stats["wait_s"] == pytest.approx((0.004 + 0.004 + 0.0) / 3)
+    assert stats["wait_se_s"] == pytest.approx(np.std([0.004, 0.004, 0.0], ddof=1) / np.sqrt(3))
+    assert stats["by_collective"]["broadcast"]["wait_s"] == pytest.approx(0.004 / 3)
+    assert stats["by_collective"]["gradient"]["wait_s"] == pytest.approx(0.004 / 3)
+    assert step_wait_stats(mine[:, :1], least[:, :1])["exposed_se_s"] is None
+    assert step_wait_stats(mine[:, 2:3], least[:, 2:3]) is None  # no all-reduce timed
 
 
 def test_calibration_pairs_are_differenced_and_never_clipped() -> None:
@@ -213,19 +222,32 @@ def test_a_pair_the_training_steps_show_too_long_runs_nothing() -> None:
     3 s budget: the training steps say so, and not even the trial pass runs."""
     from types import SimpleNamespace
 
-    from scalescope.job.diagnosis import _slowest_compute, pair_exceeds_budget
+    from scalescope.job.diagnosis import _pass_estimate, pair_exceeds_budget
 
     gathered = SimpleNamespace(
         per_rank=[{"diagnosis": {"compute_s": 2.1}}, {"diagnosis": {"compute_s": 2.5}}]
     )
-    estimate = _slowest_compute(gathered)
+    estimate = _pass_estimate(gathered, 1)
     assert estimate == 2.5
     assert pair_exceeds_budget(estimate, 3.0) == (
-        "one pair of windows (about 5 s, from the training steps) would exceed "
-        "diagnosis.calibration_budget_s (3 s)"
+        "one pair of one-pass windows (about 5 s, from the training steps' compute per "
+        "micro-batch) would exceed diagnosis.calibration_budget_s (3 s)"
     )
     assert pair_exceeds_budget(1.5, 3.0) is None  # exactly fits: the trial pass decides
     assert pair_exceeds_budget(None, 3.0) is None
     # a rank without the figure: no estimate
-    assert _slowest_compute(SimpleNamespace(per_rank=[{"diagnosis": {}}, {}])) is None
-    assert _slowest_compute(None) is None
+    assert _pass_estimate(SimpleNamespace(per_rank=[{"diagnosis": {}}, {}]), 1) is None
+    assert _pass_estimate(None, 1) is None
+
+
+def test_the_budget_is_checked_per_pass_not_per_accumulated_step() -> None:
+    """Accumulation 8, a 1 s optimizer step and a 1.5 s budget: a pass is one micro-batch,
+    about 1/8 s, so a pair of one-pass windows (0.25 s) fits and the trial pass decides."""
+    from types import SimpleNamespace
+
+    from scalescope.job.diagnosis import _pass_estimate, pair_exceeds_budget
+
+    gathered = SimpleNamespace(per_rank=[{"diagnosis": {"compute_s": 1.0}}] * 2)
+    assert _pass_estimate(gathered, 8) == pytest.approx(0.125)
+    assert pair_exceeds_budget(_pass_estimate(gathered, 8), 1.5) is None
+    assert pair_exceeds_budget(_pass_estimate(gathered, 1), 1.5) is not None  # the old check

@@ -55,44 +55,44 @@ from .timing import Timings
 ANOTHER_RANK = "on another rank"
 
 MAX_STEP_RECORDS = 1 << 16
-"""Steady-state steps whose gradient communication wait is kept one by one (8 bytes each,
-preallocated); later steps still count in the totals."""
+"""Steady-state steps whose communication waits are kept one by one (8 bytes each and
+collective, preallocated); later steps still count in the totals."""
+
+COLLECTIVES = ("gradient", "broadcast")
+"""The collectives a training step waits in, each kept per step: DDP's gradient all-reduce
+(from backward's last gradient to ``backward`` returning) and, for modules with buffers, its
+broadcast of them before forward (from the training call's start to the module's forward)."""
 
 
 class _Clock:
     """Marks and accumulated intervals: the wall clock on CPUs, CUDA events on GPUs.
 
-    ``add(..., per_step=True)`` also keeps the interval in :attr:`steps`, a preallocated
-    buffer indexed by steady-state step: a step whose interval has no mark keeps NaN, so the
-    buffers of all ranks stay aligned step for step.
+    ``add(..., step=i)`` also adds the interval into slot ``i`` of the per-step series
+    ``steps[key]`` (preallocated for the keys named at construction): a step with no interval
+    of that key keeps NaN, so the series of all ranks stay aligned step for step, and several
+    intervals of one step (one buffer broadcast per micro-batch) add up in its slot.
     """
 
     kind = "wall"
 
-    def __init__(self, capacity: int = MAX_STEP_RECORDS) -> None:
+    def __init__(self, series: Sequence[str] = (), capacity: int = MAX_STEP_RECORDS) -> None:
         self.totals: dict[str, float] = {}
-        self.steps = np.full(capacity, np.nan)
-        self.n_steps = 0
-        """Steps counted so far (may exceed the buffer's capacity)."""
+        self.steps = {key: np.full(capacity, np.nan) for key in series}
 
     def mark(self) -> Any:
         return time.perf_counter()
 
-    def add(self, key: str, start: Any, end: Any, *, per_step: bool = False) -> None:
-        seconds = end - start
+    def add(self, key: str, start: Any, end: Any, *, step: int | None = None) -> None:
+        self._count(key, end - start, step)
+
+    def _count(self, key: str, seconds: float, step: int | None) -> None:
         self.totals[key] = self.totals.get(key, 0.0) + seconds
-        if per_step:
-            self._keep(self.n_steps, seconds)
-
-    def skip_step(self) -> None:
-        """A counted step without the interval: NaN (the buffer already holds it)."""
-        self.n_steps += 1
-
-    def _keep(self, index: int, seconds: float) -> None:
-        if index < len(self.steps):
-            self.steps[index] = seconds
-        if index >= self.n_steps:
-            self.n_steps = index + 1
+        if step is None:
+            return
+        series = self.steps.get(key)
+        if series is not None and 0 <= step < len(series):
+            old = series[step]
+            series[step] = seconds if np.isnan(old) else old + seconds
 
     def settle(self) -> None:
         """Resolve everything pending (call where the device was synchronised)."""
@@ -102,10 +102,12 @@ class _CudaClock(_Clock):
     kind = "cuda_events"
     _MAX_PENDING = 1024
 
-    def __init__(self, device: torch.device, capacity: int = MAX_STEP_RECORDS) -> None:
-        super().__init__(capacity)
+    def __init__(
+        self, device: torch.device, series: Sequence[str] = (), capacity: int = MAX_STEP_RECORDS
+    ) -> None:
+        super().__init__(series, capacity)
         self.device = device
-        self.pending: list[tuple[str, Any, Any, int]] = []
+        self.pending: list[tuple[str, Any, Any, int | None]] = []
         self._spare: list[Any] = []
 
     def mark(self) -> Any:
@@ -113,27 +115,21 @@ class _CudaClock(_Clock):
         event.record()
         return event
 
-    def add(self, key: str, start: Any, end: Any, *, per_step: bool = False) -> None:
-        index = -1
-        if per_step:  # the step's slot now; its value when the events have completed
-            index = self.n_steps
-            self.n_steps += 1
-        self.pending.append((key, start, end, index))
+    def add(self, key: str, start: Any, end: Any, *, step: int | None = None) -> None:
+        # The step's slot is known now; its value when the events have completed.
+        self.pending.append((key, start, end, step))
         if len(self.pending) > self._MAX_PENDING:
             self._drain(block=False)
 
     def _drain(self, *, block: bool) -> None:
         done = 0
-        for key, start, end, index in self.pending:
+        for key, start, end, step in self.pending:
             if not block and not (end.query() and start.query()):
                 break
             if block:
                 start.synchronize()
                 end.synchronize()
-            seconds = start.elapsed_time(end) / 1000.0
-            self.totals[key] = self.totals.get(key, 0.0) + seconds
-            if index >= 0:
-                self._keep(index, seconds)
+            self._count(key, start.elapsed_time(end) / 1000.0, step)
             done += 1
         for _, start, end, _ in self.pending[:done]:
             if len(self._spare) < 2 * self._MAX_PENDING:
@@ -144,8 +140,8 @@ class _CudaClock(_Clock):
         self._drain(block=True)
 
 
-def _clock_for(device: torch.device) -> _Clock:
-    return _CudaClock(device) if device.type == "cuda" else _Clock()
+def _clock_for(device: torch.device, series: Sequence[str]) -> _Clock:
+    return _CudaClock(device, series) if device.type == "cuda" else _Clock(series)
 
 
 # -- the callbacks -----------------------------------------------------------------------
@@ -168,6 +164,10 @@ class StepBreakdown(L.Callback):
     * **buffer broadcast**: for a module with buffers, DDP broadcasts them from rank 0 before
       every forward; the wait from the start of the training call to the module's forward
       is communication wait too.
+
+    Each collective's wait is kept per steady step (:data:`COLLECTIVES`): a rank that waits in
+    the broadcast for a peer whose loader was slower is waiting, as much as one that waits
+    in the all-reduce for a peer whose forward was slower (see :meth:`reduce_steps`).
     """
 
     def __init__(
@@ -175,11 +175,19 @@ class StepBreakdown(L.Callback):
         cfg: DiagnosisConfig,
         timings: Timings,
         faults: FaultsConfig | None = None,
+        *,
+        passes_per_step: int = 1,
     ) -> None:
         self.cfg = cfg
         self.t = timings
         self.faults = faults
         self.clock: _Clock = _Clock()
+        self.passes_per_step = passes_per_step
+        """Forward+backward passes (micro-batches) in one optimizer step: a calibration pass
+        is one of them."""
+        self._step = 0
+        """The steady step the marks of the coming intervals belong to (counted at each
+        backward that synchronises gradients)."""
         self.committed: dict[str, float] = {}
         """Totals at the end of the last complete epoch: what the steady time covers."""
         self._fetch_start: Any = None
@@ -210,7 +218,7 @@ class StepBreakdown(L.Callback):
 
     # set-up ----------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.clock = _clock_for(trainer.strategy.root_device)
+        self.clock = _clock_for(trainer.strategy.root_device, COLLECTIVES)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from torch.nn.parallel import DistributedDataParallel
@@ -227,7 +235,10 @@ class StepBreakdown(L.Callback):
             )
         self._params = params
         if model.broadcast_buffers and any(True for _ in pl_module.buffers()):
-            pl_module.register_forward_pre_hook(self._forward_starts)
+            # On the module DDP wraps: its forward starts right after the broadcast, whatever
+            # the training step calls (Lightning's wrapper calls training_step, which need
+            # not call the module's own forward).
+            model.module.register_forward_pre_hook(self._forward_starts)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._direct_fetch = _time_fetches(trainer, self)
@@ -251,7 +262,9 @@ class StepBreakdown(L.Callback):
 
     def _forward_starts(self, module: Any, args: Any) -> None:
         if self._call_start is not None:  # the call's first forward: after DDP's broadcast
-            self.clock.add("comm_wait_s", self._call_start, self.clock.mark())
+            end = self.clock.mark()
+            self.clock.add("comm_wait_s", self._call_start, end)
+            self.clock.add("broadcast", self._call_start, end, step=self._step)
             self._call_start = None
 
     # the timed loop --------------------------------------------------------------------
@@ -280,10 +293,11 @@ class StepBreakdown(L.Callback):
         if self._counting:
             self._synced += 1
         if self._counting and self._params:
-            if self._ready is not None:
-                self.clock.add("comm_wait_s", self._ready, self.clock.mark(), per_step=True)
-            else:  # no gradient this step (a frozen pass): keep the steps aligned
-                self.clock.skip_step()
+            if self._ready is not None:  # else no gradient this step: its slot stays NaN
+                end = self.clock.mark()
+                self.clock.add("comm_wait_s", self._ready, end)
+                self.clock.add("gradient", self._ready, end, step=self._step)
+            self._step += 1
         self._ready = None
 
     def _settle_last_gradient(self) -> None:
@@ -317,7 +331,7 @@ class StepBreakdown(L.Callback):
         self._fetch_start = None  # the fetcher's last, empty call ends the epoch
         self.clock.settle()  # the TimingCallback synchronised the device just before
         self.committed = dict(self.clock.totals)
-        self.committed_steps = self.clock.n_steps
+        self.committed_steps = self._step
         self.committed_synced = self._synced
 
     # calibration ---------------------------------------------------------------------
@@ -334,27 +348,24 @@ class StepBreakdown(L.Callback):
 
     # after training, on every rank ---------------------------------------------------
     def reduce_steps(self, trainer: L.Trainer) -> None:
-        """Per step, the least gradient communication wait over the ranks (one all-reduce
-        MIN of the per-step buffer): the rank whose last gradient came last waited for nobody,
-        so that minimum is the step's exposed all-reduce, and each rank's excess over it is
-        its wait for slower ranks. A collective: every rank calls it, before the gather."""
-        n_local = min(self.committed_steps, len(self.clock.steps))
+        """Per step and collective, the least wait over the ranks (one all-reduce MIN of the
+        per-step series): the rank that arrived last at a collective waited for nobody there,
+        so the sum of those minima is the step's exposed communication, and each rank's
+        excess over it is its wait for slower ranks, in whichever collective it waited. A
+        collective: every rank calls it, before the gather."""
+        n_local = min(self.committed_steps, MAX_STEP_RECORDS)
         if not self._params or trainer.world_size <= 1 or n_local <= 0:
             return
         import torch.distributed as dist
 
         device = trainer.strategy.root_device
         count = torch.tensor([float(n_local)], dtype=torch.float64, device=device)
-        dist.all_reduce(count, op=dist.ReduceOp.MIN)  # every rank's buffer holds these steps
+        dist.all_reduce(count, op=dist.ReduceOp.MIN)  # every rank's series hold these steps
         n = int(count.item())
-        mine = self.clock.steps[:n]
+        mine = np.stack([self.clock.steps[key][:n] for key in COLLECTIVES])
         least = torch.from_numpy(np.where(np.isfinite(mine), mine, np.inf)).to(device)
         dist.all_reduce(least, op=dist.ReduceOp.MIN)
-        exposed = least.cpu().numpy()
-        both = np.isfinite(mine) & np.isfinite(exposed)
-        if not both.any():
-            return
-        self.step_waits = step_wait_stats(mine[both], exposed[both])
+        self.step_waits = step_wait_stats(mine, least.cpu().numpy())
 
     def mine(self, rank_steady_s: float | None, steady_steps: int | None) -> dict[str, Any]:
         """This rank's share of the end-of-run gather: per-step figures over the complete
@@ -396,7 +407,7 @@ class StepBreakdown(L.Callback):
                 self.cfg,
                 self.faults,
                 self._set_probe,
-                step_estimate_s=_slowest_compute(self.gathered),
+                pass_estimate_s=_pass_estimate(self.gathered, self.passes_per_step),
             )
         except Exception as exc:  # a peer that died, a collective that failed
             part = {
@@ -413,13 +424,16 @@ class StepBreakdown(L.Callback):
         return part
 
 
-def _slowest_compute(gathered: Any) -> float | None:
-    """The slowest rank's compute per training step (forward, backward and the optimizer
-    step; the same on every rank, from the gather), or None where it is not known."""
+def _pass_estimate(gathered: Any, passes_per_step: int) -> float | None:
+    """One forward+backward pass (a micro-batch: what a calibration pass runs) estimated from
+    the slowest rank's compute per optimizer step, which covers ``passes_per_step`` of them
+    and the optimizer step (the same on every rank, from the gather); None where not known."""
     per_rank = getattr(gathered, "per_rank", None) or []
     times = [(p.get("diagnosis") or {}).get("compute_s") for p in per_rank]
     known = [t for t in times if isinstance(t, float) and t > 0]
-    return max(known) if known and len(known) == len(times) else None
+    if not known or len(known) != len(times):
+        return None
+    return max(known) / max(1, passes_per_step)
 
 
 def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:
@@ -444,11 +458,25 @@ def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:
     return True
 
 
-def step_wait_stats(mine: np.ndarray, exposed: np.ndarray) -> dict[str, Any]:
-    """This rank's per-step gradient communication waits against each step's least wait
-    over the ranks (its exposed all-reduce): their means, and standard errors over steps."""
-    n = len(mine)
-    wait = mine - exposed
+def step_wait_stats(mine: np.ndarray, least: np.ndarray) -> dict[str, Any] | None:
+    """This rank's per-step communication waits against each step's least wait over the
+    ranks. ``mine`` and ``least`` are (collective, step) arrays in :data:`COLLECTIVES` order,
+    NaN (``least``: inf) where a step had no such interval. A step counts where its gradient
+    all-reduce was timed on every rank; a collective that did not run in it adds nothing.
+
+    Returns the means over those steps of the exposed communication (the sum over
+    collectives of the least wait) and of this rank's wait for others (its total less the
+    exposed), with standard errors over steps, and each collective's share; None where no
+    step counts."""
+    least = np.where(np.isfinite(least), least, np.nan)
+    counted = np.isfinite(mine[0]) & np.isfinite(least[0])
+    n = int(counted.sum())
+    if n == 0:
+        return None
+    mine_c = np.nan_to_num(mine[:, counted])
+    least_c = np.nan_to_num(least[:, counted])
+    exposed = least_c.sum(axis=0)
+    wait = mine_c.sum(axis=0) - exposed
 
     def se(values: np.ndarray) -> float | None:
         return float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else None
@@ -459,6 +487,13 @@ def step_wait_stats(mine: np.ndarray, exposed: np.ndarray) -> dict[str, Any]:
         "exposed_se_s": se(exposed),
         "wait_s": float(wait.mean()),
         "wait_se_s": se(wait),
+        "by_collective": {
+            key: {
+                "exposed_s": float(least_c[i].mean()),
+                "wait_s": float((mine_c[i] - least_c[i]).mean()),
+            }
+            for i, key in enumerate(COLLECTIVES)
+        },
     }
 
 
@@ -475,13 +510,16 @@ def calibrate(
     faults: FaultsConfig | None = None,
     set_probe: Callable[[Callable[[], None] | None], bool] | None = None,
     *,
-    step_estimate_s: float | None = None,
+    pass_estimate_s: float | None = None,
 ) -> dict[str, Any]:
     """The calibration windows (all ranks). Returns this rank's ``calibration`` part.
 
-    Where training's own steps (``step_estimate_s``: the slowest rank's compute per step,
-    which every rank has from the gather) already show that one pair of one-pass windows
-    would exceed the budget, nothing runs: not even the trial pass.
+    The budget is checked per pass, one micro-batch's forward and backward, which is what a
+    window repeats: first against ``pass_estimate_s`` (the slowest rank's compute per step
+    divided by its micro-batches, which every rank has from the gather), so that where
+    training's own steps already show one pair of one-pass windows would exceed the budget,
+    nothing runs, not even the trial pass; then against the trial pass itself. The part's
+    ``budget_basis`` says which decided.
 
     Order of events, so that no rank can wait for another that will never come:
 
@@ -508,9 +546,9 @@ def calibrate(
         return skipped(SKIPPED_ONE_DEVICE)
     if not isinstance(model, DistributedDataParallel):
         return skipped(f"not trained under DDP ({type(model).__name__})")
-    too_long = pair_exceeds_budget(step_estimate_s, cfg.calibration_budget_s)
+    too_long = pair_exceeds_budget(pass_estimate_s, cfg.calibration_budget_s)
     if too_long is not None:
-        return skipped(too_long)
+        return {**skipped(too_long), "budget_basis": BUDGET_FROM_STEPS}
     # Ranks that cannot calibrate at all say so in the agreement below, with the others.
     loss_of = _loss_function(pl_module) if batch is not None else "no training batch was seen"
     if faults is not None and faults.exit_rank == trainer.global_rank:
@@ -521,9 +559,16 @@ def calibrate(
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     precision = trainer.strategy.precision_plugin
 
+    synced_passes = 0
+    raises_in_window = faults is not None and faults.window_error_rank == trainer.global_rank
+
     def one_pass(grad_sync: bool) -> None:
+        nonlocal synced_passes
         assert not isinstance(loss_of, str)
         pl_module.zero_grad(set_to_none=True)
+        synced_passes += grad_sync
+        if raises_in_window and synced_passes == 2:
+            raise RuntimeError("injected by faults.window_error_rank")
         # As in a training step: the precision plugin's autocast around the forward.
         with precision.train_step_context(), _forward_as(pl_module, lambda: loss_of(batch)):
             if grad_sync:
@@ -598,16 +643,23 @@ def calibrate(
                 pass_s, cfg.calibration_steps, cfg.calibration_windows, cfg.calibration_budget_s
             )
             if windows == 0:  # every rank decides alike: the same reduced pass time
-                return skipped(
-                    f"one pair of windows ({2 * pass_s:.2g} s) would exceed "
-                    f"diagnosis.calibration_budget_s ({cfg.calibration_budget_s:g} s)"
-                )
+                return {
+                    **skipped(
+                        f"one pair of windows ({2 * pass_s:.2g} s) would exceed "
+                        f"diagnosis.calibration_budget_s ({cfg.calibration_budget_s:g} s)"
+                    ),
+                    "budget_basis": BUDGET_FROM_TRIAL,
+                }
             # No untimed DDP pass: training has just run this very path, warm.
             times: dict[bool, list[tuple[float, float | None]]] = {False: [], True: []}
-            for w in range(windows):
-                for grad_sync in (False, True) if w % 2 == 0 else (True, False):
+            order = [s for w in range(windows) for s in ((False, True), (True, False))[w % 2]]
+            for n, grad_sync in enumerate(order, 1):
+                try:
                     trainer.strategy.barrier("scalescope-calibration")
                     times[grad_sync].append(window(grad_sync, k))
+                except Exception as exc:
+                    where = f"calibration window {n} of {len(order)} ({_KIND[grad_sync]})"
+                    return skipped(_leave_after_failure(trainer, where, exc), "failed")
         finally:
             pl_module.zero_grad(set_to_none=True)
             if set_probe is not None:
@@ -618,6 +670,8 @@ def calibrate(
         "reason": None,
         "steps": k,
         "windows": windows,
+        "budget_basis": BUDGET_FROM_TRIAL,
+        "pass_s": pass_s,
         "fwd_bwd_windows_s": [t for t, _ in times[False]],
         "fwd_bwd_sync_windows_s": [t for t, _ in times[True]],
         # None where the last gradient could not be marked in every pass
@@ -626,14 +680,58 @@ def calibrate(
     }
 
 
-def pair_exceeds_budget(step_estimate_s: float | None, budget_s: float) -> str | None:
-    """Why no calibration runs, where training's steps (``step_estimate_s`` a pass) already
-    show one pair of one-pass windows exceeds ``budget_s``; None where it may fit."""
-    if step_estimate_s is None or 2 * step_estimate_s <= budget_s:
+BUDGET_FROM_STEPS = "one pass from the training steps"
+"""``budget_basis``: the training steps' compute per micro-batch decided (nothing ran)."""
+BUDGET_FROM_TRIAL = "the trial pass"
+"""``budget_basis``: the timed trial pass decided (the slowest rank's)."""
+
+
+_KIND = {False: "no_sync", True: "synced"}
+_FAILURE_KEY = "scalescope/calibration_failure"
+
+
+def _leave_after_failure(trainer: L.Trainer, where: str, exc: Exception) -> str:
+    """A pass raised inside a window, here or on a peer: the reason, after leaving the
+    process group so that no rank waits in a collective its peers will never join.
+
+    The ranks may now be in different collectives (the failing rank left a pass whose
+    all-reduce its peers are inside), which would hang until the collective timeout or
+    mismatch. So the first rank to fail posts its reason in the rendezvous store (outside the
+    process group) and aborts its process group: its peers' collectives then fail at once,
+    they read that reason and abort theirs. Every later step skips collectives (none is
+    initialised), rank 0 writes its record with the reason, and every rank ends."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    mine = f"{where} failed on rank {trainer.global_rank}: {type(exc).__name__}: {_first_line(exc)}"
+    reason = mine
+    try:
+        store = c10d._get_default_store()
+        if store.check([_FAILURE_KEY]):  # a peer failed first: this is the consequence
+            reason = store.get(_FAILURE_KEY).decode()
+        else:
+            store.set(_FAILURE_KEY, mine)
+    except Exception:  # no store (or it is gone with a peer): this rank's own words
+        pass
+    if dist.is_initialized():
+        abort = getattr(c10d, "_abort_process_group", None)
+        if abort is not None:
+            abort()
+        else:  # pragma: no cover - older torch
+            dist.destroy_process_group()
+    return reason
+
+
+def pair_exceeds_budget(pass_estimate_s: float | None, budget_s: float) -> str | None:
+    """Why no calibration runs, where training's steps (``pass_estimate_s`` a pass, one
+    micro-batch) already show one pair of one-pass windows exceeds ``budget_s``; None
+    where it may fit."""
+    if pass_estimate_s is None or 2 * pass_estimate_s <= budget_s:
         return None
     return (
-        f"one pair of windows (about {2 * step_estimate_s:.2g} s, from the training steps) "
-        f"would exceed diagnosis.calibration_budget_s ({budget_s:g} s)"
+        f"one pair of one-pass windows (about {2 * pass_estimate_s:.2g} s, from the training "
+        f"steps' compute per micro-batch) would exceed diagnosis.calibration_budget_s "
+        f"({budget_s:g} s)"
     )
 
 

@@ -366,10 +366,14 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         )
 
         def gather(trainer: Any) -> Any:
-            """The end-of-run gather of every rank's timings (a collective)."""
+            """The end-of-run gather of every rank's timings and the user-module measures'
+            counts (collectives), before the calibration, which may leave the group."""
             if cfg.faults.exit_rank == trainer.global_rank and cfg.faults.exit_at == "gather":
                 os._exit(1)
-            return agree(trainer, timing.t, node, diag.mine(trainer) if diag else None)
+            agreed = agree(trainer, timing.t, node, diag.mine(trainer) if diag else None)
+            if measures is not None:
+                measures.counted = measures.counter.agree(trainer)
+            return agreed
 
         if diag is not None:
             diag.breakdown.gather = gather
@@ -427,8 +431,6 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
         # Gathered at training's end (before the diagnosis' calibration) when training
         # ended there; here when it stopped early.
         agreed = (diag.breakdown.gathered if diag is not None else None) or gather(trainer)
-        if measures is not None:
-            measures.counted = measures.counter.agree(trainer)  # a collective: every rank
         result = None
         if topo.is_rank_zero:
             if measures is not None and measures.probe is not None and measures.probe.problem:
@@ -648,7 +650,13 @@ class _Diagnosis:
             timings=timing.t,
             faults=cfg.faults,
         )
-        return cls(before, StepBreakdown(cfg.diagnosis, timing.t, cfg.faults), cfg)
+        breakdown = StepBreakdown(
+            cfg.diagnosis,
+            timing.t,
+            cfg.faults,
+            passes_per_step=resolve_batch(cfg.trainer, topo.world_size).accumulate_grad_batches,
+        )
+        return cls(before, breakdown, cfg)
 
     def before_timing(self) -> list[Any]:
         return [self.before]

@@ -9,7 +9,9 @@ right cause:
   inside the fetch Lightning does between two training calls (where a slow data set would
   block), so it is input wait, not compute;
 * ``slow_rank`` / ``slow_rank_sleep_s`` -- one straggler: that rank sleeps in every optimizer
-  step and the others wait for it in the next gradient all-reduce;
+  step and the others wait for it in the next gradient all-reduce; ``slow_rank_at`` moves
+  the sleep into that rank's batch fetch (a slower loader: for a module with buffers its
+  peers wait in DDP's buffer broadcast) or into its module's forward;
 * ``rotating_sleep_s`` -- per-step stragglers: in each step one rank sleeps, a different one
   each step (each rank once in every world-size steps, in a seeded random order), so no rank
   is slower on average while the others wait in every step;
@@ -50,10 +52,17 @@ class FaultInjection(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         f = self.faults
         self._sleep_s = f.step_sleep_s
-        if f.slow_rank is not None and f.slow_rank == trainer.global_rank:
+        slow = f.slow_rank is not None and f.slow_rank == trainer.global_rank
+        if slow and f.slow_rank_at == "step":
             self._sleep_s += f.slow_rank_sleep_s
-        if f.input_sleep_s > 0:
-            _slow_fetches(trainer, f.input_sleep_s)
+        fetch_s = f.input_sleep_s + (
+            f.slow_rank_sleep_s if slow and f.slow_rank_at == "input" else 0
+        )
+        if fetch_s > 0:
+            _slow_fetches(trainer, fetch_s)
+        if slow and f.slow_rank_at == "forward":
+            seconds = f.slow_rank_sleep_s
+            _slow_forward(trainer, seconds)
         if f.allreduce_delay_s > 0 or f.overlap_burn_s > 0 or f.emulates_network:
             _hook_allreduce(trainer, f)
 
@@ -95,6 +104,17 @@ def _slow_fetches(trainer: L.Trainer, seconds: float) -> None:
         return base.__next__(self)
 
     fetcher.__class__ = type(f"Slow{base.__name__}", (base,), {"__next__": __next__})
+
+
+def _slow_forward(trainer: L.Trainer, seconds: float) -> None:
+    """Sleep at the start of every training call's forward, after DDP's buffer broadcast:
+    the module DDP wraps (Lightning's wrapper, which calls training_step) sleeps first. A
+    1-device run has no DDP wrapper: the LightningModule itself is hooked."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = trainer.strategy.model
+    inner = model.module if isinstance(model, DistributedDataParallel) else trainer.lightning_module
+    inner.register_forward_pre_hook(lambda _module, _args: time.sleep(seconds))
 
 
 def _hook_allreduce(trainer: L.Trainer, faults: FaultsConfig) -> None:
