@@ -107,6 +107,9 @@ class RunParts:
     inside compute)."""
     reason: str = ""
     """Why nothing is recorded ('' when the breakdown is there)."""
+    overlap_note: str = ""
+    """Why a measured overlap slowdown was left inside compute (its interval over the
+    calibration's pairs of windows includes 0, or lies below it); '' otherwise."""
     comm_reason: str = ""
     """Why exposed communication is not recorded ('' when it is, or is 0 on one device)."""
     jitter_reason: str = ""
@@ -250,11 +253,9 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
     )
     own_typ, own_slow = float(typ["own_s"]), float(slow["own_s"])
     wait = _opt_num(typ, "wait_s")
-    overlap = (
-        _opt_num(calibration, "overlap_slowdown_s")
-        if calibration.get("status") == "measured" and world_size > 1
-        else (0.0 if world_size <= 1 else math.nan)
-    )
+    overlap, overlap_note = overlap_slowdown(calibration, world_size)
+    if overlap_note:  # folded into compute: the calibration's estimate keeps it too
+        calibrated = _calibrated_without_overlap(calibration, calibrated)
     compute = float(typ["compute_s"]) - (overlap if math.isfinite(overlap) else 0.0)
     jitter, jitter_reason, source = math.nan, "", ""
     if world_size <= 1:
@@ -291,6 +292,7 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
         input_step_s=float(typ["input_wait_s"]),
         compute_step_s=compute,
         overlap_step_s=overlap,
+        overlap_note=overlap_note,
         skew_step_s=skew_s,
         jitter_step_s=jitter,
         comm_step_s=comm,
@@ -312,6 +314,50 @@ def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) ->
         bucket_bytes=_buckets(allreduce),
         gradient_bytes=_opt_num(allreduce, "gradient_bytes"),
     )
+
+
+OVERLAP_WITHIN_NOISE = "within noise"
+OVERLAP_BELOW_ZERO = "below zero beyond its noise"
+
+
+def overlap_slowdown(calibration: Mapping[str, Any], world_size: int) -> tuple[float, str]:
+    """The overlap slowdown to take out of compute (seconds per step), and '' -- or NaN
+    (left inside compute) and why.
+
+    It is a difference of two timings per pair of calibration windows (synced minus no_sync
+    time to the last gradient), so it is only taken out where its Student-t 95% interval over
+    the pairs lies above 0. An interval that includes 0 is noise, not a slowdown; one below 0
+    would say the all-reduce beside backward sped it up, which is a disagreement between the
+    windows, not a gain: neither is subtracted from anything. One pair: no interval, kept."""
+    if world_size <= 1:
+        return 0.0, ""
+    if calibration.get("status") != "measured":
+        return math.nan, ""
+    value = _opt_num(calibration, "overlap_slowdown_s")
+    diffs = calibration.get("overlap_diffs_s")
+    if math.isnan(value) or not isinstance(diffs, list):
+        return value, ""
+    s = summarize([d for d in diffs if finite_number(d) is not None])
+    if s.n < 2 or s.ci_low > 0:
+        return value, ""
+    span = f"{1e3 * s.mean:.2g} ms [{1e3 * s.ci_low:.2g}, {1e3 * s.ci_high:.2g}] over {s.n} pairs"
+    if s.ci_high < 0:
+        return math.nan, (
+            f"{OVERLAP_BELOW_ZERO} ({span}): the calibration's synced passes reached their last "
+            "gradient sooner than its no_sync ones, so those windows disagree; left inside compute"
+        )
+    return math.nan, f"{OVERLAP_WITHIN_NOISE} ({span}): left inside compute"
+
+
+def _calibrated_without_overlap(calibration: Mapping[str, Any], calibrated: float) -> float:
+    """The calibration's exposed all-reduce with a folded overlap slowdown not subtracted
+    (the median over pairs of the recorded differences plus each pair's slowdown)."""
+    paired, overlap = calibration.get("paired_diffs_s"), calibration.get("overlap_diffs_s")
+    if not (isinstance(paired, list) and isinstance(overlap, list)) or len(paired) != len(overlap):
+        return calibrated
+    sums = [finite_number(a) for a in paired], [finite_number(b) for b in overlap]
+    whole = [a + b for a, b in zip(*sums, strict=True) if a is not None and b is not None]
+    return summarize(whole).median if whole else calibrated
 
 
 def _buckets(allreduce: Mapping[str, Any]) -> tuple[int, ...]:
@@ -379,6 +425,7 @@ WATERFALL_COLUMNS = [
     "lost_pts_ci_high",
     *(f"{p}_pts_{s}" for p in PARTS for s in ("mean", "ci_low", "ci_high", "n")),
     "comm_note",
+    "overlap_note",
     "t_s",
     *(f"{c}_s" for c in COMPONENTS),
     "step_s",
@@ -543,7 +590,9 @@ def waterfall(
             row["comm_note"] = _first([p.comm_reason for p in recorded]) or (
                 "" if is_base else _first([p.comm_reason for p in base_parts if p.recorded])
             )
-            row["t_s"] = finite_mean([p.t_s for _, p in these])
+            row["overlap_note"] = _first([p.overlap_note for p in recorded])
+            # The step chart's columns from the same runs as the points (``used``).
+            row["t_s"] = finite_mean([p.t_s for _, p in used])
             for c in COMPONENTS:
                 row[f"{c}_s"] = finite_mean([p.per_sample(c) for p in recorded])
             batch = row["per_device_batch_size"]
@@ -765,8 +814,11 @@ def finding(r: Mapping[str, Any]) -> str:
     if small:
         said.append(f"under {MINOR_PTS:g} point each: {', '.join(small)}")
     notes = {"comm": r["comm_note"], "jitter": r["jitter_note"]}
+    folded = str(r.get("overlap_note") or "")
     said += [
-        f"{LABELS[c]}: {NOT_RECORDED}" + (f" ({notes[c]})" if notes.get(c) else "")
+        f"{LABELS[c]}: {folded}"
+        if c == "overlap" and folded
+        else f"{LABELS[c]}: {NOT_RECORDED}" + (f" ({notes[c]})" if notes.get(c) else "")
         for c in COMPONENTS
         if not math.isfinite(r[f"{c}_pts_mean"])
     ]
@@ -804,19 +856,51 @@ UNEXPLAINED_NOTE_PTS = 5.0
 called out: the parts do not account for the loss that well."""
 
 
-def unexplained_notes(wf: Waterfall) -> list[str]:
-    """Sentences for "Read this first": scale points whose unexplained remainder (or its
-    interval) reaches beyond :data:`UNEXPLAINED_NOTE_PTS`."""
-    out = []
+def diagnosis_notes(wf: Waterfall) -> list[str]:
+    """Sentences for "Read this first" about the breakdown: scale points whose unexplained
+    remainder reaches far, whose overlap slowdown lies below zero beyond its noise (a
+    measurement that disagrees), or whose communication comes from the older method."""
+    return [*_unexplained_notes(wf), *_disagreement_notes(wf), *_older_method_notes(wf)]
+
+
+def _scaled_recorded(wf: Waterfall) -> list[Mapping[str, Any]]:
     t = wf.table
-    for _, r in t[(~t["is_baseline"]) & (t["status"] == "recorded")].iterrows():
+    return [r for _, r in t[(~t["is_baseline"]) & (t["status"] == "recorded")].iterrows()]
+
+
+def _where(r: Mapping[str, Any]) -> str:
+    return f"{r['series']} at {r['nodes']}x{r['devices_per_node']}"
+
+
+def _disagreement_notes(wf: Waterfall) -> list[str]:
+    return [
+        f"{_where(r)}: the overlap slowdown is {r['overlap_note']}; trust the per-step parts, "
+        "and rerun the calibration (diagnosis.calibration_windows) if it matters."
+        for r in _scaled_recorded(wf)
+        if str(r.get("overlap_note") or "").startswith(OVERLAP_BELOW_ZERO)
+    ]
+
+
+def _older_method_notes(wf: Waterfall) -> list[str]:
+    return [
+        f"{_where(r)}: exposed communication comes from the calibration windows (records made "
+        "before per-step waits), which count a rank that is slower in every pass as "
+        "communication too; a run with this version measures it from every step."
+        for r in _scaled_recorded(wf)
+        if "calibration" in str(r.get("comm_source") or "").split("/")
+    ]
+
+
+def _unexplained_notes(wf: Waterfall) -> list[str]:
+    out = []
+    for r in _scaled_recorded(wf):
         mean, low, high = (r[f"remainder_pts_{k}"] for k in ("mean", "ci_low", "ci_high"))
         if not math.isfinite(mean):
             continue
         reach = max(abs(v) for v in (mean, low, high) if math.isfinite(v))
         if reach <= UNEXPLAINED_NOTE_PTS:
             continue
-        where = f"{r['series']} at {r['nodes']}x{r['devices_per_node']}"
+        where = _where(r)
         interval = f" [{_whole(low)}, {_whole(high)}]" if math.isfinite(low) else ""
         out.append(
             f"{where}: {_whole(mean)} points{interval} of the lost efficiency are unexplained "

@@ -946,7 +946,7 @@ def analyze(
     from .diagnosis import waterfall  # it builds on this module's grouping and baselines
 
     falls = waterfall(runs, baseline=baseline, confidence=confidence)
-    from .diagnosis import unexplained_notes
+    from .diagnosis import diagnosis_notes
 
-    notes += unexplained_notes(falls)
+    notes += diagnosis_notes(falls)
     return Analysis(groups, scaling, amdahl, notes, precision, falls)

@@ -482,7 +482,8 @@ def _points(r: Any, part: str) -> str:
 
     mean = r[f"{part}_pts_mean"]
     if _nan(mean):
-        return NOT_RECORDED
+        folded = str(r.get("overlap_note") or "") if part == "overlap" else ""
+        return folded.split(" (", 1)[0] if folded else NOT_RECORDED
     low, high = r[f"{part}_pts_ci_low"], r[f"{part}_pts_ci_high"]
     ci = "" if _nan(low) or _nan(high) else f" [{_one(low)}, {_one(high)}]"
     return f"{_one(mean)}{ci}"
@@ -550,11 +551,13 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         "went, read from the typical rank: part = 100 x (run's seconds per sample - "
         "baseline's) / run's seconds per sample; unexplained = lost - the parts, so they add "
         "up. Negative: a gain. 95% CI: Student-t over the repeats (n >= 2).",
-        "Exposed comm: per step, the least gradient wait of any rank (the last rank to "
-        "finish backward waits for the all-reduce alone); rank skew and rotating stragglers: "
+        "Exposed comm: per step and collective (the gradient all-reduce, and the buffer "
+        "broadcast for modules with buffers), the least wait of any rank (the last rank to "
+        "arrive waits for the collective alone); rank skew and rotating stragglers: "
         "the typical rank's wait beyond it, for one persistently slower rank and for a "
         "different slow rank each step. Comm overlap: backward slowed by the all-reduce "
-        "running beside it (calibration windows), taken out of compute. Compute/sample "
+        "running beside it (calibration windows), taken out of compute where its interval "
+        "over the windows lies above 0 (else 'within noise', left in compute). Compute/sample "
         "includes DDP's framework overhead against a 1-device baseline.",
         "Comm hidden: share of the all-reduce predicted from busbw and the gradient bytes "
         "that was not exposed. 'not recorded': the run has no breakdown "

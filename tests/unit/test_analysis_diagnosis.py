@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from analysis.diagnosis import (
     PARTS,
     attribute,
     chart_slugs,
+    finding,
     findings,
     hidden_share,
     run_parts,
@@ -624,6 +626,23 @@ def test_repeats_without_a_breakdown_are_left_out_of_the_parts_only(tmp_path: Pa
     assert table is not None and table.frame.iloc[0]["n (breakdown)"] == "4 (3)"
 
 
+def test_the_step_chart_comes_from_the_runs_its_points_do(tmp_path: Path) -> None:
+    """A repeat without a breakdown, and much slower: the step chart's step time is the mean
+    over the three runs with one, as the points are, so the parts fill the step exactly (on
+    the typical rank's clock they are its whole step: nothing is left as 'other'). Mixing
+    the fourth run in made the step 15% longer than its parts."""
+    records = pattern_records("input")
+    records.append(diag_record("29", 2, with_diagnosis=False, jitter=1.6, **PATTERNS["input"]))
+    analysis = analyze(runs_of(tmp_path, records))
+    assert analysis.waterfall is not None
+    row = scaled_row(analysis.waterfall.table)
+    with_parts = [r for r in records if r.identity.world_size == 2 and r.diagnosis]
+    assert len(with_parts) == 3
+    by_hand = statistics.mean(1 / r.steady_samples_per_s_per_device for r in with_parts)
+    assert row["t_s"] == pytest.approx(by_hand)
+    assert row["other_step_s"] == pytest.approx(0.0, abs=1e-12)
+
+
 # --- not recorded -------------------------------------------------------------------------------
 
 
@@ -751,3 +770,70 @@ def test_an_overlap_slowdown_is_taken_out_of_compute() -> None:
         },
     )
     assert math.isnan(a["overlap"]) and math.isfinite(a["remainder"])
+
+
+def _with_overlap_pairs(paired_ms: list[float], overlap_ms: list[float]) -> dict[str, Any]:
+    """A 2-rank breakdown whose calibration has these pairs of windows: each pair's
+    exposed all-reduce (synced - no_sync, the overlap already taken out) and overlap."""
+    d = make_diagnosis(2, batch=128, input_s=0.002, compute_s=0.05, exposed_s=0.001)
+    paired, overlap = [v / 1e3 for v in paired_ms], [v / 1e3 for v in overlap_ms]
+    d["calibration"].update(
+        paired_diffs_s=paired,
+        exposed_comm_s=statistics.median(paired),
+        overlap_diffs_s=overlap,
+        overlap_slowdown_s=statistics.median(overlap),
+    )
+    return d
+
+
+def test_an_overlap_slowdown_within_its_noise_is_folded_not_subtracted() -> None:
+    """Pairs of 0.25, 0.11, 0.69 and 0.46 ms: mean 0.3775 ms, standard deviation 0.2532 ms,
+    t(0.975, 3) = 3.182, so the 95% interval is 0.3775 -/+ 0.403 ms: it includes 0. The
+    slowdown is noise: it stays inside compute, and the calibration's exposed all-reduce no
+    longer has it subtracted (each pair's 1.0 ms plus its overlap: median 1.355 ms)."""
+    d = _with_overlap_pairs([1.0, 1.0, 1.0, 1.0], [0.25, 0.11, 0.69, 0.46])
+    p = run_parts(d, 128 / 0.053, 2)
+    assert math.isnan(p.overlap_step_s)
+    assert p.overlap_note.startswith("within noise (0.38 ms [-0.025, 0.78] over 4 pairs)")
+    assert p.compute_step_s == pytest.approx(0.05)  # nothing taken out
+    assert p.calibration_comm_s == pytest.approx(0.001355)
+
+
+def test_an_overlap_slowdown_beyond_its_noise_is_taken_out_of_compute() -> None:
+    d = _with_overlap_pairs([1.0, 1.0, 1.0], [30.0, 31.0, 29.0])
+    p = run_parts(d, 128 / 0.053, 2)
+    assert p.overlap_step_s == pytest.approx(0.030) and p.overlap_note == ""
+    assert p.compute_step_s == pytest.approx(0.020)
+    assert p.calibration_comm_s == pytest.approx(0.001)
+    one = _with_overlap_pairs([1.0], [0.2])  # one pair: no interval to judge it by
+    assert run_parts(one, 128 / 0.053, 2).overlap_step_s == pytest.approx(0.0002)
+
+
+def test_a_negative_overlap_beyond_its_noise_is_named_as_a_disagreement(tmp_path: Path) -> None:
+    """The synced windows reached their last gradient 10 ms sooner, consistently: not a gain
+    communication gave backward but windows that disagree. It is folded, never subtracted
+    from communication, and "Read this first" names the measurement."""
+    d = _with_overlap_pairs([1.0, 1.0, 1.0], [-10.0, -11.0, -9.0])
+    p = run_parts(d, 128 / 0.053, 2)
+    assert math.isnan(p.overlap_step_s) and p.compute_step_s == pytest.approx(0.05)
+    assert p.overlap_note.startswith("below zero beyond its noise (-10 ms")
+    records = pattern_records("overlap", overlap_s=-0.010)
+    for r in records:
+        if r.diagnosis and r.identity.world_size == 2:
+            r.diagnosis["calibration"]["overlap_diffs_s"] = [-0.010, -0.011, -0.009]
+    analysis = analyze(runs_of(tmp_path, records))
+    (note,) = [n for n in analysis.notes if "overlap slowdown" in n]
+    assert note.startswith("spiral · strong · fp32 at 1x2: the overlap slowdown is below zero")
+    assert "the calibration's synced passes reached their last gradient sooner" in note
+    assert analysis.waterfall is not None
+    row = scaled_row(analysis.waterfall.table)
+    assert math.isnan(row["overlap_pts_mean"])
+    assert "communication overlapping backward: below zero beyond its noise" in finding(row)
+
+
+def test_records_whose_communication_comes_from_the_calibration_say_so(tmp_path: Path) -> None:
+    analysis = analyze(runs_of(tmp_path, pattern_records("comm", step_waits=False)))
+    (note,) = [n for n in analysis.notes if "calibration windows" in n]
+    assert note.startswith("spiral · strong · fp32 at 1x2: exposed communication comes from")
+    fresh = analyze(runs_of(tmp_path / "new", pattern_records("comm")))
+    assert not [n for n in fresh.notes if "calibration windows" in n]
