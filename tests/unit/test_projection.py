@@ -103,6 +103,9 @@ def test_rebucketing_keeps_every_byte_and_a_small_first_bucket(total: float, cap
 def test_the_model_reproduces_its_anchor(
     compute: float, comm: float, wait: float, other: float, busbw: float, batch: int, mode: str
 ) -> None:
+    """By construction (the fit puts what its parts leave of the anchor's step into
+    ``other``, which is not negative here): asserted once, here, as the contract that the
+    projection starts from the measured point."""
     pts, base = series(
         mode=mode, compute=compute, comm=comm, wait=wait, other=other, busbw=busbw, batch=batch
     )
@@ -175,7 +178,7 @@ def test_the_interval_holds_the_central_value_and_one_point_is_wider() -> None:
     pts2 = [*one_pts, four]
     fit2 = fit_series(pts2, base, "weak")
     rows2 = project_points(fit2, pts2, base, "weak", [(1, 16)], draws=300)
-    for r in (*rows1, *rows2):
+    for r in (*rows1, *rows2):  # by construction (the band's min/max): asserted here only
         assert r["efficiency_low"] <= r["efficiency"] <= r["efficiency_high"], r
     width1 = rows1[0]["efficiency_high"] - rows1[0]["efficiency_low"]
     width2 = rows2[0]["efficiency_high"] - rows2[0]["efficiency_low"]
