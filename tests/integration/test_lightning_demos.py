@@ -3,15 +3,18 @@
 
 Each yields one record with the batch its loaders really yielded (batches of 1: the demos'
 DataLoaders use the default batch size, whatever trainer.batch_size says), the samples it
-counted and a finite throughput; a stream without a length trains when bounded and is
-refused, in one line, when nothing bounds it.
+counted and a finite throughput; a stream without a length trains, bounded by
+``trainer.max_steps`` or by its own end, as Lightning trains it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from core_helpers import TrainRun, run_demo, run_train
+
+from scalescope.config import WARMUP_AUTO_MAX_STEPS
 
 QUIET = ("tracking.mode='off'", "trainer.devices=2")
 
@@ -52,16 +55,20 @@ def test_a_stream_without_a_length_trains_when_bounded(tmp_path: Path) -> None:
     assert "warning: the 2 ranks' first training batches were identical" in run.stdout
 
 
-def test_a_stream_nothing_bounds_is_one_line_naming_the_key(tmp_path: Path) -> None:
-    run = run_demo(tmp_path, "BoringModel", "BoringDataModuleNoLen")
-    assert run.returncode == 2, run.describe()
-    lines = run.stderr.strip().splitlines()
-    assert lines == [
-        "scalescope train: error: the training loader has no length (an iterable data set) "
-        "and nothing bounds an epoch of it: set trainer.max_steps (or "
-        "trainer.limit_train_batches)"
-    ], run.stderr
-    assert not run.results() and not list(tmp_path.rglob("result.json"))
+def test_a_finite_stream_nothing_bounds_trains_as_lightning_does(tmp_path: Path) -> None:
+    """Lightning's BoringDataModuleNoLen, unmodified and unbounded: each epoch ends when its
+    stream does (512 samples, batches of 1, the same stream on both ranks), the warm-up is the
+    first epoch, and the output says how such a loader is bounded."""
+    run = run_demo(tmp_path, "BoringModel", "BoringDataModuleNoLen", "trainer.max_epochs=3")
+    r = _record(run)
+    assert r.epochs == 3 and r.steps == 3 * 512 and r.steps_per_epoch == 512
+    # auto: the stream's first epoch, capped (at 200 steps) like any long epoch
+    assert r.warmup_steps == WARMUP_AUTO_MAX_STEPS and r.steady_steps == 3 * 512 - 200
+    assert r.train_samples == 512 * 2  # the first epoch's, every rank's stream summed
+    # every sample seen in training, every epoch: what the throughput counts
+    assert r.samples_per_s * r.train_time_s == pytest.approx(3 * 512 * 2, rel=1e-6)
+    assert "each epoch ends when its stream does" in run.stdout, run.stdout
+    assert "until the job's time limit (trainer.max_steps bounds it)" in run.stdout
 
 
 def test_a_manual_optimization_demo_records(tmp_path: Path) -> None:

@@ -518,6 +518,11 @@ def _quiet_known_noise(topo: Topology) -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     # An empty training loader: the run stops with one line that names whose it is.
     warnings.filterwarnings("ignore", message=r".*Total length of .* across ranks is zero.*")
+    # Lightning's own all_gather (the user-module measures' agreement) calls a torch function
+    # that torch deprecates: nothing the user can act on.
+    warnings.filterwarnings(
+        "ignore", message=r".*torch\.distributed\.nn\.functional\.all_gather is deprecated.*"
+    )
     if topo.launcher != "slurm":
         # Slurm's client tools being installed does not mean this run is a Slurm job.
         warnings.filterwarnings("ignore", message=r".*`srun` command is available.*")

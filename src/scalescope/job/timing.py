@@ -32,17 +32,17 @@ import torch
 import torch.distributed as dist
 
 from ..config import WARMUP_AUTO_MAX_STEPS
-from ..errors import SameOnEveryRankError
 from ..procinfo import peak_host_rss_gib, process_start_unix
 
 __all__ = [
+    "STREAM_NOTE",
     "TimingCallback",
     "agree",
-    "check_bounded",
     "loader_steps",
     "median_step_time",
     "process_start_unix",
     "resolve_warmup",
+    "unbounded_stream",
 ]
 
 
@@ -69,29 +69,33 @@ class Timings:
     """Training time (validation excluded) from train start to the end of the warm-up."""
 
 
-def resolve_warmup(setting: int | str, steps_per_epoch: int, max_steps: int | None = None) -> int:
+def resolve_warmup(
+    setting: int | str, steps_per_epoch: int, max_steps: int | None = None
+) -> int | None:
     """``trainer.warmup_steps``: ``auto`` is the first epoch, capped for long epochs; where
-    the epoch's length is not known before it runs (a loader without a length, bounded by
-    ``max_steps``), the first half of ``max_steps``, with the same cap."""
+    the epoch's length is not known before it runs (a loader without a length), the first
+    half of ``max_steps`` where that bounds the run, else None: the first epoch, ended when
+    its stream ends (or at the cap, whichever comes first)."""
     if setting == "auto":
         if steps_per_epoch > 0:
             return min(steps_per_epoch, WARMUP_AUTO_MAX_STEPS)
         if max_steps:
             return min(max_steps // 2, WARMUP_AUTO_MAX_STEPS)
-        return 0
+        return None
     return int(setting)
 
 
-def check_bounded(trainer: L.Trainer) -> None:
-    """Refuse, before the first step and alike on every rank, a training loader without a
-    length that nothing bounds: its epochs would end only if its stream does. (An empty
-    loader never gets here: Lightning skips training, and the entry says so after ``fit``.)"""
-    if math.isinf(trainer.num_training_batches) and _max_steps(trainer) is None:
-        raise SameOnEveryRankError(
-            "the training loader has no length (an iterable data set) and nothing bounds an "
-            "epoch of it: set trainer.max_steps (or trainer.limit_train_batches)",
-            rank=trainer.global_rank,
-        )
+STREAM_NOTE = (
+    "the training loader has no length (an iterable data set): each epoch ends when its "
+    "stream does, as in Lightning, and a stream that never ends runs until the job's time "
+    "limit (trainer.max_steps bounds it)"
+)
+
+
+def unbounded_stream(trainer: L.Trainer) -> bool:
+    """A training loader without a length that nothing bounds: its epochs end only where its
+    stream does."""
+    return math.isinf(trainer.num_training_batches) and _max_steps(trainer) is None
 
 
 def _max_steps(trainer: L.Trainer) -> int | None:
@@ -115,6 +119,8 @@ class TimingCallback(L.Callback):
         self.warmup_setting = warmup_steps
         self._steps_per_epoch = steps_per_epoch or loader_steps
         self._warmup_target = 0
+        self._warmup_by_epoch = False
+        """The warm-up is the first epoch, whose length is known only when it ends."""
         self.on_loss = on_loss
         self.on_epoch = on_epoch
         self._epoch_start = 0.0
@@ -140,12 +146,15 @@ class TimingCallback(L.Callback):
         trainer.strategy.barrier("scalescope-train-start")
         self._sync()
         self.t.train_start_unix = time.time()
-        check_bounded(trainer)
         if trainer.global_rank == 0:
             print(f"{READY_LINE} (all {trainer.world_size} ranks met)", flush=True)
-        self._warmup_target = resolve_warmup(
+            if unbounded_stream(trainer):
+                print(f"scalescope: {STREAM_NOTE}", flush=True)
+        target = resolve_warmup(
             self.warmup_setting, self._steps_per_epoch(trainer), _max_steps(trainer)
         )
+        self._warmup_by_epoch = target is None
+        self._warmup_target = WARMUP_AUTO_MAX_STEPS if target is None else target
         if self._warmup_target == 0:
             self.t.warmup_steps, self.t.warmup_train_s = 0, 0.0
 
@@ -207,6 +216,9 @@ class TimingCallback(L.Callback):
         self.t.epoch_times_s.append(epoch_s)
         steps = trainer.global_step - self._epoch_first_step
         self.t.epoch_steps.append(steps)
+        if self.t.warmup_steps is None and self._warmup_by_epoch:  # the stream's first epoch
+            self.t.warmup_steps = trainer.global_step
+            self.t.warmup_train_s = math.fsum(self.t.epoch_times_s)
         if self.on_epoch is not None and trainer.global_rank == 0:
             metrics = {"epoch_time_s": epoch_s, "epoch_steps": float(steps)}
             history = getattr(pl_module, "val_history", [])
