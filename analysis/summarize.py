@@ -28,6 +28,7 @@ import json
 import multiprocessing
 import os
 import sys
+import textwrap
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -445,11 +446,19 @@ def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 
 
 
 def _print_notes(console: Any, notes: Sequence[str]) -> None:
-    """ "Read this first": the notes, one bullet each (data, never rich markup)."""
+    """ "Read this first": the notes, one bullet each (data, never rich markup), wrapped at
+    the console's width with their continuation lines indented under the bullet's text."""
     if notes:
         console.print("[bold]Read this first[/bold]")
         for n in notes:
-            console.print(f"  • {n}", markup=False)
+            text = textwrap.fill(
+                n,
+                width=max(40, console.width),
+                initial_indent="  • ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
+            )
+            console.print(text, markup=False, soft_wrap=True)
 
 
 def _print_tables(tables: Sequence[DisplayTable], notes: Sequence[str]) -> None:
@@ -809,10 +818,11 @@ def summarize(args: argparse.Namespace) -> int:
         if args.comet is not None:
             _log_to_comet(args, doc, written, loaded.runs)
         if args.format == "table" and not args.wide:
+            # The path on a line of its own: it can be as long as the output folder's.
             print(
-                f"Every table, chart and paragraph: {written / 'report.html'} (also "
-                f"report.md; the numbers in summary.json and the CSV files); --wide prints "
-                "every table here."
+                "Every table, chart and paragraph (also in report.md; the numbers in "
+                f"summary.json and the CSV files):\n  {written / 'report.html'}\n"
+                "--wide prints every table here."
             )
     elif args.format == "table" and not args.wide:
         print("Nothing written (--no-write); --wide prints every table here.")

@@ -260,3 +260,26 @@ def test_a_slowdown_prints_no_serial_fraction_and_says_why(tmp_path: Path) -> No
     assert doc["amdahl"][0]["fit_note"].startswith("no speedup")
     csv = pd.read_csv(tmp_path / "out" / "scaling.csv")
     assert csv["karp_flatt"].isna().all() and "karp_flatt_note" in csv
+
+
+def test_the_summary_fits_the_terminal_width_it_is_given(tmp_path: Path) -> None:
+    """With COLUMNS=120 and output to a file, no line of the fixture sweep's summary is
+    wider than 120 columns: the notes wrap under their bullet, and the report's path (as
+    long as the output folder's) stands on a line of its own."""
+    import shutil
+
+    from analysis_helpers import FIXTURES
+
+    logs = shutil.copytree(FIXTURES / "sweep", tmp_path / ("a-rather-long-folder-name-" * 3))
+    proc = summarize_main(logs, "--out", logs / "summary", env={"COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    wide = [line for line in lines if len(line) > 120 and "report.html" not in line]
+    assert not wide, wide
+    notes = lines[
+        lines.index("Read this first") + 1 : lines.index(f"  {logs / 'summary' / 'report.html'}")
+    ]
+    assert notes[0].startswith("  • ")
+    assert any(n.startswith("    ") for n in notes)  # a wrapped note's continuation
+    at = lines.index(f"  {logs / 'summary' / 'report.html'}")
+    assert lines[at - 1].startswith("Every table, chart and paragraph")
