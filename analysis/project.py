@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -36,10 +35,21 @@ import numpy as np
 
 from scalescope.job.allreduce import ddp_bucket_bytes
 
+from .model_error import (
+    SHIPPED_PATH,
+    ErrorModel,
+    Scored,
+    cross_validate,
+    features,
+    fit,
+    score,
+    totals,
+)
+from .model_error import load as load_error_model
+from .model_error import write as write_error_model
 from .projection import (
+    CARRIES,
     DRAWS,
-    INTERVAL,
-    MODEL_ERROR,
     Level,
     Network,
     StepModel,
@@ -50,7 +60,11 @@ PROG = "python -m analysis.project"
 ALPHA_INTRA_S = 20e-6
 ALPHA_INTER_S = 50e-6
 INTER_BAND = (0.4, 1.0)
-"""Achieved inter-node bus bandwidth as a share of the stated link (or of the measured)."""
+"""Achieved inter-node bus bandwidth as a share of the stated link."""
+UNKNOWN_INTER_SHARE = 1.0
+UNKNOWN_INTER_BAND = (0.1, 1.0)
+"""Where a case states no inter-node link: its bus bandwidth at 10-100% of the intra-node
+one (centre 32%), from Ethernet beside PCIe to a rail of NICs per GPU beside NVLink."""
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
 DDP_BUCKET_MB = 25.0
@@ -82,6 +96,9 @@ class Case:
     inter_busbw_gbps: float | None
     measured: tuple[Point, ...]
     published: tuple[Point, ...]
+    group: str = ""
+    """The source the case comes from (``source_group``, else its name): cross-validation
+    leaves one source out at a time, since cases of one source share its methods."""
 
 
 def _number(case: str, where: str, value: Any, *, optional: bool = False) -> float | None:
@@ -187,6 +204,7 @@ def read_cases(path: str) -> list[Case]:
                 ),
                 measured=measured,
                 published=published,
+                group=str(raw.get("source_group") or name),
             )
         )
     return out
@@ -203,8 +221,11 @@ def reference(case: Case) -> tuple[Point, str]:
     return one_gpu, "efficiency_vs_1gpu"
 
 
-def case_model(case: Case, *, sigma_share: float = SIGMA_SHARE) -> StepModel:
-    """The step model a case's measured points give (see the module doc)."""
+def case_model(
+    case: Case, *, sigma_share: float = SIGMA_SHARE, carry: str = "one-time"
+) -> StepModel:
+    """The step model a case's measured points give (see the module doc), with what it
+    leaves of the anchor's step carried as ``carry`` says (:data:`~.projection.CARRIES`)."""
     d = case.devices_per_node
     b, k = case.per_device_batch, case.grad_accum
     ref, _ = reference(case)
@@ -212,16 +233,21 @@ def case_model(case: Case, *, sigma_share: float = SIGMA_SHARE) -> StepModel:
     one_gpu = next((p for p in case.measured if p.nodes * p.devices_per_node == 1), None)
     t_node = b / (one_node or ref).throughput_per_device
     buckets = tuple(ddp_bucket_bytes(int(case.grad_bytes), int(case.bucket_mb * 1e6)))
+    intra_bw = case.intra_busbw_gbps or INTRA_DEFAULT_GBPS
     intra = Level(
         ALPHA_INTRA_S,
-        case.intra_busbw_gbps or INTRA_DEFAULT_GBPS,
+        intra_bw,
         2,
         "intra-node: the case's link" if case.intra_busbw_gbps else "intra: assumed",
     )
     multi = [p for p in case.measured if p.nodes > 1]
-    inter_bw = case.inter_busbw_gbps or (case.intra_busbw_gbps or INTRA_DEFAULT_GBPS) / 10
-    inter = Level(ALPHA_INTER_S, inter_bw, 2, "inter-node: the case's link or assumed")
-    net = Network(intra, inter, INTER_BAND, "", measured_nodes=1)
+    if case.inter_busbw_gbps:
+        inter = Level(ALPHA_INTER_S, case.inter_busbw_gbps, 2, "inter-node: the case's link")
+        band = INTER_BAND
+    else:
+        inter = Level(ALPHA_INTER_S, intra_bw * UNKNOWN_INTER_SHARE, 2, "inter-node: assumed")
+        band = UNKNOWN_INTER_BAND
+    net = Network(intra, inter, band, "", measured_nodes=1)
     strong = case.scaling == "strong"
     ref_world = ref.nodes * ref.devices_per_node
     draft = StepModel(
@@ -243,6 +269,7 @@ def case_model(case: Case, *, sigma_share: float = SIGMA_SHARE) -> StepModel:
         baseline_batch=b * d / ref_world if strong else b,
         baseline_world=ref_world,
         scaling_mode=case.scaling,
+        carry=carry,
     )
     if one_gpu is not None:
         compute = b / one_gpu.throughput_per_device
@@ -262,96 +289,141 @@ def case_model(case: Case, *, sigma_share: float = SIGMA_SHARE) -> StepModel:
         # its accumulation shrinking first (the micro-batch kept)
         b_a = b * d / world if strong else b
         k_a = max(1, math.floor(k * d / world + 1e-9)) if strong else k
-        model = replace(model, per_device_batch=b_a, accumulate=k_a)
-        t_top = b_a / top.throughput_per_device
-        compute_top = model.compute_s(b_a, k_a)
-        exposed = t_top - compute_top * (1 + sigma_share * expected_max(world))
         net = replace(net, measured_nodes=top.nodes)
-        if case.inter_busbw_gbps is None:  # the bandwidth the measured point implies
-            implied = _implied_busbw(model, world, top.nodes, exposed)
-            net = replace(net, inter=replace(inter, busbw_gbps=implied))
-        model = replace(model, network=net, anchor_world=world, anchor_nodes=top.nodes)
-        return model.calibrated(exposed, t_top)
-    # the 1-node point is the anchor: what the model leaves over there stays
+        model = replace(
+            model,
+            per_device_batch=b_a,
+            accumulate=k_a,
+            network=net,
+            anchor_world=world,
+            anchor_nodes=top.nodes,
+        )
+        # what the model leaves of the measured step is carried as `carry` says
+        return model.calibrated(math.nan, b_a / top.throughput_per_device)
+    # the 1-node point is the anchor: what the model leaves over there is carried
     return model.calibrated(math.nan, t_node)
 
 
-def _implied_busbw(model: StepModel, world: int, nodes: int, exposed: float) -> float:
-    # (the model's per_device_batch and accumulate are the anchor's)
-    """The inter-node bus bandwidth (GB/s) at which the model exposes ``exposed`` seconds at
-    ``world`` ranks (bisection on the log scale within 0.1-1000 GB/s, clamped there)."""
-    lo, hi = math.log(0.1), math.log(1000.0)
-    net = model.network
-    inter = net.inter
-    assert inter is not None
-
-    def at(log_bw: float) -> float:
-        level = replace(inter, busbw_gbps=math.exp(log_bw))
-        m = replace(model, network=replace(net, inter=level))
-        return m.modelled_exposed(
-            world, nodes, model.bucket_bytes, model.accumulate, 1.0, model.per_device_batch
-        )
-
-    if at(hi) >= exposed:
-        return math.exp(hi)
-    if at(lo) <= exposed:
-        return math.exp(lo)
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if at(mid) > exposed else (lo, mid)
-    return math.exp((lo + hi) / 2)
-
-
-def _predict(model: StepModel, p: Point, bw: float | None, growth: float) -> float:
+def _predict(model: StepModel, p: Point, bw: float | None) -> float:
     world = p.nodes * p.devices_per_node
-    e, _, _ = model.efficiency(world, p.nodes, bw=bw, growth=growth)
+    e, _, _ = model.efficiency(world, p.nodes, bw=bw)
     return e
 
 
-def backtest(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> dict[str, Any]:
+def centre_carry(case: Case, p: Point) -> tuple[str, float]:
+    """The explanation the centre assumes, and its efficiency: of the structural
+    alternatives, the middle one at the network band's middle (the others bound it)."""
+    got = sorted((_predict(case_model(case, carry=c), p, None), c) for c in CARRIES)
+    finite = [(e, c) for e, c in got if math.isfinite(e)]
+    if not finite:
+        return CARRIES[0], math.nan
+    e, c = finite[(len(finite) - 1) // 2]
+    return c, e
+
+
+def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Scored]:
+    """Every published point with its centre and structural draws (see model_error.Scored):
+    each draw takes one of the explanations in turn, a straggler spread within 0-2x
+    SIGMA_SHARE and an inter-node bandwidth within the band."""
     rng = np.random.default_rng(seed)
-    points: list[dict[str, Any]] = []
+    out = []
     for case in cases:
-        central = case_model(case)
+        _, field = reference(case)
+        anchor = case_model(case)
+        for p in case.published:
+            _, centre = centre_carry(case, p)
+            base = np.empty(draws)
+            for i in range(draws):
+                sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
+                m = case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)])
+                base[i] = _predict(m, p, m.network.factor(p.nodes, float(rng.uniform())))
+            d, s = features(
+                p.nodes * p.devices_per_node, p.nodes, anchor.anchor_world, anchor.anchor_nodes
+            )
+            out.append(
+                Scored(
+                    case=case.name,
+                    group=case.group,
+                    d=d,
+                    s=s,
+                    truth=float(getattr(p, field)),
+                    centre=centre,
+                    base=base,
+                    z=rng.standard_normal(draws),
+                    z_noise=rng.standard_normal(draws),
+                )
+            )
+    return out
+
+
+def backtest(
+    cases: Sequence[Case],
+    draws: int = DRAWS,
+    seed: int = 0,
+    error_model: ErrorModel | None = None,
+) -> dict[str, Any]:
+    """Every published point predicted from its case's measured points, with the shipped
+    error model (or ``error_model``)."""
+    em = error_model or load_error_model()
+    prepared = prepare(cases, draws, seed)
+    return _result(cases, prepared, score(prepared, em))
+
+
+def _result(
+    cases: Sequence[Case], prepared: Sequence[Scored], scored: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    by_case = {c.name: c for c in cases}
+    points: list[dict[str, Any]] = []
+    i = 0
+    for case in cases:
         _, field = reference(case)
         for p in case.published:
-            predicted = _predict(central, p, None, 1.0)
-            got = []
-            for _ in range(draws):
-                sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
-                m = case_model(case, sigma_share=sigma)
-                u = float(rng.uniform())
-                growth = math.exp(rng.normal(0.0, MODEL_ERROR))
-                got.append(_predict(m, p, m.network.factor(p.nodes, u), growth))
-            arr = np.array([g for g in got if math.isfinite(g)])
-            low = float(np.percentile(arr, INTERVAL[0])) if len(arr) else math.nan
-            high = float(np.percentile(arr, INTERVAL[1])) if len(arr) else math.nan
-            low, high = min(low, predicted), max(high, predicted)
-            truth = float(getattr(p, field))
+            got, prep = scored[i], prepared[i]
+            assert got["case"] == case.name and prep.case == case.name
+            carry, _ = centre_carry(by_case[case.name], p)
             points.append(
                 {
                     "case": case.name,
                     "nodes": p.nodes,
                     "devices_per_node": p.devices_per_node,
-                    "published": truth,
+                    "published": prep.truth,
                     "against": "1 node" if field == "efficiency_vs_1node" else "1 GPU",
-                    "predicted": predicted,
-                    "low": low,
-                    "high": high,
-                    "covered": bool(low <= truth <= high),
+                    "predicted": got["predicted"],
+                    "low": got["low"],
+                    "high": got["high"],
+                    "covered": got["covered"],
+                    "centre_assumes": carry,
+                    "group": case.group,
                 }
             )
-    errors = [abs(p["predicted"] - p["published"]) * 100 for p in points]
-    totals = {
-        "cases": len(cases),
-        "points": len(points),
-        "coverage": sum(p["covered"] for p in points) / len(points) if points else math.nan,
-        "median_abs_error_pts": statistics.median(errors) if errors else math.nan,
+            i += 1
+    t = totals(scored)
+    return {
+        "points": points,
+        "totals": {
+            "cases": len(cases),
+            "points": len(points),
+            "coverage": t["coverage"],
+            "median_abs_error_pts": t["median_abs_error_pts"],
+            "median_width_pts": t["median_width_pts"],
+        },
     }
-    return {"points": points, "totals": totals}
 
 
-def _print(result: dict[str, Any]) -> None:
+def cross_validated(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> dict[str, Any]:
+    """Leave one source out: each source's points with the error model fitted on the
+    others' (model_error.cross_validate), in the backtest's layout."""
+    prepared = prepare(cases, draws, seed)
+    scored = cross_validate(prepared)
+    # cross_validate groups the points by source: put them back in the cases' order
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for s in scored:
+        by_key.setdefault(str(s["case"]), []).append(s)
+    ordered = [by_key[c.name].pop(0) for c in cases for _ in c.published]
+    return _result(cases, prepared, ordered)
+
+
+def _print(result: dict[str, Any], how: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -384,7 +456,8 @@ def _print(result: dict[str, Any]) -> None:
     console.print(
         f"{t['cases']} case(s), {t['points']} published point(s): interval coverage "
         f"{100 * t['coverage']:.0f}%, median absolute error {t['median_abs_error_pts']:.1f} "
-        "points of efficiency",
+        f"points of efficiency, median interval width {t['median_width_pts']:.1f} points"
+        + (f" ({how})" if how else ""),
         markup=False,
     )
 
@@ -395,15 +468,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     bt = sub.add_parser("backtest", help="score the projection on published multi-node cases")
     bt.add_argument("cases", metavar="CASES.yaml")
     bt.add_argument("--json", metavar="FILE", help="also write the points and totals here")
+    bt.add_argument(
+        "--cross-validate",
+        action="store_true",
+        help="score each source's points with the error model fitted on the other sources "
+        "(leave one source out) instead of the shipped one",
+    )
     bt.add_argument("--draws", type=int, default=DRAWS, help=argparse.SUPPRESS)
+    fe = sub.add_parser(
+        "fit-error",
+        help="fit the projection's error model on published cases and write it "
+        f"({SHIPPED_PATH.name}, shipped with the analysis)",
+    )
+    fe.add_argument("cases", metavar="CASES.yaml")
+    fe.add_argument("--out", metavar="FILE", default=str(SHIPPED_PATH), help=argparse.SUPPRESS)
+    fe.add_argument("--draws", type=int, default=DRAWS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         cases = read_cases(args.cases)
     except CaseError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    result = backtest(cases, draws=args.draws)
-    _print(result)
+    if args.command == "fit-error":
+        prepared = prepare(cases, draws=args.draws)
+        n = len(prepared)
+        em = fit(prepared, f"{Path(args.cases).name}: {len(cases)} cases, {n} points")
+        write_error_model(em, Path(args.out))
+        print(f"{PROG}: wrote {args.out}: {em}")
+        return 0
+    if args.cross_validate:
+        result = cross_validated(cases, draws=args.draws)
+    else:
+        result = backtest(cases, draws=args.draws)
+    _print(result, "leave one source out" if args.cross_validate else "")
     if args.json:
         from scalescope.atomic import write_text_atomic
 
