@@ -246,3 +246,16 @@ def test_a_sweep_names_its_projection_nodes() -> None:
     assert build(SweepConfig, {**base, "project_nodes": [2, 8]}).project_nodes == [2, 8]
     with pytest.raises(ConfigError, match="project_nodes: 0 is not a node count"):
         build(SweepConfig, {**base, "project_nodes": [0]}).validate("s.yaml")
+
+
+def test_the_shipped_error_model_is_the_fit_on_the_shipped_cases(tmp_path: Path) -> None:
+    """analysis/model_error.json is what 'fit-error' makes of benchmarks/projection_cases.yaml
+    (never set by hand): refit, byte for byte. A case added without refitting fails here."""
+    from analysis.model_error import SHIPPED_PATH
+
+    out = tmp_path / "model_error.json"
+    rc, _, err = run(project.main, "fit-error", str(CASES), "--out", str(out))
+    assert rc == 0, err
+    assert out.read_text() == SHIPPED_PATH.read_text(), (
+        "refit with: python -m analysis.project fit-error benchmarks/projection_cases.yaml"
+    )
