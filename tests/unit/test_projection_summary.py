@@ -250,12 +250,16 @@ def test_a_sweep_names_its_projection_nodes() -> None:
 
 def test_the_shipped_error_model_is_the_fit_on_the_shipped_cases(tmp_path: Path) -> None:
     """analysis/model_error.json is what 'fit-error' makes of benchmarks/projection_cases.yaml
-    (never set by hand): refit, byte for byte. A case added without refitting fails here."""
+    (never set by hand): refit, every parameter equal to within floating-point noise (other
+    numpy and scipy builds differ in the last digits). A case added without refitting fails
+    here."""
     from analysis.model_error import SHIPPED_PATH
 
     out = tmp_path / "model_error.json"
     rc, _, err = run(project.main, "fit-error", str(CASES), "--out", str(out))
     assert rc == 0, err
-    assert out.read_text() == SHIPPED_PATH.read_text(), (
-        "refit with: python -m analysis.project fit-error benchmarks/projection_cases.yaml"
-    )
+    refit, shipped = json.loads(out.read_text()), json.loads(SHIPPED_PATH.read_text())
+    hint = "refit with: python -m analysis.project fit-error benchmarks/projection_cases.yaml"
+    assert refit.keys() == shipped.keys() and refit["fitted_on"] == shipped["fitted_on"], hint
+    for key in set(refit) - {"fitted_on"}:
+        assert refit[key] == pytest.approx(shipped[key], rel=1e-6, abs=1e-12), (key, hint)
