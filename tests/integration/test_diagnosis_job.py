@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import shutil
 import statistics
 import time
@@ -368,10 +369,12 @@ def test_a_communication_heavy_model_shows_exposed_communication(
     row = _scaled_row(wf)
     parts = {p: round(row[f"{p}_pts_mean"], 1) for p in (*WAITS, "overlap", "compute")}
     print(f"comm-heavy: lost {row['lost_pts_mean']:.1f}, parts {parts}")
-    assert parts["comm"] + parts["overlap"] > 15, row.to_dict()
+    overlap = 0.0 if math.isnan(parts["overlap"]) else parts["overlap"]  # folded: within noise
+    assert parts["comm"] + overlap > 15, row.to_dict()
     assert max(WAITS, key=lambda p: parts[p]) == "comm", parts
+    # an overlap slowdown within its noise is folded into compute (NaN here): no part then
     shares = [
-        (p.per_sample("comm") + p.per_sample("overlap")) / p.t_s
+        (p.per_sample("comm") + (0.0 if p.overlap_note else p.per_sample("overlap"))) / p.t_s
         for _, world, _, p, _ in wf.runs
         if world == 2
     ]
