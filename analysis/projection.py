@@ -1103,8 +1103,8 @@ def findings(result: ProjectionResult) -> list[dict[str, str]]:
                 text.append("None of the settings tried moves it by a point or more.")
         if sp.fit.scaled_points <= 1:
             text.append(
-                "One scaled point only: the model cannot be checked against another scale, so "
-                "its interval is widened; measure a second scale to narrow it."
+                "One scaled point only: the model cannot be checked against another scale; "
+                "measure a second scale, and the self-check tests it there."
             )
         if sp.network_note:
             text.append(f"Network: {sp.network_note}.")
