@@ -25,6 +25,8 @@ REASONS: dict[str, str] = {
     "cancelled": "cancelled",
     "host_oom": "host out of memory (OOM kill)",
     "cuda_oom": "CUDA out of memory",
+    "config_error": "configuration error",
+    "rendezvous_error": "rendezvous host not resolvable or reachable",
     "rendezvous_timeout": "rendezvous timeout",
     "collective_timeout": "NCCL/collective timeout",
     "collective_error": "NCCL/collective error (peer exited or network)",
@@ -42,6 +44,8 @@ CAUSAL_ORDER = (
     "preemption",
     "requeue",
     # the job's own errors
+    "config_error",
+    "rendezvous_error",
     "host_oom",
     "cuda_oom",
     "exception",
@@ -113,6 +117,12 @@ _RENDEZVOUS = re.compile(
     r"|client socket has timed out after"
     r"|TCP client failed to connect/validate to host .* timed out"
     r"|RendezvousTimeoutError"
+)
+_JOB_ERROR = re.compile(r"scalescope train: error: (?P<msg>.*)$")
+_UNKNOWN_KEY = re.compile(r"unknown key (?P<key>[\w.]+)")
+_RENDEZVOUS_HOST = re.compile(
+    r"rendezvous host '(?P<host>[^']*)'.*?: "
+    r"(?P<what>does not resolve|rank 0 cannot bind|not reachable)"
 )
 _CLIENTS = re.compile(r"(?P<joined>\d+)/(?P<total>\d+) clients joined")
 # A collective that failed rather than timed out: a peer process died (its sockets closed)
@@ -241,6 +251,15 @@ def classify_line(line: str) -> list[tuple[str, str]]:
             else "processes did not all meet at start-up"
         )
         found.append(("rendezvous_timeout", detail))
+    m = _JOB_ERROR.search(line)
+    if m:
+        msg = m.group("msg")
+        r = _RENDEZVOUS_HOST.search(msg)
+        k = _UNKNOWN_KEY.search(msg)
+        if r:
+            found.append(("rendezvous_error", _trim(msg)))
+        elif k:
+            found.append(("config_error", _trim(msg)))
     timed_out = any(c in ("collective_timeout", "rendezvous_timeout") for c, _ in found)
     # a watchdog timeout is re-raised as DistBackendError: that line is the timeout
     detail = None if timed_out else _collective_error_detail(line)

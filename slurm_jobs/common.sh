@@ -152,9 +152,8 @@ scalescope_job() {
     cluster=$(scalescope_profile_name "$SCALESCOPE_CLUSTER")
     # The profile's name first: an explicit cluster=... override still wins.
     overrides=(${cluster:+"cluster=$cluster"})
-    local more
-    read -r -a more <<<"$SCALESCOPE_OVERRIDES"  # split on spaces, no globbing
-    overrides+=("${more[@]}" "$@")
+    overrides+=("$@")
+    export SCALESCOPE_OVERRIDES  # applied by scalescope train, which names it in errors
 
     local nodes=${SLURM_JOB_NUM_NODES:-1} tpn
     tpn=$(scalescope_tasks_per_node)
@@ -162,14 +161,14 @@ scalescope_job() {
         "$tpn task(s) per node, world size $((nodes * tpn)), GPUs per node" \
         "$(scalescope_gpus_per_node)"
     echo "  config $SCALESCOPE_CONFIG, profile $SCALESCOPE_CLUSTER," \
-        "overrides: ${overrides[*]:-none}"
+        "overrides: ${SCALESCOPE_OVERRIDES:+$SCALESCOPE_OVERRIDES }${overrides[*]:-}"
     echo "  python $python, MASTER_ADDR=${MASTER_ADDR:-first node}, MASTER_PORT=$MASTER_PORT"
 
     # One task per device. If one task dies, srun ends the others instead of leaving them
     # blocked in a collective; its exit status becomes the job's.
     local status=0
     srun --kill-on-bad-exit=1 "$python" -m scalescope.train --config "$SCALESCOPE_CONFIG" \
-        "${overrides[@]}" || status=$?
+        --env-overrides SCALESCOPE_OVERRIDES "${overrides[@]}" || status=$?
     echo "scalescope job ${SLURM_JOB_ID:-?}: training exited with status $status"
     return "$status"
 }

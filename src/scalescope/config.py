@@ -17,7 +17,15 @@ import yaml
 
 from . import workloads
 from .errors import ConfigError
-from .schema import build, non_negative, option, positive, set_dotted, to_dict
+from .schema import (
+    UnknownKeyError,
+    build,
+    non_negative,
+    option,
+    positive,
+    set_dotted,
+    to_dict,
+)
 
 DEFAULT_WORKLOAD = "spiral"
 WARMUP_AUTO_MAX_STEPS = 200
@@ -446,19 +454,52 @@ def read_yaml(path: str | os.PathLike[str], what: str = "config") -> dict[str, A
     return data
 
 
+OverrideLayers = Sequence[tuple[str, Mapping[str, Any]]]
+"""Override layers in the order they apply, each with the route it came by (``the command
+line``, ``SCALESCOPE_OVERRIDES``, a sweep file's ``overrides``)."""
+
+
+def has_dotted(data: Mapping[str, Any], key: str) -> bool:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def name_route(exc: ConfigError, layers: OverrideLayers, default: str | None) -> ConfigError:
+    """``exc`` with the route its key came by: the last override layer that sets an unknown
+    key, else the file (``default``)."""
+    if isinstance(exc, UnknownKeyError):
+        route = next((r for r, layer in reversed(layers) if has_dotted(layer, exc.key)), None)
+        if route is None and default is not None:
+            route = default
+        return exc.from_route(route) if route else exc
+    return ConfigError(f"{default}: {exc}" if default is not None else str(exc))
+
+
 def load_train_config(
     path: str | os.PathLike[str] | None,
     overrides: Sequence[str] | Mapping[str, Any] = (),
+    *,
+    overrides_route: str = "the command line",
+    layers: OverrideLayers = (),
 ) -> TrainConfig:
-    """Defaults <- file <- overrides, validated. Errors name the file and the key."""
+    """Defaults <- file <- ``layers`` <- overrides, validated. Errors name the key and where it
+    came from (the file, or the override layer that set it), with the closest valid key."""
     data = read_yaml(path) if path is not None else {}
     extra = parse_overrides(overrides) if not isinstance(overrides, Mapping) else overrides
-    data = merge(merge({"workload": {"name": DEFAULT_WORKLOAD}}, data), extra)
+    data = merge({"workload": {"name": DEFAULT_WORKLOAD}}, data)
+    for _, layer in layers:
+        data = merge(data, layer)
+    data = merge(data, extra)
     try:
         cfg = build(TrainConfig, data)
         cfg.workload_params()
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}" if path is not None else str(exc)) from None
+        routes = [*layers, (overrides_route, extra)]
+        raise name_route(exc, routes, str(path) if path is not None else None) from None
     return cfg
 
 

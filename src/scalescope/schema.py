@@ -9,6 +9,7 @@ Kept free of torch so that configs validate on a login node in milliseconds.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -111,6 +112,27 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
 
 
+class UnknownKeyError(ConfigError):
+    """A key the schema does not know, with the closest valid one; its message names where
+    the key came from once :meth:`from_route` says it (a file, the command line, ...)."""
+
+    def __init__(self, key: str, valid: list[str], where: str, route: str = "") -> None:
+        self.key, self.valid, self.where, self.route = key, valid, where, route
+        leaf = key.rsplit(".", 1)[-1]
+        close = difflib.get_close_matches(leaf, valid, n=1, cutoff=0.6)
+        prefix = f"{where}." if where else ""
+        self.suggestion = f"{prefix}{close[0]}" if close else None
+        hint = f"; did you mean {self.suggestion}?" if self.suggestion else ""
+        head = f"{route}: " if route else ""
+        super().__init__(
+            f"{head}unknown key {key}{hint} (valid keys{' in ' + where if where else ''}: "
+            f"{', '.join(valid)})"
+        )
+
+    def from_route(self, route: str) -> UnknownKeyError:
+        return UnknownKeyError(self.key, self.valid, self.where, route)
+
+
 def build(cls: type[T], data: Mapping[str, Any] | None, *, where: str = "") -> T:
     """Build dataclass ``cls`` from ``data``; every problem names its dotted key."""
     data = dict(data or {})
@@ -119,10 +141,7 @@ def build(cls: type[T], data: Mapping[str, Any] | None, *, where: str = "") -> T
     unknown = sorted(set(data) - set(valid))
     prefix = f"{where}." if where else ""
     if unknown:
-        raise ConfigError(
-            f"unknown key {prefix}{unknown[0]!s}; valid keys{' in ' + where if where else ''}: "
-            f"{', '.join(valid)}"
-        )
+        raise UnknownKeyError(f"{prefix}{unknown[0]!s}", valid, where)
     kwargs: dict[str, Any] = {}
     for f in fields(cls):  # type: ignore[arg-type]
         key = f"{prefix}{f.name}"

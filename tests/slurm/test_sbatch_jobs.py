@@ -100,3 +100,78 @@ def test_missing_config_fails_the_job(sbatch, tmp_path: Path) -> None:
     text = (repo / "outputs" / f"slurm-{job_id}.out").read_text(errors="replace")
     assert job.state == "FAILED", text
     assert "configs/no-such-config.yaml" in text
+
+
+def _failure_rows(folder: Path) -> list[dict]:
+    """The summary's failure rows for the logs in ``folder`` (summarize, as JSON)."""
+    import io
+    import json
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from analysis import summarize
+
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        summarize.main([str(folder), "--no-write", "--format", "json", "--jobs", "1"])
+    return json.loads(out.getvalue())["failures"]
+
+
+def test_a_profile_without_a_reachable_rendezvous_host_fails_within_30_s(
+    sbatch, tmp_path: Path
+) -> None:
+    """A profile written as the docs show, but without MASTER_ADDR, on nodes whose names do
+    not resolve: every rank says so in one line within seconds, where before every
+    multi-rank job hung until the start-up wait expired; the summary's failure row says it."""
+    import shutil
+    import time
+
+    repo = make_submit_dir(tmp_path / "repo", links=("slurm_jobs", "src"))
+    shutil.copytree(Path(__file__).resolve().parents[2] / "configs", repo / "configs")
+    profile = repo / "configs" / "clusters" / "site.yaml"
+    text = (repo / "configs" / "clusters" / "local.yaml").read_text()
+    profile.write_text(text.replace("export MASTER_ADDR=127.0.0.1", "").replace("local", "site"))
+    started = time.monotonic()
+    job_id = sbatch(
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--time=5",
+        "slurm_jobs/multi_node_multi_gpu.sh",
+        cwd=repo,
+        env={**job_env(), "SCALESCOPE_OVERRIDES": TINY, "SCALESCOPE_CLUSTER": str(profile)},
+    )
+    job = wait_for_job(job_id, timeout_s=120)
+    took = time.monotonic() - started
+    log = repo / "outputs" / f"slurm-{job_id}.out"
+    text = log.read_text(errors="replace")
+    assert job.state == "FAILED", f"{job.state}\n{text[-3000:]}"
+    assert took < 30, f"{took:.0f} s\n{text[-3000:]}"
+    lines = [line for line in text.splitlines() if "scalescope train: error: rendezvous" in line]
+    assert lines, text[-3000:]
+    assert "rendezvous host 'node1'" in lines[0] and "does not resolve" in lines[0]
+    assert "set MASTER_ADDR" in lines[0]
+    (row,) = _failure_rows(repo / "outputs")
+    assert row["reason"] == "rendezvous_error", row
+    assert "does not resolve" in row["detail"], row
+    print(f"unresolvable rendezvous host: failed in {took:.1f} s: {lines[0][:160]}")
+
+
+def test_a_typo_through_sbatch_is_named_with_its_route_in_the_failure_row(
+    sbatch, tmp_path: Path
+) -> None:
+    repo = make_submit_dir(tmp_path / "repo")
+    job_id = sbatch(
+        "--time=5",
+        "slurm_jobs/single_gpu.sh",
+        cwd=repo,
+        env={**job_env(), "SCALESCOPE_OVERRIDES": f"{TINY} trainer.max_epoch=3"},
+    )
+    job = wait_for_job(job_id)
+    text = (repo / "outputs" / f"slurm-{job_id}.out").read_text(errors="replace")
+    assert job.state == "FAILED", text
+    assert (
+        "scalescope train: error: SCALESCOPE_OVERRIDES: unknown key trainer.max_epoch; did you "
+        "mean trainer.max_epochs?" in text
+    ), text[-2000:]
+    (row,) = _failure_rows(repo / "outputs")
+    assert row["reason"] == "config_error", row
+    assert "unknown key trainer.max_epoch" in row["detail"], row

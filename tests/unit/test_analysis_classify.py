@@ -191,6 +191,18 @@ CASES = [
         "vendor err 129",
     ),
     ("collective_error", "RuntimeError: NCCL error: unhandled system error, NCCL version 2.7.8"),
+    # one-line errors of scalescope train itself (srun's label and a rank prefix stripped)
+    (
+        "config_error",
+        "0: scalescope train: error: SCALESCOPE_OVERRIDES: unknown key trainer.max_epoch; did "
+        "you mean trainer.max_epochs? (valid keys in trainer: scaling, batch_size, max_epochs)",
+    ),
+    (
+        "rendezvous_error",
+        "1: scalescope train: error: rendezvous host 'node2' (the first node of the Slurm node "
+        "list (MASTER_ADDR unset)), port 25050: does not resolve on node2 (rank 1: [Errno -2] "
+        "Name or service not known); set MASTER_ADDR to an address every compute node resolves",
+    ),
 ]
 
 
@@ -443,3 +455,16 @@ def test_a_step_cancelled_before_any_task_exit_is_the_cause() -> None:
     # a cancellation with a reason is never srun's doing
     d = diagnose(_ev([KILLED_RANK[0], TIME_LIMIT], "f"))
     assert d.code == "time_limit"
+
+
+def test_a_config_error_is_the_cause_over_the_exit_it_causes() -> None:
+    """A typo through sbatch: the job's one line names the key, srun then reports the exit;
+    the failure row's cause is the configuration error with the key, not the exit code."""
+    lines = [
+        "scalescope train: error: SCALESCOPE_OVERRIDES: unknown key trainer.max_epoch; did you "
+        "mean trainer.max_epochs? (valid keys in trainer: max_epochs)",
+        "srun: error: node1: task 0: Exited with exit code 2",
+    ]
+    d = diagnose(scan_lines(list(enumerate(lines, 1)), "slurm-7.out"))
+    assert d.code == "config_error"
+    assert "unknown key trainer.max_epoch" in d.detail and "SCALESCOPE_OVERRIDES" in d.detail

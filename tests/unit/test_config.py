@@ -350,3 +350,39 @@ def test_strong_scaling_error_message_suggests_a_multiple(world: int, batch: int
     assume(batch % world)
     with pytest.raises(ConfigError, match=f"multiple of {world}"):
         resolve_batch(TrainerConfig(scaling="strong", batch_size=batch), world)
+
+
+@pytest.mark.parametrize(
+    ("route", "expected"),
+    [
+        ("file", "train.yaml: unknown key trainer.max_epoch; did you mean trainer.max_epochs?"),
+        (
+            "cli",
+            "the command line: unknown key trainer.max_epoch; did you mean trainer.max_epochs?",
+        ),
+        (
+            "env",
+            "SCALESCOPE_OVERRIDES: unknown key trainer.max_epoch; did you mean trainer.max_epochs?",
+        ),
+    ],
+)
+def test_an_unknown_key_is_named_with_its_route_and_the_closest_valid_key(
+    tmp_path: Path, route: str, expected: str
+) -> None:
+    """The same typo through the three routes a newcomer uses; a right key in the file
+    beside a typo on the command line blames the command line, not the file."""
+    path = tmp_path / "train.yaml"
+    path.write_text("trainer:\n  max_epochs: 2\n" + ("  max_epoch: 3\n" if route == "file" else ""))
+    cli = ["trainer.max_epoch=3"] if route == "cli" else []
+    layers = [("SCALESCOPE_OVERRIDES", {"trainer": {"max_epoch": 3}})] if route == "env" else []
+    with pytest.raises(ConfigError) as info:
+        load_train_config(path, cli, layers=layers)
+    message = str(info.value)
+    assert message.startswith(str(tmp_path / expected) if route == "file" else expected), message
+    assert "valid keys in trainer:" in message
+
+
+def test_no_suggestion_where_nothing_is_close() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_train_config(None, ["trainer.zzz=1"])
+    assert "did you mean" not in str(info.value)

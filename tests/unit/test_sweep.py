@@ -97,6 +97,30 @@ def test_shape_too_big_for_the_profile(in_tmp: Path, capsys: pytest.CaptureFixtu
     assert "shape 4x1" in err and "max_nodes=2" in err
 
 
+def test_the_node_limit_comes_before_the_batch_arithmetic(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 3-node shape whose world size does not divide the batch either: the first error is
+    the one a user acts on first (the cluster cannot hold the shape), and it says what to do;
+    before, the batch arithmetic complained first, then the limit without a fix."""
+    sweep = write_sweep(in_tmp, shapes=((1, 1), (3, 1)))
+    profile = write_profile(in_tmp, CPU_PROFILE)
+    err = expect_error(
+        in_tmp,
+        capsys,
+        "--config",
+        str(sweep),
+        "--cluster",
+        str(profile),
+        "--executor",
+        "slurm",
+        "trainer.batch_size=256",
+    )
+    assert "shape 3x1: 3 nodes exceeds the profile 'test-cpu' max_nodes=2" in err, err
+    assert "drop the shape from the sweep, or raise max_nodes in the profile" in err
+    assert "sinfo" in err and "does not divide" not in err
+
+
 def test_too_many_devices_per_node(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sweep = write_sweep(in_tmp, shapes=((1, 8),))
     profile = write_profile(in_tmp, GPU_PROFILE)

@@ -34,6 +34,7 @@ from ..config import (
     check_one_step,
     check_workload,
     load_train_config,
+    parse_overrides,
     resolve_batch,
 )
 from ..errors import SameOnEveryRankError, TopologyError
@@ -52,10 +53,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="key=value",
         help="override config keys, e.g. trainer.max_epochs=3 workload.hidden_sizes=[128,64]",
     )
+    parser.add_argument(
+        "--env-overrides",
+        metavar="VAR",
+        help="also apply the key=value pairs (space-separated) of this environment variable, "
+        "before the command line's, and name it in errors (the sbatch scripts pass "
+        "SCALESCOPE_OVERRIDES)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = load_train_config(args.config, args.overrides)
+    layers = []
+    if args.env_overrides:
+        words = os.environ.get(args.env_overrides, "").split()
+        layers.append((args.env_overrides, parse_overrides(words)))
+    cfg = load_train_config(args.config, args.overrides, layers=layers)
     try:
         run_training(cfg)
     except (KeyboardInterrupt, SameOnEveryRankError):
@@ -247,6 +259,13 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     # accumulation that must divide the per-device batch.
     resolved = check_workload(cfg, batch)
     topology.export_for_lightning(topo)
+    if topo.world_size > 1:  # seconds to a line that says what to set, not a silent hang
+        from .rendezvous import check, target
+
+        rv = target(topo.launcher)
+        if rv is not None:
+            node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+            check(rv, rank=topo.global_rank, node=node)
     accelerator = _accelerator(cfg.trainer.accelerator, topo)  # imports torch
     # Every rank names the same run: ranks 1..N-1 inherit the job id.
     os.environ.setdefault("SCALESCOPE_JOB_ID", topo.job_id)

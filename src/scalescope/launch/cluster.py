@@ -56,14 +56,17 @@ class ClusterProfile:
         if nodes > self.max_nodes:
             raise ConfigError(
                 f"shape {nodes}x{devices_per_node}: {nodes} nodes exceeds the profile "
-                f"{self.name!r} max_nodes={self.max_nodes}"
+                f"{self.name!r} max_nodes={self.max_nodes}: drop the shape from the sweep, or "
+                f"raise max_nodes in the profile if the partition holds {nodes} nodes "
+                "(sinfo -o '%P %D %l' shows each partition's nodes and time limit)"
             )
         limit = self.gpus_per_node or self.max_devices_per_node
         if devices_per_node > limit:
             what = "gpus_per_node" if self.gpus_per_node else "max_devices_per_node"
             raise ConfigError(
                 f"shape {nodes}x{devices_per_node}: {devices_per_node} devices per node exceeds "
-                f"the profile {self.name!r} {what}={limit}"
+                f"the profile {self.name!r} {what}={limit}: drop the shape, or correct {what} "
+                "in the profile if the nodes have more"
             )
 
 

@@ -56,11 +56,12 @@ from ..config import (
     check_workload,
     load_train_config,
     merge,
+    name_route,
     read_yaml,
     resolve_batch,
 )
 from ..errors import ConfigError
-from ..schema import build, option, positive, set_dotted
+from ..schema import UnknownKeyError, build, option, positive, set_dotted
 
 if TYPE_CHECKING:
     from .cluster import ClusterProfile
@@ -439,10 +440,19 @@ def plan_sweep(
             f"{sweep_path}: train_config {sweep.train_config!r} not found (looked for "
             f"{train_path}; relative paths are relative to the sweep file's folder)"
         )
-    overrides = merge(
-        _nested(sweep.overrides, f"{sweep_path}: overrides"),
-        _nested(extra_overrides or {}, "command-line override"),
-    )
+    from_file = _nested(sweep.overrides, f"{sweep_path}: overrides")
+    from_cli = _nested(extra_overrides or {}, "command-line override")
+    overrides = merge(from_file, from_cli)
+    routes = [(f"{sweep_path}: overrides", from_file), ("the command line", from_cli)]
+
+    def load(extra: Mapping[str, Any]) -> Any:
+        """The train config with ``extra``; an unknown key named with the route it came by
+        (the sweep file's overrides, the command line, or the train file)."""
+        try:
+            return load_train_config(train_path, extra)
+        except UnknownKeyError as exc:
+            raise name_route(exc, routes, str(train_path)) from None
+
     for key in SWEEP_OWNED_KEYS:
         node: Any = overrides
         for part in key.split("."):
@@ -470,7 +480,7 @@ def plan_sweep(
     if not _NAME.match(sweep_id):
         raise ConfigError(f"sweep id {sweep_id!r}: use letters, digits, '.', '_' and '-' only")
 
-    base = load_train_config(train_path, overrides)
+    base = load(overrides)
     try:
         # An import-path workload is imported and checked here, on the submitting machine
         # (this imports lightning); built-in workloads need nothing more.
@@ -491,6 +501,10 @@ def plan_sweep(
         for precision in precisions
         for acc in accumulations
     ]
+    if executor == "slurm":
+        assert profile is not None
+        for shape in sweep.shapes:  # what the cluster can hold comes before batch arithmetic
+            profile.check_shape(shape.nodes, shape.devices_per_node)
     for shape, precision, acc in entries:
         where = f"shape {shape.label} (world size {shape.world_size})"
         if precision is not None:
@@ -512,7 +526,7 @@ def plan_sweep(
             },
         )
         try:
-            cfg = load_train_config(train_path, per_run)
+            cfg = load(per_run)
             batch = resolve_batch(cfg.trainer, shape.world_size)
             # The trainer's own rules, asked here so that no job fails on them later (an
             # import-path workload was imported above: checking it again costs nothing).
