@@ -541,3 +541,28 @@ def test_dry_run_local_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 # --- real local sweeps ------------------------------------------------------------------------
+
+
+def test_a_dry_run_prints_the_seed_that_submits_its_order(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No order_seed in the file: the dry run draws one, prints it and how to keep it; the
+    plan a submission makes with --seed of that number has the dry run's order, round by
+    round, and says where its seed came from."""
+    import re
+
+    from scalescope.launch.sweep import _round_orders, dry_run_lines
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
+
+    sweep = write_sweep(in_tmp, shapes=((1, 1), (1, 2), (1, 4)), extra="repeats: 4\n")
+    assert sweep_cli("--config", str(sweep), "--executor", "local", "--dry-run") == 0
+    out = capsys.readouterr().out
+    m = re.search(r"shuffled \(seed (\d+)\): (.*)\n\s+same order\s+(.*)\n", out)
+    assert m, out
+    seed, order, how = int(m.group(1)), m.group(2), m.group(3)
+    assert how == f"drawn now; a submission draws its own: pass --seed {seed} to submit this order"
+    plan = plan_sweep(load_sweep_config(sweep), sweep, executor="local", order_seed=seed)
+    assert "; ".join(_round_orders(plan)) == order
+    assert plan.seed_source == "--seed"
+    lines = dry_run_lines(plan, "asked for")
+    assert "  same order    the seed comes from --seed: a submission uses the same" in lines

@@ -93,6 +93,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sweep-id", default=None, help="folder name of the sweep (default: <name>-<UTC time>)"
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the order seed (over the sweep file's order_seed): a --dry-run prints the seed "
+        "it drew; pass it here to submit that very order",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,6 +138,7 @@ def _plan(args: argparse.Namespace) -> tuple[SweepPlan, str]:
         sweep_id=args.sweep_id,
         repeats=args.repeats,
         extra_overrides=parse_overrides(args.overrides),
+        order_seed=args.seed,
     )
     return plan, why
 
@@ -172,6 +180,16 @@ def _round_orders(plan: SweepPlan) -> list[str]:
     return [f"{r + 1}: {' '.join(labels)}" for r, labels in rounds.items()]
 
 
+def _same_order(plan: SweepPlan) -> str:
+    """How the submission gets the dry run's order: the file fixes the seed, or --seed does."""
+    if plan.seed_source == "drawn":
+        return (
+            f"drawn now; a submission draws its own: pass --seed {plan.order_seed} to submit "
+            "this order"
+        )
+    return f"the seed comes from {plan.seed_source}: a submission uses the same"
+
+
 def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) -> list[str]:
     """What --dry-run prints: the sweep, then every shape's resources and sbatch script."""
     from .executor import local_parameters, render_sbatch
@@ -186,6 +204,7 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
         f"  jobs          {plan.num_jobs} ({_jobs_breakdown(plan)})",
         f"  order         round by round, {_what_is_shuffled(plan)} shuffled "
         f"(seed {plan.order_seed}): " + "; ".join(_round_orders(plan)),
+        f"  same order    {_same_order(plan)}",
     ]
     if plan.executor == "slurm" and max_parallel:
         lines.append(f"  at once       {max_parallel} job(s), by afterany dependencies")
@@ -255,6 +274,11 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
         markup=False,
     )
     console.print(f"logs: {plan.sweep_dir}", markup=False)
+    console.print(
+        f"order: {_what_is_shuffled(plan)} shuffled with seed {plan.order_seed} "
+        f"({plan.seed_source}): " + "; ".join(_round_orders(plan)),
+        markup=False,
+    )
     _write_manifest(plan, watch)
     if not local:
         watch.submit_slurm()

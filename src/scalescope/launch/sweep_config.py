@@ -267,6 +267,9 @@ class SweepPlan:
     """One entry per (shape, precision, accumulation); the shape alone without those axes."""
     profile: ClusterProfile | None
     order_seed: int = 0
+    seed_source: str = "drawn"
+    """Where ``order_seed`` came from: ``--seed``, the sweep file's ``order_seed``, or
+    ``drawn`` at random when the plan was made."""
     """Seed of the shape order within each round (:meth:`submission_order`)."""
     project_nodes: tuple[int, ...] = ()
     """Node counts the summary projects to (none: no projection)."""
@@ -420,6 +423,7 @@ def plan_sweep(
     repeats: int | None = None,
     extra_overrides: Mapping[str, Any] | None = None,
     gpu_count: GpuCounter = local_gpu_count,
+    order_seed: int | None = None,
 ) -> SweepPlan:
     """Validate every shape of ``sweep`` and return what to submit; raise ConfigError otherwise.
 
@@ -552,6 +556,12 @@ def plan_sweep(
                 accumulate_axis=sweep.accumulate_grad_batches is not None,
             )
         )
+    if order_seed is not None:
+        seed, seed_source = order_seed, "--seed"
+    elif sweep.order_seed is not None:
+        seed, seed_source = sweep.order_seed, "the sweep file's order_seed"
+    else:
+        seed, seed_source = secrets.randbelow(2**31), "drawn"
     return SweepPlan(
         sweep_id=sweep_id,
         name=sweep.name,
@@ -562,6 +572,7 @@ def plan_sweep(
         repeats=repeats if repeats is not None else sweep.repeats,
         shapes=plans,
         profile=profile,
-        order_seed=sweep.order_seed if sweep.order_seed is not None else secrets.randbelow(2**31),
+        order_seed=seed,
+        seed_source=seed_source,
         project_nodes=tuple(sweep.project_nodes or ()),
     )
