@@ -903,7 +903,8 @@ def _unexplained_notes(wf: Waterfall) -> list[str]:
         where = _where(r)
         interval = f" [{_whole(low)}, {_whole(high)}]" if math.isfinite(low) else ""
         out.append(
-            f"{where}: {_whole(mean)} points{interval} of the lost efficiency are unexplained "
+            f"{where}: {_whole(mean)} point{'' if abs(_whole(mean)) == 1 else 's'}{interval} "
+            "of the lost efficiency are unexplained "
             f"(beyond {UNEXPLAINED_NOTE_PTS:g}); the parts cover the loss less well here: "
             "longer runs (more steady steps) or more repeats narrow it."
         )

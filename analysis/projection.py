@@ -997,6 +997,13 @@ def self_check(
     }
 
 
+def _pc(fraction: float) -> str:
+    """An efficiency in percent as the tables round it where it matters: whole points from
+    10% up, one decimal below (a 0.5% must not read 0%)."""
+    value = 100 * fraction
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"
+
+
 def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.3g} ms"
 
@@ -1045,7 +1052,7 @@ def findings(result: ProjectionResult) -> list[dict[str, str]]:
         e, lo, hi = plain["efficiency"], plain["efficiency_low"], plain["efficiency_high"]
         text = [
             f"At {_nodes_word(int(plain['nodes']))} ({int(plain['world_size'])} devices) the "
-            f"projected efficiency is {100 * e:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]"
+            f"projected efficiency is {_pc(e)}% [{_pc(lo)}, {_pc(hi)}]"
             if math.isfinite(e)
             else f"At {_nodes_word(int(plain['nodes']))} no efficiency can be projected "
             "(less than one sample per device and micro-batch)"
@@ -1096,8 +1103,8 @@ def findings(result: ProjectionResult) -> list[dict[str, str]]:
             if gain >= 1:
                 text.append(
                     f"Of the settings tried, {best['what_if']} moves it most: to "
-                    f"{100 * best['efficiency']:.0f}% [{100 * best['efficiency_low']:.0f}, "
-                    f"{100 * best['efficiency_high']:.0f}]."
+                    f"{_pc(best['efficiency'])}% [{_pc(best['efficiency_low'])}, "
+                    f"{_pc(best['efficiency_high'])}]."
                 )
             else:
                 text.append("None of the settings tried moves it by a point or more.")
@@ -1115,9 +1122,9 @@ def findings(result: ProjectionResult) -> list[dict[str, str]]:
             if item["series"] == c["series"]:
                 item["text"] += (
                     f" Self-check: {int(c['world_size'])} devices projected from "
-                    f"{c['from_world_sizes']} alone gave {100 * c['predicted']:.0f}% "
-                    f"[{100 * c['predicted_low']:.0f}, {100 * c['predicted_high']:.0f}], "
-                    f"measured {100 * c['measured']:.0f}% ({c['error_pts']:+.0f} points, "
+                    f"{c['from_world_sizes']} alone gave {_pc(c['predicted'])}% "
+                    f"[{_pc(c['predicted_low'])}, {_pc(c['predicted_high'])}], "
+                    f"measured {_pc(c['measured'])}% ({c['error_pts']:+.0f} points, "
                     f"{verdict} the interval)."
                 )
     return out
@@ -1130,9 +1137,9 @@ def check_notes(result: ProjectionResult) -> list[str]:
         if not c["covered"]:
             notes.append(
                 f"{c['series']}: the projection's self-check missed: {int(c['world_size'])} "
-                f"devices projected at {100 * c['predicted']:.0f}% "
-                f"[{100 * c['predicted_low']:.0f}, {100 * c['predicted_high']:.0f}] from the "
-                f"smaller scales, measured {100 * c['measured']:.0f}%: treat the projection "
+                f"devices projected at {_pc(c['predicted'])}% "
+                f"[{_pc(c['predicted_low'])}, {_pc(c['predicted_high'])}] from the "
+                f"smaller scales, measured {_pc(c['measured'])}%: treat the projection "
                 "with care."
             )
     return notes

@@ -688,6 +688,8 @@ def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, 
         print(f"{PROG}: warning: comet: {why}", file=sys.stderr)
     else:
         for line in lines:
+            # the jobs' reasons name their config key; here the user's word was --comet
+            line = line.replace(f"tracking.mode={args.comet}", f"--comet {args.comet}")
             print(f"{PROG}: comet: {line}", file=sys.stderr)
     if args.comet_view:
         from .comet import publish_scaling_view
