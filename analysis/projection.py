@@ -647,7 +647,8 @@ def centre_of(
 
 def run_noise(points: Sequence[ScalePoint], world: int) -> float:
     """The run-to-run noise of one run (relative s.d. of the per-device throughput) at the
-    ``world``-rank point, from its repeats where there are three or more."""
+    ``world``-rank point: its repeats' spread where there are two or more, never below the
+    default (two runs that happen to agree say little about a third)."""
     from .model_error import NOISE_DEFAULT
 
     runs = [
@@ -657,11 +658,11 @@ def run_noise(points: Sequence[ScalePoint], world: int) -> float:
         for p in pt.parts
         if math.isfinite(p.t_s) and p.t_s > 0
     ]
-    if len(runs) < 3:
+    if len(runs) < 2:
         return NOISE_DEFAULT
     mean = math.fsum(runs) / len(runs)
     sd = math.sqrt(math.fsum((r - mean) ** 2 for r in runs) / (len(runs) - 1))
-    return sd / mean if mean > 0 else NOISE_DEFAULT
+    return max(NOISE_DEFAULT, sd / mean) if mean > 0 else NOISE_DEFAULT
 
 
 def resample(points: Sequence[ScalePoint], rng: np.random.Generator) -> list[ScalePoint]:
@@ -696,11 +697,11 @@ def project_points(
     measured scale's runs (the network's fit with them, unless ``profile`` gives it),
     takes the explanations in turn, a point of the network band and the error model's
     residual, with the run-to-run noise of one run (the anchor's repeats' spread where
-    there are three or more, else :data:`~.model_error.NOISE_DEFAULT`)."""
+    there are two or more, never below :data:`~.model_error.NOISE_DEFAULT`)."""
     model = fit.model
     assert model is not None
-    em = error_model or load_error_model()
-    em = replace(em, noise=run_noise(points, model.anchor_world))
+    # the shipped error model with this sweep's run-to-run noise; one given is used as it is
+    em = error_model or replace(load_error_model(), noise=run_noise(points, model.anchor_world))
     rng = np.random.default_rng(seed)
     ifs = what_ifs(model, precision)
     samples: dict[tuple[str, int, int], list[float]] = {}
