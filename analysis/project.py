@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from scalescope.job.allreduce import ddp_bucket_bytes
+from scalescope.allreduce_model import ddp_bucket_bytes
 
 from .model_error import (
     SHIPPED_PATH,

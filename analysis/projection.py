@@ -10,7 +10,7 @@ and evaluated at larger ones. Per optimizer step on the typical rank, at world s
   compute when their per-device batches differ (strong scaling), else proportional (a = 0),
   from the multi-device runs (so DDP's own per-step work is in it); input per sample the same.
 * all-reduce of one message of n bytes at N ranks (Thakur, Rabenseifner & Gropp 2005; the
-  record's fitted latency-bandwidth model, ``scalescope.job.allreduce.fit_model``):
+  record's fitted latency-bandwidth model, ``scalescope.allreduce_model.fit_model``):
 
       t(n, N) = alpha(N) + n 2 (N - 1) / N / busbw,   alpha(N) = alpha_p log2 N / log2 p
 
@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scalescope.job.allreduce import bus_factor, ddp_bucket_bytes
+from scalescope.allreduce_model import bus_factor, ddp_bucket_bytes
 
 from .diagnosis import finite_mean
 from .metrics import EFFICIENCY_REFERENCE
@@ -1229,7 +1229,7 @@ def allreduce_table(text: str) -> tuple[int | None, list[tuple[float, float]]] |
 def _profile_from_table(
     path: str, ranks: int | None, rows: list[tuple[float, float]]
 ) -> dict[str, Any]:
-    from scalescope.job.allreduce import fit_model
+    from scalescope.allreduce_model import fit_model
 
     if ranks is None or ranks < 2:
         raise ValueError(f"{path}: the all-reduce table does not say how many ranks ran it")

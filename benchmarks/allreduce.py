@@ -42,7 +42,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from scalescope.job.allreduce import allreduce_baseline, fit_time_s
+from scalescope.allreduce_model import fit_time_s
+from scalescope.job.allreduce import allreduce_baseline
 from scalescope.job.topology import master_port_for
 
 SUFFIXES = {"K": 2**10, "M": 2**20, "G": 2**30}

@@ -15,11 +15,8 @@ from typing import Any
 
 import pytest
 
-from scalescope.job.allreduce import (
-    fit_model,
-    fit_time_s,
-    sweep_sizes,
-)
+from scalescope.allreduce_model import fit_model, fit_time_s
+from scalescope.job.allreduce import sweep_sizes
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -34,7 +34,7 @@ from core_helpers import REPO, TINY, TrainRun, run_train
 from analysis import summarize
 from analysis.diagnosis import LABELS, waterfall
 from analysis.frame import load_all
-from scalescope.job.allreduce import predicted_step_s
+from scalescope.allreduce_model import predicted_step_s
 from scalescope.record import ResultRecord, encode
 
 pytestmark = pytest.mark.timeout(600)

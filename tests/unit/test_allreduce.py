@@ -16,28 +16,30 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.nn.parallel import DistributedDataParallel
 
-from scalescope.config import DiagnosisConfig
-from scalescope.job.allreduce import (
+from scalescope.allreduce_model import (
     DDP_BUCKET_CAP_BYTES,
     DDP_FIRST_BUCKET_BYTES,
-    ESTIMATED_FROM_PARAMETERS,
     FLOAT32_BYTES,
+    bus_factor,
+    busbw_at_gbps,
+    ddp_bucket_bytes,
+    estimate_bucket_bytes,
+    fit_model,
+    fit_time_s,
+    float32_size,
+    predicted_step_s,
+)
+from scalescope.config import DiagnosisConfig
+from scalescope.job.allreduce import (
+    ESTIMATED_FROM_PARAMETERS,
     SKIPPED_ONE_DEVICE,
     SWEEP_FLOOR_BYTES,
     _Sweep,
     allreduce_baseline,
     backend_name,
-    bus_factor,
-    busbw_at_gbps,
-    ddp_bucket_bytes,
     ddp_bucket_caps,
-    estimate_bucket_bytes,
-    fit_model,
-    fit_time_s,
-    float32_size,
     gradient_bytes,
     parameter_bytes,
-    predicted_step_s,
     read_ddp_buckets,
     section,
     size_row,

@@ -26,7 +26,7 @@ from analysis.projection import (
     fit_series,
     project_points,
 )
-from scalescope.job.allreduce import bus_factor, ddp_bucket_bytes
+from scalescope.allreduce_model import bus_factor, ddp_bucket_bytes
 
 
 def parts(

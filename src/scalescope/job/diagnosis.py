@@ -47,6 +47,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from ..allreduce_model import estimate_bucket_bytes
 from ..config import DiagnosisConfig, FaultsConfig
 from .allreduce import SKIPPED_ONE_DEVICE
 from .timing import Timings
@@ -1091,7 +1092,7 @@ class BeforeTiming(L.Callback):
             gradient_bytes=ar.gradient_bytes(pl_module),
             device=device,
             budget_s=self.cfg.allreduce_budget_s,
-            bucket_bytes=ar.estimate_bucket_bytes(ar.parameter_bytes(pl_module), *caps),
+            bucket_bytes=estimate_bucket_bytes(ar.parameter_bytes(pl_module), *caps),
             bucket_reason=f"{ar.NOT_READ_YET}; {ar.ESTIMATED_FROM_PARAMETERS}",
             hold_s=self.faults.network_hold_s if self.faults is not None else None,
         )
