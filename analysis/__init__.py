@@ -11,13 +11,15 @@ From a shell: ``python -m analysis.summarize outputs/``. Nothing here imports to
 lightning, submitit or comet_ml: results can be summarised on a laptop or a login node.
 """
 
+from .analyze import Analysis, ProjectionRequest, analyze
 from .frame import Loaded, load, load_all
-from .metrics import Analysis, BaselineSpec, analyze, group_stats, scaling_table
+from .metrics import BaselineSpec, group_stats, scaling_table
 
 __all__ = [
     "Analysis",
     "BaselineSpec",
     "Loaded",
+    "ProjectionRequest",
     "analyze",
     "group_stats",
     "load",

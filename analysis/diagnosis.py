@@ -64,7 +64,7 @@ from .metrics import (
     pick_baseline,
     series_scale_groups,
 )
-from .stats import ratio_ci, summarize
+from .stats import finite_mean, finite_number, is_number, ratio_ci, summarize
 
 NOT_RECORDED = "not recorded"
 """What a table, chart or sentence shows for a part that was not measured (never 0)."""
@@ -148,18 +148,6 @@ class RunParts:
         return value / b if b and b > 0 and not self.reason else math.nan
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def finite_number(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number (not a boolean), else None."""
-    if not _is_number(value):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
 def _num(data: Mapping[str, Any], key: str, where: str) -> float:
     value = finite_number(data.get(key))
     if value is None:
@@ -223,7 +211,7 @@ def _pick_rank(diagnosis: Mapping[str, Any], key: str, by_rank: Mapping[int, Any
 def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) -> RunParts:
     """Read one record's ``diagnosis`` (see the module doc). Never raises: a missing,
     switched-off or malformed breakdown gives a :class:`RunParts` whose ``reason`` says why."""
-    x = float(samples_per_s_per_device) if _is_number(samples_per_s_per_device) else math.nan
+    x = float(samples_per_s_per_device) if is_number(samples_per_s_per_device) else math.nan
     t = 1.0 / x if math.isfinite(x) and x > 0 else math.nan
     if diagnosis is None or (isinstance(diagnosis, float) and math.isnan(diagnosis)):
         return RunParts(t, None, reason="record has no breakdown")
@@ -478,12 +466,6 @@ class Waterfall:
     """Per rank of one representative run at each series' largest recorded scale."""
     runs: list[tuple[str, int, str, RunParts, dict[str, float]]]
     """(series, world size, run id, parts, attribution) per run, for notebooks."""
-
-
-def finite_mean(values: Sequence[float]) -> float:
-    """The mean of the finite values (NaN when there is none)."""
-    finite = [v for v in values if math.isfinite(v)]
-    return math.fsum(finite) / len(finite) if finite else math.nan
 
 
 def _num_workers(params: Sequence[Any]) -> str:

@@ -68,7 +68,7 @@ import pandas as pd
 from .stats import Summary, ratio_ci, summarize, t_ppf
 
 if TYPE_CHECKING:
-    from .diagnosis import Waterfall
+    pass
 
 SERIES_KEYS = (
     "config_name",
@@ -852,101 +852,3 @@ def precision_table(runs: pd.DataFrame, *, confidence: float = DEFAULT_CONFIDENC
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=PRECISION_COLUMNS)
-
-
-@dataclass
-class Analysis:
-    groups: pd.DataFrame
-    scaling: pd.DataFrame
-    amdahl: pd.DataFrame
-    notes: list[str]
-    precision: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PRECISION_COLUMNS))
-    """Mixed precision vs fp32 (:func:`precision_table`); empty without such pairs."""
-    waterfall: Waterfall | None = None
-    """Where each scale point's lost efficiency went (:func:`analysis.diagnosis.waterfall`)."""
-    projection: Any = None
-    """The projection to scales not run (:func:`analysis.projection.project`), when asked."""
-
-
-def analyze(
-    runs: pd.DataFrame,
-    *,
-    baseline: BaselineSpec | None = None,
-    confidence: float = DEFAULT_CONFIDENCE,
-    cv_threshold: float = DEFAULT_CV_THRESHOLD,
-    loss_tolerance: float = DEFAULT_LOSS_TOLERANCE,
-    acc_tolerance: float = DEFAULT_ACC_TOLERANCE,
-) -> Analysis:
-    """Groups, scaling and Amdahl tables, plus sentences for what a reader must not miss."""
-    groups = group_stats(runs, confidence=confidence, cv_threshold=cv_threshold)
-    scaling = scaling_table(
-        runs,
-        baseline=baseline,
-        confidence=confidence,
-        cv_threshold=cv_threshold,
-        loss_tolerance=loss_tolerance,
-        acc_tolerance=acc_tolerance,
-    )
-    amdahl = amdahl_table(scaling, confidence=confidence)
-    notes: list[str] = []
-    for series, part in scaling.groupby("series", sort=False):
-        note = part["baseline_note"].iloc[0]
-        if note != "1-device run":
-            notes.append(f"{series}: {note}.")
-        mixed = part["mixed_versions"].iloc[0]
-        if mixed:
-            notes.append(
-                f"{series}: runs used different versions ({mixed}); a speedup between them "
-                "may be a software change, not scaling."
-            )
-    for _, row in scaling[scaling["high_variance"]].iterrows():
-        notes.append(
-            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: throughput varies "
-            f"{row['headline_cv']:.0%} between repeats (CV > {cv_threshold:.0%}); "
-            "treat its speedup with care."
-        )
-    for _, row in scaling[scaling["headline_basis"] != STEADY].iterrows():
-        notes.append(
-            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: no steady state "
-            "recorded for it or its baseline (training ended within the warm-up, or older "
-            "records): its figures cover whole training, warm-up included."
-        )
-    heavy = scaling[scaling["warmup_share_mean"] > WARMUP_SHARE_NOTE]
-    for _, row in heavy.iterrows():
-        notes.append(
-            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: the warm-up is "
-            f"{row['warmup_share_mean']:.0%} of training time; the steady state rests on "
-            "few steps: train longer (more epochs or steps) for a firmer figure."
-        )
-    for _, row in scaling[scaling["parity"].str.startswith("worse")].iterrows():
-        notes.append(
-            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: {row['parity']} than "
-            "the baseline beyond tolerance; faster but worse is not a speedup."
-        )
-    superlinear = scaling[
-        (scaling["scaling_mode"] != "weak")
-        & ~scaling["is_baseline"]
-        & (scaling["parallel_efficiency"] > SUPERLINEAR_EFFICIENCY)
-    ]
-    for _, row in superlinear.iterrows():
-        notes.append(
-            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: parallel efficiency "
-            f"{row['parallel_efficiency']:.0%} (superlinear). Usually a slow or contended "
-            "baseline (shared cores, other jobs, fewer threads per process) or a per-device "
-            "problem that now fits in cache: check before quoting."
-        )
-    notes += serial_fraction_notes(scaling, amdahl)
-    single = groups[groups["n"] < 2]
-    if len(single):
-        notes.append(
-            f"{len(single)} of {len(groups)} configuration(s) ran once: no confidence interval "
-            "without repeats."
-        )
-    precision = precision_table(runs, confidence=confidence)
-    from .diagnosis import waterfall  # it builds on this module's grouping and baselines
-
-    falls = waterfall(runs, baseline=baseline, confidence=confidence)
-    from .diagnosis import diagnosis_notes
-
-    notes += diagnosis_notes(falls)
-    return Analysis(groups, scaling, amdahl, notes, precision, falls)

@@ -64,10 +64,10 @@ import pandas as pd
 
 from scalescope.allreduce_model import bus_factor, ddp_bucket_bytes
 
-from .diagnosis import finite_mean
 from .metrics import EFFICIENCY_REFERENCE
 from .model_error import ErrorModel, features
 from .model_error import load as load_error_model
+from .stats import finite_mean
 
 CARRIES = ("one-time", "network", "stragglers")
 """The structural explanations of the loss the parts leave at the anchor (``other``):

@@ -19,8 +19,8 @@ import pandas as pd
 
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
 
+from .analyze import Analysis
 from .diagnosis import findings
-from .metrics import Analysis
 from .parse import Problem
 from .tables import DisplayTable, markdown
 

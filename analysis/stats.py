@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scipy import stats as _sps
 
@@ -206,3 +207,21 @@ def ratio_ci(num: Summary, den: Summary, confidence: float = 0.95) -> tuple[floa
         return lr.ratio, lr.ratio, lr.ratio
     half = t_ppf(0.5 + confidence / 2.0, lr.df) * lr.log_se
     return lr.ratio, lr.ratio * math.exp(-half), lr.ratio * math.exp(half)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a boolean), else None."""
+    if not is_number(value):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def finite_mean(values: Sequence[float]) -> float:
+    """The mean of the finite values (NaN when there is none)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return math.fsum(finite) / len(finite) if finite else math.nan

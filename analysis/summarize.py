@@ -38,6 +38,7 @@ import pandas as pd
 
 from scalescope.atomic import write_text_atomic
 
+from .analyze import Analysis, ProjectionRequest, analyze
 from .compare import COMPARABLE, DEFAULT_ALPHA, DEFAULT_TOLERANCE, compare_runs
 from .frame import Loaded, load_all
 from .gate import DEFAULT_ALPHA as GATE_ALPHA
@@ -63,9 +64,7 @@ from .metrics import (
     DEFAULT_CONFIDENCE,
     DEFAULT_CV_THRESHOLD,
     DEFAULT_LOSS_TOLERANCE,
-    Analysis,
     BaselineSpec,
-    analyze,
 )
 from .outdir import OutputError, check_replaceable, write_atomically
 from .parse import Problem
@@ -769,19 +768,12 @@ def summarize(args: argparse.Namespace) -> int:
         cv_threshold=args.cv_threshold,
         loss_tolerance=args.loss_tolerance,
         acc_tolerance=args.acc_tolerance,
+        project=(
+            ProjectionRequest(args.project, args.devices_per_node, profile)
+            if args.project is not None
+            else None
+        ),
     )
-    if args.project is not None:
-        from .projection import check_notes, project
-
-        analysis.projection = project(
-            loaded.runs,
-            args.project,
-            devices_per_node=args.devices_per_node,
-            profile=profile,
-            baseline=baseline,
-            confidence=args.confidence,
-        )
-        analysis.notes += check_notes(analysis.projection)
     tables = all_tables(
         loaded.runs, loaded.failures, loaded.problems, analysis, max_rows=args.max_rows
     )

@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
+from .analyze import Analysis
 from .metrics import (
     STEADY,
-    Analysis,
     accumulation_label,
     efficiency_column,
     natural_key,

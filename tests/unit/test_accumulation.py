@@ -14,8 +14,8 @@ from core_helpers import make_identity
 from sweep_helpers import write_sweep
 from torch.utils.data import DataLoader, TensorDataset
 
+from analysis.analyze import analyze
 from analysis.frame import runs_frame
-from analysis.metrics import analyze
 from analysis.parse import ParseResult, Run
 from scalescope.config import TrainerConfig, check_workload, load_train_config, resolve_batch
 from scalescope.errors import ConfigError

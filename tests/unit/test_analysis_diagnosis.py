@@ -20,6 +20,7 @@ from analysis_helpers import make_result, summarize_main, write_log
 from hypothesis import given
 from hypothesis import strategies as st
 
+from analysis.analyze import analyze
 from analysis.diagnosis import (
     NOT_RECORDED,
     PARTS,
@@ -32,7 +33,6 @@ from analysis.diagnosis import (
     waterfall,
 )
 from analysis.frame import load_all
-from analysis.metrics import analyze
 from analysis.tables import diagnosis_table
 from scalescope.record import ResultRecord, decode_line, encode
 

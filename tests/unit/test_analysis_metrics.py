@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
+from analysis.analyze import analyze
 from analysis.compare import compare_runs
 from analysis.frame import runs_frame
 from analysis.metrics import (
@@ -18,7 +19,6 @@ from analysis.metrics import (
     BaselineSpec,
     amdahl_fit,
     amdahl_table,
-    analyze,
     group_stats,
     karp_flatt,
     karp_flatt_note,

@@ -11,8 +11,9 @@ from analysis_helpers import make_result, summarize_main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analysis.analyze import analyze
 from analysis.frame import runs_frame
-from analysis.metrics import analyze, precision_table
+from analysis.metrics import precision_table
 from analysis.parse import ParseResult, Run
 from analysis.tables import all_tables, markdown
 from analysis.tables import precision_table as precision_display

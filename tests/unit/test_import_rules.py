@@ -47,3 +47,36 @@ def test_the_analysis_imports_nothing_of_the_training_side(path: Path) -> None:
 def test_the_shared_formulas_import_no_framework() -> None:
     path = REPO / "src" / "scalescope" / "allreduce_model.py"
     assert imports_of(path) <= {"__future__", "math", "collections.abc", "typing", "numpy"}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """analysis.<name> -> the analysis modules it imports (at any depth of its code)."""
+    mods = {f"analysis.{p.stem}": p for p in (REPO / "analysis").glob("*.py")}
+    graph = {}
+    for name, path in mods.items():
+        graph[name] = {
+            m for m in imports_of(path) if m in mods and m != name and m != "analysis.__init__"
+        }
+    return graph
+
+
+def test_the_analysis_modules_import_each_other_in_no_circle() -> None:
+    """Reading -> computing -> presenting -> commands: a module that one of its own imports
+    imports back is a circle (metrics and diagnosis were one)."""
+    graph = _module_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                circles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert not circles, f"import circles: {[' -> '.join(c) for c in circles][:5]}"

@@ -1,0 +1,149 @@
+"""The whole analysis of a runs frame, in one call: what :mod:`.metrics` (grouping, scaling,
+Amdahl, precision), :mod:`.diagnosis` (the waterfall) and :mod:`.projection` compute, and the
+"Read this first" notes. Each of them is imported here and none imports this module, so the
+computing modules never import each other in a circle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from . import projection
+from .diagnosis import Waterfall, diagnosis_notes, waterfall
+from .metrics import (
+    DEFAULT_ACC_TOLERANCE,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_CV_THRESHOLD,
+    DEFAULT_LOSS_TOLERANCE,
+    PRECISION_COLUMNS,
+    STEADY,
+    SUPERLINEAR_EFFICIENCY,
+    WARMUP_SHARE_NOTE,
+    BaselineSpec,
+    amdahl_table,
+    group_stats,
+    precision_table,
+    scaling_table,
+    serial_fraction_notes,
+)
+
+
+@dataclass(frozen=True)
+class ProjectionRequest:
+    """``--project``: the node counts, and optionally devices per node and a network profile."""
+
+    nodes: Sequence[int]
+    devices_per_node: int | None = None
+    profile: Mapping[str, Any] | None = None
+
+
+@dataclass
+class Analysis:
+    groups: pd.DataFrame
+    scaling: pd.DataFrame
+    amdahl: pd.DataFrame
+    notes: list[str]
+    precision: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PRECISION_COLUMNS))
+    """Mixed precision vs fp32 (:func:`precision_table`); empty without such pairs."""
+    waterfall: Waterfall | None = None
+    """Where each scale point's lost efficiency went (:func:`analysis.diagnosis.waterfall`)."""
+    projection: Any = None
+    """The projection to scales not run (:func:`analysis.projection.project`), when asked."""
+
+
+def analyze(
+    runs: pd.DataFrame,
+    *,
+    baseline: BaselineSpec | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cv_threshold: float = DEFAULT_CV_THRESHOLD,
+    loss_tolerance: float = DEFAULT_LOSS_TOLERANCE,
+    acc_tolerance: float = DEFAULT_ACC_TOLERANCE,
+    project: ProjectionRequest | None = None,
+) -> Analysis:
+    """The whole result in one call: groups, scaling and Amdahl tables, the precision
+    comparison, the waterfall, the projection where asked, and the sentences a reader must
+    not miss."""
+    groups = group_stats(runs, confidence=confidence, cv_threshold=cv_threshold)
+    scaling = scaling_table(
+        runs,
+        baseline=baseline,
+        confidence=confidence,
+        cv_threshold=cv_threshold,
+        loss_tolerance=loss_tolerance,
+        acc_tolerance=acc_tolerance,
+    )
+    amdahl = amdahl_table(scaling, confidence=confidence)
+    notes: list[str] = []
+    for series, part in scaling.groupby("series", sort=False):
+        note = part["baseline_note"].iloc[0]
+        if note != "1-device run":
+            notes.append(f"{series}: {note}.")
+        mixed = part["mixed_versions"].iloc[0]
+        if mixed:
+            notes.append(
+                f"{series}: runs used different versions ({mixed}); a speedup between them "
+                "may be a software change, not scaling."
+            )
+    for _, row in scaling[scaling["high_variance"]].iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: throughput varies "
+            f"{row['headline_cv']:.0%} between repeats (CV > {cv_threshold:.0%}); "
+            "treat its speedup with care."
+        )
+    for _, row in scaling[scaling["headline_basis"] != STEADY].iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: no steady state "
+            "recorded for it or its baseline (training ended within the warm-up, or older "
+            "records): its figures cover whole training, warm-up included."
+        )
+    heavy = scaling[scaling["warmup_share_mean"] > WARMUP_SHARE_NOTE]
+    for _, row in heavy.iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: the warm-up is "
+            f"{row['warmup_share_mean']:.0%} of training time; the steady state rests on "
+            "few steps: train longer (more epochs or steps) for a firmer figure."
+        )
+    for _, row in scaling[scaling["parity"].str.startswith("worse")].iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: {row['parity']} than "
+            "the baseline beyond tolerance; faster but worse is not a speedup."
+        )
+    superlinear = scaling[
+        (scaling["scaling_mode"] != "weak")
+        & ~scaling["is_baseline"]
+        & (scaling["parallel_efficiency"] > SUPERLINEAR_EFFICIENCY)
+    ]
+    for _, row in superlinear.iterrows():
+        notes.append(
+            f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: parallel efficiency "
+            f"{row['parallel_efficiency']:.0%} (superlinear). Usually a slow or contended "
+            "baseline (shared cores, other jobs, fewer threads per process) or a per-device "
+            "problem that now fits in cache: check before quoting."
+        )
+    notes += serial_fraction_notes(scaling, amdahl)
+    single = groups[groups["n"] < 2]
+    if len(single):
+        notes.append(
+            f"{len(single)} of {len(groups)} configuration(s) ran once: no confidence interval "
+            "without repeats."
+        )
+    precision = precision_table(runs, confidence=confidence)
+    falls = waterfall(runs, baseline=baseline, confidence=confidence)
+    notes += diagnosis_notes(falls)
+    result = Analysis(groups, scaling, amdahl, notes, precision, falls)
+    if project is not None:
+        result.projection = projection.project(
+            runs,
+            project.nodes,
+            devices_per_node=project.devices_per_node,
+            profile=project.profile,
+            baseline=baseline,
+            confidence=confidence,
+        )
+        result.notes += projection.check_notes(result.projection)
+    return result
