@@ -1070,6 +1070,14 @@ COMMANDS: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[..., i
 }
 
 
+def summarize_sweep(folder: Path, *, project_nodes: Sequence[int] = ()) -> int:
+    """The summary a sweep makes of its own folder (written beside its logs, printed): the
+    defaults of ``python -m analysis.summarize FOLDER``, projected to ``project_nodes``."""
+    args = build_parser().parse_args([str(folder)])
+    args.project = list(project_nodes) or None
+    return _guarded(summarize, args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = COMMANDS.get(argv[0]) if argv else None
@@ -1079,6 +1087,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         args = build_parser().parse_args(argv)
         run = summarize
+    return _guarded(run, args)
+
+
+def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``run(args)`` with the command line's answers to what can go wrong outside it."""
     try:
         return run(args)
     except OutputError as exc:

@@ -114,3 +114,16 @@ def test_reading_in_worker_processes_agrees_with_reading_here(
     assert [r.record for r in serial.runs] == [r.record for r in parallel.runs]
     assert serial.failures == parallel.failures and len(serial.runs) == 80
     assert [f.diagnosis.code for f in parallel.failures] == ["exit_code"]
+
+
+def test_a_sweep_summarises_its_folder_through_a_typed_call(tmp_path: Path) -> None:
+    """summarize_sweep(folder, project_nodes=...) is what the sweep calls (no argv text round
+    trip): the same summary as the command line with --project, written beside the logs."""
+    import shutil
+
+    from analysis.summarize import summarize_sweep
+
+    folder = shutil.copytree(REPO / "tests" / "fixtures" / "projection", tmp_path / "sweep")
+    assert summarize_sweep(folder, project_nodes=(2, 4)) == 0
+    doc = (folder / "summary" / "summary.json").read_text()
+    assert '"projection"' in doc and '"nodes": 4' in doc

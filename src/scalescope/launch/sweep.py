@@ -439,8 +439,8 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
 
 
 def run_summary(sweep_dir: Path, console: Any, project: Sequence[int] = ()) -> int | None:
-    """``python -m analysis.summarize <sweep dir> [--project N,..]`` in-process, when that
-    module exists."""
+    """The summary of the sweep's folder (``analysis.summarize.summarize_sweep``, a typed
+    call), when the analysis package is installed beside the launcher."""
     try:
         found = importlib.util.find_spec("analysis.summarize") is not None
     except (ImportError, ValueError):
@@ -448,14 +448,11 @@ def run_summary(sweep_dir: Path, console: Any, project: Sequence[int] = ()) -> i
     if not found:
         return None
     module = importlib.import_module("analysis.summarize")
-    main = getattr(module, "main", None)
-    if not callable(main):
+    summarize_sweep = getattr(module, "summarize_sweep", None)
+    if not callable(summarize_sweep):
         return None
     try:
-        extra = ["--project", ",".join(map(str, project))] if project else []
-        return int(main([str(sweep_dir), *extra]) or 0)
-    except SystemExit as exc:  # an argparse-style main may exit instead of returning
-        return exc.code if isinstance(exc.code, int) else 1
+        return int(summarize_sweep(sweep_dir, project_nodes=tuple(project)) or 0)
     except Exception as exc:
         console.print(f"summary failed: {type(exc).__name__}: {exc}", markup=False)
         return 1
