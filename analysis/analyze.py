@@ -13,7 +13,6 @@ from typing import Any
 import pandas as pd
 
 from . import projection
-from .diagnosis import Waterfall, diagnosis_notes, waterfall
 from .metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_CONFIDENCE,
@@ -30,6 +29,7 @@ from .metrics import (
     scaling_table,
     serial_fraction_notes,
 )
+from .waterfall import Waterfall, diagnosis_notes, waterfall
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Analysis:
     precision: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PRECISION_COLUMNS))
     """Mixed precision vs fp32 (:func:`precision_table`); empty without such pairs."""
     waterfall: Waterfall | None = None
-    """Where each scale point's lost efficiency went (:func:`analysis.diagnosis.waterfall`)."""
+    """Where each scale point's lost efficiency went (:func:`analysis.waterfall.waterfall`)."""
     projection: Any = None
     """The projection to scales not run (:func:`analysis.projection.project`), when asked."""
 

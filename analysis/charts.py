@@ -372,7 +372,7 @@ CHARTS = {
 """Chart name -> (which frame it takes, function)."""
 
 
-# --- where the efficiency went (:mod:`analysis.diagnosis`) -----------------------------------
+# --- where the efficiency went (:mod:`analysis.waterfall`) -----------------------------------
 
 _STEP_PARTS = (
     ("input_step_s", "input wait", "tab:orange"),
@@ -388,8 +388,8 @@ _STEP_PARTS = (
 def step_parts_chart(table: pd.DataFrame, series: str) -> Figure:
     """Per-step time of one series, stacked by part (ms, typical rank, mean over repeats)
     against world size; a scale without a breakdown is labelled 'not recorded', not drawn
-    as zero. ``table``: :attr:`analysis.diagnosis.Waterfall.table`."""
-    from .diagnosis import NOT_RECORDED
+    as zero. ``table``: :attr:`analysis.waterfall.Waterfall.table`."""
+    from .waterfall import NOT_RECORDED
 
     fig, ax = _figure()
     part = table[table["series"] == series].sort_values(["world_size", "nodes"])
@@ -426,7 +426,7 @@ def step_parts_chart(table: pd.DataFrame, series: str) -> Figure:
 def ranks_chart(ranks: pd.DataFrame, series: str) -> Figure:
     """Each rank's per-step input wait, compute and communication wait, stacked (ms), for the
     representative run of one series at its largest recorded scale; the slowest rank is
-    marked and named with its node. ``ranks``: :attr:`analysis.diagnosis.Waterfall.ranks`."""
+    marked and named with its node. ``ranks``: :attr:`analysis.waterfall.Waterfall.ranks`."""
     fig, ax = _figure()
     part = ranks[ranks["series"] == series].sort_values("rank")
     xs = np.arange(len(part))

@@ -37,9 +37,9 @@ from typing import Any
 
 import pandas as pd
 
-from .diagnosis import PARTS
 from .metrics import SERIES_KEYS, efficiency_column
 from .stats import finite_number
+from .waterfall import PARTS
 
 SUMMARY_TAG = "scaling-summary"
 VIEW_NAME = "scalescope scaling"

@@ -381,7 +381,7 @@ class StepModel:
 
 @dataclass
 class ScalePoint:
-    """One measured scale of a series: its runs' parts (analysis.diagnosis.RunParts)."""
+    """One measured scale of a series: its runs' parts (analysis.waterfall.RunParts)."""
 
     world: int
     nodes: int
@@ -832,7 +832,7 @@ class ProjectionResult:
 
 
 def _points_of(members: Sequence[Any], base: Any) -> tuple[list[ScalePoint], ScalePoint]:
-    from .diagnosis import group_parts
+    from .waterfall import group_parts
 
     def point(g: Any) -> ScalePoint:
         parts = [p for _, p in group_parts(g)]

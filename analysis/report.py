@@ -20,9 +20,9 @@ import pandas as pd
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
 
 from .analyze import Analysis
-from .diagnosis import findings
 from .parse import Problem
 from .tables import DisplayTable, markdown
+from .waterfall import findings
 
 SUMMARY_SCHEMA_VERSION = 1
 """Version of the summary JSON layout (independent of the record schema it reads)."""

@@ -391,7 +391,7 @@ def _csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
 
 
 def _waterfall_table(analysis: Analysis) -> pd.DataFrame:
-    from .diagnosis import WATERFALL_COLUMNS
+    from .waterfall import WATERFALL_COLUMNS
 
     w = analysis.waterfall
     return w.table if w is not None else pd.DataFrame(columns=WATERFALL_COLUMNS)
@@ -519,7 +519,7 @@ def _draw_charts(
 
 def _projection_charts(analysis: Analysis) -> list[tuple[str, str]]:
     """(series, file stem) of each projected series' chart (``projection_<slug>``)."""
-    from .diagnosis import chart_slugs
+    from .waterfall import chart_slugs
 
     result = analysis.projection
     if result is None or result.table.empty:
@@ -542,8 +542,8 @@ def _projection_figures(analysis: Analysis) -> list[tuple[str, Any]]:
 def _diagnosis_charts(analysis: Analysis) -> list[tuple[str, str, str]]:
     """(kind, series, file stem) of each series' waterfall (``diagnosis_<slug>``) and
     per-rank chart (``ranks_<slug>``), in series order (slug:
-    :func:`analysis.diagnosis.chart_slugs`); series without any breakdown get none."""
-    from .diagnosis import chart_series, chart_slugs
+    :func:`analysis.waterfall.chart_slugs`); series without any breakdown get none."""
+    from .waterfall import chart_series, chart_slugs
 
     w = analysis.waterfall
     if w is None:

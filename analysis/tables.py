@@ -478,7 +478,7 @@ def precision_table(analysis: Analysis) -> DisplayTable | None:
 
 def _points(r: Any, part: str) -> str:
     """``6.1 [4.0, 8.2]``; ``not recorded`` where the part was not measured (never 0)."""
-    from .diagnosis import NOT_RECORDED
+    from .waterfall import NOT_RECORDED
 
     mean = r[f"{part}_pts_mean"]
     if _nan(mean):
@@ -497,7 +497,7 @@ def _one(x: float) -> str:
 def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
     """Where the efficiency went: every scale point beyond its series' baseline, the points
     lost and their parts. None when no series has a scale beyond its baseline."""
-    from .diagnosis import NOT_RECORDED, PARTS
+    from .waterfall import NOT_RECORDED, PARTS
 
     w = analysis.waterfall
     if w is None:
@@ -835,7 +835,7 @@ SHORT_PARTS = {
 
 
 def _most_lost(analysis: Analysis, series: str, nodes: int, dpn: int) -> str:
-    from .diagnosis import NOT_RECORDED
+    from .waterfall import NOT_RECORDED
 
     w = analysis.waterfall
     if w is None:

@@ -32,8 +32,8 @@ import pytest
 from core_helpers import REPO, TINY, TrainRun, run_train
 
 from analysis import summarize
-from analysis.diagnosis import LABELS, waterfall
 from analysis.frame import load_all
+from analysis.waterfall import LABELS, waterfall
 from scalescope.allreduce_model import predicted_step_s
 from scalescope.record import ResultRecord, encode
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analysis.comet import series_metrics
-from analysis.diagnosis import PARTS
+from analysis.waterfall import PARTS
 
 SERIES = "spiral · strong · fp32"
 

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.diagnosis import RunParts
 from analysis.projection import (
     Level,
     ScalePoint,
@@ -26,6 +25,7 @@ from analysis.projection import (
     fit_series,
     project_points,
 )
+from analysis.waterfall import RunParts
 from scalescope.allreduce_model import bus_factor, ddp_bucket_bytes
 
 

@@ -21,7 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analysis.analyze import analyze
-from analysis.diagnosis import (
+from analysis.frame import load_all
+from analysis.tables import diagnosis_table
+from analysis.waterfall import (
     NOT_RECORDED,
     PARTS,
     attribute,
@@ -32,8 +34,6 @@ from analysis.diagnosis import (
     run_parts,
     waterfall,
 )
-from analysis.frame import load_all
-from analysis.tables import diagnosis_table
 from scalescope.record import ResultRecord, decode_line, encode
 
 GLOBAL_BATCH = 256
