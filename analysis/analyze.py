@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import projection
+from . import projection, projection_text
 from .metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_CONFIDENCE,
@@ -145,5 +145,5 @@ def analyze(
             baseline=baseline,
             confidence=confidence,
         )
-        result.notes += projection.check_notes(result.projection)
+        result.notes += projection_text.check_notes(result.projection)
     return result

@@ -17,7 +17,7 @@ it from what it states, and the rest is an assumption, drawn over its band in th
   ``UNKNOWN_INTER_BAND`` of the intra-node one where the case states none;
 * stragglers: sigma = ``SIGMA_SHARE`` of the step's compute (drawn from 0 to twice that);
 * the rest of the anchor's step (the whole loss, since a table has no parts) carried by each
-  of the projection's explanations in turn (:data:`analysis.projection.CARRIES`);
+  of the projection's explanations in turn (:data:`analysis.step_model.CARRIES`);
 * the error model: the shipped one (:mod:`analysis.model_error`), or for cross-validation one
   fitted on the other sources.
 """
@@ -43,14 +43,8 @@ from .model_error import (
     totals,
 )
 from .model_error import load as load_error_model
-from .projection import (
-    CARRIES,
-    DRAWS,
-    Level,
-    Network,
-    StepModel,
-    expected_max,
-)
+from .projection import DRAWS
+from .step_model import CARRIES, Level, Network, StepModel, expected_max
 
 ALPHA_INTRA_S = 20e-6
 ALPHA_INTER_S = 50e-6
@@ -220,7 +214,7 @@ def case_model(
     case: Case, *, sigma_share: float = SIGMA_SHARE, carry: str = "one-time"
 ) -> StepModel:
     """The step model a case's measured points give (see the module doc), with what it
-    leaves of the anchor's step carried as ``carry`` says (:data:`~.projection.CARRIES`)."""
+    leaves of the anchor's step carried as ``carry`` says (:data:`~.step_model.CARRIES`)."""
     d = case.devices_per_node
     b, k = case.per_device_batch, case.grad_accum
     ref, _ = reference(case)

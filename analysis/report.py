@@ -217,7 +217,7 @@ def _projection(analysis: Analysis) -> dict[str, Any]:
     result = analysis.projection
     if result is None:
         return {}
-    from .projection import findings as projection_findings
+    from .projection_text import findings as projection_findings
 
     crossings = [
         {"series": sp.series, "what_if": w, "nodes_below_75": c, "earliest": lo, "latest": hi}

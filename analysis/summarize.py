@@ -732,7 +732,7 @@ def summarize(args: argparse.Namespace) -> int:
             print(f"{PROG}: error: {flag} needs --project NODES", file=sys.stderr)
             return 2
     if args.network is not None:
-        from .projection import read_profile
+        from .network_profile import read_profile
 
         try:
             profile = read_profile(args.network)

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.projection import (
+from analysis.projection import project_points
+from analysis.step_model import (
     Level,
     ScalePoint,
     allreduce_s,
     expected_max,
     exposed_after_backward,
     fit_series,
-    project_points,
 )
 from analysis.waterfall import RunParts
 from scalescope.allreduce_model import bus_factor, ddp_bucket_bytes

@@ -144,7 +144,7 @@ def test_bad_projection_arguments_are_one_line_and_write_nothing(
 def test_an_nccl_tests_output_is_a_network_profile(tmp_path: Path) -> None:
     """nccl-tests' table, as printed or behind srun's ``0:`` prefixes: the latency-bandwidth
     fit at its rank count (its busbw column at 512 MiB reads 322.78 GB/s)."""
-    from analysis.projection import read_profile
+    from analysis.network_profile import read_profile
 
     text = (FIXTURE / "nccl_tests_16_ranks.txt").read_text()
     prefixed = tmp_path / "srun.out"

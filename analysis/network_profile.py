@@ -1,0 +1,105 @@
+"""A cluster's network for the projection (``--network FILE``): a YAML profile, or the table
+nccl-tests' ``all_reduce_perf`` (or ``benchmarks/allreduce.py``) printed across nodes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+
+def read_profile(path: str) -> dict[str, Any]:
+    """A ``--network`` file: YAML with ``inter_busbw_gbps`` (GB/s, required) and optionally
+    ``inter_alpha_s``, ``at_world_size`` and ``source``; or the output of nccl-tests'
+    ``all_reduce_perf`` (or of ``benchmarks/allreduce.py``) run at the target size, to which
+    the latency-bandwidth model is fitted. Raises ValueError naming what is wrong."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    table = allreduce_table(text)  # first: srun's "0: " prefixes make it a YAML mapping
+    if table is not None:
+        return _profile_from_table(path, *table)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{path}: neither a YAML mapping with inter_busbw_gbps nor an all-reduce table "
+            "(nccl-tests' all_reduce_perf output)"
+        )
+    known = {"inter_busbw_gbps", "inter_alpha_s", "at_world_size", "source"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(
+            f"{path}: unknown key(s) {', '.join(map(str, unknown))}; known: "
+            f"{', '.join(sorted(known))}"
+        )
+    for key in ("inter_busbw_gbps", "inter_alpha_s"):
+        value = data.get(key)
+        if key == "inter_busbw_gbps" and value is None:
+            raise ValueError(f"{path}: inter_busbw_gbps is missing")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+        ):
+            raise ValueError(f"{path}: {key} must be a positive number, got {value!r}")
+    at = data.get("at_world_size")
+    if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 2):
+        raise ValueError(f"{path}: at_world_size must be an integer >= 2, got {at!r}")
+    return data
+
+
+_NCCL_ROW = (
+    r"(\d+)\s+\d+\s+[a-z0-9_]+\s+[a-z]+\s+(?:-?\d+\s+)?"  # size, count, type, redop, root
+    r"(\d+(?:\.\d+)?)\s+[\d.]+\s+[\d.]+\s+(?:\d+|N/A)"  # time (us), algbw, busbw, #wrong
+)
+"""A data row of nccl-tests' all_reduce_perf: size, count, type, redop, [root,] the
+out-of-place time (us), algbw, busbw, #wrong -- after any prefix srun or mpirun adds."""
+_TABLE_ROW = r"^\s*(\d+)\s+(\d+(?:\.\d+)?)\s+[\d.]+\s+[\d.]+\s*$"
+"""A data row of benchmarks/allreduce.py: size, time (us), algbw, busbw."""
+
+
+def allreduce_table(text: str) -> tuple[int | None, list[tuple[float, float]]] | None:
+    """(ranks, [(bytes, seconds)]) from an all-reduce table: nccl-tests' ``all_reduce_perf``
+    output (the out-of-place time) or ``benchmarks/allreduce.py``'s; None without a data row.
+    Ranks: nccl-tests' ``#  Rank N`` lines, or the ``N ranks`` of the benchmark's header."""
+
+    rows: list[tuple[float, float]] = []
+    ranks: set[int] = set()
+    declared = None
+    for line in text.splitlines():
+        rank = re.search(r"#\s+Rank\s+(\d+)\s", line)
+        if rank:
+            ranks.add(int(rank.group(1)))
+            continue
+        header = re.search(r"#.*?(\d+) ranks", line)
+        if header:
+            declared = int(header.group(1))
+            continue
+        found = re.search(_NCCL_ROW, line) or re.match(_TABLE_ROW, line)
+        if found and float(found.group(2)) > 0:
+            rows.append((float(found.group(1)), float(found.group(2)) * 1e-6))
+    if not rows:
+        return None
+    return (len(ranks) or declared), rows
+
+
+def _profile_from_table(
+    path: str, ranks: int | None, rows: list[tuple[float, float]]
+) -> dict[str, Any]:
+    from scalescope.allreduce_model import fit_model
+
+    if ranks is None or ranks < 2:
+        raise ValueError(f"{path}: the all-reduce table does not say how many ranks ran it")
+    fit = fit_model(rows, ranks)
+    if fit.get("busbw_gbps") is None or fit.get("alpha_s") is None:
+        raise ValueError(f"{path}: no latency-bandwidth fit from its table ({fit.get('note')})")
+    return {
+        "inter_busbw_gbps": float(fit["busbw_gbps"]),
+        "inter_alpha_s": max(float(fit["alpha_s"]), 1e-9),
+        "at_world_size": ranks,
+        "source": f"{Path(path).name} ({ranks} ranks, {len(rows)} sizes fitted)",
+    }
