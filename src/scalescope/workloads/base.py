@@ -7,6 +7,7 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
@@ -107,3 +108,35 @@ class WorkloadModule(L.LightningModule):
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
+
+
+class ClassifierModule(WorkloadModule):
+    """A workload whose forward gives class logits (the spiral MLP, the ResNet): cross-entropy
+    training, and validation loss and accuracy summed over every rank's samples before they
+    are divided (so ranks with unequal shards weigh by their samples)."""
+
+    _val_sums: Tensor
+
+    def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        return F.cross_entropy(self(x), y)
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        x, y = batch
+        if x.shape[0] == 0:
+            return
+        logits = self(x)
+        loss = F.cross_entropy(logits.float(), y, reduction="sum")
+        correct = (logits.argmax(dim=1) == y).sum()
+        self._val_sums += torch.stack(
+            [loss.double(), correct.double(), self._val_sums.new_tensor(len(y))]
+        )
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        sums = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum")
+        loss, correct, count = sums.tolist()
+        self.val_history.append((self.current_epoch, loss / count, correct / count))

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .base import WorkloadModule
+from .base import ClassifierModule
 from .params import ResnetParams
 from .shards import ImageSetSpec, OpenedShards, open_shards
 from .spiral import StepGroups
@@ -370,7 +370,7 @@ class ResNet(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-class ResnetModule(WorkloadModule):
+class ResnetModule(ClassifierModule):
     def __init__(self, params: ResnetParams) -> None:
         super().__init__()
         assert params.widths and params.depths and params.num_classes
@@ -385,30 +385,6 @@ class ResnetModule(WorkloadModule):
 
     def flops_per_sample(self) -> float:
         return flops_per_sample(self.params)
-
-    def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        return F.cross_entropy(self(x), y)
-
-    def on_validation_epoch_start(self) -> None:
-        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
-
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        x, y = batch
-        if x.shape[0] == 0:
-            return
-        logits = self(x)
-        loss = F.cross_entropy(logits.float(), y, reduction="sum")
-        correct = (logits.argmax(dim=1) == y).sum()
-        self._val_sums += torch.stack(
-            [loss.double(), correct.double(), self._val_sums.new_tensor(len(y))]
-        )
-
-    def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking:
-            return
-        sums = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum")
-        loss, correct, count = sums.tolist()
-        self.val_history.append((self.current_epoch, loss / count, correct / count))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.params.lr)

@@ -14,10 +14,9 @@ from collections.abc import Iterator
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import WorkloadModule
+from .base import ClassifierModule
 from .params import SpiralParams
 
 VAL_BATCH_SIZE = 4096
@@ -183,7 +182,7 @@ class SpiralDataModule(L.LightningDataModule):
         )
 
 
-class SpiralMLP(WorkloadModule):
+class SpiralMLP(ClassifierModule):
     def __init__(self, hidden_sizes: list[int], dropout: float, lr: float) -> None:
         super().__init__()
         self.lr = lr
@@ -208,30 +207,6 @@ class SpiralMLP(WorkloadModule):
         """Training FLOPs per sample: 2 per multiply-add forward, twice that backward."""
         macs = sum(m.in_features * m.out_features for m in self.net if isinstance(m, nn.Linear))
         return 6.0 * macs
-
-    def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        return F.cross_entropy(self(x), y)
-
-    def on_validation_epoch_start(self) -> None:
-        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
-
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        x, y = batch
-        if x.shape[0] == 0:
-            return
-        logits = self(x)
-        loss = F.cross_entropy(logits.float(), y, reduction="sum")
-        correct = (logits.argmax(dim=1) == y).sum()
-        self._val_sums += torch.stack(
-            [loss.double(), correct.double(), self._val_sums.new_tensor(len(y))]
-        )
-
-    def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking:
-            return
-        sums = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum")
-        loss, correct, count = sums.tolist()
-        self.val_history.append((self.current_epoch, loss / count, correct / count))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.lr)
