@@ -320,7 +320,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
         _, field = reference(case)
         anchor = case_model(case)
         for p in case.published:
-            _, centre = centre_carry(case, p)
+            carry, centre = centre_carry(case, p)
             base = np.empty(draws)
             for i in range(draws):
                 sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
@@ -340,6 +340,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
                     base=base,
                     z=rng.standard_normal(draws),
                     z_noise=rng.standard_normal(draws),
+                    explanation=carry,
                 )
             )
     return out
@@ -361,7 +362,6 @@ def backtest(
 def _result(
     cases: Sequence[Case], prepared: Sequence[Scored], scored: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
-    by_case = {c.name: c for c in cases}
     points: list[dict[str, Any]] = []
     i = 0
     for case in cases:
@@ -369,7 +369,6 @@ def _result(
         for p in case.published:
             got, prep = scored[i], prepared[i]
             assert got["case"] == case.name and prep.case == case.name
-            carry, _ = centre_carry(by_case[case.name], p)
             points.append(
                 {
                     "case": case.name,
@@ -381,7 +380,7 @@ def _result(
                     "low": got["low"],
                     "high": got["high"],
                     "covered": got["covered"],
-                    "centre_assumes": carry,
+                    "centre_assumes": prep.explanation,
                     "group": case.group,
                 }
             )

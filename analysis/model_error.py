@@ -84,6 +84,8 @@ class Scored:
     base: np.ndarray
     z: np.ndarray
     z_noise: np.ndarray
+    explanation: str = ""
+    """Which structural explanation the centre assumes (for the report)."""
 
 
 def interval(point: Scored, em: ErrorModel, kappa: float = 1.0) -> tuple[float, float, float]:

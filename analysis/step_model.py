@@ -280,7 +280,8 @@ class StepModel:
                 growth = expected_max(world) / expected_max(self.anchor_world)
                 return self.other_s * compute_s / then * growth
         # one-time: the same share of the step as at the anchor
-        share = self.other_s / self.anchor_step_s() if self.anchor_step_s() > 0 else 0.0
+        anchor = self.anchor_step_s()
+        share = self.other_s / anchor if anchor > 0 else 0.0
         return rest_s * share / (1.0 - share) if share < 1.0 else self.other_s
 
     def allreduce_total(self, world: int, nodes: int, buckets: Sequence[float]) -> float:

@@ -33,6 +33,10 @@ class WorkloadModule(L.LightningModule):
     """
 
     val_history: list[tuple[int, float, float]]
+    _val_sums: Tensor
+    """Validation's (summed loss, correct predictions, samples) of this rank's epoch: each
+    workload's ``validation_step`` adds to it, and the epoch's end sums it over the ranks
+    before dividing (so ranks with unequal shards weigh by their samples)."""
 
     accumulate_grad_batches: int = 1
     """Micro-batches per optimizer step (``trainer.accumulate_grad_batches``): each batch of
@@ -94,6 +98,16 @@ class WorkloadModule(L.LightningModule):
         if isinstance(model, DistributedDataParallel):
             model.require_backward_grad_sync = on
 
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        sums = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum")
+        loss, correct, count = sums.tolist()
+        self.val_history.append((self.current_epoch, loss / count, correct / count))
+
     def calibration_loss(self, batch: Sequence[tuple[Tensor, Tensor]]) -> Tensor:
         """The loss of the group's first micro-batch: what one backward with the gradient
         all-reduce computes (with accumulation, a part of the first batch)."""
@@ -115,13 +129,8 @@ class ClassifierModule(WorkloadModule):
     training, and validation loss and accuracy summed over every rank's samples before they
     are divided (so ranks with unequal shards weigh by their samples)."""
 
-    _val_sums: Tensor
-
     def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
         return F.cross_entropy(self(x), y)
-
-    def on_validation_epoch_start(self) -> None:
-        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         x, y = batch
@@ -133,10 +142,3 @@ class ClassifierModule(WorkloadModule):
         self._val_sums += torch.stack(
             [loss.double(), correct.double(), self._val_sums.new_tensor(len(y))]
         )
-
-    def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking:
-            return
-        sums = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum")
-        loss, correct, count = sums.tolist()
-        self.val_history.append((self.current_epoch, loss / count, correct / count))

@@ -144,9 +144,6 @@ class GptModel(WorkloadModule):
     def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
         return self._loss(x, y)[0]
 
-    def on_validation_epoch_start(self) -> None:
-        self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
-
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         x, y = batch
         if x.shape[0] == 0:
@@ -156,13 +153,6 @@ class GptModel(WorkloadModule):
         self._val_sums += torch.stack(
             [loss.double(), correct.double(), self._val_sums.new_tensor(y.numel())]
         )
-
-    def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking:
-            return
-        sums = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum")
-        loss, correct, count = sums.tolist()
-        self.val_history.append((self.current_epoch, loss / count, correct / count))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)
