@@ -11,9 +11,9 @@ From a shell: ``python -m analysis.summarize outputs/``. Nothing here imports to
 lightning, submitit or comet_ml: results can be summarised on a laptop or a login node.
 """
 
-from .analyze import Analysis, ProjectionRequest, analyze
-from .frame import Loaded, load, load_all
-from .metrics import BaselineSpec, group_stats, scaling_table
+from analysis.analyze import Analysis, ProjectionRequest, analyze
+from analysis.compute.metrics import BaselineSpec, group_stats, scaling_table
+from analysis.read.frame import Loaded, load, load_all
 
 __all__ = [
     "Analysis",

@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from . import projection, projection_text
-from .metrics import (
+from analysis.compute import projection
+from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_CONFIDENCE,
     DEFAULT_CV_THRESHOLD,
@@ -29,7 +29,7 @@ from .metrics import (
     scaling_table,
     serial_fraction_notes,
 )
-from .waterfall import Waterfall, diagnosis_notes, waterfall
+from analysis.compute.waterfall import Waterfall, diagnosis_notes, waterfall
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,9 @@ class Analysis:
     precision: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PRECISION_COLUMNS))
     """Mixed precision vs fp32 (:func:`precision_table`); empty without such pairs."""
     waterfall: Waterfall | None = None
-    """Where each scale point's lost efficiency went (:func:`analysis.waterfall.waterfall`)."""
+    """Where each scale point lost its efficiency (:func:`analysis.compute.waterfall.waterfall`)."""
     projection: Any = None
-    """The projection to scales not run (:func:`analysis.projection.project`), when asked."""
+    """The projection to scales not run (:func:`~analysis.compute.projection.project`), if asked."""
 
 
 def analyze(
@@ -145,5 +145,5 @@ def analyze(
             baseline=baseline,
             confidence=confidence,
         )
-        result.notes += projection_text.check_notes(result.projection)
+        result.notes += projection.check_notes(result.projection)
     return result

@@ -4,7 +4,7 @@
 and prints, per point and in total, the error and whether the interval covered the published
 value (``--cross-validate``: with the error model fitted on the other sources);
 ``fit-error CASES.yaml`` fits the projection's error model on them and writes the shipped one.
-The work is :mod:`analysis.backtest`'s; this module is the command line.
+The work is :mod:`analysis.compute.scoring`'s; this module is the command line.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .backtest import CaseError, backtest, cross_validated, prepare, read_cases
-from .model_error import SHIPPED_PATH, fit
-from .model_error import write as write_error_model
-from .projection import DRAWS
+from analysis.compute.model_error import SHIPPED_PATH, fit
+from analysis.compute.model_error import write as write_error_model
+from analysis.compute.projection import DRAWS
+from analysis.compute.scoring import CaseError, backtest, cross_validated, prepare, read_cases
 
 PROG = "python -m analysis.project"
 

@@ -10,7 +10,7 @@ replacing a previous summary there all at once.
 ``python -m analysis.summarize check PATH... --reference ref.yaml`` is the regression gate
 (``--write-reference ref.yaml`` writes a reference file from the results instead), and
 ``python -m analysis.summarize export PATH... --format github-action-benchmark|bencher``
-writes the headline figures for CI benchmark trackers (see :mod:`analysis.gate`).
+writes the headline figures for CI benchmark trackers (see :mod:`analysis.compute.gate`).
 
 Exit status: 0 when something usable was found (finished or failed jobs), 1 when nothing
 was, 2 for a usage error or an output folder that must not be replaced. ``check``: 0 when
@@ -36,14 +36,11 @@ from typing import Any
 
 import pandas as pd
 
-from scalescope.atomic import write_text_atomic
-
-from .analyze import Analysis, ProjectionRequest, analyze
-from .compare import COMPARABLE, DEFAULT_ALPHA, DEFAULT_TOLERANCE, compare_runs
-from .frame import Loaded, load_all
-from .gate import DEFAULT_ALPHA as GATE_ALPHA
-from .gate import DEFAULT_TOLERANCE as GATE_TOLERANCE
-from .gate import (
+from analysis.analyze import Analysis, ProjectionRequest, analyze
+from analysis.compute.compare import COMPARABLE, DEFAULT_ALPHA, DEFAULT_TOLERANCE, compare_runs
+from analysis.compute.gate import DEFAULT_ALPHA as GATE_ALPHA
+from analysis.compute.gate import DEFAULT_TOLERANCE as GATE_TOLERANCE
+from analysis.compute.gate import (
     EXPORT_FORMATS,
     REGRESSION,
     BadReference,
@@ -55,21 +52,20 @@ from .gate import (
     unreferenced,
     write_reference,
 )
-from .gate import (
+from analysis.compute.gate import (
     MISSING as GATE_MISSING,
 )
-from .html_report import report_html
-from .metrics import (
+from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_CONFIDENCE,
     DEFAULT_CV_THRESHOLD,
     DEFAULT_LOSS_TOLERANCE,
     BaselineSpec,
 )
-from .outdir import OutputError, check_replaceable, write_atomically
-from .parse import Problem
-from .report import Settings, document, dumps, report_markdown
-from .tables import (
+from analysis.present.html_report import report_html
+from analysis.present.outdir import OutputError, check_replaceable, write_atomically
+from analysis.present.report import Settings, document, dumps, report_markdown
+from analysis.present.tables import (
     MISSING,
     DisplayTable,
     all_tables,
@@ -79,6 +75,9 @@ from .tables import (
     rich_table,
     sig,
 )
+from analysis.read.frame import Loaded, load_all
+from analysis.read.parse import Problem
+from scalescope.atomic import write_text_atomic
 
 PROG = "python -m analysis.summarize"
 FORMATS = ("table", "markdown", "json", "csv")
@@ -391,7 +390,7 @@ def _csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
 
 
 def _waterfall_table(analysis: Analysis) -> pd.DataFrame:
-    from .waterfall import WATERFALL_COLUMNS
+    from analysis.compute.waterfall import WATERFALL_COLUMNS
 
     w = analysis.waterfall
     return w.table if w is not None else pd.DataFrame(columns=WATERFALL_COLUMNS)
@@ -407,7 +406,7 @@ def _markdown_all(tables: Sequence[DisplayTable], notes: Sequence[str]) -> str:
 def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 0) -> None:
     """The terminal's default: the headline tables, a line per failed job (its cause; at
     most ``max_rows``, 0 = all), and the notes."""
-    from .tables import failure_label, headline_tables
+    from analysis.present.tables import failure_label, headline_tables
 
     console = _console(sys.stdout)
     for t in headline_tables(analysis):
@@ -486,8 +485,8 @@ def _save_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> 
     report.html (the diagnosis charts are written as PNG only: their SVG stays in memory)."""
     import matplotlib
 
-    from . import charts
-    from .html_report import figure_svg
+    from analysis.present import charts
+    from analysis.present.html_report import figure_svg
 
     # No timestamps and no random ids in the files (matplotlib salts SVG ids at random unless
     # told otherwise): a summary of the same inputs is byte-identical.
@@ -519,7 +518,7 @@ def _draw_charts(
 
 def _projection_charts(analysis: Analysis) -> list[tuple[str, str]]:
     """(series, file stem) of each projected series' chart (``projection_<slug>``)."""
-    from .waterfall import chart_slugs
+    from analysis.compute.waterfall import chart_slugs
 
     result = analysis.projection
     if result is None or result.table.empty:
@@ -530,7 +529,7 @@ def _projection_charts(analysis: Analysis) -> list[tuple[str, str]]:
 
 
 def _projection_figures(analysis: Analysis) -> list[tuple[str, Any]]:
-    from . import charts
+    from analysis.present import charts
 
     result = analysis.projection
     return [
@@ -542,8 +541,8 @@ def _projection_figures(analysis: Analysis) -> list[tuple[str, Any]]:
 def _diagnosis_charts(analysis: Analysis) -> list[tuple[str, str, str]]:
     """(kind, series, file stem) of each series' waterfall (``diagnosis_<slug>``) and
     per-rank chart (``ranks_<slug>``), in series order (slug:
-    :func:`analysis.waterfall.chart_slugs`); series without any breakdown get none."""
-    from .waterfall import chart_series, chart_slugs
+    :func:`analysis.compute.waterfall.chart_slugs`); series without any breakdown get none."""
+    from analysis.compute.waterfall import chart_series, chart_slugs
 
     w = analysis.waterfall
     if w is None:
@@ -567,7 +566,7 @@ def diagnosis_chart_links(analysis: Analysis) -> list[tuple[str, str]]:
 
 
 def _diagnosis_figures(analysis: Analysis) -> list[tuple[str, Any]]:
-    from . import charts
+    from analysis.present import charts
 
     w = analysis.waterfall
     out = []
@@ -667,9 +666,9 @@ def _write_outputs(
 
 
 def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, runs: Any) -> None:
-    """The scaling-summary experiments (analysis.comet); a failure is a warning line, never
+    """The scaling-summary experiments (analysis.present.comet); a failure is a warning line, never
     a failed summary (the files are written already)."""
-    from .comet import log_scaling_summaries
+    from analysis.present.comet import log_scaling_summaries
 
     try:
         lines = log_scaling_summaries(
@@ -691,7 +690,7 @@ def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, 
             line = line.replace(f"tracking.mode={args.comet}", f"--comet {args.comet}")
             print(f"{PROG}: comet: {line}", file=sys.stderr)
     if args.comet_view:
-        from .comet import publish_scaling_view
+        from analysis.present.comet import publish_scaling_view
 
         made, line = publish_scaling_view(
             project=args.comet_project, workspace=args.comet_workspace
@@ -732,7 +731,7 @@ def summarize(args: argparse.Namespace) -> int:
             print(f"{PROG}: error: {flag} needs --project NODES", file=sys.stderr)
             return 2
     if args.network is not None:
-        from .network_profile import read_profile
+        from analysis.read.network_profile import read_profile
 
         try:
             profile = read_profile(args.network)
@@ -746,7 +745,9 @@ def summarize(args: argparse.Namespace) -> int:
     if target is not None and not args.no_charts:
         # matplotlib's import (about a second) overlaps the reading, where this process
         # mostly waits for its workers; the chart process forked later inherits it.
-        prefetch = threading.Thread(target=importlib.import_module, args=("analysis.charts",))
+        prefetch = threading.Thread(
+            target=importlib.import_module, args=("analysis.present.charts",)
+        )
         prefetch.start()
     loaded = load_all(args.paths, jobs=args.jobs, exclude=[target] if target else [])
     if prefetch is not None:
@@ -919,7 +920,7 @@ def _emit(
     elif fmt == "markdown":
         sys.stdout.write(markdown(table))
     elif fmt == "json":
-        from .report import SUMMARY_SCHEMA_VERSION, records
+        from analysis.present.report import SUMMARY_SCHEMA_VERSION, records
 
         doc = {"schema_version": SUMMARY_SCHEMA_VERSION, **head, rows_key: records(frame)}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))  # the analysis package, as from the repository ro
 
 from train_runs import train_record  # noqa: E402
 
-from analysis.frame import load_all  # noqa: E402
-from analysis.waterfall import LABELS, waterfall  # noqa: E402
+from analysis.compute.waterfall import LABELS, waterfall  # noqa: E402
+from analysis.read.frame import load_all  # noqa: E402
 from scalescope.record import ResultRecord, encode  # noqa: E402
 
 TINY = ["trainer.max_epochs=2", "workload.num_samples=2000", "trainer.batch_size=64"]

@@ -8,7 +8,7 @@ run:
 
 * the real command (``--format json`` with every CSV, report and chart written),
 * the same without charts,
-* reading alone (``analysis.parse``), in this process vs. one worker process per CPU.
+* reading alone (``analysis.read.parse``), in this process vs. one worker process per CPU.
 
 Prints wall time, files/s, MB/s and peak memory (``ru_maxrss`` of this process and of its
 children, which include the command and its workers). Timings are printed, never asserted:
@@ -219,7 +219,7 @@ def main() -> int:
         mb = size / 1e6
         print(f"generated {args.files:,} logs, {mb:,.0f} MB, in {gen:.1f} s (page cache now warm)")
 
-        from analysis.parse import parse
+        from analysis.read.parse import parse
 
         t0 = time.perf_counter()
         serial = parse([logs], jobs=1)

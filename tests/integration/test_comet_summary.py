@@ -24,7 +24,12 @@ import pytest
 from analysis_helpers import REPO, run_summarize
 from tracking_helpers import LoopbackJson, serve_loopback
 
-from analysis.comet import VIEW_NAME, copy_workspace_view, publish_scaling_view, publish_view
+from analysis.present.comet import (
+    VIEW_NAME,
+    copy_workspace_view,
+    publish_scaling_view,
+    publish_view,
+)
 from scalescope.config import TrackingConfig
 from scalescope.job.tracking import read_offline_archive, rest_api
 

@@ -32,8 +32,8 @@ import pytest
 from core_helpers import REPO, TINY, TrainRun, run_train
 
 from analysis import summarize
-from analysis.frame import load_all
-from analysis.waterfall import LABELS, waterfall
+from analysis.compute.waterfall import LABELS, waterfall
+from analysis.read.frame import load_all
 from scalescope.allreduce_model import predicted_step_s
 from scalescope.record import ResultRecord, encode
 

@@ -1,7 +1,7 @@
 """``python -m analysis.summarize`` as a user runs it: a separate process, its exit status, the
 chart process it forks, worker processes reading the files, and what a fresh interpreter loads.
 
-Everything else about the command is tested in this process (tests/unit/test_analysis_*.py,
+Everything else about the command is tested in this process (tests/unit/analysis/,
 through ``analysis_helpers.summarize_main``); these are the few checks that need processes.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from analysis_helpers import REPO, make_result, noise, run_summarize, start_of, write_log
 
-import analysis.parse as parse_mod
-from analysis.parse import parse
+import analysis.read.parse as parse_mod
+from analysis.read.parse import parse
 
 WORLDS = {1: (1, 1), 2: (1, 2)}
 
@@ -32,7 +32,7 @@ def _sweep(folder: Path, times: dict[int, list[float]]) -> Path:
 def test_import_and_summarize_never_load_the_training_stack(tmp_path: Path) -> None:
     _sweep(tmp_path / "in", {1: [10.0, 11.0], 2: [6.0, 6.5]})
     code = f"""
-import sys, analysis, analysis.summarize, analysis.charts
+import sys, analysis, analysis.summarize, analysis.present.charts
 rc = analysis.summarize.main([{str(tmp_path / "in")!r}, '--out', {str(tmp_path / "out")!r},
                               '--format', 'json'])
 heavy = sorted(m for m in sys.modules

@@ -1,5 +1,8 @@
 """Who may import whom, read from the modules' own import statements (ast, nothing run).
 
+* analysis/ flows one way: ``read`` -> ``compute`` -> ``analyze`` (the whole result) ->
+  ``present`` -> ``commands`` (and the ``python -m`` fronts on top). A module imports only from
+  its own layer or the ones before it, and no two modules import each other round a circle.
 * the analysis package imports neither torch, lightning nor submitit, and none of the job's
   torch-side modules for its formulas: those live in ``scalescope.allreduce_model``, which
   both sides import and which itself imports nothing beyond the standard library and numpy.
@@ -30,10 +33,28 @@ def imports_of(path: Path) -> set[str]:
                 parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parts, base] if base else parts)
             found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
     return found
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "analysis").glob("*.py")), ids=lambda p: p.name)
+ANALYSIS_FILES = sorted((REPO / "analysis").rglob("*.py"))
+LAYERS = ("read", "compute", "analyze", "present", "commands", "front")
+"""analysis/'s layers, lowest first; ``front``: the package's own ``__init__`` and the
+``python -m analysis.summarize`` / ``analysis.project`` entry points."""
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ("read", "compute", "present", "commands"):
+        return parts[1]
+    return "analyze" if module == "analysis.analyze" else "front"
+
+
+@pytest.mark.parametrize("path", ANALYSIS_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_the_analysis_imports_nothing_of_the_training_side(path: Path) -> None:
     bad = {
         m
@@ -46,18 +67,41 @@ def test_the_analysis_imports_nothing_of_the_training_side(path: Path) -> None:
 
 def test_the_shared_formulas_import_no_framework() -> None:
     path = REPO / "src" / "scalescope" / "allreduce_model.py"
-    assert imports_of(path) <= {"__future__", "math", "collections.abc", "typing", "numpy"}
+    roots = {m.split(".")[0] for m in imports_of(path)}
+    assert roots <= {"__future__", "math", "collections", "typing", "numpy"}
 
 
 def _module_graph() -> dict[str, set[str]]:
-    """analysis.<name> -> the analysis modules it imports (at any depth of its code)."""
-    mods = {f"analysis.{p.stem}": p for p in (REPO / "analysis").glob("*.py")}
+    """analysis.<...> -> the analysis modules it imports (at any depth of its code); a package
+    imported by name (``from analysis.present import charts``) counts as its module."""
+    mods = {module_name(p): p for p in ANALYSIS_FILES}
     graph = {}
     for name, path in mods.items():
-        graph[name] = {
-            m for m in imports_of(path) if m in mods and m != name and m != "analysis.__init__"
-        }
+        found = set()
+        for m in imports_of(path):
+            if m in mods and m != name and m != "analysis":
+                found.add(m)
+        graph[name] = found
     return graph
+
+
+def test_the_analysis_layers_import_only_downward() -> None:
+    """read -> compute -> analyze -> present -> commands: nothing reaches up a layer."""
+    graph = _module_graph()
+    upward = [
+        f"{name} ({layer_of(name)}) imports {dep} ({layer_of(dep)})"
+        for name, deps in sorted(graph.items())
+        for dep in sorted(deps)
+        if LAYERS.index(layer_of(dep)) > LAYERS.index(layer_of(name))
+    ]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_every_analysis_module_sits_in_a_layer() -> None:
+    """A new module goes into read/, compute/, present/ or commands/: only the package's own
+    front (``__init__``, ``analyze``, the ``python -m`` entry points) stands at the top."""
+    top = {p.name for p in (REPO / "analysis").glob("*.py")}
+    assert top == {"__init__.py", "analyze.py", "summarize.py", "project.py"}
 
 
 def test_the_analysis_modules_import_each_other_in_no_circle() -> None:

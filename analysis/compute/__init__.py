@@ -1,0 +1,1 @@
+"""Computing: statistics, the scaling metrics, the waterfall, the step model and its projection."""

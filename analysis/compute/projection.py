@@ -1,0 +1,475 @@
+"""Projection: the scale a sweep has not run yet, with an interval.
+
+The step model (:mod:`.step_model`) is fitted to each series' measured scale points and
+evaluated at larger ones; this module draws its interval, the what-ifs, the 75% crossing
+and the self-check (the largest measured scale predicted from the smaller ones). The words
+of the report are :mod:`.projection_text`'s, a network profile's reading
+:mod:`.network_profile`'s.
+
+The interval is a prediction interval: percentiles of draws that (1) resample each measured
+scale's runs with replacement (bootstrap over repeats, the network's fit with them), (2) take
+the structural explanations of the anchor's unexplained step in turn, (3) draw the network's
+bus bandwidth log-uniformly within its band, and (4) add the error model's residual
+(:mod:`.model_error`: learned from published cases) and one run's noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.compute.metrics import EFFICIENCY_REFERENCE
+from analysis.compute.model_error import ErrorModel, features
+from analysis.compute.model_error import load as load_error_model
+from analysis.compute.step_model import (
+    CARRIES,
+    Fit,
+    Network,
+    ScalePoint,
+    StepModel,
+    fit_series,
+    network_from_points,
+    network_from_profile,
+)
+from scalescope.allreduce_model import ddp_bucket_bytes
+
+DRAWS = 400
+INTERVAL = (2.5, 97.5)
+SCAN_NODES = tuple(2**i for i in range(13))
+"""Node counts scanned for the 75% crossing (up to 4096)."""
+
+
+# --- drawing the interval -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    name: str
+    batch_factor: float = 1.0
+    accumulate: int | None = None
+    bucket_cap_bytes: float | None = None
+    grad_bytes_factor: float = 1.0
+
+
+def what_ifs(model: StepModel, precision: str = "") -> list[WhatIf]:
+    """The settings that move data-parallel efficiency, as lines of the table."""
+    out = [WhatIf("as measured")]
+    out.append(WhatIf("per-device batch x2", batch_factor=2.0))
+    k = 4 if model.accumulate < 4 else 2 * model.accumulate
+    out.append(WhatIf(f"accumulation {k}", accumulate=k))
+    out.append(WhatIf("DDP buckets of 100 MB", bucket_cap_bytes=100e6))
+    if "bf16-true" not in precision and "16-true" not in precision:
+        out.append(WhatIf("gradients in bf16", grad_bytes_factor=0.5))
+    return out
+
+
+def _apply(model: StepModel, w: WhatIf) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    if w.batch_factor != 1.0:
+        kw["batch"] = model.per_device_batch * w.batch_factor
+    if w.accumulate is not None:
+        kw["k"] = w.accumulate
+        # k micro-batches of the measured size: k times the samples per optimizer step
+        kw["batch"] = kw.get("batch", model.per_device_batch) * w.accumulate / model.accumulate
+    buckets = model.bucket_bytes
+    if w.bucket_cap_bytes is not None:
+        buckets = tuple(ddp_bucket_bytes(int(sum(buckets)), int(w.bucket_cap_bytes)))
+    if w.grad_bytes_factor != 1.0:
+        buckets = tuple(b * w.grad_bytes_factor for b in buckets)
+    if buckets != model.bucket_bytes:
+        kw["buckets"] = buckets
+    return kw
+
+
+def centre_of(
+    model: StepModel, world: int, nodes: int, kw: Mapping[str, Any]
+) -> tuple[str, tuple[float, dict[str, float], float]]:
+    """The explanation the centre assumes at ``world`` ranks and its (efficiency, parts,
+    per-device batch): the middle of :data:`CARRIES` by efficiency (the others bound it)."""
+    got = [(c, replace(model, carry=c).efficiency(world, nodes, **kw)) for c in CARRIES]
+    finite = sorted((r[0], c) for c, r in got if math.isfinite(r[0]))
+    if not finite:
+        return got[0][0], got[0][1]
+    carry = finite[(len(finite) - 1) // 2][1]
+    return carry, dict(got)[carry]
+
+
+def run_noise(points: Sequence[ScalePoint], world: int) -> float:
+    """The run-to-run noise of one run (relative s.d. of the per-device throughput) at the
+    ``world``-rank point: its repeats' spread where there are two or more, never below the
+    default (two runs that happen to agree say little about a third)."""
+    from analysis.compute.model_error import NOISE_DEFAULT
+
+    runs = [
+        1.0 / p.t_s
+        for pt in points
+        if pt.world == world
+        for p in pt.parts
+        if math.isfinite(p.t_s) and p.t_s > 0
+    ]
+    if len(runs) < 2:
+        return NOISE_DEFAULT
+    mean = math.fsum(runs) / len(runs)
+    sd = math.sqrt(math.fsum((r - mean) ** 2 for r in runs) / (len(runs) - 1))
+    return max(NOISE_DEFAULT, sd / mean) if mean > 0 else NOISE_DEFAULT
+
+
+def resample(points: Sequence[ScalePoint], rng: np.random.Generator) -> list[ScalePoint]:
+    out = []
+    for pt in points:
+        if pt.parts:
+            idx = rng.integers(0, len(pt.parts), len(pt.parts))
+            out.append(replace(pt, parts=[pt.parts[i] for i in idx]))
+        else:
+            out.append(pt)
+    return out
+
+
+def project_points(
+    fit: Fit,
+    points: Sequence[ScalePoint],
+    baseline: ScalePoint,
+    scaling_mode: str,
+    targets: Sequence[tuple[int, int]],
+    *,
+    profile: Mapping[str, Any] | None = None,
+    precision: str = "",
+    draws: int = DRAWS,
+    seed: int = 0,
+    error_model: ErrorModel | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of (what-if, nodes, devices per node) with the central projection and its
+    interval; ``targets`` are (nodes, devices per node).
+
+    The centre is the middle of the structural explanations (:data:`CARRIES`) at the
+    network band's middle, shifted by the error model's mean. Each draw resamples every
+    measured scale's runs (the network's fit with them, unless ``profile`` gives it),
+    takes the explanations in turn, a point of the network band and the error model's
+    residual, with the run-to-run noise of one run (the anchor's repeats' spread where
+    there are two or more, never below :data:`~.model_error.NOISE_DEFAULT`)."""
+    model = fit.model
+    assert model is not None
+    # the shipped error model with this sweep's run-to-run noise; one given is used as it is
+    em = error_model or replace(load_error_model(), noise=run_noise(points, model.anchor_world))
+    rng = np.random.default_rng(seed)
+    ifs = what_ifs(model, precision)
+    samples: dict[tuple[str, int, int], list[float]] = {}
+    for i in range(draws):
+        base_draw = resample([baseline], rng)[0]
+        pts = resample(points, rng)
+        carry = CARRIES[i % len(CARRIES)]
+        drawn = fit_series(pts, base_draw, scaling_mode, _network(pts, profile), carry).model
+        u, z, z_noise = float(rng.uniform()), rng.standard_normal(), rng.standard_normal()
+        if drawn is None:
+            continue
+        for w in ifs:
+            kw = _apply(drawn, w)
+            for nodes, dpn in targets:
+                d, s = features(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes)
+                spread = math.sqrt(em.sd_d**2 * d + em.sd_s**2 * s)
+                e, _, _ = drawn.efficiency(
+                    nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
+                )
+                e *= math.exp(float(em.mean(d, s)) + spread * z + em.noise * z_noise)
+                samples.setdefault((w.name, nodes, dpn), []).append(e)
+    rows = []
+    for w in ifs:
+        kw = _apply(model, w)
+        for nodes, dpn in targets:
+            world = nodes * dpn
+            carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
+            d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
+            e *= math.exp(float(em.mean(d, s)))
+            k_used = int(parts.pop("k"))
+            got = np.array([v for v in samples.get((w.name, nodes, dpn), []) if math.isfinite(v)])
+            low, high = (
+                (float(np.percentile(got, INTERVAL[0])), float(np.percentile(got, INTERVAL[1])))
+                if len(got)
+                else (math.nan, math.nan)
+            )
+            ratio = world / model.baseline_world
+            x = batch / parts["step"] if parts["step"] > 0 else math.nan
+            rows.append(
+                {
+                    "what_if": w.name,
+                    "nodes": nodes,
+                    "devices_per_node": dpn,
+                    "world_size": world,
+                    "per_device_batch_size": batch,
+                    "accumulate_grad_batches": k_used,
+                    "efficiency": e,
+                    "efficiency_low": min(low, e),
+                    "efficiency_high": max(high, e),
+                    "speedup": e * ratio,
+                    "speedup_low": min(low, e) * ratio,
+                    "speedup_high": max(high, e) * ratio,
+                    "throughput_per_device": x,
+                    "throughput": x * world,
+                    "centre_assumes": carry,
+                    **{("step_s" if k == "step" else f"{k}_step_s"): v for k, v in parts.items()},
+                }
+            )
+    return rows
+
+
+# --- a summary's projection ---------------------------------------------------------------
+
+
+PROJECTION_COLUMNS = [
+    "series",
+    "what_if",
+    "nodes",
+    "devices_per_node",
+    "world_size",
+    "per_device_batch_size",
+    "accumulate_grad_batches",
+    "efficiency",
+    "efficiency_low",
+    "efficiency_high",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "throughput_per_device",
+    "throughput",
+    "centre_assumes",
+    "step_s",
+    "compute_step_s",
+    "input_step_s",
+    "overlap_step_s",
+    "exposed_comm_step_s",
+    "straggler_step_s",
+    "other_step_s",
+    "network",
+    "scaled_points",
+]
+"""Columns of ``projection.csv`` (and ``summary.json``'s ``projection``): efficiencies are
+fractions, throughput in samples/s, ``_step_s`` seconds per optimizer step."""
+
+CHECK_COLUMNS = [
+    "series",
+    "nodes",
+    "devices_per_node",
+    "world_size",
+    "from_world_sizes",
+    "measured",
+    "predicted",
+    "predicted_low",
+    "predicted_high",
+    "error_pts",
+    "covered",
+]
+"""Columns of the leave-one-out self-check: the largest measured scale predicted from the
+smaller ones (efficiencies as fractions)."""
+
+
+@dataclass
+class SeriesProjection:
+    series: str
+    fit: Fit
+    network_note: str
+    crossing: dict[str, tuple[int | None, int | None, int | None]]
+    """what-if -> (central, earliest, latest) nodes below :data:`.metrics.EFFICIENCY_REFERENCE`."""
+    devices_per_node: int
+
+
+@dataclass
+class ProjectionResult:
+    table: pd.DataFrame
+    checks: pd.DataFrame
+    series: list[SeriesProjection]
+    notes: list[str]
+
+
+def _points_of(members: Sequence[Any], base: Any) -> tuple[list[ScalePoint], ScalePoint]:
+    from analysis.compute.waterfall import group_parts
+
+    def point(g: Any) -> ScalePoint:
+        parts = [p for _, p in group_parts(g)]
+        k = g.rows.get("accumulate_grad_batches", [1])
+        kk = {int(v) for v in k if v == v and v is not None} or {1}
+        if g is base:
+            usable = [p for p in parts if math.isfinite(p.t_s) and p.per_device_batch_size]
+        else:
+            usable = [p for p in parts if p.recorded]
+        return ScalePoint(g.world_size, g.nodes, g.devices_per_node, usable, max(kk))
+
+    points = [point(g) for g in members]
+    return points, points[members.index(base)]
+
+
+def scan_crossing(
+    model: StepModel, w: WhatIf, dpn: int, lows: Mapping[int, float], highs: Mapping[int, float]
+) -> tuple[int | None, int | None, int | None]:
+    """Nodes (of :data:`SCAN_NODES`) where efficiency first falls below the threshold: at the
+    central projection, at its interval's low end (earliest), at its high end (latest)."""
+    kw = _apply(model, w)
+    central = next(
+        (
+            n
+            for n in SCAN_NODES
+            if n * dpn > model.baseline_world
+            and model.efficiency(n * dpn, n, **kw)[0] < EFFICIENCY_REFERENCE
+        ),
+        None,
+    )
+    earliest = next((n for n in SCAN_NODES if lows.get(n, 1.0) < EFFICIENCY_REFERENCE), None)
+    latest = next((n for n in SCAN_NODES if highs.get(n, 1.0) < EFFICIENCY_REFERENCE), None)
+    return central, earliest, latest
+
+
+def project(
+    runs: pd.DataFrame,
+    nodes: Sequence[int],
+    *,
+    devices_per_node: int | None = None,
+    profile: Mapping[str, Any] | None = None,
+    baseline: Any = None,
+    confidence: float = 0.95,
+    draws: int = DRAWS,
+) -> ProjectionResult:
+    """Every series' projection at ``nodes`` (devices per node: the sweep's largest, or
+    ``devices_per_node``), its 75% crossing, and the leave-one-out self-check."""
+    from analysis.compute.metrics import pick_baseline, series_scale_groups
+
+    rows: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    out: list[SeriesProjection] = []
+    notes: list[str] = []
+    for _, label, members in series_scale_groups(runs, confidence):
+        mode = str(members[0].rows["scaling_mode"].iloc[0])
+        precision = str(members[0].rows["precision"].iloc[0])
+        base, _ = pick_baseline(members, baseline)
+        points, base_pt = _points_of(members, base)
+        net = _network(points, profile)
+        fit = fit_series(points, base_pt, mode, net)
+        if fit.model is None:
+            notes.append(f"{label}: no projection: {fit.reason}.")
+            continue
+        dpn = devices_per_node or max(g.devices_per_node for g in members)
+        targets = [(n, dpn) for n in nodes]
+        scan = [(n, dpn) for n in SCAN_NODES if n * dpn > base.world_size]
+        all_targets = list(dict.fromkeys([*targets, *scan]))
+        projected = project_points(
+            fit,
+            points,
+            base_pt,
+            mode,
+            all_targets,
+            profile=profile,
+            precision=precision,
+            draws=draws,
+        )
+        crossing = {}
+        for w in what_ifs(fit.model, precision):
+            these = [r for r in projected if r["what_if"] == w.name]
+            lows = {r["nodes"]: r["efficiency_low"] for r in these}
+            highs = {r["nodes"]: r["efficiency_high"] for r in these}
+            crossing[w.name] = scan_crossing(fit.model, w, dpn, lows, highs)
+        for r in projected:
+            if (r["nodes"], r["devices_per_node"]) in targets:
+                rows.append(
+                    {
+                        "series": label,
+                        **r,
+                        "network": fit.model.network.note,
+                        "scaled_points": fit.scaled_points,
+                    }
+                )
+        out.append(SeriesProjection(label, fit, fit.model.network.note, crossing, dpn))
+        runs_at = min(len(pt.parts) for pt in points if pt.world > 1 and pt.parts)
+        if runs_at < 3:
+            notes.append(
+                f"{label}: the projection's interval rests on {runs_at} run(s) at a scale; a "
+                "bootstrap over so few repeats is too narrow: run 3 or more of each shape."
+            )
+        check = self_check(members, points, base, base_pt, mode, profile, precision, draws)
+        if check is not None:
+            checks.append({"series": label, **check})
+    table = pd.DataFrame(rows, columns=PROJECTION_COLUMNS)
+    return ProjectionResult(table, pd.DataFrame(checks, columns=CHECK_COLUMNS), out, notes)
+
+
+def _network(points: Sequence[ScalePoint], profile: Mapping[str, Any] | None) -> Network:
+    multi = [pt for pt in points if pt.world > 1 and any(p.recorded for p in pt.parts)]
+    measured = network_from_points(multi)
+    if profile is None:
+        return measured
+    return network_from_profile(profile, measured.intra)
+
+
+def self_check(
+    members: Sequence[Any],
+    points: Sequence[ScalePoint],
+    base: Any,
+    base_pt: ScalePoint,
+    mode: str,
+    profile: Mapping[str, Any] | None,
+    precision: str,
+    draws: int,
+) -> dict[str, Any] | None:
+    """The largest measured scale predicted from the smaller ones (three scales or more,
+    the baseline counted), against its measured efficiency."""
+    worlds = sorted({pt.world for pt in points})
+    if len(worlds) < 3:
+        return None
+    top = max(points, key=lambda pt: (pt.world, pt.nodes))
+    # every scale as large as the one predicted is held out (a 1x4 beside a 2x2 too), so
+    # the prediction comes from smaller world sizes alone, as it says
+    rest = [pt for pt in points if pt.world < top.world]
+    fit = fit_series(rest, base_pt, mode, _network(rest, profile))
+    if fit.model is None or not top.parts:
+        return None
+    (row,) = project_points(
+        fit,
+        rest,
+        base_pt,
+        mode,
+        [(top.nodes, top.devices_per_node)],
+        profile=profile,
+        precision=precision,
+        draws=draws,
+    )[:1]
+    g = next(m for m in members if m.world_size == top.world and m.nodes == top.nodes)
+    x = g.stats["steady_samples_per_s_per_device"].mean
+    x_base = base.stats["steady_samples_per_s_per_device"].mean
+    measured = x / x_base if x_base else math.nan
+    return {
+        "nodes": top.nodes,
+        "devices_per_node": top.devices_per_node,
+        "world_size": top.world,
+        "from_world_sizes": ",".join(str(w) for w in worlds if w < top.world),
+        "measured": measured,
+        "predicted": row["efficiency"],
+        "predicted_low": row["efficiency_low"],
+        "predicted_high": row["efficiency_high"],
+        "error_pts": 100.0 * (row["efficiency"] - measured),
+        "covered": bool(row["efficiency_low"] <= measured <= row["efficiency_high"]),
+    }
+
+
+def percent_text(fraction: float) -> str:
+    """An efficiency in percent as the tables round it where it matters: whole points from
+    10% up, one decimal below (a 0.5% must not read 0%)."""
+    value = 100 * fraction
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"
+
+
+def check_notes(result: ProjectionResult) -> list[str]:
+    """'Read this first' lines: series not projected, and self-checks the interval missed."""
+    notes = list(result.notes)
+    for _, c in result.checks.iterrows():
+        if not c["covered"]:
+            notes.append(
+                f"{c['series']}: the projection's self-check missed: {int(c['world_size'])} "
+                f"devices projected at {percent_text(c['predicted'])}% "
+                f"[{percent_text(c['predicted_low'])}, {percent_text(c['predicted_high'])}] "
+                "from the "
+                f"smaller scales, measured {percent_text(c['measured'])}%: treat the projection "
+                "with care."
+            )
+    return notes

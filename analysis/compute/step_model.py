@@ -1,0 +1,579 @@
+"""The projection's step model: a series' step at a scale not run yet.
+
+A step-time model of data-parallel training is fitted to each series' measured scale points
+(:func:`fit_series`) and evaluated at larger ones (:meth:`StepModel.efficiency`). Per
+optimizer step on the typical rank, at world size N over ``nodes`` nodes with a per-device
+batch b and k micro-batches per step:
+
+    T(N) = k (input(b/k) + compute(b/k)) + overlap + exposed(N) + straggler(N) + other
+
+* compute(m) = a + c m per micro-batch of m samples: fitted over the measured scales' mean
+  compute when their per-device batches differ (strong scaling), else proportional (a = 0),
+  from the multi-device runs (so DDP's own per-step work is in it); input per sample the same.
+* all-reduce of one message of n bytes at N ranks (Thakur, Rabenseifner & Gropp 2005; the
+  record's fitted latency-bandwidth model, ``scalescope.allreduce_model.fit_model``):
+
+      t(n, N) = alpha(N) + n 2 (N - 1) / N / busbw,   alpha(N) = alpha_p log2 N / log2 p
+
+  The bandwidth term is the ring's (each byte crosses 2 (N-1)/N links at the bus bandwidth);
+  the latency grows as a tree's, log2 N: NCCL's tuner picks the faster of ring and tree, and
+  with equal bus bandwidth that is the tree's latency (alpha_p fitted at p ranks). Within a
+  node the intra-node level applies, across nodes the inter-node one (the ring's slowest
+  link); see :class:`Network` for where each comes from and its assumption band.
+* exposed(N): DDP sends its buckets one after another as backward produces them (backward
+  is about 2/3 of a micro-batch's compute, and a bucket is ready when the bytes up to it
+  are); each all-reduce starts when its bucket is ready and the one before it is done, and
+  modelled(N) is what of that timeline ends after backward does
+  (:func:`exposed_after_backward`), and
+
+      exposed(N) = max(0, modelled(N) + (exposed_p - modelled(p)))
+
+  the offset measured at the anchor (the largest measured multi-device scale) carrying what
+  the model misses there (contention, the framework).
+* straggler(N) = sigma m(N): every rank waits each step for the slowest of N; with per-rank
+  step times of spread sigma, the expected maximum of N draws is sigma m(N) above the mean
+  (sigma is kept as a share of the step's compute, so it shrinks with the per-device batch)
+  (m: the expected maximum of N standard normals, m(2) = 0.56, m(64) = 2.4, m(512) = 3.0).
+  sigma is fitted (least squares through 0) to the measured waits (rank skew + rotating
+  stragglers) at each multi-device scale.
+* overlap (backward slowed by the all-reduce beside it) stays as at the anchor; other (the
+  step's unexplained rest at the anchor, never below 0: a step faster than its parts is
+  noise) carries as one of :data:`CARRIES` says (:meth:`StepModel.carried_other`).
+
+Efficiency at N is the per-device throughput b/T(N) over the baseline's (as in the scaling
+table), speedup = efficiency x N / baseline world size. A what-if that changes the per-device
+batch changes the baseline's step by the same compute and input.
+
+Assumptions: data parallelism only; no bottleneck at scale other than the network term (no
+I/O limit, no memory change). The interval around it is :mod:`.projection`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
+from typing import Any
+
+import numpy as np
+
+from analysis.compute.stats import finite_mean
+from scalescope.allreduce_model import bus_factor
+
+CARRIES = ("one-time", "network", "stragglers")
+"""The structural explanations of the loss the parts leave at the anchor (``other``):
+measurements that lack the parts (published tables) cannot tell them apart, and the
+interval spans them (see :meth:`StepModel.carried_other`)."""
+CARRY_WORDS = {
+    "one-time": "a one-time step that keeps its share of the step",
+    "network": "communication the model does not see, growing as the all-reduce does",
+    "stragglers": "waiting for the slowest rank, growing with the number of ranks",
+}
+BACKWARD_SHARE = 2.0 / 3.0
+"""Share of a micro-batch's compute that is backward (forward : backward about 1 : 2)."""
+
+
+# --- the network --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Level:
+    """The all-reduce cost at one level of the network, as fitted at ``at_world`` ranks."""
+
+    alpha_s: float
+    busbw_gbps: float
+    at_world: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Network:
+    """Intra-node and inter-node levels, and the band of the inter-node bus bandwidth.
+
+    ``inter_band``: (low, high) factors on ``inter.busbw_gbps``; the central value is their
+    geometric mean. ``inter`` is None where nothing says what crosses nodes (then only
+    single-node scales can be projected)."""
+
+    intra: Level | None
+    inter: Level | None
+    inter_band: tuple[float, float] = (1.0, 1.0)
+    note: str = ""
+    measured_nodes: int = 1
+    """Up to this many nodes the inter-node level is as measured (factor 1)."""
+    missing: str = ""
+    """Why a level the anchor needs is missing ('' when none is)."""
+
+    def level(self, nodes: int) -> Level | None:
+        return self.intra if nodes <= 1 else self.inter
+
+    def factor(self, nodes: int, u: float | None = None) -> float:
+        """The factor on the level's bus bandwidth at ``nodes``: 1 where measured, else the
+        band's geometric middle, or the point ``u`` in [0, 1] of it (log scale)."""
+        if nodes <= self.measured_nodes:
+            return 1.0
+        lo, hi = (math.log(b) for b in self.inter_band)
+        return math.exp(lo + (0.5 if u is None else u) * (hi - lo))
+
+
+def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0) -> float:
+    """t(n, N) of the module doc at ``world`` ranks (0 on one rank; NaN without a bandwidth,
+    which is unknown, never infinite)."""
+    if world <= 1:
+        return 0.0
+    scale = math.log2(world) / math.log2(level.at_world) if level.at_world > 1 else 1.0
+    bw = level.busbw_gbps * bw_factor
+    if not bw > 0:
+        return math.nan
+    return level.alpha_s * scale + nbytes * bus_factor(world) / (bw * 1e9)
+
+
+def exposed_after_backward(
+    times_s: Sequence[float], sizes: Sequence[float], backward_s: float
+) -> float:
+    """The all-reduce time left once backward ends, from a timeline of DDP's buckets.
+
+    ``sizes`` and their all-reduce ``times_s`` in the order DDP sends them (the reverse of
+    the parameters' order, which is the order backward produces their gradients). A bucket
+    is ready when backward has produced all its bytes: at the share of ``backward_s`` that
+    the bytes up to and including it are of the whole. The buckets run one after another on
+    the communication stream, each starting when it is ready and its predecessor is done;
+    what ends after backward is exposed. So one bucket holding every gradient is exposed
+    whole, a large bucket that is ready near backward's end is exposed nearly whole, and many
+    tiny buckets queue up behind their latencies."""
+    total = math.fsum(sizes)
+    if not times_s or total <= 0:
+        return 0.0
+    done = end = 0.0
+    for t, nbytes in zip(times_s, sizes, strict=True):
+        done += nbytes
+        ready = backward_s * min(1.0, done / total)
+        end = max(end, ready) + t
+    return max(0.0, end - backward_s)
+
+
+@lru_cache(maxsize=4096)
+def expected_max(n: int) -> float:
+    """E[max of n independent standard normals] (0 for n = 1), by quadrature."""
+    if n <= 1:
+        return 0.0
+    from scipy.stats import norm
+
+    x = np.linspace(-9.0, 9.0, 20001)
+    density = n * norm.pdf(x) * norm.cdf(x) ** (n - 1)
+    return float(np.trapezoid(x * density, x))
+
+
+# --- the model ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """A series' step, as one draw of the fit knows it (seconds per optimizer step)."""
+
+    per_device_batch: float
+    """Samples per optimizer step per device at the anchor."""
+    accumulate: int
+    compute_fixed_s: float
+    compute_per_sample_s: float
+    input_per_sample_s: float
+    overlap_s: float
+    other_s: float
+    sigma_share: float
+    """Per-rank spread of the step time as a share of its compute (see straggler(N))."""
+    bucket_bytes: tuple[float, ...]
+    network: Network
+    anchor_world: int
+    anchor_nodes: int
+    exposed_offset_s: float
+    baseline_step_s: float
+    baseline_batch: float
+    baseline_world: int
+    scaling_mode: str
+    carry: str = "one-time"
+    """How ``other`` (what the parts leave of the anchor's step) carries beyond the anchor:
+    one of :data:`CARRIES`."""
+
+    def compute_s(self, batch: float, k: int) -> float:
+        micro = batch / k
+        return k * (self.compute_fixed_s + self.compute_per_sample_s * micro)
+
+    def modelled_exposed(
+        self, world: int, nodes: int, buckets: Sequence[float], k: int, bw: float, batch: float
+    ) -> float:
+        level = self.network.level(nodes)
+        if world <= 1 or not buckets:
+            return 0.0
+        if level is None:
+            return math.nan
+        times = [allreduce_s(level, b, world, bw) for b in buckets]
+        backward = BACKWARD_SHARE * self.compute_s(batch, k) / k  # the last micro-batch's
+        return exposed_after_backward(times, buckets, backward)
+
+    def parts(
+        self,
+        world: int,
+        nodes: int,
+        *,
+        batch: float | None = None,
+        k: int | None = None,
+        buckets: Sequence[float] | None = None,
+        bw: float | None = None,
+    ) -> dict[str, float]:
+        """The step's parts at ``world`` ranks over ``nodes`` nodes (seconds per step)."""
+        b = self.per_device_batch if batch is None else batch
+        k = self.accumulate if k is None else k
+        buckets = self.bucket_bytes if buckets is None else buckets
+        factor = self.network.factor(nodes) if bw is None else bw
+        modelled = self.modelled_exposed(world, nodes, buckets, k, factor, b)
+        exposed = max(0.0, modelled + self.exposed_offset_s) if world > 1 else 0.0
+        if world > 1 and math.isnan(self.modelled_at_anchor):
+            exposed = math.nan
+        out_compute = self.compute_s(b, k)
+        straggler = self.sigma_share * out_compute * expected_max(world)
+        out = {
+            "compute": out_compute,
+            "input": self.input_per_sample_s * b,
+            "overlap": self.overlap_s if world > 1 else 0.0,
+            "exposed_comm": exposed,
+            "straggler": straggler,
+        }
+        out["other"] = (
+            self.carried_other(world, nodes, math.fsum(out.values()), out_compute, buckets, factor)
+            if world > 1
+            else 0.0
+        )
+        out["step"] = math.fsum(out.values())
+        return out
+
+    def carried_other(
+        self,
+        world: int,
+        nodes: int,
+        rest_s: float,
+        compute_s: float,
+        buckets: Sequence[float],
+        bw: float,
+    ) -> float:
+        """``other`` at ``world`` ranks, as :attr:`carry` says the anchor's carries:
+
+        * ``one-time``: a fixed share of the step from the anchor on (a step the first
+          inter-node scale took once: it shrinks with the step under strong scaling);
+        * ``network``: communication the model does not see, growing as the all-reduce time
+          does with the number of ranks at the anchor's network level (latency, bus factor,
+          accumulation shrinking); a change of level (intra- to inter-node) is already in
+          the modelled exposed time, and is not counted twice;
+        * ``stragglers``: waiting for the slowest rank, growing as compute x m(N).
+
+        Where the anchor gives the growth nothing to scale from (one device), one-time."""
+        if self.other_s == 0.0:
+            return 0.0
+        if self.carry == "network":
+            now = self.allreduce_total(world, self.anchor_nodes, buckets)
+            then = self.allreduce_total(self.anchor_world, self.anchor_nodes, self.bucket_bytes)
+            if math.isfinite(now) and math.isfinite(then) and then > 0:
+                return self.other_s * now / then
+        if self.carry == "stragglers" and expected_max(self.anchor_world) > 0:
+            then = self.compute_s(self.per_device_batch, self.accumulate)
+            if then > 0:
+                growth = expected_max(world) / expected_max(self.anchor_world)
+                return self.other_s * compute_s / then * growth
+        # one-time: the same share of the step as at the anchor
+        anchor = self.anchor_step_s()
+        share = self.other_s / anchor if anchor > 0 else 0.0
+        return rest_s * share / (1.0 - share) if share < 1.0 else self.other_s
+
+    def allreduce_total(self, world: int, nodes: int, buckets: Sequence[float]) -> float:
+        """Every bucket's all-reduce at ``world`` ranks on the network level of ``nodes``
+        nodes (as measured there), one after another (seconds)."""
+        level = self.network.level(nodes)
+        if world <= 1 or level is None:
+            return math.nan if level is None else 0.0
+        bw = self.network.factor(nodes)
+        return math.fsum(allreduce_s(level, b, world, bw) for b in buckets)
+
+    def anchor_step_s(self) -> float:
+        return (
+            self.compute_s(self.per_device_batch, self.accumulate)
+            + self.input_per_sample_s * self.per_device_batch
+            + self.overlap_s
+            + self.exposed_at_anchor
+            + self.anchor_straggler_s
+            + self.other_s
+        )
+
+    @property
+    def anchor_straggler_s(self) -> float:
+        compute = self.compute_s(self.per_device_batch, self.accumulate)
+        return self.sigma_share * compute * expected_max(self.anchor_world)
+
+    @cached_property
+    def modelled_at_anchor(self) -> float:
+        """The model's exposed all-reduce at the anchor, before the measured offset (a
+        constant of the model: computed once)."""
+        return self.modelled_exposed(
+            self.anchor_world,
+            self.anchor_nodes,
+            self.bucket_bytes,
+            self.accumulate,
+            self.network.factor(self.anchor_nodes),
+            self.per_device_batch,
+        )
+
+    @property
+    def exposed_at_anchor(self) -> float:
+        return max(0.0, self.modelled_at_anchor + self.exposed_offset_s)
+
+    def calibrated(self, exposed_s: float, step_s: float) -> StepModel:
+        """This model made to reproduce its anchor: the offset takes what the all-reduce
+        model misses of the measured exposed time ``exposed_s`` (none when not measured),
+        ``other`` the rest of the measured step ``step_s``, never below 0 (a step faster
+        than its parts is noise, not a speed to carry to every scale)."""
+        offset = exposed_s - self.modelled_at_anchor if math.isfinite(exposed_s) else 0.0
+        model = replace(self, exposed_offset_s=offset, other_s=0.0)
+        other = step_s - model.anchor_step_s()
+        return replace(model, other_s=max(0.0, other) if math.isfinite(other) else 0.0)
+
+    def baseline_step(self, batch: float) -> float:
+        """The baseline's step with another per-device batch: its compute and input change
+        by the model's (micro-batches as at the anchor)."""
+        db = batch - self.baseline_batch
+        return self.baseline_step_s + db * (self.compute_per_sample_s + self.input_per_sample_s)
+
+    def batch_at(self, world: int, batch: float | None = None) -> float:
+        """The per-device batch at ``world`` ranks of a what-if whose per-device batch at
+        the anchor is ``batch``: strong scaling keeps the global batch, weak the per-device."""
+        b = self.per_device_batch if batch is None else batch
+        return b * self.anchor_world / world if self.scaling_mode == "strong" else b
+
+    def efficiency(
+        self, world: int, nodes: int, *, batch: float | None = None, **kw: Any
+    ) -> tuple[float, dict[str, float], float]:
+        """(efficiency, parts, per-device batch) at ``world`` ranks over ``nodes`` nodes;
+        NaN where a micro-batch would hold less than one sample."""
+        b0 = self.per_device_batch if batch is None else batch
+        b = self.batch_at(world, b0)
+        k0 = kw.pop("k", None) or self.accumulate
+        # strong scaling keeps the micro-batch and drops accumulation first
+        k = max(1, math.floor(k0 * b / b0 + 1e-9)) if b < b0 else k0
+        parts = self.parts(world, nodes, batch=b, k=k, **kw)
+        parts = {**parts, "k": float(k)}
+        if b / k < 1 or not parts["step"] > 0:
+            return math.nan, parts, b
+        base_b = self.baseline_batch * b0 / self.per_device_batch
+        x_base = base_b / self.baseline_step(base_b)
+        return (b / parts["step"]) / x_base, parts, b
+
+
+# --- fitting a series ---------------------------------------------------------------------
+
+
+@dataclass
+class ScalePoint:
+    """One measured scale of a series: its runs' parts (analysis.compute.waterfall.RunParts)."""
+
+    world: int
+    nodes: int
+    devices_per_node: int
+    parts: list[Any]
+    """RunParts of each run with a breakdown (or, for the baseline, every run's)."""
+    accumulate: int = 1
+
+
+@dataclass
+class Fit:
+    model: StepModel | None
+    reason: str = ""
+    scaled_points: int = 0
+
+
+def _step_of(p: Any) -> float:
+    b = p.per_device_batch_size
+    return p.t_s * b if b else math.nan
+
+
+def fit_series(
+    points: Sequence[ScalePoint],
+    baseline: ScalePoint,
+    scaling_mode: str,
+    network: Network | None = None,
+    carry: str = CARRIES[0],
+) -> Fit:
+    """A :class:`StepModel` from a series' measured points (any order): the anchor is the
+    largest multi-device point with a recorded breakdown and an all-reduce fit; what its
+    parts leave of its step carries as ``carry`` says."""
+    multi = [
+        pt for pt in points if pt.world > 1 and any(p.recorded and p.bucket_bytes for p in pt.parts)
+    ]
+    if not multi:
+        return Fit(
+            None,
+            "no multi-device run with a diagnosis (exposed communication, the "
+            "all-reduce sweep and DDP's buckets): nothing to project from",
+        )
+    anchor = max(multi, key=lambda pt: (pt.world, pt.nodes))
+    a_parts = [p for p in anchor.parts if p.recorded and p.bucket_bytes]
+    b_parts = [p for p in baseline.parts if math.isfinite(p.t_s)]
+    if not b_parts:
+        return Fit(None, "the baseline has no steady-state throughput")
+    net = network or network_from_points(multi)
+    if (anchor.nodes > 1 and net.inter is None) or (anchor.nodes <= 1 and net.intra is None):
+        return Fit(None, net.missing or "the anchor's all-reduce was not fitted")
+    k = max(1, int(anchor.accumulate))
+    batch = finite_mean([float(p.per_device_batch_size) for p in a_parts])
+    # compute per micro-batch against its size, over the multi-device points
+    xs, ys = [], []
+    for pt in multi:
+        rec = [p for p in pt.parts if p.recorded]
+        kk = max(1, int(pt.accumulate))
+        for p in rec:
+            xs.append(p.per_device_batch_size / kk)
+            ys.append(p.compute_step_s / kk)
+    fixed, per_sample = _line(xs, ys)
+    inputs = finite_mean([p.input_step_s / p.per_device_batch_size for p in a_parts])
+    overlap = finite_mean([p.overlap_step_s for p in a_parts])
+    overlap = 0.0 if math.isnan(overlap) else overlap
+    # straggler spread as a share of each point's own compute (under strong scaling the
+    # smaller scales have more compute per rank), against the expected maximum, through 0
+    num = den = 0.0
+    for pt in multi:
+        rec = [p for p in pt.parts if p.recorded]
+        w = finite_mean(
+            [p.skew_step_s + (0.0 if math.isnan(p.jitter_step_s) else p.jitter_step_s) for p in rec]
+        )
+        c = finite_mean([p.compute_step_s for p in rec])
+        if math.isfinite(w) and math.isfinite(c) and c > 0:
+            m = expected_max(pt.world)
+            num, den = num + max(w, 0.0) / c * m, den + m * m
+    sigma_share = num / den if den else 0.0
+    buckets = tuple(float(b) for b in a_parts[0].bucket_bytes)
+    exposed_meas = finite_mean([p.comm_step_s for p in a_parts])
+    draft = StepModel(
+        per_device_batch=batch,
+        accumulate=k,
+        compute_fixed_s=fixed,
+        compute_per_sample_s=per_sample,
+        input_per_sample_s=inputs if math.isfinite(inputs) else 0.0,
+        overlap_s=overlap,
+        other_s=0.0,
+        sigma_share=0.0,
+        bucket_bytes=buckets,
+        network=net,
+        anchor_world=anchor.world,
+        anchor_nodes=anchor.nodes,
+        exposed_offset_s=0.0,
+        baseline_step_s=finite_mean([_step_of(p) for p in b_parts]),
+        baseline_batch=finite_mean([float(p.per_device_batch_size or 0) for p in b_parts]),
+        baseline_world=baseline.world,
+        scaling_mode=scaling_mode,
+        carry=carry,
+    )
+    draft = replace(draft, sigma_share=sigma_share)
+    model = draft.calibrated(exposed_meas, finite_mean([_step_of(p) for p in a_parts]))
+    # scales beyond the baseline that the fit could use: a world size without a usable
+    # breakdown checks nothing
+    scaled = len({pt.world for pt in multi if pt.world != baseline.world})
+    return Fit(model, "", scaled)
+
+
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """(a, c) of y = a + c x: least squares where x varies, else through 0; a kept >= 0."""
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y) and x > 0]
+    if not pairs:
+        return 0.0, 0.0
+    x = np.array([p[0] for p in pairs])
+    y = np.array([p[1] for p in pairs])
+    if np.ptp(x) > 0:
+        c, a = np.polyfit(x, y, 1)
+        if a >= 0 and c >= 0:
+            return float(a), float(c)
+    return 0.0, float(np.sum(x * y) / np.sum(x * x))
+
+
+def network_from_points(multi: Sequence[ScalePoint]) -> Network:
+    """The levels the sweep measured: intra-node from its largest single-node point,
+    inter-node from its largest multi-node one, with the band the number of nodes allows."""
+
+    def level(pts: Sequence[ScalePoint], where: str) -> Level | None:
+        if not pts:
+            return None
+        pt = max(pts, key=lambda q: (q.nodes, q.world))
+        rec = [p for p in pt.parts if p.recorded]
+        alpha = finite_mean([p.alpha_s for p in rec])
+        bw = finite_mean([p.fit_busbw_gbps for p in rec])
+        source = f"{where}: the all-reduce sweep of the {pt.nodes}x{pt.devices_per_node} runs"
+        if not math.isfinite(bw):  # a latency-only fit: never an infinite bandwidth
+            bw = finite_mean([p.busbw_gbps for p in rec])
+            source += " (its fit had no bandwidth term: the bus bandwidth of its largest message)"
+        if not math.isfinite(alpha) or not math.isfinite(bw) or bw <= 0:
+            return None
+        return Level(alpha, bw, pt.world, source)
+
+    intra = level([p for p in multi if p.nodes <= 1], "intra-node")
+    inter_pts = [p for p in multi if p.nodes > 1]
+    inter = level(inter_pts, "inter-node")
+    missing = (
+        "the all-reduce sweep measured no bus bandwidth (latency-bound, or cut short by "
+        "diagnosis.allreduce_budget_s): nothing says what a larger gradient costs; pass "
+        "--network with the cluster's bus bandwidth"
+    )
+    if inter is None and inter_pts:
+        return Network(intra, None, missing=missing)
+    if inter is not None:
+        most = max(p.nodes for p in inter_pts)
+        if most <= 2:
+            return Network(
+                intra,
+                inter,
+                (0.5, 1.0),
+                measured_nodes=most,
+                note=(
+                    "inter-node bus bandwidth measured at 2 nodes only, taken at 50-100% of it "
+                    "beyond: at 2 nodes NCCL's tree can show about twice the per-NIC figure, "
+                    "and bus bandwidth falls from 2 to 6 nodes and across racks"
+                ),
+            )
+        return Network(
+            intra,
+            inter,
+            (0.7, 1.0),
+            measured_nodes=most,
+            note=(
+                f"inter-node bus bandwidth measured at {most} nodes, taken at 70-100% of it "
+                "beyond (it falls again across racks)"
+            ),
+        )
+    if intra is None:
+        return Network(None, None, missing=missing)
+    assumed = Level(
+        intra.alpha_s,
+        intra.busbw_gbps,
+        intra.at_world,
+        "inter-node: assumed from the intra-node sweep (no multi-node run)",
+    )
+    return Network(
+        intra,
+        assumed,
+        (0.1, 1.0),
+        note=(
+            "no multi-node run and no --network profile: inter-node bus bandwidth assumed at "
+            "10-100% of the intra-node one measured; run 2 nodes or pass --network for a "
+            "narrower band"
+        ),
+    )
+
+
+def network_from_profile(profile: Mapping[str, Any], intra: Level | None) -> Network:
+    """A user's cluster profile (``--network FILE``): the inter-node bus bandwidth (GB/s)
+    and latency at the target size, e.g. from nccl-tests there; band +-15%."""
+    bw = float(profile["inter_busbw_gbps"])
+    alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
+    at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
+    source = str(profile.get("source") or "the --network profile")
+    inter = Level(alpha, bw, at, f"inter-node: {source}")
+    return Network(
+        intra,
+        inter,
+        (0.85, 1.15),
+        note=(f"inter-node bus bandwidth {bw:g} GB/s from {source} (+-15%)"),
+    )

@@ -1,0 +1,138 @@
+"""The projection in words: a paragraph per series for the report, and the "Read this first"
+lines of self-checks that missed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from analysis.compute.projection import SCAN_NODES, ProjectionResult
+from analysis.compute.projection import percent_text as _pc
+from analysis.compute.step_model import CARRIES, CARRY_WORDS, StepModel
+
+
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:.3g} ms"
+
+
+def _nodes_word(n: int) -> str:
+    return f"{n} node{'s' if n != 1 else ''}"
+
+
+def _explanation(model: StepModel, row: Any) -> str:
+    """Which explanation of the anchor's unexplained loss the centre assumes, and how far
+    apart the explanations put the projection (the interval spans them)."""
+    if model.other_s <= 0:
+        return (
+            "The measured parts account for the largest measured scale's whole step, so no "
+            "explanation of an unexplained loss enters the projection."
+        )
+    world, nodes = int(row["world_size"]), int(row["nodes"])
+    alts = [replace(model, carry=c).efficiency(world, nodes)[0] for c in CARRIES]
+    alts = [a for a in alts if math.isfinite(a)]
+    share = model.other_s / model.anchor_step_s()
+    lo, hi = (round(100 * min(alts)), round(100 * max(alts))) if alts else (0, 0)
+    span = (
+        f"; the explanations alone give {lo}-{hi}% there, and the interval spans them"
+        if lo != hi
+        else f"; the other explanations give about {lo}% there too"
+        if alts
+        else ""
+    )
+    return (
+        f"Of the largest measured scale's step, {_ms(model.other_s)} ({100 * share:.0f}%) is "
+        f"not explained by its parts; the centre takes it as "
+        f"{CARRY_WORDS[str(row['centre_assumes'])]}{span}."
+    )
+
+
+def findings(result: ProjectionResult) -> list[dict[str, str]]:
+    """A paragraph per projected series: where efficiency goes at the largest N, where it
+    falls below 75%, and which what-if moves it most."""
+    out = []
+    for sp in result.series:
+        rows = result.table[result.table["series"] == sp.series]
+        if rows.empty:
+            continue
+        top = rows[rows["nodes"] == rows["nodes"].max()]
+        plain = top[top["what_if"] == "as measured"].iloc[0]
+        e, lo, hi = plain["efficiency"], plain["efficiency_low"], plain["efficiency_high"]
+        text = [
+            f"At {_nodes_word(int(plain['nodes']))} ({int(plain['world_size'])} devices) the "
+            f"projected efficiency is {_pc(e)}% [{_pc(lo)}, {_pc(hi)}]"
+            if math.isfinite(e)
+            else f"At {_nodes_word(int(plain['nodes']))} no efficiency can be projected "
+            "(less than one sample per device and micro-batch)"
+        ]
+        if math.isfinite(e):
+            parts = {
+                "exposed all-reduce": plain["exposed_comm_step_s"],
+                "waiting for the slowest rank": plain["straggler_step_s"],
+                "compute": plain["compute_step_s"],
+                "input wait": plain["input_step_s"],
+                "backward slowed by the all-reduce": plain["overlap_step_s"],
+            }
+            big = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)[:3]
+            text[0] += (
+                f": a step of {_ms(plain['step_s'])}, of which "
+                + ", ".join(f"{k} {_ms(v)}" for v, k in big)
+                + "."
+            )
+        else:
+            text[0] += "."
+        central, earliest, latest = sp.crossing.get("as measured", (None, None, None))
+        model = sp.fit.model
+        assert model is not None
+        if math.isfinite(e):
+            text.append(_explanation(model, plain))
+        if central is not None and central * sp.devices_per_node <= model.anchor_world:
+            text.append(
+                f"Efficiency is below 75% already at the largest measured scale "
+                f"({model.anchor_world} devices)."
+            )
+        elif central is not None:
+            span = ""
+            if earliest is not None and (earliest, latest) != (central, central):
+                end = _nodes_word(latest) if latest else f"beyond {_nodes_word(SCAN_NODES[-1])}"
+                span = f" (between {_nodes_word(earliest)} and {end})"
+            text.append(f"Efficiency falls below 75% at about {_nodes_word(central)}{span}.")
+        elif earliest is not None:
+            text.append(
+                f"The central projection stays above 75% to {_nodes_word(SCAN_NODES[-1])}; "
+                f"its interval reaches below it from {_nodes_word(earliest)}."
+            )
+        else:
+            text.append(f"It stays above 75% to {_nodes_word(SCAN_NODES[-1])}.")
+        others = top[top["what_if"] != "as measured"].dropna(subset=["efficiency"])
+        if len(others) and math.isfinite(e):
+            best = others.loc[others["efficiency"].idxmax()]
+            gain = 100 * (best["efficiency"] - e)
+            if gain >= 1:
+                text.append(
+                    f"Of the settings tried, {best['what_if']} moves it most: to "
+                    f"{_pc(best['efficiency'])}% [{_pc(best['efficiency_low'])}, "
+                    f"{_pc(best['efficiency_high'])}]."
+                )
+            else:
+                text.append("None of the settings tried moves it by a point or more.")
+        if sp.fit.scaled_points <= 1:
+            text.append(
+                "One scaled point only: the model cannot be checked against another scale; "
+                "measure a second scale, and the self-check tests it there."
+            )
+        if sp.network_note:
+            text.append(f"Network: {sp.network_note}.")
+        out.append({"series": sp.series, "text": " ".join(text)})
+    for _, c in result.checks.iterrows():
+        verdict = "inside" if c["covered"] else "OUTSIDE"
+        for item in out:
+            if item["series"] == c["series"]:
+                item["text"] += (
+                    f" Self-check: {int(c['world_size'])} devices projected from "
+                    f"{c['from_world_sizes']} alone gave {_pc(c['predicted'])}% "
+                    f"[{_pc(c['predicted_low'])}, {_pc(c['predicted_high'])}], "
+                    f"measured {_pc(c['measured'])}% ({c['error_pts']:+.0f} points, "
+                    f"{verdict} the interval)."
+                )
+    return out

@@ -1,0 +1,470 @@
+"""The failure classifier on each real wording, with older and newer variants."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.read.classify import (
+    CAUSAL_ORDER,
+    CONSEQUENCE_ONLY,
+    REASONS,
+    Evidence,
+    classify_line,
+    diagnose,
+    scan_lines,
+)
+
+CASES = [
+    # time limit: Slurm 20+, older Slurm ("on <host>" after the reason), step line, srun label
+    (
+        "time_limit",
+        "slurmstepd: error: *** JOB 867816 ON c0700a-s1 CANCELLED AT "
+        "2021-05-11T12:06:17 DUE TO TIME LIMIT ***",
+    ),
+    (
+        "time_limit",
+        "slurmstepd: *** JOB 1234 CANCELLED AT 2015-04-09T14:22:09 DUE TO TIME LIMIT "
+        "on nid00042 ***",
+    ),
+    (
+        "time_limit",
+        "srun: error: *** STEP 494583.0 ON host CANCELLED AT 2023-01-01T00:00:00 "
+        "DUE TO TIME LIMIT ***",
+    ),
+    (
+        "time_limit",
+        "0: slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2024-02-02T02:02:02 DUE "
+        "TO TIME LIMIT ***",
+    ),
+    (
+        "time_limit",
+        "submitit WARNING (2025-03-01 12:50:00,000) - Caught signal SIGUSR2 on "
+        "gpu-a01: this job is timed-out.",
+    ),
+    # preemption
+    (
+        "preemption",
+        "slurmstepd: error: *** JOB 32391783 ON cn119 CANCELLED AT "
+        "2021-06-18T13:05:36 DUE TO PREEMPTION ***",
+    ),
+    (
+        "preemption",
+        "submitit WARNING (2024-01-01 10:00:00,000) - Caught signal SIGUSR2 on "
+        "node7: this job is preempted.",
+    ),
+    # node failure
+    (
+        "node_failure",
+        "slurmstepd: error: *** JOB 5003 ON gpu-a01 CANCELLED AT "
+        "2025-03-01T09:30:00 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+    ),
+    ("node_failure", "srun: error: Node failure on gpu-a02"),
+    # requeue
+    (
+        "requeue",
+        "slurmstepd: error: *** JOB 5004 ON gpu-a01 CANCELLED AT 2025-03-01T09:20:00 "
+        "DUE TO JOB REQUEUE ***",
+    ),
+    ("requeue", "Requeued SLURM job: 5004"),
+    # cancelled (scancel): job and step
+    (
+        "cancelled",
+        "slurmstepd: error: *** JOB 5005 ON gpu-a01 CANCELLED AT 2025-03-01T09:05:00 ***",
+    ),
+    (
+        "cancelled",
+        "slurmstepd: error: *** STEP 494583.0 ON host CANCELLED AT 2023-06-01T10:00:00 ***",
+    ),
+    # host OOM: cgroup message old and new step formats, srun task line, old memory limit
+    (
+        "host_oom",
+        "slurmstepd: error: Detected 1 oom-kill event(s) in step 3495064.0 cgroup. Some "
+        "of your processes may have been killed by the cgroup out-of-memory handler.",
+    ),
+    (
+        "host_oom",
+        "slurmstepd: error: Detected 2 oom_kill events in StepId=3495064.batch. Some of "
+        "your processes may have been killed by the cgroup out-of-memory handler.",
+    ),
+    ("host_oom", "srun: error: host: task 4: Out Of Memory"),
+    ("host_oom", "slurmstepd: error: Exceeded job memory limit"),
+    # CUDA OOM: torch >= 2.5, 1.13-2.4, older RuntimeError, CUDA runtime error, rank prefix
+    (
+        "cuda_oom",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 6 "
+        "has a total capacity of 94.97 GiB of which 1.21 GiB is free.",
+    ),
+    (
+        "cuda_oom",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB "
+        "(GPU 0; 15.78 GiB total capacity)",
+    ),
+    (
+        "cuda_oom",
+        "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB "
+        "total capacity; 14.5 GiB already allocated)",
+    ),
+    ("cuda_oom", "RuntimeError: CUDA error: out of memory"),
+    ("cuda_oom", "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.5 GiB"),
+    # collective timeouts: NCCL 1.x and 2.x formats, gloo on CPU
+    (
+        "collective_timeout",
+        "[Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=20585, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+        "for 600000 milliseconds before timing out.",
+    ),
+    (
+        "collective_timeout",
+        "[E ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=5, OpType=BROADCAST, Timeout(ms)=1800000) ran for "
+        "1800513 milliseconds before timing out.",
+    ),
+    (
+        "collective_timeout",
+        "[rank0]:[E1121 10:00:00.000000 123 ProcessGroupNCCL.cpp:632] [PG ID 0 "
+        "PG GUID 0(default_pg) Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+        "600026 milliseconds before timing out.",
+    ),
+    (
+        "collective_timeout",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/"
+        "unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
+    ),
+    # rendezvous: DistStoreError (2.2+), the store-based barrier (older), client socket
+    (
+        "rendezvous_timeout",
+        "torch.distributed.DistStoreError: Timed out after 16 seconds waiting "
+        "for clients. 1/2 clients joined.",
+    ),
+    (
+        "rendezvous_timeout",
+        "RuntimeError: Timed out initializing process group in store based "
+        "barrier on rank: 0, for key: store_based_barrier_key:1 (world_size=2, worker_count=1, "
+        "timeout=0:30:00)",
+    ),
+    (
+        "rendezvous_timeout",
+        "torch.distributed.DistNetworkError: The client socket has timed out "
+        "after 1800000ms while trying to connect to (node1, 15123).",
+    ),
+    # task exit codes
+    ("exit_code", "srun: error: host: task 3: Exited with exit code 1"),
+    ("exit_code", "srun: error: host: tasks 2,4-5,7: Terminated"),
+    ("exit_code", "srun: error: gpu-a02: tasks 4-7: Killed"),
+    # collectives that failed, not timed out: a peer died or the network broke
+    (
+        "collective_error",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
+        "by peer [127.0.0.1]:10895",
+    ),
+    (
+        "collective_error",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error "
+        "[192.168.70.92]:25266: Connection reset by peer",
+    ),
+    (
+        "collective_error",
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/"
+        "csrc/distributed/c10d/ProcessGroupNCCL.cpp:3763, remote process exited or there was a "
+        "network error, NCCL version 2.28.8",
+    ),
+    (
+        "collective_error",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process "
+        "exiting prematurely.",
+    ),
+    (
+        "collective_error",
+        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+        "device error.",
+    ),
+    ("collective_error", "ncclInternalError: Internal check failed."),
+    (
+        "collective_error",
+        "gpu-a01:183006:183181 [1] misc/socket.cc:538 NCCL WARN Net : Connection closed by "
+        "remote peer gpu-a02<47861>",
+    ),
+    (
+        "collective_error",
+        "NET/IB : Got completion from peer 11.214.147.122<39138> with error 12, opcode 0, len 0, "
+        "vendor err 129",
+    ),
+    ("collective_error", "RuntimeError: NCCL error: unhandled system error, NCCL version 2.7.8"),
+    # one-line errors of scalescope train itself (srun's label and a rank prefix stripped)
+    (
+        "config_error",
+        "0: scalescope train: error: SCALESCOPE_OVERRIDES: unknown key trainer.max_epoch; did "
+        "you mean trainer.max_epochs? (valid keys in trainer: scaling, batch_size, max_epochs)",
+    ),
+    (
+        "rendezvous_error",
+        "1: scalescope train: error: rendezvous host 'node2' (the first node of the Slurm node "
+        "list (MASTER_ADDR unset)), port 25050: does not resolve on node2 (rank 1: [Errno -2] "
+        "Name or service not known); set MASTER_ADDR to an address every compute node resolves",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "line"), CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(CASES)]
+)
+def test_each_wording_is_classified(code: str, line: str) -> None:
+    codes = [c for c, _ in classify_line(line)]
+    assert code in codes, f"{line!r} gave {codes}"
+    # and the diagnosis of that line alone names it
+    assert diagnose(scan_lines([(1, line)], "f.out")).code == code
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch 3: 100%|██████████| 20/20 [00:01<00:00, 12.9it/s, v_num=0]",
+        "node1:1:1 [0] NCCL INFO Channel 00/02 : 0 1",
+        "The 'train_dataloader' does not have many workers which may be a bottleneck.",
+        "submitit INFO (2025-01-01) - Job has not timed out. Ran 3 minutes out of requested 10.",
+        "scalescope: trained 3 epoch(s), 93 steps in 1.992 s",
+        "warnings.warn(  # UserWarning: error handling is deprecated",
+    ],
+)
+def test_noise_is_not_a_failure(line: str) -> None:
+    assert classify_line(line) == []
+
+
+def test_details_carry_the_useful_numbers() -> None:
+    details = dict(classify_line(CASES[0][1]))
+    assert "2021-05-11T12:06:17" in details["time_limit"]
+    (detail,) = [d for c, d in classify_line(CASES[22][1]) if c == "collective_timeout"]
+    assert detail == "ALLREDUCE timed out after 600 s"
+    (detail,) = [d for c, d in classify_line(CASES[26][1]) if c == "rendezvous_timeout"]
+    assert "1/2" in detail
+    assert (
+        dict(classify_line("srun: error: n2: task 3: Exited with exit code 137"))["exit_code"]
+        == "task 3 on n2: exit code 137"
+    )
+
+
+def test_last_exception_after_a_traceback_is_reported() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "a.py", line 1, in <module>',
+        "KeyError: 'x'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "a.py", line 3, in <module>',
+        "    raise ValueError('batch does not divide')",
+        "ValueError: batch does not divide",
+        "srun: error: n1: task 0: Exited with exit code 1",
+    ]
+    d = diagnose(scan_lines(enumerate(lines, 1), "job.out"))
+    assert d.code == "exception"
+    assert d.detail == "ValueError: batch does not divide"
+    assert d.evidence is not None and d.evidence.line_no == 10
+    assert d.also_seen == ("exit_code",)
+
+
+def test_exception_needs_a_traceback_and_rank_prefixes_are_stripped() -> None:
+    assert diagnose(scan_lines([(1, "ValueError: printed, not raised")], "f")).code == "unknown"
+    lines = ["[rank1]: Traceback (most recent call last):", "[rank1]: SystemExit: 3"]
+    d = diagnose(scan_lines(enumerate(lines, 1), "f"))
+    assert (d.code, d.detail) == ("exception", "SystemExit: 3")
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        # a CUDA OOM on one rank makes the others time out and srun report exits: root cause
+        ([CASES[17][1], CASES[22][1], CASES[29][1]], "cuda_oom"),
+        # a job hung in a collective until the time limit: the timeout came first
+        ([CASES[22][1], CASES[0][1]], "collective_timeout"),
+        # a job that ran out of time, then its ranks complained while being killed
+        ([CASES[0][1], CASES[22][1], CASES[29][1]], "time_limit"),
+        # srun's task exit is printed before the traceback reaches the log: still a symptom
+        (["srun: error: n1: task 0: Exited with exit code 1", CASES[17][1]], "cuda_oom"),
+        # a peer's socket closed after it died of CUDA OOM
+        ([CASES[17][1], CASES[33][1], CASES[29][1]], "cuda_oom"),
+        ([CASES[26][1], CASES[29][1]], "rendezvous_timeout"),
+        ([CASES[13][1], CASES[29][1]], "host_oom"),
+    ],
+)
+def test_root_cause_wins_over_its_symptoms(lines: list[str], expected: str) -> None:
+    assert diagnose(scan_lines(enumerate(lines, 1), "f")).code == expected
+
+
+def test_no_evidence_is_unknown_or_still_running() -> None:
+    d = diagnose([])
+    assert d.code == "unknown" and d.evidence is None
+    assert list(REASONS)[-1] == "unknown"
+
+
+def _ev(lines: list[str], file: str) -> list[Evidence]:
+    return scan_lines(enumerate(lines, 1), file)
+
+
+OOM_RANK0 = [
+    "[rank0]: Traceback (most recent call last):",
+    '[rank0]:   File "scalescope/train.py", line 210, in fit',
+    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has "
+    "a total capacity of 79.10 GiB of which 1.21 GiB is free.",
+]
+WATCHDOG = (
+    "[rank{r}]:[E1121 10:11:02.000000 4242 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=20585, OpType=ALLREDUCE, NumelIn=1, "
+    "NumelOut=1, Timeout(ms)=600000) ran for 600000 milliseconds before timing out."
+)
+TIME_LIMIT = (
+    "slurmstepd: error: *** JOB 7001 ON gpu-a01 CANCELLED AT 2025-03-01T12:00:17 DUE TO TIME "
+    "LIMIT ***"
+)
+
+
+def test_oom_then_watchdog_then_time_limit_in_one_log() -> None:
+    lines = [*OOM_RANK0, WATCHDOG.format(r=1), WATCHDOG.format(r=2), TIME_LIMIT]
+    d = diagnose(_ev(lines, "slurm-7001.out"))
+    assert (d.code, d.label) == ("cuda_oom", "CUDA out of memory")
+    assert d.evidence is not None and d.evidence.where == "slurm-7001.out:3"
+    # one entry per symptom, with its line; the OOM line is not repeated as an exception
+    assert [(c.code, c.where) for c in d.consequences] == [
+        ("collective_timeout", "slurm-7001.out:4"),
+        ("time_limit", "slurm-7001.out:6"),
+    ]
+    assert d.consequences[1].line == TIME_LIMIT
+    assert d.also_seen == ("collective_timeout", "time_limit")
+
+
+def test_oom_then_watchdog_then_time_limit_across_rank_logs() -> None:
+    """submitit: one log per task; lines of two logs cannot be ordered, the cause wins."""
+    evidence = [
+        *_ev([WATCHDOG.format(r=1), TIME_LIMIT], "7001_1_log.err"),
+        *_ev(["starting", *OOM_RANK0], "7001_0_log.err"),
+    ]
+    d = diagnose(evidence)
+    assert d.code == "cuda_oom" and d.evidence is not None
+    assert d.evidence.where == "7001_0_log.err:4"
+    assert [(c.code, c.where) for c in d.consequences] == [
+        ("collective_timeout", "7001_1_log.err:1"),
+        ("time_limit", "7001_1_log.err:2"),
+    ]
+
+
+def test_a_peer_that_died_is_a_collective_error_not_a_timeout() -> None:
+    lines = [
+        "[rank1]: Traceback (most recent call last):",
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+        "c10d/ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, "
+        "NCCL version 2.19.3",
+        "[rank1]: ncclRemoteError: A call failed possibly due to a network error or a remote "
+        "process exiting prematurely.",
+        "srun: error: gpu-a02: task 1: Exited with exit code 1",
+    ]
+    d = diagnose(_ev(lines, "slurm-7002.out"))
+    assert d.code == "collective_error"
+    assert d.label == "NCCL/collective error (peer exited or network)"
+    assert d.detail == "NCCL error: remote process exited or there was a network error"
+    assert "exit_code" in d.also_seen
+
+
+def test_watchdog_timeout_rethrown_as_dist_backend_error_stays_a_timeout() -> None:
+    line = (
+        "terminate called after throwing an instance of 'c10::DistBackendError' what(): [PG ID 0 "
+        "PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: "
+        "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, "
+        "OpType=BROADCAST, Timeout(ms)=600000) ran for 600090 milliseconds before timing out."
+    )
+    assert [c for c, _ in classify_line(line)] == ["collective_timeout"]
+
+
+def test_nccl_error_after_the_generic_warning_is_a_collective_error() -> None:
+    """NCCL 2.14 / torch 2.0 print the generic line first, then what happened."""
+    lines = [
+        "[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. Due to the "
+        "asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+        "corrupted/incomplete data.",
+        "terminate called after throwing an instance of 'std::runtime_error' what(): NCCL "
+        "error: remote process exited or there was a network error, NCCL version 2.14.3",
+        "srun: error: gpu-a01: task 0: Aborted",
+    ]
+    d = diagnose(_ev(lines, "f"))
+    assert d.code == "collective_error" and d.evidence is not None
+    assert (d.detail, d.evidence.line_no) == (
+        "NCCL error: remote process exited or there was a network error",
+        2,
+    )
+    assert [c.code for c in d.consequences] == ["exit_code"]
+
+
+def test_gloo_peer_closed_on_cpu() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+        "peer [127.0.0.1]:10895",
+    ]
+    d = diagnose(_ev(lines, "f"))
+    assert d.code == "collective_error" and d.consequences == ()
+    assert d.detail.startswith("connection closed by a peer")
+
+
+def test_earliest_traceback_wins_over_a_later_one() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        "ValueError: global batch 4096 does not divide by world size 6",
+        "Traceback (most recent call last):",
+        "KeyboardInterrupt",
+    ]
+    d = diagnose(_ev(lines, "f"))
+    assert d.detail == "ValueError: global batch 4096 does not divide by world size 6"
+
+
+def test_consequence_only_codes_are_root_only_when_alone() -> None:
+    assert "exit_code" in CONSEQUENCE_ONLY
+    d = diagnose(_ev(["srun: error: n1: task 0: Exited with exit code 3"], "f"))
+    assert d.code == "exit_code" and d.consequences == ()
+
+
+def test_every_reason_has_a_causal_rank() -> None:
+    assert set(CAUSAL_ORDER) == set(REASONS)
+
+
+KILLED_RANK = [
+    "srun: error: node2: task 1: Killed",
+    "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+    "slurmstepd: error: *** STEP 49.0 ON node1 CANCELLED AT 2026-11-24T10:00:00 ***",
+    "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+    "closed by peer [127.0.0.1]:10895",
+]
+
+
+def test_a_step_srun_aborted_after_a_task_died_is_a_consequence() -> None:
+    """kill -9 of one rank: srun cancels the step, and its line can reach the log before
+    rank 0's collective error. The collective error is the cause; without it, the task's
+    exit is, never the cancellation."""
+    d = diagnose(_ev(KILLED_RANK, "slurm-49.out"))
+    assert (d.code, d.evidence.line_no if d.evidence else None) == ("collective_error", 4)
+    assert d.also_seen == ("exit_code", "cancelled")
+    d = diagnose(_ev(KILLED_RANK[:3], "slurm-49.out"))
+    assert (d.code, d.detail) == ("exit_code", "task 1 on node2: killed")
+    assert d.also_seen == ("cancelled",)
+
+
+def test_a_step_cancelled_before_any_task_exit_is_the_cause() -> None:
+    """scancel of a running step: its tasks' exits come after and are consequences."""
+    d = diagnose(_ev([KILLED_RANK[2], KILLED_RANK[0]], "f"))
+    assert d.code == "cancelled" and d.also_seen == ("exit_code",)
+    # a cancellation with a reason is never srun's doing
+    d = diagnose(_ev([KILLED_RANK[0], TIME_LIMIT], "f"))
+    assert d.code == "time_limit"
+
+
+def test_a_config_error_is_the_cause_over_the_exit_it_causes() -> None:
+    """A typo through sbatch: the job's one line names the key, srun then reports the exit;
+    the failure row's cause is the configuration error with the key, not the exit code."""
+    lines = [
+        "scalescope train: error: SCALESCOPE_OVERRIDES: unknown key trainer.max_epoch; did you "
+        "mean trainer.max_epochs? (valid keys in trainer: max_epochs)",
+        "srun: error: node1: task 0: Exited with exit code 2",
+    ]
+    d = diagnose(scan_lines(list(enumerate(lines, 1)), "slurm-7.out"))
+    assert d.code == "config_error"
+    assert "unknown key trainer.max_epoch" in d.detail and "SCALESCOPE_OVERRIDES" in d.detail

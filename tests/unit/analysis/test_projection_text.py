@@ -1,0 +1,265 @@
+"""``python -m analysis.summarize --project`` and ``python -m analysis.project backtest``,
+in-process, on real records (tests/fixtures/projection: an emulated network whose
+all-reduce cost grows as log2 of the world size) and on the shipped published cases."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis import project, summarize
+from scalescope.errors import ConfigError
+from scalescope.launch.sweep_config import SweepConfig
+from scalescope.schema import build
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURE = REPO / "tests" / "fixtures" / "projection"
+CASES = REPO / "benchmarks" / "projection_cases.yaml"
+
+
+def run(main, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def first_projection(*argv: str) -> dict[str, Any]:
+    """The first projected row of the fixture at 4 nodes, summarised with ``argv`` (nothing
+    written)."""
+    rc, out, err = run(
+        summarize.main, str(FIXTURE), "--project", "4", *argv, "--no-write", "--format", "json"
+    )
+    assert rc == 0, err
+    row: dict[str, Any] = json.loads(out)["projection"][0]
+    return row
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sum") / "summary"
+    rc, _, err = run(
+        summarize.main, str(FIXTURE), "--project", "2,4", "--out", str(out), "--jobs", "1"
+    )
+    assert rc == 0, err
+    return out
+
+
+def test_summary_json_holds_one_row_per_series_scale_and_what_if(summary: Path) -> None:
+    doc = json.loads((summary / "summary.json").read_text())
+    rows = doc["projection"]
+    assert {r["what_if"] for r in rows} >= {"as measured", "accumulation 4", "gradients in bf16"}
+    plain = [r for r in rows if r["what_if"] == "as measured"]
+    assert [(r["nodes"], r["devices_per_node"], r["world_size"]) for r in plain] == [
+        (2, 3, 6),
+        (4, 3, 12),
+    ]
+    for r in rows:
+        for key in (
+            "efficiency",
+            "efficiency_low",
+            "efficiency_high",
+            "speedup",
+            "throughput_per_device",
+        ):
+            assert isinstance(r[key], float), (key, r)
+        assert r["efficiency_low"] > 0 and r["efficiency_high"] < 1.5, r
+        assert r["speedup"] == pytest.approx(r["efficiency"] * r["world_size"])
+    # the emulated network's cost grows with scale: efficiency falls from 6 to 12 devices
+    assert plain[1]["efficiency"] < plain[0]["efficiency"]
+    with (summary / "projection.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == len(rows)
+
+
+def test_the_largest_measured_scale_is_predicted_from_the_smaller_ones(summary: Path) -> None:
+    """The mechanics: fitted from 1 and 2 processes, the model's all-reduce latency grows
+    as log2 of the world size, as the emulated network's does; 3 processes fall inside."""
+    (check,) = json.loads((summary / "summary.json").read_text())["projection_check"]
+    assert check["world_size"] == 3 and check["from_world_sizes"] == "1,2"
+    assert check["covered"] is True, check
+    assert abs(check["error_pts"]) < 2.0, check  # of an efficiency of about 4%
+
+
+def test_report_says_where_efficiency_goes_and_draws_the_chart(summary: Path) -> None:
+    report = (summary / "report.md").read_text()
+    words = report.split("## Projection, in words", 1)[1]
+    assert "projected efficiency is" in words and "exposed all-reduce" in words
+    assert "75%" in words and "Self-check:" in words
+    assert "Projection to scales not yet run" in report
+    png = summary / "charts" / "projection_spiral-weak-fp32.png"
+    assert png.stat().st_size > 10_000
+    page = (summary / "report.html").read_text()
+    assert "Projected scaling" in page and "<h2>Projection, in words</h2>" in page
+
+
+def test_a_network_profile_replaces_the_assumed_band(tmp_path: Path) -> None:
+    profile = tmp_path / "net.yaml"
+    profile.write_text("inter_busbw_gbps: 12.5\nsource: nccl-tests at 16 nodes\n")
+    with_profile = first_projection("--network", str(profile))
+    assumed = first_projection()
+    assert "nccl-tests at 16 nodes" in with_profile["network"]
+    assert "(+-15%)" in with_profile["network"]  # the band the profile's number allows
+    assert "assumed at 10-100% of the intra-node one" in assumed["network"]
+
+
+def run_exit(*argv: str) -> tuple[int, str]:
+    """rc and stderr of summarize's main, whether it returns or argparse exits."""
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        try:
+            rc = summarize.main(list(argv))
+        except SystemExit as exc:
+            rc = int(exc.code or 0)
+    return rc, err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--project", "0"], "a node count must be >= 1"),
+        (["--project", "two"], "expected node counts separated by commas"),
+        (["--network", "x.yaml"], "--network needs --project NODES"),
+        (["--devices-per-node", "4"], "--devices-per-node needs --project NODES"),
+        (["--project", "4", "--network", "missing.yaml"], "--network: cannot read"),
+        (["--format", "csv", "--table", "projection"], "--table projection needs --project"),
+    ],
+)
+def test_bad_projection_arguments_are_one_line_and_write_nothing(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    out = tmp_path / "summary"
+    rc, err = run_exit(str(FIXTURE), *argv, "--out", str(out))
+    assert rc == 2
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0], err
+    assert not out.exists()
+
+
+def test_an_nccl_tests_output_is_a_network_profile(tmp_path: Path) -> None:
+    """nccl-tests' table, as printed or behind srun's ``0:`` prefixes: the latency-bandwidth
+    fit at its rank count (its busbw column at 512 MiB reads 322.78 GB/s)."""
+    from analysis.read.network_profile import read_profile
+
+    text = (FIXTURE / "nccl_tests_16_ranks.txt").read_text()
+    prefixed = tmp_path / "srun.out"
+    prefixed.write_text("".join(f"0: {line}\n" for line in text.splitlines()))
+    for path in (FIXTURE / "nccl_tests_16_ranks.txt", prefixed):
+        profile = read_profile(str(path))
+        assert profile["at_world_size"] == 16
+        assert 250 < profile["inter_busbw_gbps"] < 340, profile
+        assert 0 < profile["inter_alpha_s"] < 1e-3
+    row = first_projection("--network", str(prefixed))
+    assert "srun.out (16 ranks, 7 sizes fitted)" in row["network"]
+
+
+def test_a_bad_network_profile_names_the_key(tmp_path: Path) -> None:
+    profile = tmp_path / "net.yaml"
+    profile.write_text("inter_busbw_gbps: -3\n")
+    rc, _, err = run(summarize.main, str(FIXTURE), "--project", "4", "--network", str(profile))
+    assert rc == 2 and "inter_busbw_gbps must be a positive number" in err, err
+    profile.write_text("busbw: 3\n")
+    rc, _, err = run(summarize.main, str(FIXTURE), "--project", "4", "--network", str(profile))
+    assert rc == 2 and "unknown key(s) busbw" in err, err
+
+
+def test_backtest_scores_every_published_point(tmp_path: Path) -> None:
+    out = tmp_path / "bt.json"
+    rc, text, err = run(project.main, "backtest", str(CASES), "--json", str(out), "--draws", "60")
+    assert rc == 0, err
+    doc = json.loads(out.read_text())
+    import yaml
+
+    cases = yaml.safe_load(CASES.read_text())["cases"]
+    assert len(doc["points"]) == sum(len(c["published"]) for c in cases)
+    for p in doc["points"]:
+        assert set(p) >= {
+            "case",
+            "nodes",
+            "devices_per_node",
+            "published",
+            "predicted",
+            "low",
+            "high",
+            "covered",
+        }
+    # every published point of the case file is scored once, at its own shape
+    shapes = sorted(
+        (c["name"], pt["nodes"], pt["devices_per_node"]) for c in cases for pt in c["published"]
+    )
+    assert sorted((p["case"], p["nodes"], p["devices_per_node"]) for p in doc["points"]) == shapes
+    assert set(doc["totals"]) == {
+        "cases",
+        "points",
+        "coverage",
+        "median_abs_error_pts",
+        "median_width_pts",
+    }
+    assert "median absolute error" in text
+
+
+def test_cross_validated_backtest_meets_its_bounds(tmp_path: Path) -> None:
+    """Leave one source out on the shipped cases: each source's points scored by the error
+    model fitted on the others. The bounds are the ones the projection is held to on
+    published results it has never seen: coverage of its 95% intervals >= 80%, median
+    width <= 20 points, median absolute error <= 5 points."""
+    out = tmp_path / "cv.json"
+    rc, text, err = run(
+        project.main,
+        "backtest",
+        str(CASES),
+        "--cross-validate",
+        "--json",
+        str(out),
+        "--draws",
+        "120",
+    )
+    assert rc == 0, err
+    totals = json.loads(out.read_text())["totals"]
+    print(totals)
+    assert totals["coverage"] >= 0.8, totals
+    assert totals["median_width_pts"] <= 20.0, totals
+    assert totals["median_abs_error_pts"] <= 5.0, totals
+    assert "(leave one source out)" in text
+    assert "median absolute error" in text
+
+
+def test_a_case_file_with_a_missing_field_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "cases.yaml"
+    bad.write_text(
+        "cases:\n  - name: x\n    hardware: {devices_per_node: 8}\n    model: {}\n"
+        "    per_device_batch: 32\n    measured: [{nodes: 1, devices_per_node: 8, "
+        "throughput_per_device: 100}]\n    published: [{nodes: 2, devices_per_node: 8, "
+        "throughput_per_device: 99, efficiency_vs_1node: 0.99}]\n"
+    )
+    rc, _, err = run(project.main, "backtest", str(bad))
+    assert rc == 2 and "case 'x': model.grad_bytes must be a positive number" in err, err
+
+
+def test_a_sweep_names_its_projection_nodes() -> None:
+    base = {"name": "s", "train_config": "t.yaml", "shapes": [{"nodes": 1, "devices_per_node": 1}]}
+    assert build(SweepConfig, {**base, "project_nodes": [2, 8]}).project_nodes == [2, 8]
+    with pytest.raises(ConfigError, match="project_nodes: 0 is not a node count"):
+        build(SweepConfig, {**base, "project_nodes": [0]}).validate("s.yaml")
+
+
+def test_the_shipped_error_model_is_the_fit_on_the_shipped_cases(tmp_path: Path) -> None:
+    """analysis/compute/model_error.json is what 'fit-error' makes of
+    benchmarks/projection_cases.yaml (never set by hand): refit, every parameter equal to within
+    floating-point noise (other numpy and scipy builds differ in the last digits). A case
+    added without refitting fails here."""
+    from analysis.compute.model_error import SHIPPED_PATH
+
+    out = tmp_path / "model_error.json"
+    rc, _, err = run(project.main, "fit-error", str(CASES), "--out", str(out))
+    assert rc == 0, err
+    refit, shipped = json.loads(out.read_text()), json.loads(SHIPPED_PATH.read_text())
+    hint = "refit with: python -m analysis.project fit-error benchmarks/projection_cases.yaml"
+    assert refit.keys() == shipped.keys() and refit["fitted_on"] == shipped["fitted_on"], hint
+    for key in set(refit) - {"fitted_on"}:
+        assert refit[key] == pytest.approx(shipped[key], rel=1e-6, abs=1e-12), (key, hint)

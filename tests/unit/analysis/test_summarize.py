@@ -1,0 +1,285 @@
+"""The summarize command, in this process: bad input, exit codes, atomic output, compare.
+
+Import hygiene and the command as a separate process: tests/integration/test_summarize_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from analysis_helpers import in_process_argv, make_result, start_of, summarize_main, write_log
+
+import analysis.summarize as cli
+
+
+def _sweep(folder: Path, times: dict[int, list[float]]) -> Path:
+    worlds = {1: (1, 1), 2: (1, 2), 4: (1, 4)}
+    for world, values in times.items():
+        for i, t in enumerate(values):
+            r = make_result(f"{world}{i:02d}", world=worlds[world], train_time_s=t)
+            write_log(folder / f"slurm-{world}{i:02d}.out", start_of(r), r)
+    return folder
+
+
+def test_empty_folder_exits_1_with_what_was_looked_for(tmp_path: Path) -> None:
+    proc = summarize_main(tmp_path)
+    assert proc.returncode == 1 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(
+        f"python -m analysis.summarize: nothing usable in {tmp_path}: no result record and no "
+        "failed job; looked for ':::SCALESCOPE' event lines"
+    )
+    assert "result.json" in line
+    assert not (tmp_path / "summary").exists()  # nothing usable: nothing written
+
+
+def test_only_bad_files_warn_by_name_and_exit_1(tmp_path: Path) -> None:
+    (tmp_path / "a.out").write_bytes(b"\x00\xff" * 100)
+    (tmp_path / "slurm-3.out").write_text(":::SCALESCOPE {not json\n")
+    proc = summarize_main(tmp_path, "--no-write")
+    assert proc.returncode == 1
+    bad_binary, bad_line, nothing = proc.stderr.splitlines()
+    assert "a.out: binary file, skipped" in bad_binary
+    assert "slurm-3.out: line 1: event line is not valid JSON" in bad_line
+    assert f"nothing usable in {tmp_path}" in nothing
+
+
+def test_failures_alone_are_usable(tmp_path: Path) -> None:
+    write_log(
+        tmp_path / "slurm-8.out",
+        start_of(make_result("8")),
+        "slurmstepd: error: *** JOB 8 ON n1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***",
+    )
+    proc = summarize_main(tmp_path, "--no-write", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    assert "| 8 |" in proc.stdout and "time limit" in proc.stdout
+
+
+def test_terminal_table_format(tmp_path: Path) -> None:
+    _sweep(tmp_path, {1: [10.0, 11.0], 2: [6.0, 6.5]})
+    proc = summarize_main(tmp_path, "--no-write", "--wide")
+    assert proc.returncode == 0, proc.stderr
+    for text in ("Benchmark results", "Speedup analysis", "Karp-Flatt", "Devices"):
+        assert text in proc.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_default_terminal_view_fits_its_width(
+    width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Headline tables, failed jobs, notes: no line wider than the terminal, and every
+    scale's row on one line with its whole speedup and efficiency (nothing wrapped)."""
+    import json
+
+    from analysis import summarize
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    logs = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
+    assert summarize.main([str(logs), "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= width, out
+    assert "Benchmark results" not in out and "--wide prints every table" in out
+    assert "Failed or incomplete jobs (15)" in out  # the fixtures' failed jobs, each a line
+    assert sum(line.startswith("  • 50") for line in out.splitlines()) >= 10
+    assert summarize.main([str(logs), "--no-write", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    lines = out.splitlines()
+    for r in doc["scaling"]:
+        shape = f"{r['nodes']}x{r['devices_per_node']}"
+        speed = "baseline" if r["is_baseline"] else f"{r['speedup']:.2f}x"
+        assert any(line.startswith(shape) and speed in line for line in lines), (shape, out)
+    # --max-rows caps the failed jobs' lines, and says how many it left out
+    assert summarize.main([str(logs), "--no-write", "--max-rows", "3"]) == 0
+    capped = capsys.readouterr().out
+    assert sum(line.startswith("  • ") and "): " in line for line in capped.splitlines()) >= 3
+    assert "… and 12 more (failures.csv, report.md; --max-rows 0 shows all)" in capped
+
+
+def test_csv_format_prints_machine_columns(tmp_path: Path) -> None:
+    _sweep(tmp_path, {1: [10.0], 2: [6.0]})
+    proc = summarize_main(tmp_path, "--no-write", "--format", "csv", "--table", "scaling")
+    header = proc.stdout.splitlines()[0].split(",")
+    assert {"speedup", "parallel_efficiency", "karp_flatt", "job_time_speedup"} <= set(header)
+
+
+def test_default_output_inside_the_input_is_not_read_back(tmp_path: Path) -> None:
+    _sweep(tmp_path, {1: [10.0, 11.0], 2: [6.0, 6.5]})
+    first = summarize_main(tmp_path, "--format", "json")
+    second = summarize_main(tmp_path, "--format", "json")
+    assert first.returncode == second.returncode == 0, second.stderr
+    assert (tmp_path / "summary" / "report.md").exists()
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert a["files_read"] == b["files_read"] == 4 and a == b
+
+
+def test_refuses_to_replace_a_folder_that_is_not_a_summary(tmp_path: Path) -> None:
+    _sweep(tmp_path / "in", {1: [10.0]})
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "slurm-1.out").write_text("my logs")
+    proc = summarize_main(tmp_path / "in", "--out", precious)
+    assert proc.returncode == 2 and "refusing to replace" in proc.stderr
+    assert (precious / "slurm-1.out").read_text() == "my logs"
+
+
+def test_output_folder_is_replaced_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _sweep(tmp_path / "in", {1: [10.0, 11.0], 2: [6.0, 6.5]})
+    out = tmp_path / "out"
+    args = (tmp_path / "in", "--out", out, "--format", "json")
+    assert summarize_main(*args).returncode == 0
+    (out / "old-only.txt").write_text("from the previous summary")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+
+    def broken(*_args: object, **_kw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    # a failure while drawing the charts (first) or writing report.md (after the CSV tables
+    # and the charts) leaves the old folder exactly as it was
+    for step in ("_save_charts", "report_markdown"):
+        with monkeypatch.context() as m:
+            m.setattr(cli, step, broken)
+            failed = summarize_main(*args)
+        assert failed.returncode == 2, (step, failed.stderr)
+        assert "cannot write the summary: [Errno 28] No space left on device" in failed.stderr
+        assert sorted(p.relative_to(out) for p in out.rglob("*")) == before, step
+        # no temp left over; the hidden lock that serialises concurrent swaps stays
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "in", "out"]
+
+    # a success replaces it whole: the old-only file is gone, everything new is there
+    _sweep(tmp_path / "in", {4: [3.5, 3.6]})
+    assert summarize_main(*args).returncode == 0
+    assert not (out / "old-only.txt").exists()
+    runs = pd.read_csv(out / "runs.csv", dtype={"job_id": str})
+    assert sorted(runs["job_id"]) == ["100", "101", "200", "201", "400", "401"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "in", "out"]
+
+
+def test_jobs_1_reads_and_draws_the_charts_in_this_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Enough files for worker processes, and charts to draw: with --jobs 1 neither starts
+    one (the unit tier's guard fails the test on any process start)."""
+    _sweep(tmp_path / "in", {1: [10.0 + i / 10 for i in range(33)], 2: [6.0] * 33})
+    out = tmp_path / "out"
+    args = [str(tmp_path / "in"), "--out", str(out), "--format", "json", "--jobs", "1"]
+    assert cli.main(args) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["files_read"] == 66
+    charts = sorted(p.name for p in (out / "charts").iterdir())
+    assert charts == sorted(f"{n}.{e}" for n in cli.CHART_TITLES for e in ("png", "svg"))
+    assert (out / "charts" / "speedup.png").read_bytes()[:4] == b"\x89PNG"
+    assert "1 = everything in this process" in cli.build_parser().format_help()
+
+
+# The least each command accepts; a new command must be added here (and take --jobs).
+MINIMAL_ARGS: dict[str | None, list[str]] = {
+    None: ["PATH"],
+    "compare": ["A", "B"],
+    "check": ["PATH", "--reference", "ref.yaml"],
+    "export": ["PATH", "--format", "bencher"],
+}
+
+
+def test_in_process_runs_give_every_command_jobs_1() -> None:
+    assert set(MINIMAL_ARGS) - {None} == set(cli.COMMANDS)
+    for command, rest in MINIMAL_ARGS.items():
+        argv = in_process_argv([command, *rest] if command else rest)
+        if command is None:
+            args = cli.build_parser().parse_args(argv)
+        else:
+            assert argv[0] == command
+            args = cli.COMMANDS[command][0]().parse_args(argv[1:])
+        assert args.jobs == 1, command
+
+
+def test_bad_baseline_is_a_usage_error(tmp_path: Path) -> None:
+    _sweep(tmp_path, {1: [10.0]})
+    proc = summarize_main(tmp_path, "--no-write", "--baseline", "lots")
+    assert proc.returncode == 2 and "--baseline" in proc.stderr
+
+
+def test_compare_two_folders(tmp_path: Path) -> None:
+    a = _sweep(tmp_path / "a", {1: [100.0, 101.0, 99.0], 2: [50.0, 51.0, 49.5], 4: [30.0]})
+    b = _sweep(tmp_path / "b", {1: [120.0, 121.0, 119.0], 2: [50.2, 51.1, 49.6], 4: [20.0]})
+    proc = summarize_main("compare", a, b, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    verdicts = {r["world_size"]: r["verdict"] for r in doc["rows"]}
+    assert verdicts == {1: "worse", 2: "same (within tolerance)", 4: "not enough repeats"}
+    assert "Welch" in doc["test"]
+    table = summarize_main("compare", a, b, "--format", "markdown")
+    assert "not enough repeats" in table.stdout and "p (Welch)" in table.stdout
+
+
+def test_compare_with_an_empty_side_exits_1(tmp_path: Path) -> None:
+    a = _sweep(tmp_path / "a", {1: [100.0]})
+    (tmp_path / "b").mkdir()
+    proc = summarize_main("compare", a, tmp_path / "b")
+    assert proc.returncode == 1 and "no finished run" in proc.stderr
+
+
+def test_terminal_shows_names_with_brackets_verbatim() -> None:
+    proc = summarize_main("tests/fixtures/logs", "--no-write")
+    assert proc.returncode == 0, proc.stderr
+    assert "spiral-gpu [spiral] · strong · bf16-mixed" in proc.stdout
+
+
+def test_per_job_tables_stop_at_max_rows(tmp_path: Path) -> None:
+    _sweep(tmp_path, {1: [10.0, 11.0, 12.0], 2: [6.0, 6.5, 6.1]})
+    proc = summarize_main(tmp_path, "--no-write", "--format", "markdown", "--max-rows", "4")
+    runs_table = proc.stdout.split("## Speedup analysis")[0]
+    assert runs_table.count("| spiral · strong · fp32 |") == 4
+    assert "2 more row(s) not shown: every one is in runs.csv" in runs_table
+    everything = summarize_main(tmp_path, "--no-write", "--format", "markdown", "--max-rows", "0")
+    assert everything.stdout.split("## Speedup analysis")[0].count("| spiral · strong") == 6
+
+
+def test_a_slowdown_prints_no_serial_fraction_and_says_why(tmp_path: Path) -> None:
+    """1 process 0.04 s, 2 processes 0.13 s: a Karp-Flatt 'serial fraction' would be 5.5."""
+    _sweep(tmp_path / "in", {1: [0.040, 0.041, 0.039], 2: [0.13, 0.12, 0.14]})
+    proc = summarize_main(tmp_path / "in", "--out", tmp_path / "out", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if "| Karp-Flatt e |" in line)
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 2 |"))
+    cells = dict(zip(header.split(" | "), row.split(" | "), strict=True))
+    assert cells["Karp-Flatt e"] == "— (no speedup (S <= 1): a serial fraction is undefined)"
+    amdahl = proc.stdout.split("## Amdahl fit")[1].split("##")[0]
+    assert "no speedup" in amdahl and "x (4 devices)" not in amdahl
+    assert "no serial fraction to report" in proc.stdout  # the notes say it too
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "no serial fraction to report" in report
+    assert "— (no speedup (S <= 1): a serial fraction is undefined)" in report
+    doc = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    row = next(r for r in doc["scaling"] if r["world_size"] == 2)
+    assert row["karp_flatt"] is None and row["karp_flatt_note"].startswith("no speedup")
+    assert doc["amdahl"][0]["serial_fraction"] is None
+    assert doc["amdahl"][0]["fit_note"].startswith("no speedup")
+    csv = pd.read_csv(tmp_path / "out" / "scaling.csv")
+    assert csv["karp_flatt"].isna().all() and "karp_flatt_note" in csv
+
+
+def test_the_summary_fits_the_terminal_width_it_is_given(tmp_path: Path) -> None:
+    """With COLUMNS=120 and output to a file, no line of the fixture sweep's summary is
+    wider than 120 columns: the notes wrap under their bullet, and the report's path (as
+    long as the output folder's) stands on a line of its own."""
+    import shutil
+
+    from analysis_helpers import FIXTURES
+
+    logs = shutil.copytree(FIXTURES / "sweep", tmp_path / ("a-rather-long-folder-name-" * 3))
+    proc = summarize_main(logs, "--out", logs / "summary", env={"COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    wide = [line for line in lines if len(line) > 120 and "report.html" not in line]
+    assert not wide, wide
+    notes = lines[
+        lines.index("Read this first") + 1 : lines.index(f"  {logs / 'summary' / 'report.html'}")
+    ]
+    assert notes[0].startswith("  • ")
+    assert any(n.startswith("    ") for n in notes)  # a wrapped note's continuation
+    at = lines.index(f"  {logs / 'summary' / 'report.html'}")
+    assert lines[at - 1].startswith("Every table, chart and paragraph")

@@ -1,0 +1,173 @@
+"""A user's module's batch as its loaders yielded it (pure logic: the record's identity and
+``batch`` section from the counts), the auto warm-up of a loader without a length, and a
+refusal every rank makes alike being said once."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from core_helpers import make_identity
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+from analysis.read.frame import scaling_mismatches
+from scalescope import cli
+from scalescope.errors import SameOnEveryRankError
+from scalescope.job.timing import resolve_warmup
+from scalescope.record import Identity
+from scalescope.workloads.user_job import Counted, measured_batch
+
+
+def _ident(world: int = 2, per_device: int = 128) -> Identity:
+    return make_identity(
+        nodes=1,
+        devices_per_node=world,
+        world_size=world,
+        per_device_batch_size=per_device,
+        global_batch_size=per_device * world,
+    )
+
+
+class _Stream(IterableDataset):
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield from torch.zeros(4, 3)
+
+
+SIZED = DataLoader(TensorDataset(torch.zeros(10, 3)))
+STREAM = DataLoader(_Stream())
+
+
+def _counted(samples: int, batches: int, largest: int, same: bool | None = False) -> Counted:
+    return Counted(samples, samples, None, 0, batches, largest, same)
+
+
+def test_the_identity_takes_the_measured_batch_and_the_section_keeps_the_exact_figures() -> None:
+    # 2 ranks, 47 batches each: 46 of 32 and one of 28 (3,000 samples in 94 batches)
+    ident, section = measured_batch(_ident(per_device=32), _counted(3000, 94, 32), "MyData", SIZED)
+    assert ident.per_device_batch_size == 32 and ident.global_batch_size == 64
+    assert section["per_device_mean"] == pytest.approx(3000 / 94)
+    assert section["per_device_max"] == 32 and section["micro_batches"] == 94
+    assert (section["passed"], section["passed_to"]) == (32, "MyData")
+    assert section["warnings"] == []  # what was passed is what the loader yielded at most
+    assert section["data"]["iterable"] is False
+
+
+def test_a_loader_that_ignores_the_config_is_recorded_as_it_ran() -> None:
+    ident, section = measured_batch(_ident(per_device=128), _counted(128, 128, 1), None, SIZED)
+    assert ident.per_device_batch_size == 1 and ident.global_batch_size == 2
+    assert section["passed"] is None and section["warnings"] == []  # nothing was passed
+
+
+def test_a_passed_batch_the_loader_did_not_yield_is_a_warning_naming_both() -> None:
+    _, section = measured_batch(_ident(per_device=64), _counted(2048, 128, 16), "Data", SIZED)
+    (warning,) = section["warnings"]
+    assert "batch_size=64 to Data" in warning and "batches of 16 at most" in warning
+
+
+def test_identical_first_batches_on_the_ranks_are_a_warning() -> None:
+    _, section = measured_batch(_ident(), _counted(80, 80, 1, same=True), None, STREAM)
+    assert section["data"]["iterable"] is True
+    assert "not split by Lightning" in section["data"]["split"]
+    assert any("identical" in w for w in section["warnings"])
+    _, one = measured_batch(_ident(world=1), _counted(40, 40, 1, same=None), None, STREAM)
+    assert one["warnings"] == [] and one["data"]["same_first_batch"] is None
+
+
+def test_nothing_yielded_keeps_the_configured_batch() -> None:
+    ident, section = measured_batch(_ident(per_device=8), _counted(0, 0, 0), None, SIZED)
+    assert ident.per_device_batch_size == 8 and section["per_device_mean"] is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "steps_per_epoch", "max_steps", "expected"),
+    [
+        ("auto", 50, None, 50),  # the first epoch
+        ("auto", 500, None, 200),  # capped
+        ("auto", 0, 40, 20),  # no length: the first half of max_steps
+        ("auto", 0, 1000, 200),  # ... capped
+        ("auto", 0, None, None),  # no length, no bound: the first epoch, when it ends
+        (7, 0, 40, 7),  # a number is a number
+    ],
+)
+def test_auto_warmup(
+    setting: int | str, steps_per_epoch: int, max_steps: int | None, expected: int | None
+) -> None:
+    assert resolve_warmup(setting, steps_per_epoch, max_steps) == expected
+
+
+def test_an_error_every_rank_finds_is_printed_by_rank_zero_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import scalescope.job.entry as entry
+
+    for rank, printed in ((1, ""), (0, "scalescope train: error: the stream has no end\n")):
+
+        def refuse(args: object, rank: int = rank) -> int:
+            raise SameOnEveryRankError("the stream has no end", rank=rank)
+
+        monkeypatch.setattr(entry, "run", refuse)
+        assert cli.main(["train"]) == 2
+        assert capsys.readouterr().err == printed
+
+
+def _runs(mode: str, batches: list[tuple[int, int, int]]) -> pd.DataFrame:
+    """One row per run: (world size, per-device batch, global batch), one series otherwise."""
+    rows = []
+    for world, per_device, global_ in batches:
+        rows.append(
+            {
+                "config_name": "demo",
+                "workload": "m:M",
+                "scaling_mode": mode,
+                "precision": "32",
+                "accumulate_grad_batches": 1,
+                "accelerator": "cpu",
+                "held_batch_size": per_device if mode == "weak" else global_,
+                "epochs": 2,
+                "workload_params": "{}",
+                "device_name": "cpu",
+                "cluster": "local",
+                "world_size": world,
+                "per_device_batch_size": per_device,
+                "global_batch_size": global_,
+                "sources": f"logs/{world}.out",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_strong_scaling_with_a_constant_per_device_batch_is_a_problem_row() -> None:
+    (problem,) = scaling_mismatches(_runs("strong", [(1, 1, 1), (2, 1, 2), (2, 1, 2)]))
+    assert "declared strong scaling, but the per-device batch recorded is 1" in problem.message
+    assert "that is weak scaling" in problem.message and problem.file == "logs/1.out"
+
+
+def test_weak_scaling_with_a_constant_global_batch_is_a_problem_row() -> None:
+    (problem,) = scaling_mismatches(_runs("weak", [(1, 64, 64), (2, 32, 64)]))
+    assert "that is strong scaling" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("mode", "batches"),
+    [
+        ("strong", [(1, 64, 64), (2, 32, 64)]),  # as declared
+        ("weak", [(1, 32, 32), (2, 32, 64)]),  # as declared
+        ("strong", [(2, 1, 2), (2, 1, 2)]),  # one world size: nothing to compare
+    ],
+)
+def test_batches_that_follow_their_mode_raise_nothing(
+    mode: str, batches: list[tuple[int, int, int]]
+) -> None:
+    assert scaling_mismatches(_runs(mode, batches)) == []
+
+
+def test_a_combined_batch_counts_every_loaders_part() -> None:
+    from scalescope.workloads.user_job import batch_size_of, training_loaders
+
+    two = {"a": [torch.zeros(2, 3), torch.zeros(2)], "b": torch.zeros(5, 1)}
+    assert batch_size_of(object(), two, combined=True) == 7
+    assert batch_size_of(object(), two) == 2  # one loader's batch: its first tensor
+    assert batch_size_of(object(), [torch.zeros(4, 1), None], combined=True) == 4
+    assert training_loaders({"a": SIZED, "b": STREAM}) == [SIZED, STREAM]
+    assert training_loaders([SIZED]) == [SIZED] and training_loaders(SIZED) == [SIZED]
+    assert training_loaders(None) == []
