@@ -35,6 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tests"))  # the record factory
+
+import record_factory  # noqa: E402
 
 from scalescope.record import Identity, ResultRecord, StartEvent, encode  # noqa: E402
 
@@ -52,26 +55,15 @@ FAILURES = [
 
 
 def identity(job: int, shape: tuple[int, int], mode: str) -> Identity:
-    nodes, dpn = shape
-    world = nodes * dpn
-    per_device = 4096 // world if mode == "strong" else 64
-    return Identity(
-        run_id=f"{job}.r0",
-        job_id=str(job),
-        array_job_id=None,
-        array_task_id=None,
-        restart_count=0,
-        launcher="slurm",
-        config_name="spiral-gpu",
-        workload="spiral",
+    return record_factory.identity(
+        str(job),
+        world=shape,
         scaling_mode=mode,
         precision="bf16-mixed",
         accelerator="gpu",
-        nodes=nodes,
-        devices_per_node=dpn,
-        world_size=world,
-        per_device_batch_size=per_device,
-        global_batch_size=per_device * world,
+        config_name="spiral-gpu",
+        global_batch_size=4096,
+        weak_batch=64,
         sweep_id="bench",
         run_dir=f"runs/{job}.r0",
         started_at="2025-03-01T09:00:00+00:00",
@@ -83,35 +75,29 @@ def result(ident: Identity, rng: random.Random) -> ResultRecord:
     ideal = 2000.0 * (0.03 + 0.97 / world) if ident.scaling_mode == "strong" else 2000.0 / world
     train = ideal * rng.gauss(1.0, 0.03)
     epochs, samples = 50, 800_000
-    sps = samples * epochs / train
-    return ResultRecord(
-        identity=ident,
-        node_names=[f"gpu-a{i:03d}" for i in range(ident.nodes)],
-        device_name="NVIDIA H200",
+    return record_factory.record(
+        ident,
+        epoch_times_s=[train / epochs] * epochs,
         train_samples=samples,
         val_samples=200_000,
-        epochs=epochs,
-        steps=epochs * samples // ident.global_batch_size,
-        steps_per_epoch=samples // ident.global_batch_size,
         setup_time_s=40.0 + world,
-        train_time_s=train,
         val_time_s=5.0,
+        steady=False,
+        train_time_s=train,
+        steps=epochs * samples // ident.global_batch_size,
         job_time_s=45.0 + world + train,
-        epoch_times_s=[train / epochs] * epochs,
-        mean_epoch_time_s=train / epochs,
         mean_epoch_time_excl_first_s=train / epochs,
-        samples_per_s=sps,
-        samples_per_s_per_device=sps / world,
         step_time_s=0.01,
         predicted_epoch_time_s=None,
         val_loss_final=0.1187 * rng.gauss(1.0, 0.005),
         val_acc_final=0.953,
         val_loss_best=0.118,
         val_acc_best=0.954,
+        node_names=[f"gpu-a{i:03d}" for i in range(ident.nodes)],
+        device_name="NVIDIA H200",
         peak_mem_gib=[1.2] * world,
         peak_host_rss_gib=[3.0] * world,
         model_flops_per_sample=16320.0,
-        mfu=None,
         versions={"python": "3.11.9", "torch": "2.5.1", "lightning": "2.4.0"},
         config={"name": "spiral-gpu", "workload": {"name": "spiral", "num_samples": 1000000}},
         finished_at="2025-03-01T10:00:00+00:00",

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import record_factory
+
 from scalescope.record import Identity, ResultRecord, StartEvent, encode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,29 +43,17 @@ def make_identity(
     array: tuple[str, int] | None = None,
     cluster: str | None = None,
 ) -> Identity:
-    nodes, devices = world
-    n = nodes * devices
-    per_device = global_batch_size // n if scaling_mode == "strong" else global_batch_size
-    return Identity(
-        run_id=f"{job_id}.r{restart_count}",
-        job_id=job_id,
-        array_job_id=array[0] if array else None,
-        array_task_id=array[1] if array else None,
+    """A CPU spiral run of ``world`` (record_factory.identity with this module's defaults)."""
+    return record_factory.identity(
+        job_id,
+        world=world,
         restart_count=restart_count,
-        launcher="slurm",
-        config_name=config_name,
-        workload="spiral",
         scaling_mode=scaling_mode,
         precision=precision,
         accelerator=accelerator,
-        nodes=nodes,
-        devices_per_node=devices,
-        world_size=n,
-        per_device_batch_size=per_device,
-        global_batch_size=per_device * n,
-        sweep_id="sweep-test",
-        run_dir=f"outputs/runs/{job_id}",
-        started_at="2025-01-01T10:00:00+00:00",
+        config_name=config_name,
+        global_batch_size=global_batch_size,
+        array=array,
         cluster=cluster,
     )
 
@@ -88,48 +78,24 @@ def make_result(
     (epochs 2.. are the steady state), as records of this version carry them."""
     ident = make_identity(job_id, **identity)
     epoch = train_time_s / epochs
-    epoch_times = [epoch + warmup_extra_s] + [epoch] * (epochs - 1)
-    train_time_s = sum(epoch_times)
-    samples_per_s = train_samples * epochs / train_time_s
     steps_per_epoch = train_samples // ident.global_batch_size
-    steady_s = epoch * (epochs - 1) if steady and epochs > 1 else None
-    steady_rate = train_samples * (epochs - 1) / steady_s if steady_s else None
-    return ResultRecord(
-        identity=ident,
-        node_names=[f"node{i + 1}" for i in range(ident.nodes)],
-        device_name=device_name,
+    optional: dict[str, Any] = {"versions": versions} if versions else {}
+    return record_factory.record(
+        ident,
+        epoch_times_s=[epoch + warmup_extra_s] + [epoch] * (epochs - 1),
         train_samples=train_samples,
-        val_samples=2000,
-        epochs=epochs,
-        steps=epochs * (train_samples // ident.global_batch_size),
-        steps_per_epoch=train_samples // ident.global_batch_size,
         setup_time_s=setup_s,
-        train_time_s=train_time_s,
         val_time_s=epochs * 0.5,
-        job_time_s=setup_s + train_time_s + epochs * 0.5,
-        epoch_times_s=epoch_times,
-        mean_epoch_time_s=train_time_s / epochs,
+        val_loss=val_loss,
+        val_acc=val_acc,
+        steady=steady,
+        device_name=device_name,
+        # the figures of equal later epochs, as written (not re-summed)
         mean_epoch_time_excl_first_s=epoch if epochs > 1 else None,
-        samples_per_s=samples_per_s,
-        samples_per_s_per_device=samples_per_s / ident.world_size,
-        step_time_s=epoch / max(1, train_samples // ident.global_batch_size),
+        step_time_s=epoch / max(1, steps_per_epoch),
         predicted_epoch_time_s=epoch,
-        val_loss_final=val_loss,
-        val_acc_final=val_acc,
-        val_loss_best=val_loss,
-        val_acc_best=val_acc,
-        peak_mem_gib=None,
-        peak_host_rss_gib=[0.5] * ident.world_size,
-        model_flops_per_sample=None,
-        mfu=None,
-        versions=versions or {"python": "3.11.2", "torch": "2.13.0+cpu", "lightning": "2.6.6"},
-        config={"name": ident.config_name},
-        finished_at="2025-01-01T10:05:00+00:00",
-        warmup_steps=steps_per_epoch if steady_s else None,
-        steady_steps=steps_per_epoch * (epochs - 1) if steady_s else None,
-        steady_time_s=steady_s,
-        steady_samples_per_s=steady_rate,
-        steady_samples_per_s_per_device=steady_rate / ident.world_size if steady_rate else None,
+        **({"steady_time_s": epoch * (epochs - 1)} if steady and epochs > 1 else {}),
+        **optional,
     )
 
 

@@ -13,9 +13,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import record_factory
 
 from scalescope.record import (
     Identity,
@@ -45,53 +47,35 @@ def make_identity(**changes: Any) -> Identity:
     """A run as srun would start it: array task 3 of job 81234, second attempt, 2x4 ranks."""
     base: dict[str, Any] = {
         "run_id": "81230_3.r1",
-        "job_id": "81234",
+        "per_device_batch_size": 512,
         "array_job_id": "81230",
         "array_task_id": 3,
-        "restart_count": 1,
-        "launcher": "slurm",
-        "config_name": "spiral",
-        "workload": "spiral",
-        "scaling_mode": "strong",
-        "precision": "bf16-mixed",
-        "accelerator": "gpu",
-        "nodes": 2,
-        "devices_per_node": 4,
-        "world_size": 8,
-        "per_device_batch_size": 512,
-        "global_batch_size": 4096,
         "sweep_id": "spiral-gpu-scaling-20250301T120000Z",
         "run_dir": "/scratch/u/outputs/sweeps/spiral-gpu-scaling/runs/spiral/81230_3.r1",
         "started_at": "2025-03-01T12:00:07+00:00",
     }
     base.update(changes)
-    return Identity(**base)
+    ident = record_factory.identity(
+        base.pop("job_id", "81234"),
+        world=(base.pop("nodes", 2), base.pop("devices_per_node", 4)),
+        restart_count=base.pop("restart_count", 1),
+        precision=base.pop("precision", "bf16-mixed"),
+        accelerator=base.pop("accelerator", "gpu"),
+        **base,
+    )
+    # the global batch as given, like every other field: a test may set one without the other
+    return replace(ident, global_batch_size=changes.get("global_batch_size", 4096))
 
 
 def make_result(identity: Identity | None = None, **changes: Any) -> ResultRecord:
     """A finished 2-node job with every field filled the way the trainer fills it."""
     ident = identity or make_identity()
-    epoch_times = [41.5, 38.25, 38.0, 38.125, 38.0625]
     base: dict[str, Any] = {
-        "identity": ident,
         "node_names": ["gpu017"] * 4 + ["gpu018"] * 4,
         "device_name": "NVIDIA A100-SXM4-80GB",
-        "train_samples": 3_200_000,
-        "val_samples": 800_000,
-        "epochs": 5,
-        "steps": 3905,
         "steps_per_epoch": 781,
-        "setup_time_s": 23.75,
-        "train_time_s": sum(epoch_times),
-        "val_time_s": 6.5,
-        "job_time_s": 23.75 + sum(epoch_times) + 6.5,
-        "epoch_times_s": epoch_times,
-        "mean_epoch_time_s": sum(epoch_times) / 5,
-        "mean_epoch_time_excl_first_s": sum(epoch_times[1:]) / 4,
-        "samples_per_s": 3905 * 4096 / sum(epoch_times),
-        "samples_per_s_per_device": 3905 * 4096 / sum(epoch_times) / 8,
+        "samples_per_s": 3905 * 4096 / 193.9375,
         "step_time_s": 0.0487,
-        "predicted_epoch_time_s": 0.0487 * 781,
         "val_loss_final": 0.0123,
         "val_acc_final": 0.9981,
         "val_loss_best": 0.0119,
@@ -116,9 +100,20 @@ def make_result(identity: Identity | None = None, **changes: Any) -> ResultRecor
         },
         "finished_at": "2025-03-01T12:03:52+00:00",
         "tracking": {"mode": "offline", "archive": "/scratch/u/outputs/comet/abc.zip"},
+        "steady": False,
     }
-    base.update(changes)
-    return ResultRecord(**base)
+    result = record_factory.record(
+        ident,
+        epoch_times_s=[41.5, 38.25, 38.0, 38.125, 38.0625],
+        train_samples=3_200_000,
+        val_samples=800_000,
+        setup_time_s=23.75,
+        val_time_s=6.5,
+        **base,
+    )
+    # a field a test sets is set as given, the others stay as they were (a test may make the
+    # record inconsistent on purpose: a NaN epoch time beside a finite training time)
+    return replace(result, **changes)
 
 
 def make_start(**changes: Any) -> StartEvent:
