@@ -30,7 +30,14 @@ from scalescope.record import (
 
 REPO = Path(__file__).resolve().parents[1]
 
+CPU = "trainer.accelerator=cpu"
+"""The tests' runs are CPU processes (gloo ranks), on a machine with a GPU as on one without:
+``auto`` would put a 2-process run on a node's one GPU and refuse it. Every training process a
+test starts says so (run_train and two_rank_run put it first, so a test may still ask for a
+GPU after it; the Slurm helpers add it to every job's overrides)."""
+
 TINY = (
+    CPU,
     "trainer.max_epochs=2",
     "workload.num_samples=2000",
     "trainer.batch_size=64",
@@ -199,7 +206,7 @@ def run_train(
     argv = list(module_args)
     if output_dir is not None:
         argv.append(f"output_dir={output_dir}")
-    argv += list(args)
+    argv += [CPU, *args] if "--help" not in module_args else list(args)
     proc = zygote.run(
         "scalescope.train",
         argv,
@@ -272,6 +279,7 @@ def two_rank_run(
                 "-m",
                 "scalescope.train",
                 f"output_dir={tmp_path}",
+                CPU,
                 "trainer.devices=2",
                 *args,
             ],

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from core_helpers import CPU
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -117,6 +118,13 @@ def job_env() -> dict[str, str]:
 EARLY_OVERRIDES = "workload.num_samples=2000 trainer.batch_size=64 tracking.mode=off"
 
 
+def _cpu_job(env: dict[str, str]) -> dict[str, str]:
+    """Every job the tests submit trains on CPUs, on a node with a GPU as on one without
+    (core_helpers.CPU): first among its overrides, so a test's own come after it."""
+    overrides = env.get("SCALESCOPE_OVERRIDES", "")
+    return {**env, "SCALESCOPE_OVERRIDES": f"{CPU} {overrides}".strip()}
+
+
 def sbatch(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
     """``sbatch --parsable args`` in ``cwd``; the job id."""
     import os
@@ -126,7 +134,7 @@ def sbatch(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
         cwd=cwd,
         capture_output=True,
         text=True,
-        env={**os.environ, **(env or {})},
+        env=_cpu_job({**os.environ, **(env or {})}),
         timeout=60,
     )
     assert out.returncode == 0, f"sbatch {' '.join(args)} failed: {out.stderr.strip()}"

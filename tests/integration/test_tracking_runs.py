@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from core_helpers import CPU
 from tracking_helpers import (
     FAKE_KEY,
     NAME,
@@ -463,6 +464,7 @@ def _train(tmp_path: Path, env: dict[str, str], *overrides: str, timeout_s: floa
             "scalescope.train",
             "--config",
             str(REPO / "configs" / "spiral.yaml"),
+            CPU,
             "trainer.max_epochs=2",
             f"output_dir={tmp_path / 'out'}",
             *overrides,

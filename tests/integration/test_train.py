@@ -241,7 +241,7 @@ def test_gpu_requested_without_cuda_is_one_line(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU; the no-GPU error cannot happen here")
     out = tmp_path / "out"
-    run = run_train(tmp_path, "trainer.accelerator=gpu", *TINY, output_dir=out)
+    run = run_train(tmp_path, *TINY, "trainer.accelerator=gpu", output_dir=out)
     _assert_one_error_line(run, "trainer.accelerator=gpu", "CUDA")
     assert not out.exists()
 
