@@ -35,11 +35,11 @@ def counted(params: object, batch: int, backend: SDPBackend | None) -> float:
     x, y = next(iter(dm._batches(dm.train_tokens, batch, shuffle=True)))
     with FlopCounterMode(display=False) as counter:
         if backend is None:
-            loss, _ = model._loss(x, y)
+            loss = model.micro_batch_loss(x, y)
             loss.backward()
         else:
             with sdpa_kernel(backend):
-                loss, _ = model._loss(x, y)
+                loss = model.micro_batch_loss(x, y)
                 loss.backward()
     return counter.get_total_flops() / batch
 

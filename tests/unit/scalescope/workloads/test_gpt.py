@@ -126,7 +126,7 @@ def counted_flops_per_sample(params: GptParams, batch: int = 2) -> tuple[float, 
     # The CPU's fused attention kernel has no FlopCounterMode formula in torch 2.x (it would
     # count 0); the math backend asks for the same full S x S products as two counted bmms.
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        loss, _ = model._loss(x, y)
+        loss = model.micro_batch_loss(x, y)
         loss.backward()
     return counter.get_total_flops() / batch, model.flops_per_sample()
 
