@@ -1,0 +1,149 @@
+"""What a profiler trace says: its top operations, and which of them are communication.
+
+Reads the Chrome trace ``torch.profiler`` exports (``export_chrome_trace``: a JSON object whose
+``traceEvents`` are complete events, ``ph: "X"``, with a category, a name, a start and a
+duration in microseconds), the file Perfetto and Holistic Trace Analysis open. Nothing here
+imports torch: the job summarises the trace it just wrote, a test a recorded one.
+
+* **Where the time is counted.** On a GPU run, the device: every kernel, copy and memset
+  (``kernel``, ``gpu_memcpy``, ``gpu_memset``), each kernel's time its own (kernels do not
+  nest). Without device events, the CPU: operators and annotations (``cpu_op``,
+  ``user_annotation``) by *self* time, their duration less that of the events nested inside
+  them on the same thread, so that a ``DistributedDataParallel.forward`` does not outrank
+  the matmuls it calls. The profiler's own ``ProfilerStep#N`` markers count nothing; they
+  say which steps the trace holds.
+* **Communication**, whatever the backend calls it: NCCL's kernels (``ncclDevKernel_*`` in
+  NCCL 2.19 and later, ``ncclKernel_*`` before, the name Holistic Trace Analysis still
+  expects), the ``nccl:*`` and ``gloo:*`` annotations, c10d's operators (``c10d::allreduce_``)
+  and the profiler's ``record_param_comms``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
+STEP_MARK = re.compile(r"^ProfilerStep#(\d+)$")
+COMMUNICATION = re.compile(
+    r"^(?:void )?(?:nccl(?:Dev)?Kernel_|nccl:|gloo:|c10d::|record_param_comms\b)",
+    re.IGNORECASE,
+)
+TOP_N = 10
+
+
+def is_communication(name: str) -> bool:
+    """True for a collective's kernel or operator, NCCL's or gloo's, old names and new."""
+    return COMMUNICATION.match(name.strip()) is not None
+
+
+def read_trace(path: str | Path) -> dict[str, Any]:
+    """A trace file as the profiler wrote it (``.json``, or ``.json.gz``)."""
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rt", encoding="utf-8") as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ValueError(f"{p}: not a Chrome trace (no traceEvents list)")
+    return doc
+
+
+def _complete(events: Iterable[Any]) -> list[Mapping[str, Any]]:
+    return [
+        e
+        for e in events
+        if isinstance(e, Mapping)
+        and e.get("ph") == "X"
+        and isinstance(e.get("dur"), (int, float))
+        and isinstance(e.get("ts"), (int, float))
+    ]
+
+
+def profiled_steps(trace: Mapping[str, Any]) -> list[int]:
+    """The step numbers of the trace's ``ProfilerStep#N`` markers, in order."""
+    found = set()
+    for e in _complete(trace.get("traceEvents", [])):
+        m = STEP_MARK.match(str(e.get("name", "")))
+        if m:
+            found.add(int(m.group(1)))
+    return sorted(found)
+
+
+def _self_times(events: list[Mapping[str, Any]]) -> list[tuple[str, float]]:
+    """(name, self microseconds) of host events: each one's duration less its children's
+    on the same thread (events sorted by start, longest first among equal starts)."""
+    by_thread: dict[tuple[Any, Any], list[Mapping[str, Any]]] = defaultdict(list)
+    for e in events:
+        by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    out: list[tuple[str, float]] = []
+    for thread in by_thread.values():
+        thread.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack: list[list[Any]] = []  # [end, name, self]
+        for e in thread:
+            start, dur = float(e["ts"]), float(e["dur"])
+            while stack and stack[-1][0] <= start:
+                _, name, own = stack.pop()
+                out.append((name, own))
+            if stack:
+                stack[-1][2] -= min(dur, stack[-1][0] - start)
+            stack.append([start + dur, str(e["name"]), dur])
+        out.extend((name, own) for _, name, own in stack)
+    return out
+
+
+def top_operations(trace: Mapping[str, Any], n: int = TOP_N) -> dict[str, Any]:
+    """The ``n`` operations with the most time, on the device where the trace has device
+    events, else by self time on the CPU; communication labelled.
+
+    ``{"on": "device"|"cpu", "total_s", "communication_s", "steps": [...], "ops": [{"name",
+    "self_s", "share", "calls", "communication"}]}``; shares are of ``total_s``."""
+    events = _complete(trace.get("traceEvents", []))
+    device = [e for e in events if e.get("cat") in DEVICE_CATEGORIES]
+    if device:
+        on, timed = "device", [(str(e["name"]), float(e["dur"])) for e in device]
+    else:
+        host = [
+            e
+            for e in events
+            if e.get("cat") in HOST_CATEGORIES and not STEP_MARK.match(str(e.get("name", "")))
+        ]
+        on, timed = "cpu", _self_times(host)
+    totals: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for name, us in timed:
+        totals[name] += us
+        calls[name] += 1
+    total = sum(totals.values())
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
+    comm = sum(us for name, us in totals.items() if is_communication(name))
+    return {
+        "on": on,
+        "total_s": total / 1e6,
+        "communication_s": comm / 1e6,
+        "steps": profiled_steps(trace),
+        "ops": [
+            {
+                "name": name,
+                "self_s": us / 1e6,
+                "share": us / total if total else 0.0,
+                "calls": calls[name],
+                "communication": is_communication(name),
+            }
+            for name, us in ranked[:n]
+        ],
+    }
+
+
+def short_name(name: str, width: int = 60) -> str:
+    """A kernel's name without its argument list and template clutter, to ``width``."""
+    text = name.strip().removeprefix("void ")
+    call = re.search(r"[^\s(]\(", text)  # "kernel(args...)", not "Memcpy HtoD (Pinned...)"
+    if call:
+        text = text[: call.start() + 1]
+    return text if len(text) <= width else text[: width - 1] + "…"
