@@ -5,5 +5,7 @@
 * :mod:`.executor` -- submitit executors (Slurm or local) and the sbatch text;
 * :mod:`.monitor` -- where each submitted job stands and what it returned;
 * :mod:`.sweep` -- ``scalescope sweep``: plan, submit, watch, write ``sweep.json``;
-* :mod:`.local_cluster` -- ``scalescope local-cluster``: a real two-node Slurm cluster here.
+* :mod:`.local_cluster` -- ``scalescope local-cluster``: a real two-node Slurm cluster here;
+* :mod:`.local_cluster_conf` -- its state directory, ``cluster.json`` and slurm.conf;
+* :mod:`.local_cluster_daemons` -- its processes: install, start, ask and stop them.
 """
