@@ -1,6 +1,7 @@
 """The launch side: what runs on the submitting machine.
 
 * :mod:`.sweep_config` -- sweep files -> a validated plan of shapes and rounds;
+* :mod:`.resources` -- what one job of a shape asks the scheduler for, checked;
 * :mod:`.cluster` -- cluster profiles (configs/clusters/*.yaml);
 * :mod:`.executor` -- submitit executors (Slurm or local) and the sbatch text;
 * :mod:`.monitor` -- where each submitted job stands and what it returned;
