@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("scalescope.job.entry", "train one configuration (one job; under srun, one task)"),
     "sweep": ("scalescope.launch.sweep", "submit a scaling sweep with submitit (Slurm or local)"),
     "bench-data": (
-        "scalescope.job.bench_data",
+        "scalescope.job.loader_bench_cli",
         "time a workload's input pipeline alone over loader settings, against its step rate",
     ),
     "local-cluster": (

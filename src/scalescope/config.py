@@ -551,16 +551,16 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
     """Check what the workload is given before anything starts; ConfigError names the key.
 
     An import-path workload's classes and constructor arguments are imported and checked
-    (imports lightning): what :func:`scalescope.workloads.user.check` resolved is returned.
+    (imports lightning): what :func:`scalescope.workloads.user_import.check` resolved is returned.
     Its constructor that takes a ``batch_size`` is given the micro-batch (Lightning
     accumulates the loader's batches), which the accumulation must then divide. A built-in
     workload splits each device's batch into the micro-batches itself: it must divide.
     """
     if workloads.is_user(cfg.workload_name):
-        from .workloads import user
+        from .workloads import user_import
 
         micro = batch.micro_batch_size
-        return user.check(
+        return user_import.check(
             cfg.workload_name,
             cfg.workload_params(),
             batch_size=micro,

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from scalescope.launch import local_cluster, monitor
+from scalescope.launch import local_cluster_daemons, monitor
 from scalescope.procinfo import process_start_unix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,9 +38,9 @@ def test_descendants_finds_grandchildren_and_cmdline_reads_argv() -> None:
             tree = monitor._descendants(child.pid)
             time.sleep(0.05)
         (grandchild,) = tree
-        assert local_cluster._cmdline(grandchild) == ["sleep", "30"]
+        assert local_cluster_daemons._cmdline(grandchild) == ["sleep", "30"]
     finally:
         child.kill()
         child.wait()
         subprocess.run(["kill", str(grandchild)], check=False)
-    assert local_cluster._cmdline(2**22 + 12345) is None  # no such process
+    assert local_cluster_daemons._cmdline(2**22 + 12345) is None  # no such process

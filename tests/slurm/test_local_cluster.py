@@ -13,6 +13,7 @@ import pytest
 from slurm_helpers import wait_for_job
 
 from scalescope.launch import local_cluster as lc
+from scalescope.launch.local_cluster_daemons import _cmdline
 
 # --- without Slurm ---------------------------------------------------------------------------
 
@@ -126,7 +127,7 @@ def test_down_stops_exactly_its_own_processes(
 
     assert sorted(lc.down(second_cluster)) == sorted(ours)
     for name, pid in ours.items():
-        assert not Path(f"/proc/{pid}/cmdline").exists() or not lc._cmdline(pid), name
+        assert not Path(f"/proc/{pid}/cmdline").exists() or not _cmdline(pid), name
     assert lc.down(second_cluster) == []  # a second down is a no-op
     assert not lc.status(second_cluster).daemons
 

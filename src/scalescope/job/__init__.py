@@ -10,5 +10,6 @@
 * :mod:`.faults` -- deliberate faults for tests and demonstrations;
 * :mod:`.tracking` -- Comet from rank 0;
 * :mod:`.hardware` -- dense peak FLOP/s by exact device model, for MFU;
-* :mod:`.databench`, :mod:`.bench_data` -- ``scalescope bench-data``.
+* :mod:`.loader_bench` -- times a workload's input pipeline alone, and the step it feeds;
+* :mod:`.loader_bench_cli` -- ``scalescope bench-data``: that benchmark's command.
 """

@@ -281,7 +281,6 @@ def allreduce_baseline(
     stream but the current one. A peer that dies mid-sweep makes the collective on the other
     ranks raise (after the process group's timeout at the latest); the error propagates.
     """
-    import torch
     import torch.distributed as dist
 
     start = time.perf_counter()
@@ -290,13 +289,8 @@ def allreduce_baseline(
     world = dist.get_world_size()
     backend = backend_name(str(dist.get_backend()), device.type)
     if gradient_bytes <= 0:
-        return section(
-            "skipped",
-            "no trainable parameters: nothing to all-reduce",
-            backend=backend,
-            world_size=world,
-            gradient_bytes=gradient_bytes,
-            seconds=time.perf_counter() - start,
+        return _skipped(
+            "no trainable parameters: nothing to all-reduce", backend, world, gradient_bytes, start
         )
     if bucket_bytes is None:
         buckets, bucket_reason = ddp_bucket_bytes(gradient_bytes), ESTIMATED_FROM_BYTES
@@ -304,57 +298,9 @@ def allreduce_baseline(
         buckets = list(bucket_bytes)
 
     sweep = _Sweep(device, start, hold_s)
-    planned = sweep_sizes(gradient_bytes)
-    # The largest message every rank can hold (one small MIN-reduce before any big buffer).
-    room = sweep.reduce([_free_bytes(device) * MEMORY_SHARE], dist.ReduceOp.MIN)[0]
-    target_s = min(0.25, budget_s / (2 * len(planned)))
-    rows: list[dict[str, Any]] = []
-    reason: str | None = None
-    try:
-        for nbytes in planned:
-            if nbytes > room:
-                reason = (
-                    f"stopped before {nbytes} B: more than {MEMORY_SHARE:.0%} of the free device"
-                    " memory on the tightest rank"
-                )
-                break
-            if rows:
-                # Decide from reduced values only, so every rank stops at the same size: the
-                # cost of this size (warm-up + MIN_ITERS) estimated at the last size's
-                # bandwidth, an upper bound where time is latency plus bandwidth.
-                elapsed = rows[-1]["_elapsed_s"]
-                estimate = rows[-1]["time_s"] * nbytes / rows[-1]["bytes"] * (1 + MIN_ITERS)
-                if elapsed + estimate > budget_s:
-                    reason = (
-                        f"budget {budget_s:g} s: stopped before {nbytes} B after"
-                        f" {elapsed:.3g} s (the next size would take about {estimate:.3g} s)"
-                    )
-                    break
-            buf = torch.zeros(nbytes // FLOAT32_BYTES, dtype=torch.float32, device=device)
-            warm_s, elapsed = sweep.time_ops(buf, 1)
-            left_s = max(0.0, budget_s - elapsed)
-            iters = int(min(target_s, 0.8 * left_s) / max(warm_s, 1e-9))
-            iters = max(MIN_ITERS, min(MAX_ITERS, iters))
-            op_s, elapsed = sweep.time_ops(buf, iters)
-            del buf
-            row = size_row(nbytes, max(op_s, 1e-9), world)
-            row["_elapsed_s"] = elapsed
-            rows.append(row)
-    finally:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            torch.cuda.empty_cache()
-    for row in rows:
-        row.pop("_elapsed_s")
+    rows, reason = _sweep_rows(sweep, sweep_sizes(gradient_bytes), budget_s, world)
     if not rows:
-        return section(
-            "skipped",
-            reason,
-            backend=backend,
-            world_size=world,
-            gradient_bytes=gradient_bytes,
-            seconds=time.perf_counter() - start,
-        )
+        return _skipped(reason, backend, world, gradient_bytes, start)
     return section(
         "measured",
         reason,
@@ -368,6 +314,92 @@ def allreduce_baseline(
         bucket_source="estimated",
         bucket_reason=bucket_reason or "given by the caller",
     )
+
+
+def _skipped(
+    reason: str | None, backend: str, world: int, gradient_bytes: int, start: float
+) -> dict[str, Any]:
+    """The section of a baseline that measured no size, with the seconds since ``start``."""
+    return section(
+        "skipped",
+        reason,
+        backend=backend,
+        world_size=world,
+        gradient_bytes=gradient_bytes,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _sweep_rows(
+    sweep: _Sweep, planned: list[int], budget_s: float, world: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The rows of the sizes measured, ascending, and why the sweep stopped before the last
+    planned size (None when it did not)."""
+    import torch
+    import torch.distributed as dist
+
+    device = sweep.device
+    # The largest message every rank can hold (one small MIN-reduce before any big buffer).
+    room = sweep.reduce([_free_bytes(device) * MEMORY_SHARE], dist.ReduceOp.MIN)[0]
+    target_s = min(0.25, budget_s / (2 * len(planned)))
+    rows: list[dict[str, Any]] = []
+    reason: str | None = None
+    try:
+        for nbytes in planned:
+            reason = _stop_reason(rows, nbytes, room, budget_s)
+            if reason is not None:
+                break
+            rows.append(_time_size(sweep, nbytes, target_s, budget_s, world))
+    finally:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+    for row in rows:
+        row.pop("_elapsed_s")
+    return rows, reason
+
+
+def _stop_reason(
+    rows: list[dict[str, Any]], nbytes: int, room: float, budget_s: float
+) -> str | None:
+    """Why the sweep stops before ``nbytes``, or None to measure it. Decided from reduced
+    values only, so every rank stops at the same size."""
+    if nbytes > room:
+        return (
+            f"stopped before {nbytes} B: more than {MEMORY_SHARE:.0%} of the free device"
+            " memory on the tightest rank"
+        )
+    if rows:
+        # The cost of this size (warm-up + MIN_ITERS) estimated at the last size's
+        # bandwidth, an upper bound where time is latency plus bandwidth.
+        elapsed = rows[-1]["_elapsed_s"]
+        estimate = rows[-1]["time_s"] * nbytes / rows[-1]["bytes"] * (1 + MIN_ITERS)
+        if elapsed + estimate > budget_s:
+            return (
+                f"budget {budget_s:g} s: stopped before {nbytes} B after"
+                f" {elapsed:.3g} s (the next size would take about {estimate:.3g} s)"
+            )
+    return None
+
+
+def _time_size(
+    sweep: _Sweep, nbytes: int, target_s: float, budget_s: float, world: int
+) -> dict[str, Any]:
+    """One size's row: a warm-up op, then as many timed ops as ``target_s`` and what is
+    left of the budget allow (between MIN_ITERS and MAX_ITERS); ``_elapsed_s`` is the
+    sweep's time so far, for the next size's budget check."""
+    import torch
+
+    buf = torch.zeros(nbytes // FLOAT32_BYTES, dtype=torch.float32, device=sweep.device)
+    warm_s, elapsed = sweep.time_ops(buf, 1)
+    left_s = max(0.0, budget_s - elapsed)
+    iters = int(min(target_s, 0.8 * left_s) / max(warm_s, 1e-9))
+    iters = max(MIN_ITERS, min(MAX_ITERS, iters))
+    op_s, elapsed = sweep.time_ops(buf, iters)
+    del buf
+    row = size_row(nbytes, max(op_s, 1e-9), world)
+    row["_elapsed_s"] = elapsed
+    return row
 
 
 class _Sweep:

@@ -640,7 +640,7 @@ class _UserMeasures:
 
     @classmethod
     def create(cls, model: Any, timing: Any, passed_to: str | None) -> _UserMeasures:
-        from ..workloads.user_job import FlopsProbe, SampleCounter, ValHistory
+        from ..workloads.user_measurement import FlopsProbe, SampleCounter, ValHistory
 
         probe = None if hasattr(model, "flops_per_sample") else FlopsProbe()
         return cls(SampleCounter(lambda: timing.t.warmup_steps), ValHistory(), probe, passed_to)
@@ -746,7 +746,7 @@ def _result(
     """
     import torch
 
-    from ..workloads.user_job import measured_batch
+    from ..workloads.user_measurement import measured_batch
     from .hardware import mfu, peak_entry_label, peak_flops
     from .timing import loader_steps, median_step_time
 

@@ -207,7 +207,7 @@ class SweepRun:
         from ..job.entry import run_training
 
         if self.submit_dir is not None:
-            from ..workloads.user import add_import_root
+            from ..workloads.user_import import add_import_root
 
             add_import_root(self.submit_dir)
         return run_training(load_train_config(None, self.config))  # type: ignore[no-any-return]

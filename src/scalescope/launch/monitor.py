@@ -135,20 +135,23 @@ def _parse_elapsed(text: str) -> float | None:
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
+def _ask_slurm(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
+    """A Slurm client's output (30 s at most); None when it could not run or timed out."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
 def squeue_states(job_ids: Iterable[str]) -> dict[str, tuple[str, float | None]] | None:
     """{job id: (state, elapsed_s)} for jobs still known to squeue; None when squeue failed."""
     wanted = sorted({j.split("_")[0] for j in job_ids})
     if not wanted:
         return {}
-    try:
-        proc = subprocess.run(
-            ["squeue", "--noheader", "--array", "--format=%i|%T|%M", "--jobs", ",".join(wanted)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    proc = _ask_slurm(
+        ["squeue", "--noheader", "--array", "--format=%i|%T|%M", "--jobs", ",".join(wanted)]
+    )
+    if proc is None:
         return None
     if proc.returncode != 0:
         # squeue refuses a list of only finished (purged) ids: "Invalid job id specified".
@@ -163,15 +166,8 @@ def squeue_states(job_ids: Iterable[str]) -> dict[str, tuple[str, float | None]]
 
 def scontrol_state(job_id: str) -> tuple[str, str | None] | None:
     """(JobState, Reason) of a job that left the queue, while slurmctld still remembers it."""
-    try:
-        proc = subprocess.run(
-            ["scontrol", "--oneliner", "show", "job", job_id],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    proc = _ask_slurm(["scontrol", "--oneliner", "show", "job", job_id])
+    if proc is None:
         return None
     state = re.search(r"\bJobState=(\S+)", proc.stdout)
     if proc.returncode != 0 or not state:

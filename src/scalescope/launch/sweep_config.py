@@ -62,6 +62,14 @@ from ..config import (
 )
 from ..errors import ConfigError
 from ..schema import UnknownKeyError, build, option, positive, set_dotted
+from .resources import (
+    GpuCounter,
+    Resources,
+    local_gpu_count,
+    local_resources,
+    may_use_gpus,
+    slurm_resources,
+)
 
 if TYPE_CHECKING:
     from .cluster import ClusterProfile
@@ -79,8 +87,6 @@ SWEEP_OWNED_KEYS = (
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-DEFAULT_LOCAL_TIMEOUT_MIN = 60
-"""Local jobs without a timeout_min anywhere get this, not submitit's 2-minute default."""
 
 
 @dataclass(frozen=True)
@@ -159,18 +165,20 @@ class SweepConfig:
             _check_axis("precisions", self.precisions)
         if self.project_nodes is not None:
             _check_axis(
-                "project_nodes",
-                self.project_nodes,
-                bad=lambda n: isinstance(n, bool) or n < 1,
-                wanted="a node count >= 1",
+                "project_nodes", self.project_nodes, bad=_below_one, wanted="a node count >= 1"
             )
         if self.accumulate_grad_batches is not None:
             _check_axis(
                 "accumulate_grad_batches",
                 self.accumulate_grad_batches,
-                bad=lambda a: isinstance(a, bool) or a < 1,
+                bad=_below_one,
                 wanted="a count >= 1",
             )
+
+
+def _below_one(count: Any) -> bool:
+    """Not a count of at least one (a bool is not a count)."""
+    return isinstance(count, bool) or count < 1
 
 
 def _check_axis(
@@ -198,24 +206,6 @@ def load_sweep_config(path: str | os.PathLike[str]) -> SweepConfig:
         return build(SweepConfig, data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What one job of a shape asks the scheduler for (units in the names)."""
-
-    nodes: int
-    tasks_per_node: int
-    gpus_per_node: int
-    cpus_per_task: int
-    mem_gb: int | None
-    timeout_min: int
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    setup: tuple[str, ...] = ()
-    sbatch_extra: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -328,91 +318,6 @@ def _sets_project(overrides: Mapping[str, Any]) -> bool:
     return isinstance(extra, Mapping) and "project" in extra
 
 
-GpuCounter = Callable[[], int]
-
-
-def local_gpu_count() -> int:
-    """CUDA devices on this machine (imports torch: only asked when a plan could use GPUs)."""
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
-
-
-def _slurm_resources(
-    sweep: SweepConfig, shape: Shape, cfg: TrainConfig, profile: ClusterProfile, where: str
-) -> Resources:
-    profile.check_shape(shape.nodes, shape.devices_per_node)
-    accelerator = cfg.trainer.accelerator
-    if accelerator == "gpu" and not profile.gpus_per_node:
-        raise ConfigError(
-            f"{where}: trainer.accelerator is gpu but the profile {profile.name!r} has "
-            "gpus_per_node: 0 (a CPU cluster)"
-        )
-    # One GPU per task on a GPU site (auto picks them up); none for CPU runs.
-    gpus = shape.devices_per_node if profile.gpus_per_node and accelerator != "cpu" else 0
-    return Resources(
-        nodes=shape.nodes,
-        tasks_per_node=shape.devices_per_node,
-        gpus_per_node=gpus,
-        cpus_per_task=profile.cpus_per_task,
-        mem_gb=profile.mem_gb,
-        timeout_min=sweep.timeout_min or profile.timeout_min,
-        partition=profile.partition,
-        account=profile.account,
-        qos=profile.qos,
-        constraint=profile.constraint,
-        setup=tuple(line for line in profile.setup.splitlines() if line.strip()),
-        sbatch_extra=tuple(profile.sbatch_extra),
-    )
-
-
-def _may_use_gpus(cfg: TrainConfig, profile: ClusterProfile | None) -> bool:
-    return cfg.trainer.accelerator != "cpu" or bool(profile and profile.gpus_per_node)
-
-
-def _local_resources(
-    sweep: SweepConfig,
-    shape: Shape,
-    cfg: TrainConfig,
-    profile: ClusterProfile | None,
-    where: str,
-    gpus_here: int,
-) -> Resources:
-    if shape.nodes > 1:
-        raise ConfigError(
-            f"{where}: the local executor runs on this one machine; remove the shape or "
-            "submit with --executor slurm"
-        )
-    accelerator = cfg.trainer.accelerator
-    profile_gpus = accelerator != "cpu" and bool(profile and profile.gpus_per_node)
-    if gpus_here == 0 and (accelerator == "gpu" or profile_gpus):
-        why = "trainer.accelerator is gpu" if accelerator == "gpu" else "the profile has GPUs"
-        raise ConfigError(
-            f"{where}: {why} but this machine, where the local executor runs, has no CUDA "
-            "device; submit with --executor slurm --cluster <profile>"
-        )
-    gpus = 0
-    if gpus_here and accelerator != "cpu":
-        if shape.devices_per_node > gpus_here:
-            raise ConfigError(
-                f"{where}: {shape.devices_per_node} GPUs per node asked, this machine has "
-                f"{gpus_here}"
-            )
-        # LocalExecutor hides every GPU unless gpus_per_node is set.
-        gpus = shape.devices_per_node
-    default_timeout = profile.timeout_min if profile else DEFAULT_LOCAL_TIMEOUT_MIN
-    return Resources(
-        nodes=1,
-        tasks_per_node=shape.devices_per_node,
-        gpus_per_node=gpus,
-        cpus_per_task=profile.cpus_per_task if profile else 1,
-        mem_gb=None,
-        timeout_min=sweep.timeout_min or default_timeout,
-    )
-
-
 def plan_sweep(
     sweep: SweepConfig,
     sweep_file: str | os.PathLike[str],
@@ -431,23 +336,12 @@ def plan_sweep(
     overrides.
     """
     sweep_path = Path(sweep_file)
-    if repeats is not None and repeats < 1:
-        raise ConfigError(f"--repeats: must be > 0, got {repeats}")
-    if executor == "slurm" and profile is None:
-        raise ConfigError(
-            "the slurm executor needs a cluster profile: "
-            "pass --cluster configs/clusters/<site>.yaml"
-        )
-    train_path = resolve_train_config_path(sweep_path, sweep.train_config)
-    if not train_path.is_file():
-        raise ConfigError(
-            f"{sweep_path}: train_config {sweep.train_config!r} not found (looked for "
-            f"{train_path}; relative paths are relative to the sweep file's folder)"
-        )
-    from_file = _nested(sweep.overrides, f"{sweep_path}: overrides")
-    from_cli = _nested(extra_overrides or {}, "command-line override")
-    overrides = merge(from_file, from_cli)
-    routes = [(f"{sweep_path}: overrides", from_file), ("the command line", from_cli)]
+    _check_request(executor, profile, repeats)
+    train_path = _train_config_path(sweep, sweep_path)
+    overrides, routes = _overrides(sweep, sweep_path, extra_overrides)
+    sweep_id = sweep_id or make_sweep_id(sweep.name)
+    if not _NAME.match(sweep_id):
+        raise ConfigError(f"sweep id {sweep_id!r}: use letters, digits, '.', '_' and '-' only")
 
     def load(extra: Mapping[str, Any]) -> Any:
         """The train config with ``extra``; an unknown key named with the route it came by
@@ -457,6 +351,78 @@ def plan_sweep(
         except UnknownKeyError as exc:
             raise name_route(exc, routes, str(train_path)) from None
 
+    base = load(overrides)
+    _check_base_workload(base, train_path)
+    sweep_dir = (Path(base.output_dir) / "sweeps" / sweep_id).absolute()
+    plans = _ShapePlanner(
+        sweep, executor, profile, overrides, sweep_id, sweep_dir, load, gpu_count
+    ).plan_all()
+    seed, seed_source = _order_seed(sweep, order_seed)
+    return SweepPlan(
+        sweep_id=sweep_id,
+        name=sweep.name,
+        sweep_file=sweep_path,
+        train_config_file=train_path,
+        sweep_dir=sweep_dir,
+        executor=executor,
+        repeats=repeats if repeats is not None else sweep.repeats,
+        shapes=plans,
+        profile=profile,
+        order_seed=seed,
+        seed_source=seed_source,
+        project_nodes=tuple(sweep.project_nodes or ()),
+    )
+
+
+def _check_request(
+    executor: ExecutorKind, profile: ClusterProfile | None, repeats: int | None
+) -> None:
+    if repeats is not None and repeats < 1:
+        raise ConfigError(f"--repeats: must be > 0, got {repeats}")
+    if executor == "slurm" and profile is None:
+        raise ConfigError(
+            "the slurm executor needs a cluster profile: "
+            "pass --cluster configs/clusters/<site>.yaml"
+        )
+
+
+def _train_config_path(sweep: SweepConfig, sweep_path: Path) -> Path:
+    train_path = resolve_train_config_path(sweep_path, sweep.train_config)
+    if not train_path.is_file():
+        raise ConfigError(
+            f"{sweep_path}: train_config {sweep.train_config!r} not found (looked for "
+            f"{train_path}; relative paths are relative to the sweep file's folder)"
+        )
+    return train_path
+
+
+def _overrides(
+    sweep: SweepConfig, sweep_path: Path, extra_overrides: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """The overrides every run gets (the command line's over the sweep file's, the sweep's
+    name as the Comet project unless they set one) and the routes they came by."""
+    from_file = _nested(sweep.overrides, f"{sweep_path}: overrides")
+    from_cli = _nested(extra_overrides or {}, "command-line override")
+    overrides = merge(from_file, from_cli)
+    routes = [(f"{sweep_path}: overrides", from_file), ("the command line", from_cli)]
+    _check_overrides(sweep, overrides)
+    # One Comet project per sweep family: the sweep's name, over the train file's project.
+    if not _sets_project(overrides):
+        overrides = merge(overrides, {"tracking": {"project": sweep.name}})
+    return overrides, routes
+
+
+def _check_base_workload(base: TrainConfig, train_path: Path) -> None:
+    try:
+        # An import-path workload is imported and checked here, on the submitting machine
+        # (this imports lightning); built-in workloads need nothing more.
+        check_workload(base, resolve_batch(base.trainer, 1))
+    except ConfigError as exc:
+        raise ConfigError(f"{train_path}: {exc}") from None
+
+
+def _check_overrides(sweep: SweepConfig, overrides: Mapping[str, Any]) -> None:
+    """Refuse an override of what the sweep sets for every run itself."""
     for key in SWEEP_OWNED_KEYS:
         node: Any = overrides
         for part in key.split("."):
@@ -476,61 +442,49 @@ def plan_sweep(
                 f"override trainer.{key}: the sweep's {plural} list sets it for every run; "
                 "remove one of the two"
             )
-    # One Comet project per sweep family: the sweep's name, over the train file's project.
-    if not _sets_project(overrides):
-        overrides = merge(overrides, {"tracking": {"project": sweep.name}})
 
-    sweep_id = sweep_id or make_sweep_id(sweep.name)
-    if not _NAME.match(sweep_id):
-        raise ConfigError(f"sweep id {sweep_id!r}: use letters, digits, '.', '_' and '-' only")
 
-    base = load(overrides)
-    try:
-        # An import-path workload is imported and checked here, on the submitting machine
-        # (this imports lightning); built-in workloads need nothing more.
-        check_workload(base, resolve_batch(base.trainer, 1))
-    except ConfigError as exc:
-        raise ConfigError(f"{train_path}: {exc}") from None
-    sweep_dir = (Path(base.output_dir) / "sweeps" / sweep_id).absolute()
+@dataclass
+class _ShapePlanner:
+    """Plans each (shape, precision, accumulation) entry of a sweep with what they share."""
 
-    gpus_here: int | None = None  # asked once, and only when a local run could use GPUs
-    plans: list[ShapePlan] = []
-    precisions: list[str | None] = list(sweep.precisions) if sweep.precisions else [None]
-    accumulations: list[int | None] = (
-        list(sweep.accumulate_grad_batches) if sweep.accumulate_grad_batches else [None]
-    )
-    entries = [
-        (shape, precision, acc)
-        for shape in sweep.shapes
-        for precision in precisions
-        for acc in accumulations
-    ]
-    if executor == "slurm":
-        assert profile is not None
-        for shape in sweep.shapes:  # what the cluster can hold comes before batch arithmetic
-            profile.check_shape(shape.nodes, shape.devices_per_node)
-    for shape, precision, acc in entries:
+    sweep: SweepConfig
+    executor: ExecutorKind
+    profile: ClusterProfile | None
+    overrides: dict[str, Any]
+    sweep_id: str
+    sweep_dir: Path
+    load: Callable[[Mapping[str, Any]], Any]
+    gpu_count: GpuCounter
+    gpus_here: int | None = None
+    """Asked once, and only when a local run could use GPUs."""
+
+    def plan_all(self) -> list[ShapePlan]:
+        sweep = self.sweep
+        precisions: list[str | None] = list(sweep.precisions) if sweep.precisions else [None]
+        accumulations: list[int | None] = (
+            list(sweep.accumulate_grad_batches) if sweep.accumulate_grad_batches else [None]
+        )
+        if self.executor == "slurm":
+            assert self.profile is not None
+            for shape in sweep.shapes:  # what the cluster can hold comes before batch arithmetic
+                self.profile.check_shape(shape.nodes, shape.devices_per_node)
+        return [
+            self.plan(shape, precision, acc)
+            for shape in sweep.shapes
+            for precision in precisions
+            for acc in accumulations
+        ]
+
+    def plan(self, shape: Shape, precision: str | None, acc: int | None) -> ShapePlan:
         where = f"shape {shape.label} (world size {shape.world_size})"
         if precision is not None:
             where += f" at precision {precision}"
         if acc is not None:
             where += f" with {acc} micro-batches per step"
-        trainer: dict[str, Any] = {"num_nodes": shape.nodes, "devices": shape.devices_per_node}
-        if precision is not None:
-            trainer["precision"] = precision
-        if acc is not None:
-            trainer["accumulate_grad_batches"] = acc
-        per_run = merge(
-            overrides,
-            {
-                "trainer": trainer,
-                "sweep_id": sweep_id,
-                "output_dir": str(sweep_dir),
-                "cluster": profile.name if profile else "local",
-            },
-        )
+        per_run = self._run_overrides(shape, precision, acc)
         try:
-            cfg = load(per_run)
+            cfg = self.load(per_run)
             batch = resolve_batch(cfg.trainer, shape.world_size)
             # The trainer's own rules, asked here so that no job fails on them later (an
             # import-path workload was imported above: checking it again costs nothing).
@@ -538,41 +492,48 @@ def plan_sweep(
             check_workload(cfg, batch)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        if executor == "slurm":
-            assert profile is not None
-            resources = _slurm_resources(sweep, shape, cfg, profile, where)
-        else:
-            if gpus_here is None and _may_use_gpus(cfg, profile):
-                gpus_here = gpu_count()
-            resources = _local_resources(sweep, shape, cfg, profile, where, gpus_here or 0)
-        plans.append(
-            ShapePlan(
-                shape=shape,
-                config=cfg,
-                per_device_batch_size=batch.per_device_batch_size,
-                global_batch_size=batch.global_batch_size,
-                resources=resources,
-                precision_axis=sweep.precisions is not None,
-                accumulate_axis=sweep.accumulate_grad_batches is not None,
-            )
+        return ShapePlan(
+            shape=shape,
+            config=cfg,
+            per_device_batch_size=batch.per_device_batch_size,
+            global_batch_size=batch.global_batch_size,
+            resources=self._resources(shape, cfg, where),
+            precision_axis=self.sweep.precisions is not None,
+            accumulate_axis=self.sweep.accumulate_grad_batches is not None,
         )
+
+    def _run_overrides(
+        self, shape: Shape, precision: str | None, acc: int | None
+    ) -> dict[str, Any]:
+        """The overrides of one run: its shape and axes, the sweep's id, folder and cluster."""
+        trainer: dict[str, Any] = {"num_nodes": shape.nodes, "devices": shape.devices_per_node}
+        if precision is not None:
+            trainer["precision"] = precision
+        if acc is not None:
+            trainer["accumulate_grad_batches"] = acc
+        return merge(
+            self.overrides,
+            {
+                "trainer": trainer,
+                "sweep_id": self.sweep_id,
+                "output_dir": str(self.sweep_dir),
+                "cluster": self.profile.name if self.profile else "local",
+            },
+        )
+
+    def _resources(self, shape: Shape, cfg: TrainConfig, where: str) -> Resources:
+        if self.executor == "slurm":
+            assert self.profile is not None
+            return slurm_resources(self.sweep, shape, cfg, self.profile, where)
+        if self.gpus_here is None and may_use_gpus(cfg, self.profile):
+            self.gpus_here = self.gpu_count()
+        return local_resources(self.sweep, shape, cfg, self.profile, where, self.gpus_here or 0)
+
+
+def _order_seed(sweep: SweepConfig, order_seed: int | None) -> tuple[int, str]:
+    """The seed of the shape order within each round, and where it came from."""
     if order_seed is not None:
-        seed, seed_source = order_seed, "--seed"
-    elif sweep.order_seed is not None:
-        seed, seed_source = sweep.order_seed, "the sweep file's order_seed"
-    else:
-        seed, seed_source = secrets.randbelow(2**31), "drawn"
-    return SweepPlan(
-        sweep_id=sweep_id,
-        name=sweep.name,
-        sweep_file=sweep_path,
-        train_config_file=train_path,
-        sweep_dir=sweep_dir,
-        executor=executor,
-        repeats=repeats if repeats is not None else sweep.repeats,
-        shapes=plans,
-        profile=profile,
-        order_seed=seed,
-        seed_source=seed_source,
-        project_nodes=tuple(sweep.project_nodes or ()),
-    )
+        return order_seed, "--seed"
+    if sweep.order_seed is not None:
+        return sweep.order_seed, "the sweep file's order_seed"
+    return secrets.randbelow(2**31), "drawn"

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..schema import build
 from .params import GptParams, ResnetParams, SpiralParams
-from .user import UserParams, is_import_path
+from .user_import import UserParams, is_import_path
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,9 @@ def is_user(name: str) -> bool:
 
 def validate_params(name: str, params: Mapping[str, Any]) -> Any:
     """The workload's params dataclass built from the config's ``workload`` section
-    (:class:`~scalescope.workloads.user.UserParams` for an import path; torch-free)."""
+    (:class:`~scalescope.workloads.user_import.UserParams` for an import path; torch-free)."""
     if is_import_path(name):
-        from .user import check_syntax
+        from .user_import import check_syntax
 
         check_syntax("workload.name", name)
         return build(UserParams, params, where="workload")
@@ -106,7 +106,7 @@ def build_workload(
     ``training_step`` takes one optimizer step per batch of the group) and exposes
     ``num_steps``, the optimizer steps per epoch.
 
-    An import-path workload is built by :func:`scalescope.workloads.user.build` instead: its
+    An import-path workload is built by :func:`scalescope.workloads.user_import.build` instead: its
     own module and data module (None when the module has its own loaders), as written;
     ``steps_per_call`` does not apply.
 
@@ -116,7 +116,7 @@ def build_workload(
     that takes a ``batch_size`` is given the micro-batch, and Lightning accumulates.
     """
     if is_import_path(name):
-        from .user import build as build_user
+        from .user_import import build as build_user
 
         return build_user(name, params, batch_size=batch_size // accumulate_grad_batches)
     module_name, func = get(name).builder.split(":")

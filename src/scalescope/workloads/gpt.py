@@ -32,14 +32,12 @@ about 7% higher than the work the kernel actually did.
 
 from __future__ import annotations
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import WorkloadModule
+from .base import InMemoryDataModule, ShardedBatches, StepGroups, WorkloadModule
 from .params import GptParams, GptShape
-from .spiral import ShardedBatches, StepGroups
 
 VAL_BATCH_SEQUENCES = 64
 """Validation batches; the logits of one are ``batch x seq_len x vocab_size`` floats."""
@@ -174,16 +172,11 @@ class GptModel(WorkloadModule):
         )
 
 
-class GptDataModule(L.LightningDataModule):
+class GptDataModule(InMemoryDataModule[GptParams]):
     """Token sequences in device memory; inputs are tokens ``[:-1]``, targets ``[1:]``."""
 
-    def __init__(
-        self, params: GptParams, *, batch_size: int, seed: int, steps_per_call: int = 1
-    ) -> None:
-        super().__init__()
-        self.params, self.batch_size, self.seed = params, batch_size, seed
-        self.steps_per_call = steps_per_call
-        self.train_tokens = self.val_tokens = torch.empty(0, dtype=torch.long)
+    train_tokens = val_tokens = torch.empty(0, dtype=torch.long)
+    """This rank's copy of the sequences, on the device (set by ``setup``)."""
 
     @property
     def num_train(self) -> int:
@@ -195,27 +188,12 @@ class GptDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         tokens = make_tokens(self.params)
-        device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
-        tokens = tokens.to(device)
+        tokens = tokens.to(self._data_device())
         self.val_tokens = tokens[: self.params.val_sequences]
         self.train_tokens = tokens[self.params.val_sequences :]
 
-    def _rank_world(self) -> tuple[int, int]:
-        if self.trainer is None:
-            return 0, 1
-        return self.trainer.global_rank, self.trainer.world_size
-
     def _batches(self, tokens: Tensor, batch_size: int, *, shuffle: bool) -> ShardedBatches:
-        rank, world = self._rank_world()
-        return ShardedBatches(
-            tokens[:, :-1],
-            tokens[:, 1:],
-            batch_size=batch_size,
-            rank=rank,
-            world_size=world,
-            seed=self.seed,
-            shuffle=shuffle,
-        )
+        return self._sharded(tokens[:, :-1], tokens[:, 1:], batch_size, shuffle=shuffle)
 
     def train_dataloader(self) -> StepGroups:
         return StepGroups(
@@ -224,9 +202,6 @@ class GptDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> ShardedBatches:
         return self._batches(self.val_tokens, VAL_BATCH_SEQUENCES, shuffle=False)
-
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):  # type: ignore[no-untyped-def]
-        return batch  # the tokens already live on the device
 
 
 def build(

@@ -29,17 +29,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .base import ClassifierModule
+from .base import ClassifierModule, StepGroups, WorkloadDataModule
 from .params import ResnetParams
 from .shards import ImageSetSpec, OpenedShards, open_shards
-from .spiral import StepGroups
 
 # --- analytic FLOPs (pure arithmetic) ---------------------------------------------------------
 
@@ -256,14 +254,9 @@ class Batches:
         return iter(self.loader)
 
 
-class ResnetDataModule(L.LightningDataModule):
-    def __init__(
-        self, params: ResnetParams, *, batch_size: int, seed: int, steps_per_call: int = 1
-    ) -> None:
-        super().__init__()
-        self.params, self.batch_size, self.seed = params, batch_size, seed
-        self.steps_per_call = steps_per_call
-        self.shards: OpenedShards | None = None
+class ResnetDataModule(WorkloadDataModule[ResnetParams]):
+    shards: OpenedShards | None = None
+    """The opened shards (set by :meth:`open`)."""
 
     @property
     def num_train(self) -> int:
@@ -285,11 +278,6 @@ class ResnetDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         self.open()
-
-    def _rank_world(self) -> tuple[int, int]:
-        if self.trainer is None:
-            return 0, 1
-        return self.trainer.global_rank, self.trainer.world_size
 
     def _pin(self) -> bool:
         if self.params.pin_memory != "auto":

@@ -20,7 +20,7 @@ from analysis.read.parse import ParseResult, Run
 from scalescope.config import TrainerConfig, check_workload, load_train_config, resolve_batch
 from scalescope.errors import ConfigError
 from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
-from scalescope.workloads.user_job import Counted, measured_batch
+from scalescope.workloads.user_measurement import Counted, measured_batch
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -22,7 +22,8 @@ Batch size: when the data module's constructor (or the module's, when there is n
 module) takes a ``batch_size`` argument, scalescope passes the per-device batch size that
 ``trainer.batch_size`` and ``trainer.scaling`` give, and refuses a ``batch_size`` in the init
 args (it would bypass the scaling mode). Without such an argument the loaders' own batch
-size is used as written; samples are counted from what the loader yields either way.
+size is used as written; samples are counted from what the loader yields either way
+(:mod:`scalescope.workloads.user_measurement`, inside the job).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``scalescope bench-data``: the input pipeline alone, against the step it feeds.
 
-Command-line layer of :mod:`scalescope.job.databench`: parses the grid, shows a live progress
+Command-line layer of :mod:`scalescope.job.loader_bench`: parses the grid, shows a live progress
 display, prints the table and writes ``bench-data.csv`` and ``bench-data.json`` atomically.
 """
 
@@ -13,11 +13,17 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..atomic import write_text_atomic
-from ..config import load_train_config
+from ..config import TrainConfig, load_train_config
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .loader_bench import LoaderRow
 
 
 def _int_list(flag: str) -> Any:
@@ -95,25 +101,50 @@ def _fmt(v: float, unit: str = "") -> str:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.table import Table
-
-    from . import databench
 
     cfg = load_train_config(args.config, args.overrides)
-    databench.check_benchable(cfg)  # before torch is imported
-    if any(w < 0 for w in args.workers):
-        raise ConfigError(f"--workers: must be >= 0, got {args.workers}")
-    if any(p <= 0 for p in args.prefetch):
-        raise ConfigError(f"--prefetch: must be > 0, got {args.prefetch}")
-    batch_sizes = args.batch_size or [cfg.trainer.batch_size]
-    if any(b <= 0 for b in batch_sizes):
-        raise ConfigError(f"--batch-size: must be > 0, got {batch_sizes}")
+    batch_sizes = _check_grid(args, cfg)
     out = _out_dir(args, cfg.output_dir)
 
     console = Console(highlight=False)
     if not console.is_terminal:  # logs and pipes: wide enough for the whole table
         console = Console(highlight=False, width=160)
+    rows, context = _bench_with_progress(console, cfg, args, batch_sizes)
+    console.print(_table(cfg, context, args.batches, rows))
+    dicts = [r.to_dict() for r in rows]
+    write_text_atomic(out / "bench-data.csv", to_csv(dicts))
+    write_text_atomic(
+        out / "bench-data.json",
+        json.dumps({**context, "batches": args.batches, "rows": dicts}, indent=1) + "\n",
+    )
+    console.print(f"wrote {out / 'bench-data.csv'} and {out / 'bench-data.json'}", markup=False)
+    return 0
+
+
+def _check_grid(args: argparse.Namespace, cfg: TrainConfig) -> list[int]:
+    """Refuse a workload without a loader and settings out of range, before torch is
+    imported; returns the batch sizes to time."""
+    from . import loader_bench
+
+    loader_bench.check_benchable(cfg)  # before torch is imported
+    if any(w < 0 for w in args.workers):
+        raise ConfigError(f"--workers: must be >= 0, got {args.workers}")
+    if any(p <= 0 for p in args.prefetch):
+        raise ConfigError(f"--prefetch: must be > 0, got {args.prefetch}")
+    batch_sizes: list[int] = args.batch_size or [cfg.trainer.batch_size]
+    if any(b <= 0 for b in batch_sizes):
+        raise ConfigError(f"--batch-size: must be > 0, got {batch_sizes}")
+    return batch_sizes
+
+
+def _bench_with_progress(
+    console: Console, cfg: TrainConfig, args: argparse.Namespace, batch_sizes: list[int]
+) -> tuple[list[LoaderRow], dict[str, Any]]:
+    """:func:`~scalescope.job.loader_bench.bench` under a live progress bar per setting."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from . import loader_bench
+
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -122,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         transient=True,
     )
 
-    def track(label: str) -> databench.Progress:
+    def track(label: str) -> loader_bench.Progress:
         task = progress.add_task(label, total=None)
 
         def update(_what: str, done: int, total: int) -> None:
@@ -131,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         return update
 
     with progress:
-        rows, context = databench.bench(
+        return loader_bench.bench(
             cfg,
             workers=args.workers,
             prefetch=args.prefetch,
@@ -140,27 +171,34 @@ def run(args: argparse.Namespace) -> int:
             progress=track,
         )
 
+
+_COLUMNS = (
+    "workers",
+    "prefetch",
+    "batch",
+    "loader samples/s",
+    "first batch ms",
+    "p50 ms",
+    "p95 ms",
+    "loader CPU cores",
+    "step samples/s",
+    "keeps up",
+)
+
+
+def _table(cfg: TrainConfig, context: dict[str, Any], batches: int, rows: list[LoaderRow]) -> Table:
+    from rich.table import Table
+
     # no rules and two spaces between columns: the ten columns fit 120 columns unwrapped
     table = Table(
         title=f"input pipeline of {cfg.workload_name} ({cfg.name}) on {context['device']}, "
-        f"{args.batches} batches per setting",
+        f"{batches} batches per setting",
         title_justify="left",
         box=None,
         pad_edge=False,
         header_style="bold",
     )
-    for col in (
-        "workers",
-        "prefetch",
-        "batch",
-        "loader samples/s",
-        "first batch ms",
-        "p50 ms",
-        "p95 ms",
-        "loader CPU cores",
-        "step samples/s",
-        "keeps up",
-    ):
+    for col in _COLUMNS:
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
@@ -175,12 +213,4 @@ def run(args: argparse.Namespace) -> int:
             _fmt(r.step_samples_per_s),
             "[green]yes[/green]" if r.keeps_up else "[red]no[/red]",
         )
-    console.print(table)
-    dicts = [r.to_dict() for r in rows]
-    write_text_atomic(out / "bench-data.csv", to_csv(dicts))
-    write_text_atomic(
-        out / "bench-data.json",
-        json.dumps({**context, "batches": args.batches, "rows": dicts}, indent=1) + "\n",
-    )
-    console.print(f"wrote {out / 'bench-data.csv'} and {out / 'bench-data.json'}", markup=False)
-    return 0
+    return table

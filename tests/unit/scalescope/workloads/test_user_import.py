@@ -1,7 +1,7 @@
 """A user's own LightningModule, named by import path: refused inputs (one line, exit 2,
-nothing run or submitted), the batch-size rule, real 1- and 2-process runs of examples/, a
-local sweep of it summarised with a speedup row, and a module that raises in training_step
-shown as a failed row with its exception line."""
+nothing run or submitted), real 1- and 2-process runs of examples/, a local sweep of it
+summarised with a speedup row, and a module that raises in training_step shown as a failed
+row with its exception line."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from user_module_helpers import (
     BAD,
     EXAMPLE,
@@ -21,8 +20,7 @@ from user_module_helpers import (
 
 from scalescope import cli
 from scalescope.config import load_train_config
-from scalescope.errors import ConfigError, ScalescopeError
-from scalescope.workloads.user_job import batch_size_of
+from scalescope.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -101,27 +99,6 @@ def test_user_keys_are_checked_without_imports() -> None:
         load_train_config(None, [f"workload.name={MODEL}:MyModel", "workload.hidden=3"])
     with pytest.raises(ConfigError, match=r"unknown key workload\.init_args"):
         load_train_config(None, ["workload.init_args.hidden=3"])  # spiral has no init_args
-
-
-# --- how big a batch is -------------------------------------------------------------------------
-
-
-class _Declares:
-    def batch_size_of(self, batch: object) -> int:
-        return 7
-
-
-def test_batch_size_is_the_first_tensor_s_first_dimension() -> None:
-    x, y = torch.zeros(5, 3), torch.zeros(9)
-    assert batch_size_of(object(), (x, y)) == 5
-    assert batch_size_of(object(), {"ids": [torch.tensor(1.0), y], "x": x}) == 9  # 0-d skipped
-    assert batch_size_of(object(), x) == 5
-    assert batch_size_of(_Declares(), (x, y)) == 7  # the module's own rule wins
-
-
-def test_a_batch_without_tensors_asks_for_batch_size_of() -> None:
-    with pytest.raises(ScalescopeError, match="define batch_size_of"):
-        batch_size_of(object(), ["a", "b"])
 
 
 # --- real runs ------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""A user's module's batch as its loaders yielded it (pure logic: the record's identity and
-``batch`` section from the counts), the auto warm-up of a loader without a length, and a
-refusal every rank makes alike being said once."""
+"""A user's module's batch as its loaders yielded it (pure logic: how many samples a batch
+holds, the record's identity and ``batch`` section from the counts), the auto warm-up of a
+loader without a length, and a refusal every rank makes alike being said once."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from analysis.read.frame import scaling_mismatches
 from scalescope import cli
-from scalescope.errors import SameOnEveryRankError
+from scalescope.errors import SameOnEveryRankError, ScalescopeError
 from scalescope.job.timing import resolve_warmup
 from scalescope.record import Identity
-from scalescope.workloads.user_job import Counted, measured_batch
+from scalescope.workloads.user_measurement import Counted, batch_size_of, measured_batch
 
 
 def _ident(world: int = 2, per_device: int = 128) -> Identity:
@@ -162,7 +162,7 @@ def test_batches_that_follow_their_mode_raise_nothing(
 
 
 def test_a_combined_batch_counts_every_loaders_part() -> None:
-    from scalescope.workloads.user_job import batch_size_of, training_loaders
+    from scalescope.workloads.user_measurement import training_loaders
 
     two = {"a": [torch.zeros(2, 3), torch.zeros(2)], "b": torch.zeros(5, 1)}
     assert batch_size_of(object(), two, combined=True) == 7
@@ -171,3 +171,24 @@ def test_a_combined_batch_counts_every_loaders_part() -> None:
     assert training_loaders({"a": SIZED, "b": STREAM}) == [SIZED, STREAM]
     assert training_loaders([SIZED]) == [SIZED] and training_loaders(SIZED) == [SIZED]
     assert training_loaders(None) == []
+
+
+# --- how big a batch is -------------------------------------------------------------------------
+
+
+class _Declares:
+    def batch_size_of(self, batch: object) -> int:
+        return 7
+
+
+def test_batch_size_is_the_first_tensor_s_first_dimension() -> None:
+    x, y = torch.zeros(5, 3), torch.zeros(9)
+    assert batch_size_of(object(), (x, y)) == 5
+    assert batch_size_of(object(), {"ids": [torch.tensor(1.0), y], "x": x}) == 9  # 0-d skipped
+    assert batch_size_of(object(), x) == 5
+    assert batch_size_of(_Declares(), (x, y)) == 7  # the module's own rule wins
+
+
+def test_a_batch_without_tensors_asks_for_batch_size_of() -> None:
+    with pytest.raises(ScalescopeError, match="define batch_size_of"):
+        batch_size_of(object(), ["a", "b"])

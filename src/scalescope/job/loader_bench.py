@@ -212,15 +212,7 @@ def bench(
     progress: Callable[[str], Progress] | None = None,
 ) -> tuple[list[LoaderRow], dict[str, Any]]:
     """Every loader setting of the grid, timed; returns (rows, context)."""
-    check_benchable(cfg)
-    if batches < 2:
-        raise ConfigError(f"--batches: need at least 2 to time between batches, got {batches}")
-    params = cfg.workload_params()
-    for b in batch_sizes:
-        if b > params.train_samples:
-            raise ConfigError(
-                f"--batch-size: {b} is more than the {params.train_samples} training samples"
-            )
+    params = _check_bench(cfg, batch_sizes, batches)
     import torch
 
     from ..workloads import build_workload
@@ -239,17 +231,7 @@ def bench(
     for w, p, b in settings:
         label = f"workers {w}, prefetch {p if p is not None else '-'}, batch {b}"
         if b not in step_rates:
-            in_memory = list(
-                _take(dm.loader("train", b, num_workers=0, pin_memory=False), min(4, batches))
-            )
-            step_rates[b] = time_steps(
-                model,
-                in_memory,
-                device,
-                precision=cfg.trainer.precision,
-                steps=step_batches,
-                progress=progress(f"step rate, batch {b}") if progress else None,
-            )
+            step_rates[b] = _step_rate(cfg, model, dm, device, b, batches, step_batches, progress)
         loader = dm.loader(
             "train",
             b,
@@ -272,7 +254,52 @@ def bench(
                 **m,
             )
         )
-    context = {
+    return rows, _context(cfg, device, pin, shards, params)
+
+
+def _check_bench(cfg: TrainConfig, batch_sizes: Sequence[int], batches: int) -> Any:
+    """The workload's params, once the workload, the batch count and sizes are checked."""
+    check_benchable(cfg)
+    if batches < 2:
+        raise ConfigError(f"--batches: need at least 2 to time between batches, got {batches}")
+    params = cfg.workload_params()
+    for b in batch_sizes:
+        if b > params.train_samples:
+            raise ConfigError(
+                f"--batch-size: {b} is more than the {params.train_samples} training samples"
+            )
+    return params
+
+
+def _step_rate(
+    cfg: TrainConfig,
+    model: Any,
+    dm: Any,
+    device: Any,
+    batch_size: int,
+    batches: int,
+    step_batches: int,
+    progress: Callable[[str], Progress] | None,
+) -> float:
+    """The training step's samples/s at ``batch_size`` on a few batches held in memory."""
+    in_memory = list(
+        _take(dm.loader("train", batch_size, num_workers=0, pin_memory=False), min(4, batches))
+    )
+    return time_steps(
+        model,
+        in_memory,
+        device,
+        precision=cfg.trainer.precision,
+        steps=step_batches,
+        progress=progress(f"step rate, batch {batch_size}") if progress else None,
+    )
+
+
+def _context(cfg: TrainConfig, device: Any, pin: bool, shards: Any, params: Any) -> dict[str, Any]:
+    """What the rows were measured with: the workload, the device, the data, torch."""
+    import torch
+
+    return {
         "workload": cfg.workload_name,
         "config_name": cfg.name,
         "device": str(device),
@@ -284,7 +311,6 @@ def bench(
         "workload_params": cfg.to_dict()["workload"],
         "torch": torch.__version__,
     }
-    return rows, context
 
 
 def _take(loader: Any, n: int) -> list[Any]:
