@@ -13,22 +13,17 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute import projection
+from analysis.compute.amdahl import amdahl_table, serial_fraction_notes
+from analysis.compute.groups import DEFAULT_CONFIDENCE, DEFAULT_CV_THRESHOLD, STEADY, group_stats
 from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
-    DEFAULT_CONFIDENCE,
-    DEFAULT_CV_THRESHOLD,
     DEFAULT_LOSS_TOLERANCE,
-    PRECISION_COLUMNS,
-    STEADY,
     SUPERLINEAR_EFFICIENCY,
     WARMUP_SHARE_NOTE,
     BaselineSpec,
-    amdahl_table,
-    group_stats,
-    precision_table,
     scaling_table,
-    serial_fraction_notes,
 )
+from analysis.compute.precision import PRECISION_COLUMNS, precision_table
 from analysis.compute.waterfall import Waterfall, diagnosis_notes, waterfall
 
 

@@ -33,14 +33,10 @@ import yaml
 from scipy import optimize as _opt
 from scipy import stats as _sps
 
-from analysis.compute.metrics import (
-    SERIES_KEYS,
-    group_stats,
-    scaling_table,
-    series_keys,
-    series_labels,
-)
+from analysis.compute.groups import group_stats, series_keys, series_labels
+from analysis.compute.metrics import scaling_table
 from analysis.compute.stats import below_test
+from analysis.read.frame import SERIES_KEYS
 from scalescope.atomic import write_text_atomic
 
 REFERENCE_SCHEMA_VERSION = 1

@@ -334,7 +334,8 @@ def project(
 ) -> ProjectionResult:
     """Every series' projection at ``nodes`` (devices per node: the sweep's largest, or
     ``devices_per_node``), its 75% crossing, and the leave-one-out self-check."""
-    from analysis.compute.metrics import pick_baseline, series_scale_groups
+    from analysis.compute.groups import series_scale_groups
+    from analysis.compute.metrics import pick_baseline
 
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []

@@ -225,3 +225,8 @@ def finite_mean(values: Sequence[float]) -> float:
     """The mean of the finite values (NaN when there is none)."""
     finite = [v for v in values if math.isfinite(v)]
     return math.fsum(finite) / len(finite) if finite else math.nan
+
+
+def ratio_or_nan(a: float, b: float) -> float:
+    """``a / b``, NaN where ``b`` is zero or NaN."""
+    return a / b if b and not math.isnan(b) else math.nan

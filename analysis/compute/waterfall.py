@@ -55,16 +55,15 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compute.metrics import (
+from analysis.compute.groups import (
     DEFAULT_CONFIDENCE,
-    SERIES_KEYS,
     STEADY,
-    BaselineSpec,
     headline_columns,
-    pick_baseline,
     series_scale_groups,
 )
+from analysis.compute.metrics import BaselineSpec, pick_baseline
 from analysis.compute.stats import finite_mean, finite_number, is_number, ratio_ci, summarize
+from analysis.read.frame import SERIES_KEYS
 
 NOT_RECORDED = "not recorded"
 """What a table, chart or sentence shows for a part that was not measured (never 0)."""
