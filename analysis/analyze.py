@@ -14,6 +14,7 @@ import pandas as pd
 
 from analysis.compute import projection
 from analysis.compute.amdahl import amdahl_table, serial_fraction_notes
+from analysis.compute.findings import diagnosis_notes
 from analysis.compute.groups import DEFAULT_CONFIDENCE, DEFAULT_CV_THRESHOLD, STEADY, group_stats
 from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
@@ -24,7 +25,7 @@ from analysis.compute.metrics import (
     scaling_table,
 )
 from analysis.compute.precision import PRECISION_COLUMNS, precision_table
-from analysis.compute.waterfall import Waterfall, diagnosis_notes, waterfall
+from analysis.compute.waterfall import Waterfall, waterfall
 
 
 @dataclass(frozen=True)

@@ -286,7 +286,7 @@ class ProjectionResult:
 
 
 def _points_of(members: Sequence[Any], base: Any) -> tuple[list[ScalePoint], ScalePoint]:
-    from analysis.compute.waterfall import group_parts
+    from analysis.compute.run_parts import group_parts
 
     def point(g: Any) -> ScalePoint:
         parts = [p for _, p in group_parts(g)]

@@ -370,7 +370,7 @@ class StepModel:
 
 @dataclass
 class ScalePoint:
-    """One measured scale of a series: its runs' parts (analysis.compute.waterfall.RunParts)."""
+    """One measured scale of a series: its runs' parts (analysis.compute.run_parts.RunParts)."""
 
     world: int
     nodes: int
