@@ -215,39 +215,34 @@ def _communication(
 ) -> dict[str, Any]:
     """The typical rank's communication wait split into exposed all-reduce, rank skew and
     rotating stragglers, and the share of the all-reduce hidden: :class:`RunParts` fields."""
-    if world_size <= 1:  # one device: no all-reduce, honestly nothing
-        return dict(
-            comm_step_s=0.0,
-            comm_reason="",
-            skew_step_s=0.0,
-            jitter_step_s=0.0,
-            jitter_reason="",
-            comm_source="",
-            exposed_comm_s=0.0,
-            hidden_share=math.nan,
-            hidden_reason="1 device: nothing to all-reduce",
+    jitter, jitter_reason, source = math.nan, "", ""
+    if world_size <= 1:
+        comm_reason = ""  # one device: no all-reduce, honestly nothing
+        skew_s, jitter = 0.0, 0.0
+        exposed = 0.0
+        hidden, hidden_reason = math.nan, "1 device: nothing to all-reduce"
+    else:
+        wait = number_at(typ, "wait_s")
+        if math.isfinite(wait):  # every rank's steps: the exposed all-reduce and the waits
+            exposed, source = float(typ["comm_wait_s"]) - wait, "steps"
+            skew_s = min(max(own_slow - own_typ, 0.0), max(wait, 0.0))
+            jitter = wait - skew_s
+        else:  # an older record: the calibration's estimate, and no rotating part
+            exposed, source = calibrated, "calibration" if math.isfinite(calibrated) else ""
+            skew_s = own_slow - own_typ
+            jitter_reason = "no per-step waits in this record (recorded before they existed)"
+        comm_reason = _why(calibration, "calibration") if math.isnan(exposed) else ""
+        predicted = (
+            number_at(allreduce, "predicted_step_s")
+            if allreduce.get("status") == "measured"
+            else math.nan
         )
-    wait = number_at(typ, "wait_s")
-    jitter, jitter_reason = math.nan, ""
-    if math.isfinite(wait):  # every rank's steps: the exposed all-reduce and the waits
-        exposed, source = float(typ["comm_wait_s"]) - wait, "steps"
-        skew_s = min(max(own_slow - own_typ, 0.0), max(wait, 0.0))
-        jitter = wait - skew_s
-    else:  # an older record: the calibration's estimate, and no rotating part
-        exposed, source = calibrated, "calibration" if math.isfinite(calibrated) else ""
-        skew_s = own_slow - own_typ
-        jitter_reason = "no per-step waits in this record (recorded before they existed)"
-    predicted = (
-        number_at(allreduce, "predicted_step_s")
-        if allreduce.get("status") == "measured"
-        else math.nan
-    )
-    hidden, hidden_reason = hidden_share(predicted, exposed)
-    if math.isnan(predicted):
-        hidden_reason = _why(allreduce, "all-reduce baseline")
+        hidden, hidden_reason = hidden_share(predicted, exposed)
+        if math.isnan(predicted):
+            hidden_reason = _why(allreduce, "all-reduce baseline")
     return dict(
         comm_step_s=exposed,
-        comm_reason=_why(calibration, "calibration") if math.isnan(exposed) else "",
+        comm_reason=comm_reason,
         skew_step_s=skew_s,
         jitter_step_s=jitter,
         jitter_reason=jitter_reason,
