@@ -156,8 +156,32 @@ def project_points(
     assert model is not None
     # the shipped error model with this sweep's run-to-run noise; one given is used as it is
     em = error_model or replace(load_error_model(), noise=run_noise(points, model.anchor_world))
-    rng = np.random.default_rng(seed)
     ifs = what_ifs(model, precision)
+    samples = _draw(points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed)
+    rows = []
+    for w in ifs:
+        kw = _apply(model, w)
+        for nodes, dpn in targets:
+            drawn = samples.get((w.name, nodes, dpn), [])
+            rows.append(_centre_row(model, w, kw, nodes, dpn, em, drawn))
+    return rows
+
+
+def _draw(
+    points: Sequence[ScalePoint],
+    baseline: ScalePoint,
+    scaling_mode: str,
+    profile: Mapping[str, Any] | None,
+    ifs: Sequence[WhatIf],
+    targets: Sequence[tuple[int, int]],
+    em: ErrorModel,
+    draws: int,
+    seed: int,
+) -> dict[tuple[str, int, int], list[float]]:
+    """(what-if, nodes, devices per node) -> the efficiency of every draw (see
+    :func:`project_points`): the fit redone on resampled runs, the explanations in turn, a
+    point of the network band, the error model's residual and one run's noise."""
+    rng = np.random.default_rng(seed)
     samples: dict[tuple[str, int, int], list[float]] = {}
     for i in range(draws):
         base_draw = resample([baseline], rng)[0]
@@ -177,44 +201,51 @@ def project_points(
                 )
                 e *= math.exp(float(em.mean(d, s)) + spread * z + em.noise * z_noise)
                 samples.setdefault((w.name, nodes, dpn), []).append(e)
-    rows = []
-    for w in ifs:
-        kw = _apply(model, w)
-        for nodes, dpn in targets:
-            world = nodes * dpn
-            carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
-            d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
-            e *= math.exp(float(em.mean(d, s)))
-            k_used = int(parts.pop("k"))
-            got = np.array([v for v in samples.get((w.name, nodes, dpn), []) if math.isfinite(v)])
-            low, high = (
-                (float(np.percentile(got, INTERVAL[0])), float(np.percentile(got, INTERVAL[1])))
-                if len(got)
-                else (math.nan, math.nan)
-            )
-            ratio = world / model.baseline_world
-            x = batch / parts["step"] if parts["step"] > 0 else math.nan
-            rows.append(
-                {
-                    "what_if": w.name,
-                    "nodes": nodes,
-                    "devices_per_node": dpn,
-                    "world_size": world,
-                    "per_device_batch_size": batch,
-                    "accumulate_grad_batches": k_used,
-                    "efficiency": e,
-                    "efficiency_low": min(low, e),
-                    "efficiency_high": max(high, e),
-                    "speedup": e * ratio,
-                    "speedup_low": min(low, e) * ratio,
-                    "speedup_high": max(high, e) * ratio,
-                    "throughput_per_device": x,
-                    "throughput": x * world,
-                    "centre_assumes": carry,
-                    **{("step_s" if k == "step" else f"{k}_step_s"): v for k, v in parts.items()},
-                }
-            )
-    return rows
+    return samples
+
+
+def _centre_row(
+    model: StepModel,
+    w: WhatIf,
+    kw: Mapping[str, Any],
+    nodes: int,
+    dpn: int,
+    em: ErrorModel,
+    drawn: Sequence[float],
+) -> dict[str, Any]:
+    """One row of :func:`project_points`: the centre at ``nodes`` x ``dpn`` under what-if
+    ``w`` (its settings ``kw``), the interval from the ``drawn`` efficiencies."""
+    world = nodes * dpn
+    carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
+    d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
+    e *= math.exp(float(em.mean(d, s)))
+    k_used = int(parts.pop("k"))
+    got = np.array([v for v in drawn if math.isfinite(v)])
+    low, high = (
+        (float(np.percentile(got, INTERVAL[0])), float(np.percentile(got, INTERVAL[1])))
+        if len(got)
+        else (math.nan, math.nan)
+    )
+    ratio = world / model.baseline_world
+    x = batch / parts["step"] if parts["step"] > 0 else math.nan
+    return {
+        "what_if": w.name,
+        "nodes": nodes,
+        "devices_per_node": dpn,
+        "world_size": world,
+        "per_device_batch_size": batch,
+        "accumulate_grad_batches": k_used,
+        "efficiency": e,
+        "efficiency_low": min(low, e),
+        "efficiency_high": max(high, e),
+        "speedup": e * ratio,
+        "speedup_low": min(low, e) * ratio,
+        "speedup_high": max(high, e) * ratio,
+        "throughput_per_device": x,
+        "throughput": x * world,
+        "centre_assumes": carry,
+        **{("step_s" if k == "step" else f"{k}_step_s"): v for k, v in parts.items()},
+    }
 
 
 # --- a summary's projection ---------------------------------------------------------------

@@ -421,31 +421,11 @@ def fit_series(
         return Fit(None, net.missing or "the anchor's all-reduce was not fitted")
     k = max(1, int(anchor.accumulate))
     batch = finite_mean([float(p.per_device_batch_size) for p in a_parts])
-    # compute per micro-batch against its size, over the multi-device points
-    xs, ys = [], []
-    for pt in multi:
-        rec = [p for p in pt.parts if p.recorded]
-        kk = max(1, int(pt.accumulate))
-        for p in rec:
-            xs.append(p.per_device_batch_size / kk)
-            ys.append(p.compute_step_s / kk)
-    fixed, per_sample = _line(xs, ys)
+    fixed, per_sample = _compute_line(multi)
     inputs = finite_mean([p.input_step_s / p.per_device_batch_size for p in a_parts])
     overlap = finite_mean([p.overlap_step_s for p in a_parts])
     overlap = 0.0 if math.isnan(overlap) else overlap
-    # straggler spread as a share of each point's own compute (under strong scaling the
-    # smaller scales have more compute per rank), against the expected maximum, through 0
-    num = den = 0.0
-    for pt in multi:
-        rec = [p for p in pt.parts if p.recorded]
-        w = finite_mean(
-            [p.skew_step_s + (0.0 if math.isnan(p.jitter_step_s) else p.jitter_step_s) for p in rec]
-        )
-        c = finite_mean([p.compute_step_s for p in rec])
-        if math.isfinite(w) and math.isfinite(c) and c > 0:
-            m = expected_max(pt.world)
-            num, den = num + max(w, 0.0) / c * m, den + m * m
-    sigma_share = num / den if den else 0.0
+    sigma_share = _straggler_share(multi)
     buckets = tuple(float(b) for b in a_parts[0].bucket_bytes)
     exposed_meas = finite_mean([p.comm_step_s for p in a_parts])
     draft = StepModel(
@@ -474,6 +454,35 @@ def fit_series(
     # breakdown checks nothing
     scaled = len({pt.world for pt in multi if pt.world != baseline.world})
     return Fit(model, "", scaled)
+
+
+def _compute_line(multi: Sequence[ScalePoint]) -> tuple[float, float]:
+    """Compute per micro-batch against its size, over the multi-device points: (fixed
+    seconds, seconds per sample) of :func:`_line`."""
+    xs, ys = [], []
+    for pt in multi:
+        rec = [p for p in pt.parts if p.recorded]
+        kk = max(1, int(pt.accumulate))
+        for p in rec:
+            xs.append(p.per_device_batch_size / kk)
+            ys.append(p.compute_step_s / kk)
+    return _line(xs, ys)
+
+
+def _straggler_share(multi: Sequence[ScalePoint]) -> float:
+    """The straggler spread as a share of each point's own compute (under strong scaling the
+    smaller scales have more compute per rank), against the expected maximum, through 0."""
+    num = den = 0.0
+    for pt in multi:
+        rec = [p for p in pt.parts if p.recorded]
+        w = finite_mean(
+            [p.skew_step_s + (0.0 if math.isnan(p.jitter_step_s) else p.jitter_step_s) for p in rec]
+        )
+        c = finite_mean([p.compute_step_s for p in rec])
+        if math.isfinite(w) and math.isfinite(c) and c > 0:
+            m = expected_max(pt.world)
+            num, den = num + max(w, 0.0) / c * m, den + m * m
+    return num / den if den else 0.0
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
