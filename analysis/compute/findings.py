@@ -38,30 +38,9 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
             )
         return "loader workers per device not in the config; see `scalescope bench-data`"
     if part == "comm":
-        bits = []
-        if math.isfinite(r["busbw_gbps_mean"]):
-            fit = ""
-            if math.isfinite(r.get("allreduce_alpha_s_mean", math.nan)):
-                fit = f" (fit: latency {1e6 * r['allreduce_alpha_s_mean']:.3g} µs)"
-            bits.append(f"busbw {r['busbw_gbps_mean']:.3g} GB/s{fit}")
-        if math.isfinite(r["hidden_share_mean"]):
-            bits.append(
-                f"{r['hidden_share_mean']:.0%} of the predicted all-reduce hidden behind backward"
-            )
-        bits.append("try a larger per-device batch, gradient accumulation or larger DDP buckets")
-        return ", ".join(bits[:-1]) + ("; " if len(bits) > 1 else "") + bits[-1]
+        return _comm_advice(r)
     if part == "skew":
-        rank, node = r["slowest_rank"], r["slowest_node"]
-        if rank is None or rank is pd.NA:
-            return "check the slowest rank's node"
-        seen = (
-            f" (in {r['slowest_seen']} of {r['n_recorded']} runs)"
-            if r["slowest_seen"] < r["n_recorded"]
-            else ""
-        )
-        over = r["rank_skew_mean"]
-        pct = f" (+{over:.0%} over the typical rank)" if math.isfinite(over) else ""
-        return f"rank {rank} on node {node} is slowest{pct}{seen}; check that node"
+        return _skew_advice(r)
     if part == "overlap":
         return (
             "backward runs slower while the all-reduce runs beside it: on GPUs, the NCCL "
@@ -84,6 +63,35 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
             "or processes contending for CPU cores"
         )
     return "not attributed to any measured part"
+
+
+def _comm_advice(r: Mapping[str, Any]) -> str:
+    bits = []
+    if math.isfinite(r["busbw_gbps_mean"]):
+        fit = ""
+        if math.isfinite(r.get("allreduce_alpha_s_mean", math.nan)):
+            fit = f" (fit: latency {1e6 * r['allreduce_alpha_s_mean']:.3g} µs)"
+        bits.append(f"busbw {r['busbw_gbps_mean']:.3g} GB/s{fit}")
+    if math.isfinite(r["hidden_share_mean"]):
+        bits.append(
+            f"{r['hidden_share_mean']:.0%} of the predicted all-reduce hidden behind backward"
+        )
+    bits.append("try a larger per-device batch, gradient accumulation or larger DDP buckets")
+    return ", ".join(bits[:-1]) + ("; " if len(bits) > 1 else "") + bits[-1]
+
+
+def _skew_advice(r: Mapping[str, Any]) -> str:
+    rank, node = r["slowest_rank"], r["slowest_node"]
+    if rank is None or rank is pd.NA:
+        return "check the slowest rank's node"
+    seen = (
+        f" (in {r['slowest_seen']} of {r['n_recorded']} runs)"
+        if r["slowest_seen"] < r["n_recorded"]
+        else ""
+    )
+    over = r["rank_skew_mean"]
+    pct = f" (+{over:.0%} over the typical rank)" if math.isfinite(over) else ""
+    return f"rank {rank} on node {node} is slowest{pct}{seen}; check that node"
 
 
 def finding(r: Mapping[str, Any]) -> str:

@@ -212,50 +212,63 @@ def load_reference(path: str | os.PathLike[str]) -> list[Expectation]:
     out: list[Expectation] = []
     seen: set[tuple[Any, ...]] = set()
     for i, entry in enumerate(entries):
-        where = f"series[{i}]"
-        entry = _check_keys(path, where, entry, _SERIES_ENTRY_KEYS)
-        fields = _check_keys(path, f"{where}.key", entry.get("key"), SERIES_KEYS)
-        fields = {**{k: v for k, v in KEY_DEFAULTS.items() if k not in fields}, **fields}
-        absent = [k for k in SERIES_KEYS if k not in fields]
-        if absent:
-            raise _fail(
-                path,
-                f"{where}.key",
-                f"missing key field {absent[0]!r} (a series is identified by all of: "
-                f"{', '.join(SERIES_KEYS)}; regenerate with --write-reference)",
-            )
-        for k, v in fields.items():
-            if v is not None and not isinstance(v, (str, int, float, bool)):
-                raise _fail(
-                    path, f"{where}.key.{k}", f"expected a plain value, got {type(v).__name__}"
-                )
-        key = _canon_key([fields[k] for k in SERIES_KEYS])
-        label = entry.get("label") or series_identity(key)
-        if not isinstance(label, str):
-            raise _fail(path, f"{where}.label", f"expected a string, got {label!r}")
-        tol = _tolerances(path, f"{where}.tolerance", entry.get("tolerance"), default)
-        scales = entry.get("scales")
-        if not isinstance(scales, list) or not scales:
-            raise _fail(path, f"{where}.scales", "expected a non-empty list of scales")
-        for j, scale in enumerate(scales):
-            sw = f"{where}.scales[{j}]"
-            scale = _check_keys(path, sw, scale, _SCALE_ENTRY_KEYS)
-            for name in ("nodes", "devices_per_node"):
-                if name not in scale:
-                    raise _fail(path, sw, f"missing {name!r}")
-            nodes = _int(path, f"{sw}.nodes", scale["nodes"])
-            dpn = _int(path, f"{sw}.devices_per_node", scale["devices_per_node"])
-            metrics = [m for m in METRICS if m in scale]
-            if not metrics:
-                raise _fail(path, sw, f"no reference value (one of: {', '.join(METRICS)})")
-            for m in metrics:
-                ident = (key, nodes, dpn, m)
-                if ident in seen:
-                    raise _fail(path, f"{sw}.{m}", "given twice for this series and scale")
-                seen.add(ident)
-                value = _number(path, f"{sw}.{m}", scale[m], positive=True)
-                out.append(Expectation(key, label, nodes, dpn, m, value, tol[m]))
+        out += _series_entry(path, f"series[{i}]", entry, default, seen)
     return out
+
+
+def _series_entry(
+    path: Path, where: str, entry: Any, default: float, seen: set[tuple[Any, ...]]
+) -> list[Expectation]:
+    """The expectations of one ``series`` entry; ``seen`` collects (key, scale, metric) over
+    the file, so that none is given twice."""
+    entry = _check_keys(path, where, entry, _SERIES_ENTRY_KEYS)
+    key = _series_key(path, f"{where}.key", entry.get("key"))
+    label = entry.get("label") or series_identity(key)
+    if not isinstance(label, str):
+        raise _fail(path, f"{where}.label", f"expected a string, got {label!r}")
+    tol = _tolerances(path, f"{where}.tolerance", entry.get("tolerance"), default)
+    scales = entry.get("scales")
+    if not isinstance(scales, list) or not scales:
+        raise _fail(path, f"{where}.scales", "expected a non-empty list of scales")
+    out = []
+    for j, scale in enumerate(scales):
+        sw = f"{where}.scales[{j}]"
+        scale = _check_keys(path, sw, scale, _SCALE_ENTRY_KEYS)
+        for name in ("nodes", "devices_per_node"):
+            if name not in scale:
+                raise _fail(path, sw, f"missing {name!r}")
+        nodes = _int(path, f"{sw}.nodes", scale["nodes"])
+        dpn = _int(path, f"{sw}.devices_per_node", scale["devices_per_node"])
+        metrics = [m for m in METRICS if m in scale]
+        if not metrics:
+            raise _fail(path, sw, f"no reference value (one of: {', '.join(METRICS)})")
+        for m in metrics:
+            ident = (key, nodes, dpn, m)
+            if ident in seen:
+                raise _fail(path, f"{sw}.{m}", "given twice for this series and scale")
+            seen.add(ident)
+            value = _number(path, f"{sw}.{m}", scale[m], positive=True)
+            out.append(Expectation(key, label, nodes, dpn, m, value, tol[m]))
+    return out
+
+
+def _series_key(path: Path, where: str, value: Any) -> tuple[Any, ...]:
+    """A series entry's ``key``: every key field, a plain value each (fields added since,
+    :data:`KEY_DEFAULTS`, may be absent)."""
+    fields = _check_keys(path, where, value, SERIES_KEYS)
+    fields = {**{k: v for k, v in KEY_DEFAULTS.items() if k not in fields}, **fields}
+    absent = [k for k in SERIES_KEYS if k not in fields]
+    if absent:
+        raise _fail(
+            path,
+            where,
+            f"missing key field {absent[0]!r} (a series is identified by all of: "
+            f"{', '.join(SERIES_KEYS)}; regenerate with --write-reference)",
+        )
+    for k, v in fields.items():
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            raise _fail(path, f"{where}.{k}", f"expected a plain value, got {type(v).__name__}")
+    return _canon_key([fields[k] for k in SERIES_KEYS])
 
 
 # --- what was measured --------------------------------------------------------------------------

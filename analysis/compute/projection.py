@@ -396,34 +396,48 @@ def project(
             precision=precision,
             draws=draws,
         )
-        crossing = {}
-        for w in what_ifs(fit.model, precision):
-            these = [r for r in projected if r["what_if"] == w.name]
-            lows = {r["nodes"]: r["efficiency_low"] for r in these}
-            highs = {r["nodes"]: r["efficiency_high"] for r in these}
-            crossing[w.name] = scan_crossing(fit.model, w, dpn, lows, highs)
-        for r in projected:
-            if (r["nodes"], r["devices_per_node"]) in targets:
-                rows.append(
-                    {
-                        "series": label,
-                        **r,
-                        "network": fit.model.network.note,
-                        "scaled_points": fit.scaled_points,
-                    }
-                )
+        crossing = _crossings(fit.model, precision, dpn, projected)
+        rows += [
+            {
+                "series": label,
+                **r,
+                "network": fit.model.network.note,
+                "scaled_points": fit.scaled_points,
+            }
+            for r in projected
+            if (r["nodes"], r["devices_per_node"]) in targets
+        ]
         out.append(SeriesProjection(label, fit, fit.model.network.note, crossing, dpn))
-        runs_at = min(len(pt.parts) for pt in points if pt.world > 1 and pt.parts)
-        if runs_at < 3:
-            notes.append(
-                f"{label}: the projection's interval rests on {runs_at} run(s) at a scale; a "
-                "bootstrap over so few repeats is too narrow: run 3 or more of each shape."
-            )
+        notes += _few_repeats_notes(label, points)
         check = self_check(members, points, base, base_pt, mode, profile, precision, draws)
         if check is not None:
             checks.append({"series": label, **check})
     table = pd.DataFrame(rows, columns=PROJECTION_COLUMNS)
     return ProjectionResult(table, pd.DataFrame(checks, columns=CHECK_COLUMNS), out, notes)
+
+
+def _crossings(
+    model: StepModel, precision: str, dpn: int, projected: Sequence[Mapping[str, Any]]
+) -> dict[str, tuple[int | None, int | None, int | None]]:
+    """What-if -> its :func:`scan_crossing`, from the rows projected at the scanned nodes."""
+    crossing = {}
+    for w in what_ifs(model, precision):
+        these = [r for r in projected if r["what_if"] == w.name]
+        lows = {r["nodes"]: r["efficiency_low"] for r in these}
+        highs = {r["nodes"]: r["efficiency_high"] for r in these}
+        crossing[w.name] = scan_crossing(model, w, dpn, lows, highs)
+    return crossing
+
+
+def _few_repeats_notes(label: str, points: Sequence[ScalePoint]) -> list[str]:
+    """A note where a scale beyond one device has fewer than 3 runs behind the interval."""
+    runs_at = min(len(pt.parts) for pt in points if pt.world > 1 and pt.parts)
+    if runs_at >= 3:
+        return []
+    return [
+        f"{label}: the projection's interval rests on {runs_at} run(s) at a scale; a "
+        "bootstrap over so few repeats is too narrow: run 3 or more of each shape."
+    ]
 
 
 def _network(points: Sequence[ScalePoint], profile: Mapping[str, Any] | None) -> Network:

@@ -502,25 +502,9 @@ def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 def network_from_points(multi: Sequence[ScalePoint]) -> Network:
     """The levels the sweep measured: intra-node from its largest single-node point,
     inter-node from its largest multi-node one, with the band the number of nodes allows."""
-
-    def level(pts: Sequence[ScalePoint], where: str) -> Level | None:
-        if not pts:
-            return None
-        pt = max(pts, key=lambda q: (q.nodes, q.world))
-        rec = [p for p in pt.parts if p.recorded]
-        alpha = finite_mean([p.alpha_s for p in rec])
-        bw = finite_mean([p.fit_busbw_gbps for p in rec])
-        source = f"{where}: the all-reduce sweep of the {pt.nodes}x{pt.devices_per_node} runs"
-        if not math.isfinite(bw):  # a latency-only fit: never an infinite bandwidth
-            bw = finite_mean([p.busbw_gbps for p in rec])
-            source += " (its fit had no bandwidth term: the bus bandwidth of its largest message)"
-        if not math.isfinite(alpha) or not math.isfinite(bw) or bw <= 0:
-            return None
-        return Level(alpha, bw, pt.world, source)
-
-    intra = level([p for p in multi if p.nodes <= 1], "intra-node")
+    intra = _measured_level([p for p in multi if p.nodes <= 1], "intra-node")
     inter_pts = [p for p in multi if p.nodes > 1]
-    inter = level(inter_pts, "inter-node")
+    inter = _measured_level(inter_pts, "inter-node")
     missing = (
         "the all-reduce sweep measured no bus bandwidth (latency-bound, or cut short by "
         "diagnosis.allreduce_budget_s): nothing says what a larger gradient costs; pass "
@@ -570,6 +554,23 @@ def network_from_points(multi: Sequence[ScalePoint]) -> Network:
             "narrower band"
         ),
     )
+
+
+def _measured_level(pts: Sequence[ScalePoint], where: str) -> Level | None:
+    """The level the all-reduce sweep of the largest of ``pts`` fitted (None without one)."""
+    if not pts:
+        return None
+    pt = max(pts, key=lambda q: (q.nodes, q.world))
+    rec = [p for p in pt.parts if p.recorded]
+    alpha = finite_mean([p.alpha_s for p in rec])
+    bw = finite_mean([p.fit_busbw_gbps for p in rec])
+    source = f"{where}: the all-reduce sweep of the {pt.nodes}x{pt.devices_per_node} runs"
+    if not math.isfinite(bw):  # a latency-only fit: never an infinite bandwidth
+        bw = finite_mean([p.busbw_gbps for p in rec])
+        source += " (its fit had no bandwidth term: the bus bandwidth of its largest message)"
+    if not math.isfinite(alpha) or not math.isfinite(bw) or bw <= 0:
+        return None
+    return Level(alpha, bw, pt.world, source)
 
 
 def network_from_profile(profile: Mapping[str, Any], intra: Level | None) -> Network:
