@@ -1,7 +1,8 @@
-"""The whole analysis of a runs frame, in one call: what :mod:`.metrics` (grouping, scaling,
-Amdahl, precision), :mod:`.diagnosis` (the waterfall) and :mod:`.projection` compute, and the
-"Read this first" notes. Each of them is imported here and none imports this module, so the
-computing modules never import each other in a circle.
+"""The whole analysis of a runs frame, in one call: what analysis.compute's ``groups``,
+``metrics`` (scaling), ``amdahl``, ``precision``, ``waterfall`` and ``projection`` compute,
+and the "Read this first" notes (``findings`` words the waterfall's). Each of them is imported
+here and none imports this module, so the computing modules never import each other in a
+circle.
 """
 
 from __future__ import annotations
@@ -13,23 +14,19 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute import projection
+from analysis.compute.amdahl import amdahl_table, serial_fraction_notes
+from analysis.compute.findings import diagnosis_notes
+from analysis.compute.groups import DEFAULT_CONFIDENCE, DEFAULT_CV_THRESHOLD, STEADY, group_stats
 from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
-    DEFAULT_CONFIDENCE,
-    DEFAULT_CV_THRESHOLD,
     DEFAULT_LOSS_TOLERANCE,
-    PRECISION_COLUMNS,
-    STEADY,
     SUPERLINEAR_EFFICIENCY,
     WARMUP_SHARE_NOTE,
     BaselineSpec,
-    amdahl_table,
-    group_stats,
-    precision_table,
     scaling_table,
-    serial_fraction_notes,
 )
-from analysis.compute.waterfall import Waterfall, diagnosis_notes, waterfall
+from analysis.compute.precision import PRECISION_COLUMNS, precision_table
+from analysis.compute.waterfall import Waterfall, waterfall
 
 
 @dataclass(frozen=True)
@@ -78,6 +75,31 @@ def analyze(
         acc_tolerance=acc_tolerance,
     )
     amdahl = amdahl_table(scaling, confidence=confidence)
+    notes = [
+        *_series_notes(scaling),
+        *_scale_notes(scaling, cv_threshold),
+        *serial_fraction_notes(scaling, amdahl),
+        *_repeat_notes(groups),
+    ]
+    precision = precision_table(runs, confidence=confidence)
+    falls = waterfall(runs, baseline=baseline, confidence=confidence)
+    notes += diagnosis_notes(falls)
+    result = Analysis(groups, scaling, amdahl, notes, precision, falls)
+    if project is not None:
+        result.projection = projection.project(
+            runs,
+            project.nodes,
+            devices_per_node=project.devices_per_node,
+            profile=project.profile,
+            baseline=baseline,
+            confidence=confidence,
+        )
+        result.notes += projection.check_notes(result.projection)
+    return result
+
+
+def _series_notes(scaling: pd.DataFrame) -> list[str]:
+    """Per series: a baseline other than a 1-device run, and runs of different versions."""
     notes: list[str] = []
     for series, part in scaling.groupby("series", sort=False):
         note = part["baseline_note"].iloc[0]
@@ -89,6 +111,13 @@ def analyze(
                 f"{series}: runs used different versions ({mixed}); a speedup between them "
                 "may be a software change, not scaling."
             )
+    return notes
+
+
+def _scale_notes(scaling: pd.DataFrame, cv_threshold: float) -> list[str]:
+    """Per scale point, kind by kind: throughput that varies, no steady state, a long
+    warm-up, worse validation quality, a superlinear efficiency."""
+    notes: list[str] = []
     for _, row in scaling[scaling["high_variance"]].iterrows():
         notes.append(
             f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: throughput varies "
@@ -125,25 +154,15 @@ def analyze(
             "baseline (shared cores, other jobs, fewer threads per process) or a per-device "
             "problem that now fits in cache: check before quoting."
         )
-    notes += serial_fraction_notes(scaling, amdahl)
+    return notes
+
+
+def _repeat_notes(groups: pd.DataFrame) -> list[str]:
+    """How many configurations ran once, so have no interval."""
     single = groups[groups["n"] < 2]
-    if len(single):
-        notes.append(
-            f"{len(single)} of {len(groups)} configuration(s) ran once: no confidence interval "
-            "without repeats."
-        )
-    precision = precision_table(runs, confidence=confidence)
-    falls = waterfall(runs, baseline=baseline, confidence=confidence)
-    notes += diagnosis_notes(falls)
-    result = Analysis(groups, scaling, amdahl, notes, precision, falls)
-    if project is not None:
-        result.projection = projection.project(
-            runs,
-            project.nodes,
-            devices_per_node=project.devices_per_node,
-            profile=project.profile,
-            baseline=baseline,
-            confidence=confidence,
-        )
-        result.notes += projection.check_notes(result.projection)
-    return result
+    if not len(single):
+        return []
+    return [
+        f"{len(single)} of {len(groups)} configuration(s) ran once: no confidence interval "
+        "without repeats."
+    ]

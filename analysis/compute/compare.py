@@ -13,8 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compute.metrics import SCALE_KEYS, SERIES_KEYS, series_keys, series_labels
+from analysis.compute.groups import series_keys, series_labels
 from analysis.compute.stats import summarize, welch_test
+from analysis.read.frame import SCALE_KEYS, SERIES_KEYS
 
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_ALPHA = 0.05

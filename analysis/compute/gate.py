@@ -33,14 +33,10 @@ import yaml
 from scipy import optimize as _opt
 from scipy import stats as _sps
 
-from analysis.compute.metrics import (
-    SERIES_KEYS,
-    group_stats,
-    scaling_table,
-    series_keys,
-    series_labels,
-)
+from analysis.compute.groups import group_stats, series_keys, series_labels
+from analysis.compute.metrics import scaling_table
 from analysis.compute.stats import below_test
+from analysis.read.frame import SERIES_KEYS
 from scalescope.atomic import write_text_atomic
 
 REFERENCE_SCHEMA_VERSION = 1
@@ -114,14 +110,25 @@ def _canon_key(key: Sequence[Any]) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True)
-class Expectation:
-    """One checked value: a series, a scale, a metric, its reference and tolerance."""
+class Checked:
+    """What a value is of: a series, a scale and a metric."""
 
     key: tuple[Any, ...]
     label: str
     nodes: int
     devices_per_node: int
     metric: str
+
+    @property
+    def match_key(self) -> tuple[tuple[Any, ...], int, int, str]:
+        """The series key, scale and metric: what an expectation and a measurement match on."""
+        return (self.key, self.nodes, self.devices_per_node, self.metric)
+
+
+@dataclass(frozen=True)
+class Expectation(Checked):
+    """One checked value: a series, a scale, a metric, its reference and tolerance."""
+
     reference: float
     tolerance: float
 
@@ -205,65 +212,73 @@ def load_reference(path: str | os.PathLike[str]) -> list[Expectation]:
     out: list[Expectation] = []
     seen: set[tuple[Any, ...]] = set()
     for i, entry in enumerate(entries):
-        where = f"series[{i}]"
-        entry = _check_keys(path, where, entry, _SERIES_ENTRY_KEYS)
-        fields = _check_keys(path, f"{where}.key", entry.get("key"), SERIES_KEYS)
-        fields = {**{k: v for k, v in KEY_DEFAULTS.items() if k not in fields}, **fields}
-        absent = [k for k in SERIES_KEYS if k not in fields]
-        if absent:
-            raise _fail(
-                path,
-                f"{where}.key",
-                f"missing key field {absent[0]!r} (a series is identified by all of: "
-                f"{', '.join(SERIES_KEYS)}; regenerate with --write-reference)",
-            )
-        for k, v in fields.items():
-            if v is not None and not isinstance(v, (str, int, float, bool)):
-                raise _fail(
-                    path, f"{where}.key.{k}", f"expected a plain value, got {type(v).__name__}"
-                )
-        key = _canon_key([fields[k] for k in SERIES_KEYS])
-        label = entry.get("label") or series_identity(key)
-        if not isinstance(label, str):
-            raise _fail(path, f"{where}.label", f"expected a string, got {label!r}")
-        tol = _tolerances(path, f"{where}.tolerance", entry.get("tolerance"), default)
-        scales = entry.get("scales")
-        if not isinstance(scales, list) or not scales:
-            raise _fail(path, f"{where}.scales", "expected a non-empty list of scales")
-        for j, scale in enumerate(scales):
-            sw = f"{where}.scales[{j}]"
-            scale = _check_keys(path, sw, scale, _SCALE_ENTRY_KEYS)
-            for name in ("nodes", "devices_per_node"):
-                if name not in scale:
-                    raise _fail(path, sw, f"missing {name!r}")
-            nodes = _int(path, f"{sw}.nodes", scale["nodes"])
-            dpn = _int(path, f"{sw}.devices_per_node", scale["devices_per_node"])
-            metrics = [m for m in METRICS if m in scale]
-            if not metrics:
-                raise _fail(path, sw, f"no reference value (one of: {', '.join(METRICS)})")
-            for m in metrics:
-                ident = (key, nodes, dpn, m)
-                if ident in seen:
-                    raise _fail(path, f"{sw}.{m}", "given twice for this series and scale")
-                seen.add(ident)
-                value = _number(path, f"{sw}.{m}", scale[m], positive=True)
-                out.append(Expectation(key, label, nodes, dpn, m, value, tol[m]))
+        out += _series_entry(path, f"series[{i}]", entry, default, seen)
     return out
+
+
+def _series_entry(
+    path: Path, where: str, entry: Any, default: float, seen: set[tuple[Any, ...]]
+) -> list[Expectation]:
+    """The expectations of one ``series`` entry; ``seen`` collects (key, scale, metric) over
+    the file, so that none is given twice."""
+    entry = _check_keys(path, where, entry, _SERIES_ENTRY_KEYS)
+    key = _series_key(path, f"{where}.key", entry.get("key"))
+    label = entry.get("label") or series_identity(key)
+    if not isinstance(label, str):
+        raise _fail(path, f"{where}.label", f"expected a string, got {label!r}")
+    tol = _tolerances(path, f"{where}.tolerance", entry.get("tolerance"), default)
+    scales = entry.get("scales")
+    if not isinstance(scales, list) or not scales:
+        raise _fail(path, f"{where}.scales", "expected a non-empty list of scales")
+    out = []
+    for j, scale in enumerate(scales):
+        sw = f"{where}.scales[{j}]"
+        scale = _check_keys(path, sw, scale, _SCALE_ENTRY_KEYS)
+        for name in ("nodes", "devices_per_node"):
+            if name not in scale:
+                raise _fail(path, sw, f"missing {name!r}")
+        nodes = _int(path, f"{sw}.nodes", scale["nodes"])
+        dpn = _int(path, f"{sw}.devices_per_node", scale["devices_per_node"])
+        metrics = [m for m in METRICS if m in scale]
+        if not metrics:
+            raise _fail(path, sw, f"no reference value (one of: {', '.join(METRICS)})")
+        for m in metrics:
+            ident = (key, nodes, dpn, m)
+            if ident in seen:
+                raise _fail(path, f"{sw}.{m}", "given twice for this series and scale")
+            seen.add(ident)
+            value = _number(path, f"{sw}.{m}", scale[m], positive=True)
+            out.append(Expectation(key, label, nodes, dpn, m, value, tol[m]))
+    return out
+
+
+def _series_key(path: Path, where: str, value: Any) -> tuple[Any, ...]:
+    """A series entry's ``key``: every key field, a plain value each (fields added since,
+    :data:`KEY_DEFAULTS`, may be absent)."""
+    fields = _check_keys(path, where, value, SERIES_KEYS)
+    fields = {**{k: v for k, v in KEY_DEFAULTS.items() if k not in fields}, **fields}
+    absent = [k for k in SERIES_KEYS if k not in fields]
+    if absent:
+        raise _fail(
+            path,
+            where,
+            f"missing key field {absent[0]!r} (a series is identified by all of: "
+            f"{', '.join(SERIES_KEYS)}; regenerate with --write-reference)",
+        )
+    for k, v in fields.items():
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            raise _fail(path, f"{where}.{k}", f"expected a plain value, got {type(v).__name__}")
+    return _canon_key([fields[k] for k in SERIES_KEYS])
 
 
 # --- what was measured --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Measurement(Checked):
     """A measured value with its 95% interval and a one-sided test against any bound."""
 
-    key: tuple[Any, ...]
-    label: str
-    nodes: int
-    devices_per_node: int
     world_size: int
-    metric: str
     n: int
     value: float
     ci_low: float
@@ -309,21 +324,18 @@ def measurements(runs: pd.DataFrame, alpha: float = DEFAULT_ALPHA) -> list[Measu
     """Every checkable value of a runs frame, one per series, scale and metric."""
     if runs.empty:
         return []
+    return [*_throughputs(runs), *_efficiencies(runs, alpha)]
+
+
+def _throughputs(runs: pd.DataFrame) -> list[Measurement]:
+    """Per series and scale: the headline per-device throughput, steady state where every run
+    of the group has one, else whole training (as analysis.compute.metrics does for its
+    tables)."""
     out: list[Measurement] = []
     groups = group_stats(runs, confidence=DISPLAY_CONFIDENCE)
     keys = series_keys(groups)
     labels = series_labels(list(dict.fromkeys(keys)))
-    # The headline per-device throughput: the steady state where every run of the group has
-    # one, else whole training (as analysis.compute.metrics does for its tables).
-    raw: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
-    scales = zip(runs["nodes"].tolist(), runs["devices_per_node"].tolist(), strict=True)
-    values_of = zip(runs[STEADY_THROUGHPUT], runs[THROUGHPUT], strict=True)
-    rows = zip(series_keys(runs), scales, values_of, strict=True)
-    for key, (nodes, dpn), (steady, whole) in rows:
-        if not (pd.isna(nodes) or pd.isna(dpn)):
-            pair = raw.setdefault((_canon_key(key), int(nodes), int(dpn)), ([], []))
-            pair[0].append(steady)
-            pair[1].append(whole)
+    raw = _repeats(runs)
     for key, (_, g) in zip(keys, groups.iterrows(), strict=True):
         steady_values, whole_values = raw.get(
             (_canon_key(key), int(g["nodes"]), int(g["devices_per_node"])), ([], [])
@@ -337,19 +349,42 @@ def measurements(runs: pd.DataFrame, alpha: float = DEFAULT_ALPHA) -> list[Measu
 
         out.append(
             Measurement(
-                _canon_key(key),
-                labels[key],
-                int(g["nodes"]),
-                int(g["devices_per_node"]),
-                int(g["world_size"]),
-                THROUGHPUT,
-                len(values),
-                float(g[f"{col}_mean"]),
-                float(g[f"{col}_ci_low"]),
-                float(g[f"{col}_ci_high"]),
-                p,
+                key=_canon_key(key),
+                label=labels[key],
+                nodes=int(g["nodes"]),
+                devices_per_node=int(g["devices_per_node"]),
+                world_size=int(g["world_size"]),
+                metric=THROUGHPUT,
+                n=len(values),
+                value=float(g[f"{col}_mean"]),
+                ci_low=float(g[f"{col}_ci_low"]),
+                ci_high=float(g[f"{col}_ci_high"]),
+                p_below=p,
             )
         )
+    return out
+
+
+def _repeats(
+    runs: pd.DataFrame,
+) -> dict[tuple[Any, ...], tuple[list[float], list[float]]]:
+    """(series key, nodes, devices per node) -> every run's steady and whole-training
+    per-device throughput."""
+    raw: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
+    scales = zip(runs["nodes"].tolist(), runs["devices_per_node"].tolist(), strict=True)
+    values_of = zip(runs[STEADY_THROUGHPUT], runs[THROUGHPUT], strict=True)
+    rows = zip(series_keys(runs), scales, values_of, strict=True)
+    for key, (nodes, dpn), (steady, whole) in rows:
+        if not (pd.isna(nodes) or pd.isna(dpn)):
+            pair = raw.setdefault((_canon_key(key), int(nodes), int(dpn)), ([], []))
+            pair[0].append(steady)
+            pair[1].append(whole)
+    return raw
+
+
+def _efficiencies(runs: pd.DataFrame, alpha: float) -> list[Measurement]:
+    """Per series and scale beyond the baseline: the efficiency of its scaling mode."""
+    out: list[Measurement] = []
     # The one-sided 1 - alpha bound is the upper end of the two-sided 1 - 2 alpha interval;
     # a second level fixes the degrees of freedom (see _ratio_p_below).
     conf_b = 1.0 - 2.0 * alpha if abs(1.0 - 2.0 * alpha - DISPLAY_CONFIDENCE) > 1e-6 else 0.90
@@ -376,17 +411,17 @@ def measurements(runs: pd.DataFrame, alpha: float = DEFAULT_ALPHA) -> list[Measu
 
         out.append(
             Measurement(
-                _canon_key(key),
-                str(r["series"]),
-                int(r["nodes"]),
-                int(r["devices_per_node"]),
-                int(r["world_size"]),
-                metric,
-                int(min(r["n"], r["baseline_n"])),
-                float(r[metric]),
-                float(r[f"{metric}_ci_low"]),
-                float(r[f"{metric}_ci_high"]),
-                p_eff,
+                key=_canon_key(key),
+                label=str(r["series"]),
+                nodes=int(r["nodes"]),
+                devices_per_node=int(r["devices_per_node"]),
+                world_size=int(r["world_size"]),
+                metric=metric,
+                n=int(min(r["n"], r["baseline_n"])),
+                value=float(r[metric]),
+                ci_low=float(r[f"{metric}_ci_low"]),
+                ci_high=float(r[f"{metric}_ci_high"]),
+                p_below=p_eff,
             )
         )
     return out
@@ -416,10 +451,10 @@ def check(
 ) -> pd.DataFrame:
     """One row per expectation, in file order, with its verdict: ``ok`` (not below the bound),
     ``below but not significant``, ``REGRESSION`` (below and p < alpha) or ``missing``."""
-    found = {(m.key, m.nodes, m.devices_per_node, m.metric): m for m in measurements(runs, alpha)}
+    found = {m.match_key: m for m in measurements(runs, alpha)}
     rows = []
     for e in expected:
-        m = found.get((e.key, e.nodes, e.devices_per_node, e.metric))
+        m = found.get(e.match_key)
         row: dict[str, Any] = {
             "series": m.label if m is not None else e.label,
             "nodes": e.nodes,
@@ -447,10 +482,8 @@ def check(
 
 def unreferenced(runs: pd.DataFrame, expected: Sequence[Expectation]) -> list[Measurement]:
     """Measured values the reference file says nothing about (shown as a note, not checked)."""
-    known = {(e.key, e.nodes, e.devices_per_node, e.metric) for e in expected}
-    return [
-        m for m in measurements(runs) if (m.key, m.nodes, m.devices_per_node, m.metric) not in known
-    ]
+    known = {e.match_key for e in expected}
+    return [m for m in measurements(runs) if m.match_key not in known]
 
 
 # --- writing a reference ------------------------------------------------------------------------

@@ -156,8 +156,32 @@ def project_points(
     assert model is not None
     # the shipped error model with this sweep's run-to-run noise; one given is used as it is
     em = error_model or replace(load_error_model(), noise=run_noise(points, model.anchor_world))
-    rng = np.random.default_rng(seed)
     ifs = what_ifs(model, precision)
+    samples = _draw(points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed)
+    rows = []
+    for w in ifs:
+        kw = _apply(model, w)
+        for nodes, dpn in targets:
+            drawn = samples.get((w.name, nodes, dpn), [])
+            rows.append(_centre_row(model, w, kw, nodes, dpn, em, drawn))
+    return rows
+
+
+def _draw(
+    points: Sequence[ScalePoint],
+    baseline: ScalePoint,
+    scaling_mode: str,
+    profile: Mapping[str, Any] | None,
+    ifs: Sequence[WhatIf],
+    targets: Sequence[tuple[int, int]],
+    em: ErrorModel,
+    draws: int,
+    seed: int,
+) -> dict[tuple[str, int, int], list[float]]:
+    """(what-if, nodes, devices per node) -> the efficiency of every draw (see
+    :func:`project_points`): the fit redone on resampled runs, the explanations in turn, a
+    point of the network band, the error model's residual and one run's noise."""
+    rng = np.random.default_rng(seed)
     samples: dict[tuple[str, int, int], list[float]] = {}
     for i in range(draws):
         base_draw = resample([baseline], rng)[0]
@@ -177,44 +201,51 @@ def project_points(
                 )
                 e *= math.exp(float(em.mean(d, s)) + spread * z + em.noise * z_noise)
                 samples.setdefault((w.name, nodes, dpn), []).append(e)
-    rows = []
-    for w in ifs:
-        kw = _apply(model, w)
-        for nodes, dpn in targets:
-            world = nodes * dpn
-            carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
-            d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
-            e *= math.exp(float(em.mean(d, s)))
-            k_used = int(parts.pop("k"))
-            got = np.array([v for v in samples.get((w.name, nodes, dpn), []) if math.isfinite(v)])
-            low, high = (
-                (float(np.percentile(got, INTERVAL[0])), float(np.percentile(got, INTERVAL[1])))
-                if len(got)
-                else (math.nan, math.nan)
-            )
-            ratio = world / model.baseline_world
-            x = batch / parts["step"] if parts["step"] > 0 else math.nan
-            rows.append(
-                {
-                    "what_if": w.name,
-                    "nodes": nodes,
-                    "devices_per_node": dpn,
-                    "world_size": world,
-                    "per_device_batch_size": batch,
-                    "accumulate_grad_batches": k_used,
-                    "efficiency": e,
-                    "efficiency_low": min(low, e),
-                    "efficiency_high": max(high, e),
-                    "speedup": e * ratio,
-                    "speedup_low": min(low, e) * ratio,
-                    "speedup_high": max(high, e) * ratio,
-                    "throughput_per_device": x,
-                    "throughput": x * world,
-                    "centre_assumes": carry,
-                    **{("step_s" if k == "step" else f"{k}_step_s"): v for k, v in parts.items()},
-                }
-            )
-    return rows
+    return samples
+
+
+def _centre_row(
+    model: StepModel,
+    w: WhatIf,
+    kw: Mapping[str, Any],
+    nodes: int,
+    dpn: int,
+    em: ErrorModel,
+    drawn: Sequence[float],
+) -> dict[str, Any]:
+    """One row of :func:`project_points`: the centre at ``nodes`` x ``dpn`` under what-if
+    ``w`` (its settings ``kw``), the interval from the ``drawn`` efficiencies."""
+    world = nodes * dpn
+    carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
+    d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
+    e *= math.exp(float(em.mean(d, s)))
+    k_used = int(parts.pop("k"))
+    got = np.array([v for v in drawn if math.isfinite(v)])
+    low, high = (
+        (float(np.percentile(got, INTERVAL[0])), float(np.percentile(got, INTERVAL[1])))
+        if len(got)
+        else (math.nan, math.nan)
+    )
+    ratio = world / model.baseline_world
+    x = batch / parts["step"] if parts["step"] > 0 else math.nan
+    return {
+        "what_if": w.name,
+        "nodes": nodes,
+        "devices_per_node": dpn,
+        "world_size": world,
+        "per_device_batch_size": batch,
+        "accumulate_grad_batches": k_used,
+        "efficiency": e,
+        "efficiency_low": min(low, e),
+        "efficiency_high": max(high, e),
+        "speedup": e * ratio,
+        "speedup_low": min(low, e) * ratio,
+        "speedup_high": max(high, e) * ratio,
+        "throughput_per_device": x,
+        "throughput": x * world,
+        "centre_assumes": carry,
+        **{("step_s" if k == "step" else f"{k}_step_s"): v for k, v in parts.items()},
+    }
 
 
 # --- a summary's projection ---------------------------------------------------------------
@@ -286,7 +317,7 @@ class ProjectionResult:
 
 
 def _points_of(members: Sequence[Any], base: Any) -> tuple[list[ScalePoint], ScalePoint]:
-    from analysis.compute.waterfall import group_parts
+    from analysis.compute.run_parts import group_parts
 
     def point(g: Any) -> ScalePoint:
         parts = [p for _, p in group_parts(g)]
@@ -334,7 +365,8 @@ def project(
 ) -> ProjectionResult:
     """Every series' projection at ``nodes`` (devices per node: the sweep's largest, or
     ``devices_per_node``), its 75% crossing, and the leave-one-out self-check."""
-    from analysis.compute.metrics import pick_baseline, series_scale_groups
+    from analysis.compute.groups import series_scale_groups
+    from analysis.compute.metrics import pick_baseline
 
     rows: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
@@ -364,34 +396,48 @@ def project(
             precision=precision,
             draws=draws,
         )
-        crossing = {}
-        for w in what_ifs(fit.model, precision):
-            these = [r for r in projected if r["what_if"] == w.name]
-            lows = {r["nodes"]: r["efficiency_low"] for r in these}
-            highs = {r["nodes"]: r["efficiency_high"] for r in these}
-            crossing[w.name] = scan_crossing(fit.model, w, dpn, lows, highs)
-        for r in projected:
-            if (r["nodes"], r["devices_per_node"]) in targets:
-                rows.append(
-                    {
-                        "series": label,
-                        **r,
-                        "network": fit.model.network.note,
-                        "scaled_points": fit.scaled_points,
-                    }
-                )
+        crossing = _crossings(fit.model, precision, dpn, projected)
+        rows += [
+            {
+                "series": label,
+                **r,
+                "network": fit.model.network.note,
+                "scaled_points": fit.scaled_points,
+            }
+            for r in projected
+            if (r["nodes"], r["devices_per_node"]) in targets
+        ]
         out.append(SeriesProjection(label, fit, fit.model.network.note, crossing, dpn))
-        runs_at = min(len(pt.parts) for pt in points if pt.world > 1 and pt.parts)
-        if runs_at < 3:
-            notes.append(
-                f"{label}: the projection's interval rests on {runs_at} run(s) at a scale; a "
-                "bootstrap over so few repeats is too narrow: run 3 or more of each shape."
-            )
+        notes += _few_repeats_notes(label, points)
         check = self_check(members, points, base, base_pt, mode, profile, precision, draws)
         if check is not None:
             checks.append({"series": label, **check})
     table = pd.DataFrame(rows, columns=PROJECTION_COLUMNS)
     return ProjectionResult(table, pd.DataFrame(checks, columns=CHECK_COLUMNS), out, notes)
+
+
+def _crossings(
+    model: StepModel, precision: str, dpn: int, projected: Sequence[Mapping[str, Any]]
+) -> dict[str, tuple[int | None, int | None, int | None]]:
+    """What-if -> its :func:`scan_crossing`, from the rows projected at the scanned nodes."""
+    crossing = {}
+    for w in what_ifs(model, precision):
+        these = [r for r in projected if r["what_if"] == w.name]
+        lows = {r["nodes"]: r["efficiency_low"] for r in these}
+        highs = {r["nodes"]: r["efficiency_high"] for r in these}
+        crossing[w.name] = scan_crossing(model, w, dpn, lows, highs)
+    return crossing
+
+
+def _few_repeats_notes(label: str, points: Sequence[ScalePoint]) -> list[str]:
+    """A note where a scale beyond one device has fewer than 3 runs behind the interval."""
+    runs_at = min(len(pt.parts) for pt in points if pt.world > 1 and pt.parts)
+    if runs_at >= 3:
+        return []
+    return [
+        f"{label}: the projection's interval rests on {runs_at} run(s) at a scale; a "
+        "bootstrap over so few repeats is too narrow: run 3 or more of each shape."
+    ]
 
 
 def _network(points: Sequence[ScalePoint], profile: Mapping[str, Any] | None) -> Network:

@@ -1,8 +1,9 @@
 """The projection scored on published multi-node results (``python -m analysis.project``).
 
-Each case (format: ``benchmarks/projection_cases.yaml``) gives a model's gradient bytes and
-buckets, the hardware's devices per node and link bandwidths, its ``measured`` small-scale
-throughputs (what a user would have run) and its ``published`` larger-scale ones (the truth).
+Each case (format: ``benchmarks/projection_cases.yaml``, read by :mod:`analysis.read.cases`)
+gives a model's gradient bytes and buckets, the hardware's devices per node and link
+bandwidths, its ``measured`` small-scale throughputs (what a user would have run) and its
+``published`` larger-scale ones (the truth).
 From the measured points alone, the step model of :mod:`analysis.compute.projection` predicts each
 published point's efficiency against one node (or one GPU), with its interval.
 
@@ -26,8 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ from analysis.compute.model_error import (
 from analysis.compute.model_error import load as load_error_model
 from analysis.compute.projection import DRAWS
 from analysis.compute.step_model import CARRIES, Level, Network, StepModel, expected_max
+from analysis.read.cases import Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import ddp_bucket_bytes
 
 ALPHA_INTRA_S = 20e-6
@@ -55,147 +56,6 @@ UNKNOWN_INTER_BAND = (0.1, 1.0)
 one (centre 32%), from Ethernet beside PCIe to a rail of NICs per GPU beside NVLink."""
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
-DDP_BUCKET_MB = 25.0
-
-
-class CaseError(ValueError):
-    """A case that cannot be read; the message names the case and the field."""
-
-
-@dataclass(frozen=True)
-class Point:
-    nodes: int
-    devices_per_node: int
-    throughput_per_device: float
-    efficiency_vs_1node: float | None = None
-    efficiency_vs_1gpu: float | None = None
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    devices_per_node: int
-    grad_bytes: float
-    bucket_mb: float
-    scaling: str
-    per_device_batch: float
-    grad_accum: int
-    intra_busbw_gbps: float | None
-    inter_busbw_gbps: float | None
-    measured: tuple[Point, ...]
-    published: tuple[Point, ...]
-    group: str = ""
-    """The source the case comes from (``source_group``, else its name): cross-validation
-    leaves one source out at a time, since cases of one source share its methods."""
-
-
-def _number(case: str, where: str, value: Any, *, optional: bool = False) -> float | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise CaseError(f"case {case!r}: {where} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _required(case: str, where: str, value: Any) -> float:
-    number = _number(case, where, value)
-    assert number is not None
-    return number
-
-
-def read_cases(path: str) -> list[Case]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CaseError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise CaseError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
-        raise CaseError(f"{path}: expected a mapping with a list 'cases'")
-    out = []
-    for i, raw in enumerate(data["cases"]):
-        if not isinstance(raw, dict):
-            raise CaseError(f"{path}: cases[{i}] is not a mapping")
-        name = str(raw.get("name") or f"cases[{i}]")
-        hw, model = raw.get("hardware") or {}, raw.get("model") or {}
-        if not isinstance(hw, dict) or not isinstance(model, dict):
-            raise CaseError(f"case {name!r}: hardware and model must be mappings")
-
-        def points(key: str, name: str = name, raw: dict[str, Any] = raw) -> tuple[Point, ...]:
-            rows = raw.get(key)
-            if not isinstance(rows, list) or not rows:
-                raise CaseError(f"case {name!r}: {key} must be a non-empty list")
-            pts = []
-            for j, r in enumerate(rows):
-                if not isinstance(r, dict):
-                    raise CaseError(f"case {name!r}: {key}[{j}] is not a mapping")
-                nodes = r.get("nodes")
-                dpn = r.get("devices_per_node")
-                if not isinstance(nodes, int) or not isinstance(dpn, int) or nodes < 1 or dpn < 1:
-                    raise CaseError(
-                        f"case {name!r}: {key}[{j}] needs integer nodes and devices_per_node"
-                    )
-                x = _number(
-                    name, f"{key}[{j}].throughput_per_device", r.get("throughput_per_device")
-                )
-                effs = [
-                    _number(name, f"{key}[{j}].{k}", r.get(k), optional=True)
-                    for k in ("efficiency_vs_1node", "efficiency_vs_1gpu")
-                ]
-                if key == "published" and effs == [None, None]:
-                    raise CaseError(
-                        f"case {name!r}: {key}[{j}] needs efficiency_vs_1node or efficiency_vs_1gpu"
-                    )
-                pts.append(Point(nodes, dpn, float(x), *effs))  # type: ignore[arg-type]
-            return tuple(pts)
-
-        measured, published = points("measured"), points("published")
-        dpn = hw.get("devices_per_node")
-        if not isinstance(dpn, int) or dpn < 1:
-            raise CaseError(f"case {name!r}: hardware.devices_per_node must be an integer >= 1")
-        has_node = any(p.nodes == 1 and p.devices_per_node == dpn for p in measured)
-        has_gpu = any(p.nodes * p.devices_per_node == 1 for p in measured)
-        if not has_node and not has_gpu:
-            raise CaseError(
-                f"case {name!r}: measured needs the 1-node point ({dpn} devices) or 1 GPU"
-            )
-        for j, p in enumerate(published):
-            if (p.efficiency_vs_1node is None and not has_gpu) or (
-                p.efficiency_vs_1node is not None and not has_node and p.efficiency_vs_1gpu is None
-            ):
-                raise CaseError(
-                    f"case {name!r}: published[{j}]'s efficiency has no measured reference "
-                    "point (1 node for efficiency_vs_1node, 1 GPU for efficiency_vs_1gpu)"
-                )
-        scaling = raw.get("scaling", "weak")
-        if scaling not in ("weak", "strong"):
-            raise CaseError(f"case {name!r}: scaling must be weak or strong, got {scaling!r}")
-        out.append(
-            Case(
-                name=name,
-                devices_per_node=dpn,
-                grad_bytes=_required(name, "model.grad_bytes", model.get("grad_bytes")),
-                bucket_mb=float(
-                    _number(name, "model.bucket_mb", model.get("bucket_mb"), optional=True)
-                    or DDP_BUCKET_MB
-                ),
-                scaling=scaling,
-                per_device_batch=_required(name, "per_device_batch", raw.get("per_device_batch")),
-                grad_accum=int(raw.get("grad_accum") or 1),
-                intra_busbw_gbps=_number(
-                    name, "hardware.intra_busbw_gbps", hw.get("intra_busbw_gbps"), optional=True
-                ),
-                inter_busbw_gbps=_number(
-                    name, "hardware.inter_busbw_gbps", hw.get("inter_busbw_gbps"), optional=True
-                ),
-                measured=measured,
-                published=published,
-                group=str(raw.get("source_group") or name),
-            )
-        )
-    return out
 
 
 def reference(case: Case) -> tuple[Point, str]:
@@ -215,11 +75,24 @@ def case_model(
     """The step model a case's measured points give (see the module doc), with what it
     leaves of the anchor's step carried as ``carry`` says (:data:`~.step_model.CARRIES`)."""
     d = case.devices_per_node
-    b, k = case.per_device_batch, case.grad_accum
+    b = case.per_device_batch
     ref, _ = reference(case)
     one_node = next((p for p in case.measured if p.nodes == 1 and p.devices_per_node == d), None)
     one_gpu = next((p for p in case.measured if p.nodes * p.devices_per_node == 1), None)
     t_node = b / (one_node or ref).throughput_per_device
+    draft = _draft(case, ref, sigma_share, carry)
+    compute = _compute_step(case, draft, one_gpu, t_node)
+    model = replace(draft, compute_per_sample_s=compute / b)
+    if one_node is None:  # only 1 GPU measured: it is the anchor, nothing to offset
+        return replace(model, anchor_world=1, anchor_nodes=1)
+    return _anchored(case, model, t_node)
+
+
+def _draft(case: Case, ref: Point, sigma_share: float, carry: str) -> StepModel:
+    """The case's model before its compute is known: its buckets, its network (the stated
+    links, or assumed ones) and its reference point's step, anchored at one node."""
+    d = case.devices_per_node
+    b, k = case.per_device_batch, case.grad_accum
     buckets = tuple(ddp_bucket_bytes(int(case.grad_bytes), int(case.bucket_mb * 1e6)))
     intra_bw = case.intra_busbw_gbps or INTRA_DEFAULT_GBPS
     intra = Level(
@@ -228,7 +101,6 @@ def case_model(
         2,
         "intra-node: the case's link" if case.intra_busbw_gbps else "intra: assumed",
     )
-    multi = [p for p in case.measured if p.nodes > 1]
     if case.inter_busbw_gbps:
         inter = Level(ALPHA_INTER_S, case.inter_busbw_gbps, 2, "inter-node: the case's link")
         band = INTER_BAND
@@ -238,7 +110,7 @@ def case_model(
     net = Network(intra, inter, band, "", measured_nodes=1)
     strong = case.scaling == "strong"
     ref_world = ref.nodes * ref.devices_per_node
-    draft = StepModel(
+    return StepModel(
         per_device_batch=b,
         accumulate=k,
         compute_fixed_s=0.0,
@@ -259,17 +131,31 @@ def case_model(
         scaling_mode=case.scaling,
         carry=carry,
     )
+
+
+def _compute_step(case: Case, draft: StepModel, one_gpu: Point | None, t_node: float) -> float:
+    """Compute per step: the 1-GPU point's step time when measured, else the 1-node step
+    ``t_node`` less what the model exposes there."""
+    d = case.devices_per_node
+    b, k = case.per_device_batch, case.grad_accum
     if one_gpu is not None:
-        compute = b / one_gpu.throughput_per_device
-    else:  # the 1-node step less what the model exposes there (fixed point: it hides less
-        compute = t_node  # when compute is shorter)
-        for _ in range(20):
-            trial = replace(draft, compute_per_sample_s=compute / b)
-            exposed = trial.modelled_exposed(d, 1, buckets, k, 1.0, b)
-            compute = max((t_node - exposed) / (1 + sigma_share * expected_max(d)), 0.1 * t_node)
-    model = replace(draft, compute_per_sample_s=compute / b)
-    if one_node is None:  # only 1 GPU measured: it is the anchor, nothing to offset
-        return replace(model, anchor_world=1, anchor_nodes=1)
+        return b / one_gpu.throughput_per_device
+    # a fixed point: the model hides less when compute is shorter
+    compute = t_node
+    for _ in range(20):
+        trial = replace(draft, compute_per_sample_s=compute / b)
+        exposed = trial.modelled_exposed(d, 1, draft.bucket_bytes, k, 1.0, b)
+        compute = max((t_node - exposed) / (1 + draft.sigma_share * expected_max(d)), 0.1 * t_node)
+    return compute
+
+
+def _anchored(case: Case, model: StepModel, t_node: float) -> StepModel:
+    """The model anchored at the largest measured multi-node point, else at the 1-node one
+    (step ``t_node``), with what it leaves of the anchor's step carried."""
+    d = case.devices_per_node
+    b, k = case.per_device_batch, case.grad_accum
+    strong = case.scaling == "strong"
+    multi = [p for p in case.measured if p.nodes > 1]
     if multi:  # the largest measured multi-node point is the anchor
         top = max(multi, key=lambda p: p.nodes)
         world = top.nodes * top.devices_per_node
@@ -277,7 +163,7 @@ def case_model(
         # its accumulation shrinking first (the micro-batch kept)
         b_a = b * d / world if strong else b
         k_a = max(1, math.floor(k * d / world + 1e-9)) if strong else k
-        net = replace(net, measured_nodes=top.nodes)
+        net = replace(model.network, measured_nodes=top.nodes)
         model = replace(
             model,
             per_device_batch=b_a,
@@ -408,3 +294,24 @@ def cross_validated(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) ->
         by_key.setdefault(str(s["case"]), []).append(s)
     ordered = [by_key[c.name].pop(0) for c in cases for _ in c.published]
     return _result(cases, prepared, ordered)
+
+
+__all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cases
+    "ALPHA_INTER_S",
+    "ALPHA_INTRA_S",
+    "INTER_BAND",
+    "INTRA_DEFAULT_GBPS",
+    "SIGMA_SHARE",
+    "UNKNOWN_INTER_BAND",
+    "UNKNOWN_INTER_SHARE",
+    "Case",
+    "CaseError",
+    "Point",
+    "backtest",
+    "case_model",
+    "centre_carry",
+    "cross_validated",
+    "prepare",
+    "read_cases",
+    "reference",
+]

@@ -21,7 +21,7 @@ Which interval, and around what
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,3 +225,14 @@ def finite_mean(values: Sequence[float]) -> float:
     """The mean of the finite values (NaN when there is none)."""
     finite = [v for v in values if math.isfinite(v)]
     return math.fsum(finite) / len(finite) if finite else math.nan
+
+
+def ratio_or_nan(a: float, b: float) -> float:
+    """``a / b``, NaN where ``b`` is zero or NaN."""
+    return a / b if b and not math.isnan(b) else math.nan
+
+
+def number_at(data: Any, key: str) -> float:
+    """``data[key]`` as a float when ``data`` is a mapping and that is a finite number, else NaN."""
+    value = finite_number(data.get(key)) if isinstance(data, Mapping) else None
+    return math.nan if value is None else value

@@ -370,7 +370,7 @@ class StepModel:
 
 @dataclass
 class ScalePoint:
-    """One measured scale of a series: its runs' parts (analysis.compute.waterfall.RunParts)."""
+    """One measured scale of a series: its runs' parts (analysis.compute.run_parts.RunParts)."""
 
     world: int
     nodes: int
@@ -421,31 +421,11 @@ def fit_series(
         return Fit(None, net.missing or "the anchor's all-reduce was not fitted")
     k = max(1, int(anchor.accumulate))
     batch = finite_mean([float(p.per_device_batch_size) for p in a_parts])
-    # compute per micro-batch against its size, over the multi-device points
-    xs, ys = [], []
-    for pt in multi:
-        rec = [p for p in pt.parts if p.recorded]
-        kk = max(1, int(pt.accumulate))
-        for p in rec:
-            xs.append(p.per_device_batch_size / kk)
-            ys.append(p.compute_step_s / kk)
-    fixed, per_sample = _line(xs, ys)
+    fixed, per_sample = _compute_line(multi)
     inputs = finite_mean([p.input_step_s / p.per_device_batch_size for p in a_parts])
     overlap = finite_mean([p.overlap_step_s for p in a_parts])
     overlap = 0.0 if math.isnan(overlap) else overlap
-    # straggler spread as a share of each point's own compute (under strong scaling the
-    # smaller scales have more compute per rank), against the expected maximum, through 0
-    num = den = 0.0
-    for pt in multi:
-        rec = [p for p in pt.parts if p.recorded]
-        w = finite_mean(
-            [p.skew_step_s + (0.0 if math.isnan(p.jitter_step_s) else p.jitter_step_s) for p in rec]
-        )
-        c = finite_mean([p.compute_step_s for p in rec])
-        if math.isfinite(w) and math.isfinite(c) and c > 0:
-            m = expected_max(pt.world)
-            num, den = num + max(w, 0.0) / c * m, den + m * m
-    sigma_share = num / den if den else 0.0
+    sigma_share = _straggler_share(multi)
     buckets = tuple(float(b) for b in a_parts[0].bucket_bytes)
     exposed_meas = finite_mean([p.comm_step_s for p in a_parts])
     draft = StepModel(
@@ -476,6 +456,35 @@ def fit_series(
     return Fit(model, "", scaled)
 
 
+def _compute_line(multi: Sequence[ScalePoint]) -> tuple[float, float]:
+    """Compute per micro-batch against its size, over the multi-device points: (fixed
+    seconds, seconds per sample) of :func:`_line`."""
+    xs, ys = [], []
+    for pt in multi:
+        rec = [p for p in pt.parts if p.recorded]
+        kk = max(1, int(pt.accumulate))
+        for p in rec:
+            xs.append(p.per_device_batch_size / kk)
+            ys.append(p.compute_step_s / kk)
+    return _line(xs, ys)
+
+
+def _straggler_share(multi: Sequence[ScalePoint]) -> float:
+    """The straggler spread as a share of each point's own compute (under strong scaling the
+    smaller scales have more compute per rank), against the expected maximum, through 0."""
+    num = den = 0.0
+    for pt in multi:
+        rec = [p for p in pt.parts if p.recorded]
+        w = finite_mean(
+            [p.skew_step_s + (0.0 if math.isnan(p.jitter_step_s) else p.jitter_step_s) for p in rec]
+        )
+        c = finite_mean([p.compute_step_s for p in rec])
+        if math.isfinite(w) and math.isfinite(c) and c > 0:
+            m = expected_max(pt.world)
+            num, den = num + max(w, 0.0) / c * m, den + m * m
+    return num / den if den else 0.0
+
+
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     """(a, c) of y = a + c x: least squares where x varies, else through 0; a kept >= 0."""
     pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y) and x > 0]
@@ -493,25 +502,9 @@ def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 def network_from_points(multi: Sequence[ScalePoint]) -> Network:
     """The levels the sweep measured: intra-node from its largest single-node point,
     inter-node from its largest multi-node one, with the band the number of nodes allows."""
-
-    def level(pts: Sequence[ScalePoint], where: str) -> Level | None:
-        if not pts:
-            return None
-        pt = max(pts, key=lambda q: (q.nodes, q.world))
-        rec = [p for p in pt.parts if p.recorded]
-        alpha = finite_mean([p.alpha_s for p in rec])
-        bw = finite_mean([p.fit_busbw_gbps for p in rec])
-        source = f"{where}: the all-reduce sweep of the {pt.nodes}x{pt.devices_per_node} runs"
-        if not math.isfinite(bw):  # a latency-only fit: never an infinite bandwidth
-            bw = finite_mean([p.busbw_gbps for p in rec])
-            source += " (its fit had no bandwidth term: the bus bandwidth of its largest message)"
-        if not math.isfinite(alpha) or not math.isfinite(bw) or bw <= 0:
-            return None
-        return Level(alpha, bw, pt.world, source)
-
-    intra = level([p for p in multi if p.nodes <= 1], "intra-node")
+    intra = _measured_level([p for p in multi if p.nodes <= 1], "intra-node")
     inter_pts = [p for p in multi if p.nodes > 1]
-    inter = level(inter_pts, "inter-node")
+    inter = _measured_level(inter_pts, "inter-node")
     missing = (
         "the all-reduce sweep measured no bus bandwidth (latency-bound, or cut short by "
         "diagnosis.allreduce_budget_s): nothing says what a larger gradient costs; pass "
@@ -561,6 +554,23 @@ def network_from_points(multi: Sequence[ScalePoint]) -> Network:
             "narrower band"
         ),
     )
+
+
+def _measured_level(pts: Sequence[ScalePoint], where: str) -> Level | None:
+    """The level the all-reduce sweep of the largest of ``pts`` fitted (None without one)."""
+    if not pts:
+        return None
+    pt = max(pts, key=lambda q: (q.nodes, q.world))
+    rec = [p for p in pt.parts if p.recorded]
+    alpha = finite_mean([p.alpha_s for p in rec])
+    bw = finite_mean([p.fit_busbw_gbps for p in rec])
+    source = f"{where}: the all-reduce sweep of the {pt.nodes}x{pt.devices_per_node} runs"
+    if not math.isfinite(bw):  # a latency-only fit: never an infinite bandwidth
+        bw = finite_mean([p.busbw_gbps for p in rec])
+        source += " (its fit had no bandwidth term: the bus bandwidth of its largest message)"
+    if not math.isfinite(alpha) or not math.isfinite(bw) or bw <= 0:
+        return None
+    return Level(alpha, bw, pt.world, source)
 
 
 def network_from_profile(profile: Mapping[str, Any], intra: Level | None) -> Network:

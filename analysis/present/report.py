@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.analyze import Analysis
-from analysis.compute.waterfall import findings
+from analysis.compute.findings import findings
 from analysis.present.tables import DisplayTable, markdown
 from analysis.read.parse import Problem
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.compute.projection import project_points
+from analysis.compute.run_parts import RunParts
 from analysis.compute.step_model import (
     Level,
     ScalePoint,
@@ -25,7 +26,6 @@ from analysis.compute.step_model import (
     exposed_after_backward,
     fit_series,
 )
-from analysis.compute.waterfall import RunParts
 from scalescope.allreduce_model import bus_factor, ddp_bucket_bytes
 
 

@@ -21,17 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analysis.analyze import analyze
-from analysis.compute.waterfall import (
-    NOT_RECORDED,
-    PARTS,
-    attribute,
-    chart_slugs,
-    finding,
-    findings,
-    hidden_share,
-    run_parts,
-    waterfall,
-)
+from analysis.compute.findings import finding, findings
+from analysis.compute.run_parts import hidden_share, run_parts
+from analysis.compute.waterfall import NOT_RECORDED, PARTS, attribute, chart_slugs, waterfall
 from analysis.present.tables import diagnosis_table
 from analysis.read.frame import load_all
 from scalescope.record import ResultRecord, decode_line, encode

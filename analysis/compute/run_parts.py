@@ -1,0 +1,327 @@
+"""One run's step split, read from its record's ``diagnosis`` (definitions: the module doc of
+:mod:`analysis.compute.waterfall`): input, compute, overlap, rank skew, rotating stragglers
+and exposed communication per step on the typical rank, with why any part is not recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from analysis.compute.stats import finite_number, is_number, number_at, summarize
+
+
+class _Malformed(ValueError):
+    """A diagnosis dict that does not follow the record's layout."""
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """One run's step split, per step on the typical rank (seconds); NaN = not recorded."""
+
+    t_s: float
+    """Headline time per sample per device: 1 / steady_samples_per_s_per_device."""
+    per_device_batch_size: int | None
+    input_step_s: float = math.nan
+    compute_step_s: float = math.nan
+    skew_step_s: float = math.nan
+    jitter_step_s: float = math.nan
+    comm_step_s: float = math.nan
+    overlap_step_s: float = math.nan
+    """Backward slowed by the all-reduce beside it (the calibration's synced minus no_sync
+    time to the last gradient), taken out of compute; NaN when not measured (then it stays
+    inside compute)."""
+    reason: str = ""
+    """Why nothing is recorded ('' when the breakdown is there)."""
+    overlap_note: str = ""
+    """Why a measured overlap slowdown was left inside compute (its interval over the
+    calibration's pairs of windows includes 0, or lies below it); '' otherwise."""
+    comm_reason: str = ""
+    """Why exposed communication is not recorded ('' when it is, or is 0 on one device)."""
+    jitter_reason: str = ""
+    """Why rotating stragglers are not recorded ('' when they are)."""
+    comm_source: str = ""
+    """Where exposed communication came from: ``steps`` (every rank's training steps),
+    ``calibration`` (older records) or '' (one device, or not recorded)."""
+    calibration_comm_s: float = math.nan
+    """The calibration windows' estimate, a cross-check (NaN when not measured)."""
+    typical_rank: int | None = None
+    slowest_rank: int | None = None
+    slowest_node: str | None = None
+    rank_skew: float = math.nan
+    hidden_share: float = math.nan
+    hidden_reason: str = ""
+    busbw_gbps: float = math.nan
+    """The all-reduce baseline's bus bandwidth at its largest message (8 MiB at least)."""
+    alpha_s: float = math.nan
+    """The fitted all-reduce latency α of t(n) = α + n·2(p-1)/p / busbw."""
+    fit_busbw_gbps: float = math.nan
+    """The fitted bus bandwidth of that model."""
+    predicted_allreduce_s: float = math.nan
+    exposed_comm_s: float = math.nan
+    bucket_bytes: tuple[int, ...] = ()
+    """The all-reduce's buckets in the order DDP sends them (its own, or estimated)."""
+    gradient_bytes: float = math.nan
+
+    @property
+    def recorded(self) -> bool:
+        return not self.reason
+
+    def per_sample(self, component: str) -> float:
+        """Seconds per sample per device of one component (NaN when not recorded)."""
+        b = self.per_device_batch_size
+        value = getattr(self, f"{component}_step_s")
+        return value / b if b and b > 0 and not self.reason else math.nan
+
+
+def _num(data: Mapping[str, Any], key: str, where: str) -> float:
+    value = finite_number(data.get(key))
+    if value is None:
+        raise _Malformed(f"diagnosis.{where}{key} is not a number")
+    return value
+
+
+def _section(diagnosis: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = diagnosis.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _why(section: Mapping[str, Any], name: str) -> str:
+    status = section.get("status") or "missing"
+    reason = section.get("reason")
+    return f"{name} {status}" + (f": {reason}" if reason else "")
+
+
+def hidden_share(predicted_s: float, exposed_s: float) -> tuple[float, str]:
+    """Share of the predicted all-reduce time hidden behind backward:
+    clip(1 - exposed / predicted, 0, 1), and '' -- or NaN and why not."""
+    if math.isnan(predicted_s):
+        return math.nan, "no predicted all-reduce time"
+    if math.isnan(exposed_s):
+        return math.nan, "exposed communication not measured"
+    if predicted_s <= 0:
+        return math.nan, "predicted all-reduce time is not positive"
+    return min(1.0, max(0.0, 1.0 - exposed_s / predicted_s)), ""
+
+
+def _ranks(diagnosis: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    ranks = diagnosis.get("ranks")
+    if not isinstance(ranks, list) or not ranks:
+        raise _Malformed("diagnosis.ranks is not a list of ranks")
+    out: dict[int, Mapping[str, Any]] = {}
+    for i, entry in enumerate(ranks):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("rank"), int):
+            raise _Malformed(f"diagnosis.ranks[{i}].rank is not an integer")
+        for key in ("input_wait_s", "compute_s", "comm_wait_s", "own_s"):
+            _num(entry, key, f"ranks[{i}].")
+        out[int(entry["rank"])] = entry
+    return out
+
+
+def _pick_rank(diagnosis: Mapping[str, Any], key: str, by_rank: Mapping[int, Any]) -> int:
+    """``typical_rank`` / ``slowest_rank`` as recorded; derived from own_s when null."""
+    value = diagnosis.get(key)
+    if value is None:
+        order = sorted(by_rank, key=lambda r: (float(by_rank[r]["own_s"]), r))
+        return order[-1] if key == "slowest_rank" else order[(len(order) - 1) // 2]
+    if not isinstance(value, int) or isinstance(value, bool) or value not in by_rank:
+        raise _Malformed(f"diagnosis.{key} ({value!r}) names no rank in diagnosis.ranks")
+    return int(value)
+
+
+def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) -> RunParts:
+    """Read one record's ``diagnosis`` (see the module doc). Never raises: a missing,
+    switched-off or malformed breakdown gives a :class:`RunParts` whose ``reason`` says why."""
+    x = float(samples_per_s_per_device) if is_number(samples_per_s_per_device) else math.nan
+    t = 1.0 / x if math.isfinite(x) and x > 0 else math.nan
+    if diagnosis is None or (isinstance(diagnosis, float) and math.isnan(diagnosis)):
+        return RunParts(t, None, reason="record has no breakdown")
+    if not isinstance(diagnosis, Mapping):
+        return RunParts(t, None, reason="diagnosis is not an object")
+    b = diagnosis.get("per_device_batch_size")
+    batch = int(b) if isinstance(b, int) and not isinstance(b, bool) and b > 0 else None
+    if diagnosis.get("status") != "recorded":
+        return RunParts(t, batch, reason=_why(diagnosis, "diagnosis"))
+    if math.isnan(t):
+        return RunParts(t, batch, reason="no steady state")
+    try:
+        if batch is None:
+            raise _Malformed("diagnosis.per_device_batch_size is not a positive integer")
+        by_rank = _ranks(diagnosis)
+        typical = _pick_rank(diagnosis, "typical_rank", by_rank)
+        slowest = _pick_rank(diagnosis, "slowest_rank", by_rank)
+    except _Malformed as exc:
+        return RunParts(t, batch, reason=f"malformed: {exc}")
+    return _recorded(diagnosis, t, batch, by_rank, (typical, slowest), world_size)
+
+
+def _recorded(
+    diagnosis: Mapping[str, Any],
+    t: float,
+    batch: int,
+    by_rank: Mapping[int, Mapping[str, Any]],
+    ranks: tuple[int, int],
+    world_size: int,
+) -> RunParts:
+    """The parts of a recorded, well-formed breakdown; ``ranks``: the typical and the slowest
+    rank."""
+    typical, slowest = ranks
+    typ, slow = by_rank[typical], by_rank[slowest]
+    calibration = _section(diagnosis, "calibration")
+    allreduce = _section(diagnosis, "allreduce")
+    calibrated = (
+        number_at(calibration, "exposed_comm_s")
+        if calibration.get("status") == "measured"
+        else math.nan
+    )
+    own_typ, own_slow = float(typ["own_s"]), float(slow["own_s"])
+    overlap, overlap_note = overlap_slowdown(calibration, world_size)
+    if overlap_note:  # folded into compute: the calibration's estimate keeps it too
+        calibrated = _calibrated_without_overlap(calibration, calibrated)
+    compute = float(typ["compute_s"]) - (overlap if math.isfinite(overlap) else 0.0)
+    skew = number_at(diagnosis, "rank_skew")
+    if math.isnan(skew) and own_typ > 0:
+        skew = (own_slow - own_typ) / own_typ
+    node = slow.get("node")
+    return RunParts(
+        t_s=t,
+        per_device_batch_size=batch,
+        input_step_s=float(typ["input_wait_s"]),
+        compute_step_s=compute,
+        overlap_step_s=overlap,
+        overlap_note=overlap_note,
+        **_communication(typ, own_typ, own_slow, calibration, allreduce, calibrated, world_size),
+        calibration_comm_s=calibrated,
+        typical_rank=typical,
+        slowest_rank=slowest,
+        slowest_node=str(node) if node is not None else None,
+        rank_skew=skew,
+        **_allreduce(allreduce),
+    )
+
+
+def _communication(
+    typ: Mapping[str, Any],
+    own_typ: float,
+    own_slow: float,
+    calibration: Mapping[str, Any],
+    allreduce: Mapping[str, Any],
+    calibrated: float,
+    world_size: int,
+) -> dict[str, Any]:
+    """The typical rank's communication wait split into exposed all-reduce, rank skew and
+    rotating stragglers, and the share of the all-reduce hidden: :class:`RunParts` fields."""
+    jitter, jitter_reason, source = math.nan, "", ""
+    if world_size <= 1:
+        comm_reason = ""  # one device: no all-reduce, honestly nothing
+        skew_s, jitter = 0.0, 0.0
+        exposed = 0.0
+        hidden, hidden_reason = math.nan, "1 device: nothing to all-reduce"
+    else:
+        wait = number_at(typ, "wait_s")
+        if math.isfinite(wait):  # every rank's steps: the exposed all-reduce and the waits
+            exposed, source = float(typ["comm_wait_s"]) - wait, "steps"
+            skew_s = min(max(own_slow - own_typ, 0.0), max(wait, 0.0))
+            jitter = wait - skew_s
+        else:  # an older record: the calibration's estimate, and no rotating part
+            exposed, source = calibrated, "calibration" if math.isfinite(calibrated) else ""
+            skew_s = own_slow - own_typ
+            jitter_reason = "no per-step waits in this record (recorded before they existed)"
+        comm_reason = _why(calibration, "calibration") if math.isnan(exposed) else ""
+        predicted = (
+            number_at(allreduce, "predicted_step_s")
+            if allreduce.get("status") == "measured"
+            else math.nan
+        )
+        hidden, hidden_reason = hidden_share(predicted, exposed)
+        if math.isnan(predicted):
+            hidden_reason = _why(allreduce, "all-reduce baseline")
+    return dict(
+        comm_step_s=exposed,
+        comm_reason=comm_reason,
+        skew_step_s=skew_s,
+        jitter_step_s=jitter,
+        jitter_reason=jitter_reason,
+        comm_source=source,
+        exposed_comm_s=exposed,
+        hidden_share=hidden,
+        hidden_reason=hidden_reason,
+    )
+
+
+def _allreduce(allreduce: Mapping[str, Any]) -> dict[str, Any]:
+    """What the record's all-reduce baseline measured: :class:`RunParts` fields."""
+    return dict(
+        busbw_gbps=number_at(allreduce, "busbw_gbps"),
+        alpha_s=number_at(allreduce.get("fit"), "alpha_s"),
+        fit_busbw_gbps=number_at(allreduce.get("fit"), "busbw_gbps"),
+        predicted_allreduce_s=number_at(allreduce, "predicted_step_s"),
+        bucket_bytes=_buckets(allreduce),
+        gradient_bytes=number_at(allreduce, "gradient_bytes"),
+    )
+
+
+OVERLAP_WITHIN_NOISE = "within noise"
+OVERLAP_BELOW_ZERO = "below zero beyond its noise"
+
+
+def overlap_slowdown(calibration: Mapping[str, Any], world_size: int) -> tuple[float, str]:
+    """The overlap slowdown to take out of compute (seconds per step), and '' -- or NaN
+    (left inside compute) and why.
+
+    It is a difference of two timings per pair of calibration windows (synced minus no_sync
+    time to the last gradient), so it is only taken out where its Student-t 95% interval over
+    the pairs lies above 0. An interval that includes 0 is noise, not a slowdown; one below 0
+    would say the all-reduce beside backward sped it up, which is a disagreement between the
+    windows, not a gain: neither is subtracted from anything. One pair: no interval, kept."""
+    if world_size <= 1:
+        return 0.0, ""
+    if calibration.get("status") != "measured":
+        return math.nan, ""
+    value = number_at(calibration, "overlap_slowdown_s")
+    diffs = calibration.get("overlap_diffs_s")
+    if math.isnan(value) or not isinstance(diffs, list):
+        return value, ""
+    s = summarize([d for d in diffs if finite_number(d) is not None])
+    if s.n < 2 or s.ci_low > 0:
+        return value, ""
+    span = f"{1e3 * s.mean:.2g} ms [{1e3 * s.ci_low:.2g}, {1e3 * s.ci_high:.2g}] over {s.n} pairs"
+    if s.ci_high < 0:
+        return math.nan, (
+            f"{OVERLAP_BELOW_ZERO} ({span}): the calibration's synced passes reached their last "
+            "gradient sooner than its no_sync ones, so those windows disagree; left inside compute"
+        )
+    return math.nan, f"{OVERLAP_WITHIN_NOISE} ({span}): left inside compute"
+
+
+def _calibrated_without_overlap(calibration: Mapping[str, Any], calibrated: float) -> float:
+    """The calibration's exposed all-reduce with a folded overlap slowdown not subtracted
+    (the median over pairs of the recorded differences plus each pair's slowdown)."""
+    paired, overlap = calibration.get("paired_diffs_s"), calibration.get("overlap_diffs_s")
+    if not (isinstance(paired, list) and isinstance(overlap, list)) or len(paired) != len(overlap):
+        return calibrated
+    sums = [finite_number(a) for a in paired], [finite_number(b) for b in overlap]
+    whole = [a + b for a, b in zip(*sums, strict=True) if a is not None and b is not None]
+    return summarize(whole).median if whole else calibrated
+
+
+def _buckets(allreduce: Mapping[str, Any]) -> tuple[int, ...]:
+    values = allreduce.get("bucket_bytes")
+    if not isinstance(values, list) or not values:
+        return ()
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return ()
+    return tuple(values)
+
+
+def group_parts(g: Any) -> list[tuple[pd.Series, RunParts]]:
+    """(row, :class:`RunParts`) of every run of one scale group (a ``ScaleGroup``)."""
+    diag = g.rows["diagnosis"] if "diagnosis" in g.rows else [None] * len(g.rows)
+    return [
+        (r, run_parts(d, r["steady_samples_per_s_per_device"], g.world_size))
+        for (_, r), d in zip(g.rows.iterrows(), diag, strict=True)
+    ]

@@ -1,0 +1,158 @@
+"""Reading the backtest's published cases (format: ``benchmarks/projection_cases.yaml``): per
+case, a model's gradient bytes and buckets, the hardware's devices per node and link
+bandwidths, its ``measured`` small-scale throughputs and its ``published`` larger-scale ones.
+What :mod:`analysis.compute.scoring` makes of them is its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DDP_BUCKET_MB = 25.0
+
+
+class CaseError(ValueError):
+    """A case that cannot be read; the message names the case and the field."""
+
+
+@dataclass(frozen=True)
+class Point:
+    nodes: int
+    devices_per_node: int
+    throughput_per_device: float
+    efficiency_vs_1node: float | None = None
+    efficiency_vs_1gpu: float | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    devices_per_node: int
+    grad_bytes: float
+    bucket_mb: float
+    scaling: str
+    per_device_batch: float
+    grad_accum: int
+    intra_busbw_gbps: float | None
+    inter_busbw_gbps: float | None
+    measured: tuple[Point, ...]
+    published: tuple[Point, ...]
+    group: str = ""
+    """The source the case comes from (``source_group``, else its name): cross-validation
+    leaves one source out at a time, since cases of one source share its methods."""
+
+
+def _number(case: str, where: str, value: Any, *, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise CaseError(f"case {case!r}: {where} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _required(case: str, where: str, value: Any) -> float:
+    number = _number(case, where, value)
+    assert number is not None
+    return number
+
+
+def read_cases(path: str) -> list[Case]:
+    """Every case of the file at ``path``; :class:`CaseError` names the first thing wrong."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CaseError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise CaseError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise CaseError(f"{path}: expected a mapping with a list 'cases'")
+    out = []
+    for i, raw in enumerate(data["cases"]):
+        if not isinstance(raw, dict):
+            raise CaseError(f"{path}: cases[{i}] is not a mapping")
+        out.append(_case(str(raw.get("name") or f"cases[{i}]"), raw))
+    return out
+
+
+def _case(name: str, raw: dict[str, Any]) -> Case:
+    """One case, checked field by field."""
+    hw, model = raw.get("hardware") or {}, raw.get("model") or {}
+    if not isinstance(hw, dict) or not isinstance(model, dict):
+        raise CaseError(f"case {name!r}: hardware and model must be mappings")
+    measured, published = _points(name, raw, "measured"), _points(name, raw, "published")
+    dpn = hw.get("devices_per_node")
+    if not isinstance(dpn, int) or dpn < 1:
+        raise CaseError(f"case {name!r}: hardware.devices_per_node must be an integer >= 1")
+    _check_references(name, dpn, measured, published)
+    scaling = raw.get("scaling", "weak")
+    if scaling not in ("weak", "strong"):
+        raise CaseError(f"case {name!r}: scaling must be weak or strong, got {scaling!r}")
+    return Case(
+        name=name,
+        devices_per_node=dpn,
+        grad_bytes=_required(name, "model.grad_bytes", model.get("grad_bytes")),
+        bucket_mb=float(
+            _number(name, "model.bucket_mb", model.get("bucket_mb"), optional=True) or DDP_BUCKET_MB
+        ),
+        scaling=scaling,
+        per_device_batch=_required(name, "per_device_batch", raw.get("per_device_batch")),
+        grad_accum=int(raw.get("grad_accum") or 1),
+        intra_busbw_gbps=_number(
+            name, "hardware.intra_busbw_gbps", hw.get("intra_busbw_gbps"), optional=True
+        ),
+        inter_busbw_gbps=_number(
+            name, "hardware.inter_busbw_gbps", hw.get("inter_busbw_gbps"), optional=True
+        ),
+        measured=measured,
+        published=published,
+        group=str(raw.get("source_group") or name),
+    )
+
+
+def _points(name: str, raw: dict[str, Any], key: str) -> tuple[Point, ...]:
+    """A case's ``measured`` or ``published`` points."""
+    rows = raw.get(key)
+    if not isinstance(rows, list) or not rows:
+        raise CaseError(f"case {name!r}: {key} must be a non-empty list")
+    pts = []
+    for j, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise CaseError(f"case {name!r}: {key}[{j}] is not a mapping")
+        nodes = r.get("nodes")
+        dpn = r.get("devices_per_node")
+        if not isinstance(nodes, int) or not isinstance(dpn, int) or nodes < 1 or dpn < 1:
+            raise CaseError(f"case {name!r}: {key}[{j}] needs integer nodes and devices_per_node")
+        x = _number(name, f"{key}[{j}].throughput_per_device", r.get("throughput_per_device"))
+        effs = [
+            _number(name, f"{key}[{j}].{k}", r.get(k), optional=True)
+            for k in ("efficiency_vs_1node", "efficiency_vs_1gpu")
+        ]
+        if key == "published" and effs == [None, None]:
+            raise CaseError(
+                f"case {name!r}: {key}[{j}] needs efficiency_vs_1node or efficiency_vs_1gpu"
+            )
+        pts.append(Point(nodes, dpn, float(x), *effs))  # type: ignore[arg-type]
+    return tuple(pts)
+
+
+def _check_references(
+    name: str, dpn: int, measured: tuple[Point, ...], published: tuple[Point, ...]
+) -> None:
+    """Every published efficiency needs its reference among the measured points: the 1-node
+    point for ``efficiency_vs_1node``, 1 GPU for ``efficiency_vs_1gpu``."""
+    has_node = any(p.nodes == 1 and p.devices_per_node == dpn for p in measured)
+    has_gpu = any(p.nodes * p.devices_per_node == 1 for p in measured)
+    if not has_node and not has_gpu:
+        raise CaseError(f"case {name!r}: measured needs the 1-node point ({dpn} devices) or 1 GPU")
+    for j, p in enumerate(published):
+        if (p.efficiency_vs_1node is None and not has_gpu) or (
+            p.efficiency_vs_1node is not None and not has_node and p.efficiency_vs_1gpu is None
+        ):
+            raise CaseError(
+                f"case {name!r}: published[{j}]'s efficiency has no measured reference "
+                "point (1 node for efficiency_vs_1node, 1 GPU for efficiency_vs_1gpu)"
+            )
