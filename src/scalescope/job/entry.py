@@ -665,7 +665,8 @@ class _Diagnosis:
     def create(cls, cfg: TrainConfig, timing: Any, topo: Topology, node: str) -> _Diagnosis | None:
         if not cfg.diagnosis.enabled:
             return None
-        from .diagnosis import BeforeTiming, StepBreakdown
+        from .diagnosis import BeforeTiming
+        from .step_breakdown import StepBreakdown
 
         before = BeforeTiming(
             cfg.diagnosis,
