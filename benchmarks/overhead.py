@@ -38,9 +38,9 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from scalescope.config import TrainerConfig
-from scalescope.job.entry import build_trainer
 from scalescope.job.timing import TimingCallback
 from scalescope.job.topology import Topology
+from scalescope.job.trainer_setup import build_trainer
 from scalescope.workloads.params import SpiralParams
 from scalescope.workloads.spiral import SpiralDataModule, SpiralMLP, make_spirals
 

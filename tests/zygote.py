@@ -54,6 +54,7 @@ def _preload() -> None:
     import scalescope.cli
     import scalescope.job.diagnosis
     import scalescope.job.entry
+    import scalescope.job.step_breakdown
     import scalescope.job.timing
     import scalescope.workloads.base  # noqa: F401
 

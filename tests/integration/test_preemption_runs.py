@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core_helpers import slow_exit_env, two_rank_run
 
-from scalescope.job.entry import EXIT_STOPPED
+from scalescope.job.fitting import EXIT_STOPPED
 from scalescope.job.timing import READY_LINE
 from scalescope.record import read_result_json
 
