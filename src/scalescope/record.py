@@ -134,7 +134,8 @@ class ResultRecord:
     val_loss_best: float | None
     val_acc_best: float | None
     peak_mem_gib: list[float] | None
-    """Peak device memory allocated per rank (GPU only; None on CPU)."""
+    """Peak device memory allocated per rank in training (GPU only; None on CPU); validation's
+    is ``val_peak_mem_gib``."""
     peak_host_rss_gib: list[float]
     """Peak resident set size per rank process."""
     model_flops_per_sample: float | None
@@ -186,6 +187,10 @@ class ResultRecord:
     constructor, or None; ``data``: whether the ranks' data were split, and how that was
     checked). The identity's batch sizes are then the measured ones. None for built-in
     workloads, whose batches are the configured ones, and in older records."""
+    val_peak_mem_gib: list[float] | None = None
+    """Peak device memory allocated per rank in validation, apart from training's
+    (``peak_mem_gib``): validation often runs a larger batch. None on CPUs, without
+    validation, and in older records."""
     compile: dict[str, Any] | None = None
     """``torch.compile`` in the run (``trainer.compile``, or the module's own): ``enabled``,
     ``by`` (scalescope or the module), ``backend``, compile seconds before training

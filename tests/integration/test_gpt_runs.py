@@ -85,3 +85,50 @@ def test_bf16_mixed_on_the_cpu_trains_and_says_so(tmp_path: Path) -> None:
     assert r.identity.precision == "bf16-mixed"
     assert r.val_loss_final is not None
     assert r.val_loss_final < 0.7 * math.log(GptParams().shape().vocab_size)
+
+
+def test_a_cpu_run_records_no_device_memory_and_no_compute_split(
+    runs: dict[str, TrainRun],
+) -> None:
+    """No device: no device memory in either phase, and compute is not split into GPU work
+    and host overhead, with the reason."""
+    from scalescope.job.compute_split import CPU_REASON
+
+    r = _finished(runs["two"])
+    assert r.peak_mem_gib is None and r.val_peak_mem_gib is None
+    assert r.diagnosis is not None
+    assert r.diagnosis["compute_split"] == {
+        "status": "not recorded",
+        "reason": CPU_REASON,
+        "source": None,
+        "ranks": None,
+    }
+
+
+@pytest.mark.gpu
+def test_validations_larger_batch_is_recorded_apart_from_trainings_peak(tmp_path: Path) -> None:
+    """On a GPU: 2-sequence training steps beside 64-sequence validation batches, whose logits
+    (64 x 256 x 8192) dwarf training's whole state: the training peak stays below validation's,
+    where one peak over the fit would have reported validation's."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible (torch.cuda.is_available() is False)")
+    run = run_train(
+        tmp_path,
+        "workload.name=gpt",
+        "workload.preset=small",
+        "workload.train_sequences=64",
+        "workload.val_sequences=128",
+        "trainer.batch_size=2",
+        "trainer.max_epochs=2",
+        "trainer.accelerator=gpu",
+        "trainer.devices=1",
+        "trainer.precision=bf16-mixed",
+        "tracking.mode=off",
+        output_dir=tmp_path / "out",
+    )
+    r = _finished(run)
+    assert r.peak_mem_gib is not None and r.val_peak_mem_gib is not None
+    assert r.peak_mem_gib[0] < r.val_peak_mem_gib[0]
+    assert f"(validation {r.val_peak_mem_gib[0]:.2f} GiB)" in run.stdout

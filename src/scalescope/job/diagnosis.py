@@ -34,6 +34,7 @@ import torch
 
 from ..allreduce_model import estimate_bucket_bytes
 from ..config import DiagnosisConfig, FaultsConfig
+from .compute_split import compute_split
 from .timing import Timings
 
 
@@ -203,6 +204,7 @@ def assemble(
         out["calibration"]["steps"] = calibration_steps
     out["allreduce"] = dict(allreduce)
     out["nvml"] = dict(nvml)
+    out["compute_split"] = compute_split(ranks, nvml, clock)
     out["overhead_s"] = {
         "calibration": out["calibration"].get("seconds"),
         "allreduce_baseline": allreduce.get("seconds"),

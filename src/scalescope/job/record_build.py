@@ -251,6 +251,7 @@ def build_result(
         val_time_s=agreed.val_time_s,
         job_time_s=agreed.job_time_s,
         peak_mem_gib=agreed.peak_mem_gib,
+        val_peak_mem_gib=agreed.val_peak_mem_gib,
         peak_host_rss_gib=agreed.peak_host_rss_gib,
         **epochs,
         **speed,
@@ -405,6 +406,8 @@ def _summary_line(r: record.ResultRecord) -> str:
     if val and r.val_acc_final is not None:
         val += f" acc {r.val_acc_final:.4f}"
     mem = f"; peak mem {max(r.peak_mem_gib):.2f} GiB" if r.peak_mem_gib else ""
+    if mem and r.val_peak_mem_gib:
+        mem += f" (validation {max(r.val_peak_mem_gib):.2f} GiB)"
     steady = (
         f"; steady state {r.steady_samples_per_s:,.0f} samples/s after {r.warmup_steps} "
         "warm-up steps"

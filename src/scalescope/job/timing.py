@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from ..config import WARMUP_AUTO_MAX_STEPS
 from ..procinfo import peak_host_rss_gib, process_start_unix
+from .peak_memory import DevicePeaks
 
 __all__ = [
     "STREAM_NOTE",
@@ -67,6 +68,8 @@ class Timings:
     while training never got past the warm-up."""
     warmup_train_s: float = float("nan")
     """Training time (validation excluded) from train start to the end of the warm-up."""
+    peaks: DevicePeaks | None = None
+    """Training's and validation's peak device memory, apart (CUDA only)."""
 
 
 def resolve_warmup(
@@ -139,6 +142,7 @@ class TimingCallback(L.Callback):
         device = trainer.strategy.root_device
         if device.type == "cuda":
             self._sync = lambda: torch.cuda.synchronize(device)
+        self.t.peaks = DevicePeaks.of(device)
         _thin_sigterm_broadcast(trainer, self.every)
 
     # -- train ---------------------------------------------------------------------------
@@ -202,6 +206,8 @@ class TimingCallback(L.Callback):
             return
         self._val_start = self._now()
         self._last_stamp = None  # a window must not span validation
+        if self.t.peaks is not None:
+            self.t.peaks.validation_starts()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -209,6 +215,8 @@ class TimingCallback(L.Callback):
         elapsed = self._now() - self._val_start
         self._epoch_val_s += elapsed
         self.t.val_time_s += elapsed
+        if self.t.peaks is not None:
+            self.t.peaks.validation_ends()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Lightning runs the epoch's validation before this hook: subtract it.
@@ -292,6 +300,9 @@ class Agreed:
     val_time_s: float
     node_names: list[str]
     peak_mem_gib: list[float] | None
+    """Training's peak device memory per rank (validation's apart); None on CPUs."""
+    val_peak_mem_gib: list[float] | None
+    """Validation's peak device memory per rank; None on CPUs or without validation."""
     peak_host_rss_gib: list[float]
     warmup_steps: int | None
     """Steps left out as warm-up (the same on every rank); None if training ended in it."""
@@ -318,8 +329,7 @@ def agree(
     (``trainer.collective_timeout_s``): a rank that died makes the others fail within it.
     ``extra`` (the diagnosis' per-rank part) travels in the same gather.
     """
-    device = trainer.strategy.root_device
-    peak_dev = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    peaks = t.peaks
     mine = {
         "start": t.process_start_unix,
         "train_start": t.train_start_unix,
@@ -328,7 +338,8 @@ def agree(
         "steps": t.epoch_steps,
         "val": t.val_time_s,
         "node": node_name,
-        "peak_dev": peak_dev,
+        "peak_dev": peaks.training_gib() if peaks is not None else None,
+        "peak_val": peaks.validation_gib() if peaks is not None else None,
         "rss": peak_host_rss_gib(),
         "warmup_steps": t.warmup_steps,
         "steady": rank_steady_s(t),
@@ -345,6 +356,7 @@ def agree(
     end = max(r["end"] for r in everyone)
     epochs = [max(vals) for vals in zip(*(r["epochs"] for r in everyone), strict=True)]
     peaks = [r["peak_dev"] for r in everyone]
+    val_peaks = [r["peak_val"] for r in everyone]
     steady = [r["steady"] for r in everyone]
     warmup = everyone[0]["warmup_steps"]
     total_steps = sum(everyone[0]["steps"])
@@ -357,6 +369,7 @@ def agree(
         val_time_s=max(r["val"] for r in everyone),
         node_names=[r["node"] for r in everyone],
         peak_mem_gib=None if any(p is None for p in peaks) else peaks,
+        val_peak_mem_gib=None if any(p is None for p in val_peaks) else val_peaks,
         peak_host_rss_gib=[r["rss"] for r in everyone],
         warmup_steps=warmup,
         steady_time_s=max(steady) if has_steady else None,
