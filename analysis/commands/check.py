@@ -29,7 +29,7 @@ from analysis.compute.gate import (
     unreferenced,
     write_reference,
 )
-from analysis.present.tables import MISSING, DisplayTable, pct, sig
+from analysis.present.display import MISSING, DisplayTable, pct, sig
 
 
 def build_check_parser() -> argparse.ArgumentParser:

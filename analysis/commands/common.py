@@ -13,8 +13,9 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.present.display import DisplayTable
 from analysis.present.outdir import OutputError
-from analysis.present.tables import DisplayTable, markdown, rich_table
+from analysis.present.tables import markdown, rich_table
 from analysis.read.frame import Loaded, load_all
 from analysis.read.parse import Problem
 

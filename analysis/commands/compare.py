@@ -18,7 +18,7 @@ from analysis.commands.common import (
     warn,
 )
 from analysis.compute.compare import COMPARABLE, DEFAULT_ALPHA, DEFAULT_TOLERANCE, compare_runs
-from analysis.present.tables import MISSING, DisplayTable, devices_header, sig
+from analysis.present.display import MISSING, DisplayTable, devices_header, sig
 from analysis.read.frame import load_all
 
 

@@ -45,10 +45,11 @@ from analysis.compute.metrics import (
     DEFAULT_LOSS_TOLERANCE,
     BaselineSpec,
 )
+from analysis.present.display import DisplayTable
 from analysis.present.outdir import check_replaceable
 from analysis.present.report import Settings, document, dumps
 from analysis.present.summary_files import csv_frames, write_outputs
-from analysis.present.tables import DisplayTable, all_tables, markdown, rich_table
+from analysis.present.tables import all_tables, markdown, rich_table
 from analysis.read.frame import Loaded, load_all
 
 CSV_TABLES = (
@@ -268,7 +269,8 @@ def _markdown_all(tables: Sequence[DisplayTable], notes: Sequence[str]) -> str:
 def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 0) -> None:
     """The terminal's default: the headline tables, a line per failed job (its cause; at
     most ``max_rows``, 0 = all), and the notes."""
-    from analysis.present.tables import failure_label, headline_tables
+    from analysis.present.headline_tables import headline_tables
+    from analysis.present.tables import failure_label
 
     console = rich_console(sys.stdout)
     for t in headline_tables(analysis):

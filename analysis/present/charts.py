@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogLocator, NullLocator
 
 from analysis.compute.metrics import DEFAULT_LOSS_TOLERANCE, EFFICIENCY_REFERENCE, efficiency_column
-from analysis.present.tables import devices_header
+from analysis.present.display import devices_header
 
 _SIZE = (7.5, 4.8)
 

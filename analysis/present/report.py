@@ -19,7 +19,8 @@ import pandas as pd
 
 from analysis.analyze import Analysis
 from analysis.compute.waterfall import findings
-from analysis.present.tables import DisplayTable, markdown
+from analysis.present.display import DisplayTable
+from analysis.present.tables import markdown
 from analysis.read.parse import Problem
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
 

@@ -13,10 +13,10 @@ import pandas as pd
 
 from analysis.analyze import Analysis
 from analysis.present.chart_files import chart_links, start_charts
+from analysis.present.display import DisplayTable
 from analysis.present.html_report import report_html
 from analysis.present.outdir import write_atomically
 from analysis.present.report import report_markdown
-from analysis.present.tables import DisplayTable
 from analysis.read.frame import Loaded
 
 
