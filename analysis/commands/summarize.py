@@ -373,20 +373,11 @@ def _default_out(first: str) -> Path:
     return (path if path.is_dir() else path.parent) / "summary"
 
 
-def _write(
-    args: argparse.Namespace,
-    target: Path,
-    loaded: Loaded,
-    analysis: Analysis,
-    tables: Sequence[DisplayTable],
-    doc: dict[str, Any],
-    doc_text: str,
+def _report_written(
+    args: argparse.Namespace, written: Path, loaded: Loaded, doc: dict[str, Any]
 ) -> None:
-    """The summary folder, then Comet where asked, each said on stderr; the report's path on
-    stdout under the headline view."""
-    written = write_outputs(
-        target, loaded, analysis, tables, doc, doc_text, not args.no_charts, args.jobs
-    )
+    """Where the summary went, on stderr; Comet where asked; the report's path on stdout
+    under the headline view."""
     print(
         f"{PROG}: wrote {written} (report.md, report.html, summary.json, CSV tables"
         f"{', charts' if not args.no_charts and len(loaded.runs) else ''})",
@@ -510,7 +501,10 @@ def summarize(args: argparse.Namespace) -> int:
     doc_text = dumps(doc) if args.format == "json" or target is not None else ""
     _print(args, loaded, analysis, tables, doc_text)
     if target is not None:
-        _write(args, target, loaded, analysis, tables, doc, doc_text)
+        written = write_outputs(
+            target, loaded, analysis, tables, doc, doc_text, not args.no_charts, args.jobs
+        )
+        _report_written(args, written, loaded, doc)
     elif args.format == "table" and not args.wide:
         print("Nothing written (--no-write); --wide prints every table here.")
     return 0
