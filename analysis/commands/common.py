@@ -16,8 +16,8 @@ import pandas as pd
 from analysis.present.display import DisplayTable
 from analysis.present.outdir import OutputError
 from analysis.present.tables import markdown, rich_table
+from analysis.read.files import Problem
 from analysis.read.frame import Loaded, load_all
-from analysis.read.parse import Problem
 
 PROG = "python -m analysis.summarize"
 FORMATS = ("table", "markdown", "json", "csv")

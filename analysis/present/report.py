@@ -21,7 +21,7 @@ from analysis.analyze import Analysis
 from analysis.compute.waterfall import findings
 from analysis.present.display import DisplayTable
 from analysis.present.tables import markdown
-from analysis.read.parse import Problem
+from analysis.read.files import Problem
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
 
 SUMMARY_SCHEMA_VERSION = 1

@@ -35,7 +35,7 @@ from analysis.present.display import (
     with_ci,
 )
 from analysis.present.projection_tables import projection_check_table, projection_table
-from analysis.read.parse import Problem
+from analysis.read.files import Problem
 
 # --- the tables ---------------------------------------------------------------------------------
 
