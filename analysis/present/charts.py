@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogLocator, NullLocator
 
 from analysis.compute.metrics import DEFAULT_LOSS_TOLERANCE, EFFICIENCY_REFERENCE, efficiency_column
-from analysis.present.tables import devices_header
+from analysis.present.display import devices_header
 
 _SIZE = (7.5, 4.8)
 
@@ -69,6 +69,14 @@ def _log_limits(ax: Any, values: Sequence[float]) -> None:
     finite = [v for v in values if v > 0 and math.isfinite(v)]
     if finite:
         ax.set_ylim(min(finite) / 2.5, max(finite) * 2.5)
+
+
+def _label_log2(ax: Any, frame: pd.DataFrame, ylabel: str, title: str) -> None:
+    """The labels, title and major grid of a chart against devices on a log2 axis."""
+    ax.set_xlabel(f"{devices_header(frame['accelerator'].tolist())} (log2)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
 
 
 def _mode_columns(part: pd.DataFrame) -> tuple[str, str]:
@@ -147,10 +155,7 @@ def speedup_chart(scaling: pd.DataFrame) -> Figure:
     _log2_x(ax, worlds)
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}")
-    ax.set_xlabel(f"{devices_header(scaling['accelerator'].tolist())} (log2)")
-    ax.set_ylabel("Speedup vs baseline (log2)")
-    ax.set_title("Speedup")
-    ax.grid(True, which="major", alpha=0.3)
+    _label_log2(ax, scaling, "Speedup vs baseline (log2)", "Speedup")
     _legend(ax, len(series) + 1)
     return fig
 
@@ -266,10 +271,7 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.0f}" if v >= 10 else f"{v:g}")
-    ax.set_xlabel(f"{devices_header(groups['accelerator'].tolist())} (log2)")
-    ax.set_ylabel("Throughput (samples/s, log scale)")
-    ax.set_title("Training throughput")
-    ax.grid(True, which="major", alpha=0.3)
+    _label_log2(ax, groups, "Throughput (samples/s, log scale)", "Training throughput")
     _legend(ax, len(series) + 1)
     return fig
 
@@ -294,10 +296,12 @@ def epoch_time_chart(groups: pd.DataFrame) -> Figure:
     ax.set_yscale("log")
     _log_limits(ax, values)
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}")
-    ax.set_xlabel(f"{devices_header(groups['accelerator'].tolist())} (log2)")
-    ax.set_ylabel("Time per epoch (s, log scale)")
-    ax.set_title("Time per epoch (training, validation excluded; 95% CI)")
-    ax.grid(True, which="major", alpha=0.3)
+    _label_log2(
+        ax,
+        groups,
+        "Time per epoch (s, log scale)",
+        "Time per epoch (training, validation excluded; 95% CI)",
+    )
     _legend_below(ax, len(series))
     return fig
 

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute.metrics import efficiency_column
-from analysis.present.tables import DisplayTable, devices_header, sig, with_ci
+from analysis.present.display import DisplayTable, devices_header, sig, with_ci
 
 CSS = """
 :root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --head: #f3f5f7; --alt: #fafbfc;

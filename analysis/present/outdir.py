@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from analysis.read.parse import SUMMARY_MARKER
+from analysis.read.files import SUMMARY_MARKER
 from scalescope.atomic import replace_dir_atomic
 
 

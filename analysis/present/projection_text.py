@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from analysis.compute.projection import SCAN_NODES, ProjectionResult
+from analysis.compute.projection import SCAN_NODES, ProjectionResult, SeriesProjection
 from analysis.compute.projection import percent_text as _pc
 from analysis.compute.step_model import CARRIES, CARRY_WORDS, StepModel
 
@@ -55,76 +55,101 @@ def findings(result: ProjectionResult) -> list[dict[str, str]]:
         rows = result.table[result.table["series"] == sp.series]
         if rows.empty:
             continue
-        top = rows[rows["nodes"] == rows["nodes"].max()]
-        plain = top[top["what_if"] == "as measured"].iloc[0]
-        e, lo, hi = plain["efficiency"], plain["efficiency_low"], plain["efficiency_high"]
-        text = [
-            f"At {_nodes_word(int(plain['nodes']))} ({int(plain['world_size'])} devices) the "
-            f"projected efficiency is {_pc(e)}% [{_pc(lo)}, {_pc(hi)}]"
-            if math.isfinite(e)
-            else f"At {_nodes_word(int(plain['nodes']))} no efficiency can be projected "
-            "(less than one sample per device and micro-batch)"
-        ]
-        if math.isfinite(e):
-            parts = {
-                "exposed all-reduce": plain["exposed_comm_step_s"],
-                "waiting for the slowest rank": plain["straggler_step_s"],
-                "compute": plain["compute_step_s"],
-                "input wait": plain["input_step_s"],
-                "backward slowed by the all-reduce": plain["overlap_step_s"],
-            }
-            big = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)[:3]
-            text[0] += (
-                f": a step of {_ms(plain['step_s'])}, of which "
-                + ", ".join(f"{k} {_ms(v)}" for v, k in big)
-                + "."
-            )
-        else:
-            text[0] += "."
-        central, earliest, latest = sp.crossing.get("as measured", (None, None, None))
-        model = sp.fit.model
-        assert model is not None
-        if math.isfinite(e):
-            text.append(_explanation(model, plain))
-        if central is not None and central * sp.devices_per_node <= model.anchor_world:
-            text.append(
-                f"Efficiency is below 75% already at the largest measured scale "
-                f"({model.anchor_world} devices)."
-            )
-        elif central is not None:
-            span = ""
-            if earliest is not None and (earliest, latest) != (central, central):
-                end = _nodes_word(latest) if latest else f"beyond {_nodes_word(SCAN_NODES[-1])}"
-                span = f" (between {_nodes_word(earliest)} and {end})"
-            text.append(f"Efficiency falls below 75% at about {_nodes_word(central)}{span}.")
-        elif earliest is not None:
-            text.append(
-                f"The central projection stays above 75% to {_nodes_word(SCAN_NODES[-1])}; "
-                f"its interval reaches below it from {_nodes_word(earliest)}."
-            )
-        else:
-            text.append(f"It stays above 75% to {_nodes_word(SCAN_NODES[-1])}.")
-        others = top[top["what_if"] != "as measured"].dropna(subset=["efficiency"])
-        if len(others) and math.isfinite(e):
-            best = others.loc[others["efficiency"].idxmax()]
-            gain = 100 * (best["efficiency"] - e)
-            if gain >= 1:
-                text.append(
-                    f"Of the settings tried, {best['what_if']} moves it most: to "
-                    f"{_pc(best['efficiency'])}% [{_pc(best['efficiency_low'])}, "
-                    f"{_pc(best['efficiency_high'])}]."
-                )
-            else:
-                text.append("None of the settings tried moves it by a point or more.")
-        if sp.fit.scaled_points <= 1:
-            text.append(
-                "One scaled point only: the model cannot be checked against another scale; "
-                "measure a second scale, and the self-check tests it there."
-            )
-        if sp.network_note:
-            text.append(f"Network: {sp.network_note}.")
-        out.append({"series": sp.series, "text": " ".join(text)})
-    for _, c in result.checks.iterrows():
+        out.append({"series": sp.series, "text": " ".join(_paragraph(sp, rows))})
+    _add_self_checks(out, result.checks)
+    return out
+
+
+def _paragraph(sp: SeriesProjection, rows: Any) -> list[str]:
+    """The sentences of one series' paragraph (``rows``: its projected rows)."""
+    top = rows[rows["nodes"] == rows["nodes"].max()]
+    plain = top[top["what_if"] == "as measured"].iloc[0]
+    e = plain["efficiency"]
+    text = [_at_largest(plain)]
+    model = sp.fit.model
+    assert model is not None
+    if math.isfinite(e):
+        text.append(_explanation(model, plain))
+    text.append(_crossing(sp, model))
+    what_if = _best_what_if(top, e)
+    if what_if is not None:
+        text.append(what_if)
+    if sp.fit.scaled_points <= 1:
+        text.append(
+            "One scaled point only: the model cannot be checked against another scale; "
+            "measure a second scale, and the self-check tests it there."
+        )
+    if sp.network_note:
+        text.append(f"Network: {sp.network_note}.")
+    return text
+
+
+def _at_largest(plain: Any) -> str:
+    """The efficiency at the largest projected N, with its step's three biggest parts."""
+    e, lo, hi = plain["efficiency"], plain["efficiency_low"], plain["efficiency_high"]
+    if not math.isfinite(e):
+        return (
+            f"At {_nodes_word(int(plain['nodes']))} no efficiency can be projected "
+            "(less than one sample per device and micro-batch)."
+        )
+    parts = {
+        "exposed all-reduce": plain["exposed_comm_step_s"],
+        "waiting for the slowest rank": plain["straggler_step_s"],
+        "compute": plain["compute_step_s"],
+        "input wait": plain["input_step_s"],
+        "backward slowed by the all-reduce": plain["overlap_step_s"],
+    }
+    big = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)[:3]
+    return (
+        f"At {_nodes_word(int(plain['nodes']))} ({int(plain['world_size'])} devices) the "
+        f"projected efficiency is {_pc(e)}% [{_pc(lo)}, {_pc(hi)}]"
+        f": a step of {_ms(plain['step_s'])}, of which "
+        + ", ".join(f"{k} {_ms(v)}" for v, k in big)
+        + "."
+    )
+
+
+def _crossing(sp: SeriesProjection, model: StepModel) -> str:
+    """Where the projection (and its interval) falls below 75% efficiency."""
+    central, earliest, latest = sp.crossing.get("as measured", (None, None, None))
+    if central is not None and central * sp.devices_per_node <= model.anchor_world:
+        return (
+            f"Efficiency is below 75% already at the largest measured scale "
+            f"({model.anchor_world} devices)."
+        )
+    if central is not None:
+        span = ""
+        if earliest is not None and (earliest, latest) != (central, central):
+            end = _nodes_word(latest) if latest else f"beyond {_nodes_word(SCAN_NODES[-1])}"
+            span = f" (between {_nodes_word(earliest)} and {end})"
+        return f"Efficiency falls below 75% at about {_nodes_word(central)}{span}."
+    if earliest is not None:
+        return (
+            f"The central projection stays above 75% to {_nodes_word(SCAN_NODES[-1])}; "
+            f"its interval reaches below it from {_nodes_word(earliest)}."
+        )
+    return f"It stays above 75% to {_nodes_word(SCAN_NODES[-1])}."
+
+
+def _best_what_if(top: Any, e: float) -> str | None:
+    """Which what-if at the largest N moves the efficiency most; None without any."""
+    others = top[top["what_if"] != "as measured"].dropna(subset=["efficiency"])
+    if not (len(others) and math.isfinite(e)):
+        return None
+    best = others.loc[others["efficiency"].idxmax()]
+    gain = 100 * (best["efficiency"] - e)
+    if gain >= 1:
+        return (
+            f"Of the settings tried, {best['what_if']} moves it most: to "
+            f"{_pc(best['efficiency'])}% [{_pc(best['efficiency_low'])}, "
+            f"{_pc(best['efficiency_high'])}]."
+        )
+    return "None of the settings tried moves it by a point or more."
+
+
+def _add_self_checks(out: list[dict[str, str]], checks: Any) -> None:
+    """Each self-check's sentence at the end of its series' paragraph."""
+    for _, c in checks.iterrows():
         verdict = "inside" if c["covered"] else "OUTSIDE"
         for item in out:
             if item["series"] == c["series"]:
@@ -135,4 +160,3 @@ def findings(result: ProjectionResult) -> list[dict[str, str]]:
                     f"measured {_pc(c['measured'])}% ({c['error_pts']:+.0f} points, "
                     f"{verdict} the interval)."
                 )
-    return out

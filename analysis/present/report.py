@@ -19,8 +19,9 @@ import pandas as pd
 
 from analysis.analyze import Analysis
 from analysis.compute.findings import findings
-from analysis.present.tables import DisplayTable, markdown
-from analysis.read.parse import Problem
+from analysis.present.display import DisplayTable
+from analysis.present.tables import markdown
+from analysis.read.files import Problem
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
 
 SUMMARY_SCHEMA_VERSION = 1

@@ -32,7 +32,7 @@ import pytest
 from analysis_helpers import REPO, run_summarize
 from matplotlib.image import imread
 
-from analysis.present.tables import with_ci
+from analysis.present.display import with_ci
 
 UPDATE = os.environ.get("SCALESCOPE_UPDATE_SCREENSHOT") == "1"
 SCREENSHOT = REPO / "docs" / "report.png"

@@ -1,7 +1,7 @@
 """report.html: one self-contained page, charts inlined as SVG, every text escaped.
 
 Summaries are written in this process by ``analysis.summarize.main`` with ``--jobs 1``, which
-draws the charts here too, so the real hook in ``_write_outputs`` runs without starting a
+draws the charts here too, so the real hook in ``write_outputs`` runs without starting a
 process.
 What the page looks like once rendered is checked in a real browser by
 ``tests/integration/test_report_html_browser.py``.
@@ -19,8 +19,9 @@ import pytest
 from analysis_helpers import FIXTURES, make_result, start_of, write_log
 
 import analysis.summarize as cli
+from analysis.present.chart_files import CHART_TITLES
+from analysis.present.display import with_ci
 from analysis.present.html_report import figure_svg, inline_svg
-from analysis.present.tables import with_ci
 
 WEIRD = "<b>&x"
 """A configuration name that is also markup."""
@@ -96,7 +97,7 @@ def test_every_chart_of_the_folder_is_inlined_as_svg(fixture_summary: Path) -> N
     assert len(charts) == 7  # five charts plus the breakdown's two (PNG only in the folder)
     assert page.tags.count("svg") == page.tags.count("figure") == len(charts)
     assert "<?xml" not in text and "<!DOCTYPE svg" not in text and "<metadata" not in text
-    for title in cli.CHART_TITLES.values():
+    for title in CHART_TITLES.values():
         assert f"<figcaption>{title}</figcaption>" in text
     assert "Where the step time went: spiral · strong · fp32" in text
     # one page, many charts: no two elements share an id
@@ -161,7 +162,7 @@ def test_markup_in_names_and_messages_is_text(
     assert "ValueError: expected &lt;int&gt; &amp; got &lt;/td&gt;" in text
     assert "in &lt;&amp;&gt;" in text  # the input folder's name
     assert "b" not in page.tags
-    assert page.tags.count("svg") == len(cli.CHART_TITLES)
+    assert page.tags.count("svg") == len(CHART_TITLES)
     # the parsed page gives the names back as they were
     assert page.tables["headline"][1][0].startswith(WEIRD)
     detail = page.tables["failures"][0].index("Detail")

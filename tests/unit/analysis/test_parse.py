@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from analysis_helpers import make_result, noise, start_of, with_restart, write_log
 
-import analysis.read.parse as parse_mod
+import analysis.read.scan as scan_mod
 from analysis import load_all
-from analysis.read.parse import SUMMARY_MARKER, job_hint, parse
+from analysis.read.files import SUMMARY_MARKER
+from analysis.read.parse import parse
+from analysis.read.scan import job_hint
 from scalescope.record import encode, write_json_atomic
 
 
@@ -188,7 +190,7 @@ def test_start_without_result_or_message_is_unknown(tmp_path: Path) -> None:
 
 
 def test_records_split_across_read_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parse_mod, "CHUNK_BYTES", 97)  # every line crosses chunk edges
+    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 97)  # every line crosses chunk edges
     r = make_result("61")
     write_log(tmp_path / "slurm-61.out", *noise(5), start_of(r), *noise(5), r, *noise(3))
     result = parse([tmp_path], jobs=1)
@@ -197,15 +199,15 @@ def test_records_split_across_read_chunks(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_line_numbers_survive_chunking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parse_mod, "CHUNK_BYTES", 50)
+    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 50)
     write_log(tmp_path / "slurm-62.out", *noise(4), ":::SCALESCOPE {broken")
     (p,) = parse([tmp_path], jobs=1).problems
     assert p.message.startswith("line 9:")
 
 
 def test_overlong_line_is_skipped_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parse_mod, "CHUNK_BYTES", 1000)
-    monkeypatch.setattr(parse_mod, "MAX_LINE_BYTES", 4000)
+    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(scan_mod, "MAX_LINE_BYTES", 4000)
     r = make_result("63")
     path = tmp_path / "slurm-63.out"
     path.write_text(":::SCALESCOPE " + "x" * 20_000 + "\n" + encode(r) + "\n")
@@ -266,7 +268,7 @@ def test_frame_columns_are_typed_with_units(tmp_path: Path) -> None:
 def test_line_number_of_a_cut_last_line_across_chunks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(parse_mod, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 64)
     r = make_result("64")
     line = encode(r)
     # 7 noise lines, the start event (line 8), then a result cut before its newline (line 9)

@@ -17,7 +17,7 @@ from analysis_helpers import FIXTURES, make_result, noise, start_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import analysis.read.parse as parse_mod
+import analysis.read.scan as scan_mod
 from analysis import load_all
 from analysis.read.parse import parse
 from scalescope.record import MARKER, encode
@@ -174,8 +174,8 @@ def test_record_right_after_a_nul_hole_longer_than_a_line_is_read(
 ) -> None:
     """A hole bigger than the longest line we hold (scaled down here: 4 kB lines, 1 kB
     reads), with the requeued attempt's record written right after it, no newline between."""
-    monkeypatch.setattr(parse_mod, "CHUNK_BYTES", 1000)
-    monkeypatch.setattr(parse_mod, "MAX_LINE_BYTES", 4000)
+    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(scan_mod, "MAX_LINE_BYTES", 4000)
     first, second = make_result("41"), make_result("42")
     head = _text([encode(start_of(first))])
     for tail in (b"\n", b""):  # the record ends its line, or the file
@@ -207,8 +207,8 @@ def test_every_record_after_any_hole_is_read_whatever_the_read_size(
 ) -> None:
     """Holes of any size (some longer than a line may be), records glued to them or on their
     own line, files ending with or without a newline: every record is found once."""
-    saved = parse_mod.CHUNK_BYTES, parse_mod.MAX_LINE_BYTES
-    parse_mod.CHUNK_BYTES, parse_mod.MAX_LINE_BYTES = chunk, 4000
+    saved = scan_mod.CHUNK_BYTES, scan_mod.MAX_LINE_BYTES
+    scan_mod.CHUNK_BYTES, scan_mod.MAX_LINE_BYTES = chunk, 4000
     try:
         with tempfile.TemporaryDirectory() as tmp:
             data, expected = b"", []
@@ -220,7 +220,7 @@ def test_every_record_after_any_hole_is_read_whatever_the_read_size(
             (Path(tmp) / "slurm-50.out").write_bytes(data.rstrip(b"\n") if chunk % 2 else data)
             result = parse([tmp], jobs=1)
     finally:
-        parse_mod.CHUNK_BYTES, parse_mod.MAX_LINE_BYTES = saved
+        scan_mod.CHUNK_BYTES, scan_mod.MAX_LINE_BYTES = saved
     assert sorted(r.record.identity.job_id for r in result.runs) == sorted(
         r.identity.job_id for r in expected
     )

@@ -1,6 +1,6 @@
-"""``python -m analysis.summarize --project`` and ``python -m analysis.project backtest``,
-in-process, on real records (tests/fixtures/projection: an emulated network whose
-all-reduce cost grows as log2 of the world size) and on the shipped published cases."""
+"""``python -m analysis.summarize --project``, in-process, on real records
+(tests/fixtures/projection: an emulated network whose all-reduce cost grows as log2 of the
+world size). The backtest on the shipped published cases: test_backtest_command.py."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 
-from analysis import project, summarize
+from analysis import summarize
 from scalescope.errors import ConfigError
 from scalescope.launch.sweep_config import SweepConfig
 from scalescope.schema import build
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "projection"
-CASES = REPO / "benchmarks" / "projection_cases.yaml"
 
 
 def run(main, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
@@ -168,98 +167,8 @@ def test_a_bad_network_profile_names_the_key(tmp_path: Path) -> None:
     assert rc == 2 and "unknown key(s) busbw" in err, err
 
 
-def test_backtest_scores_every_published_point(tmp_path: Path) -> None:
-    out = tmp_path / "bt.json"
-    rc, text, err = run(project.main, "backtest", str(CASES), "--json", str(out), "--draws", "60")
-    assert rc == 0, err
-    doc = json.loads(out.read_text())
-    import yaml
-
-    cases = yaml.safe_load(CASES.read_text())["cases"]
-    assert len(doc["points"]) == sum(len(c["published"]) for c in cases)
-    for p in doc["points"]:
-        assert set(p) >= {
-            "case",
-            "nodes",
-            "devices_per_node",
-            "published",
-            "predicted",
-            "low",
-            "high",
-            "covered",
-        }
-    # every published point of the case file is scored once, at its own shape
-    shapes = sorted(
-        (c["name"], pt["nodes"], pt["devices_per_node"]) for c in cases for pt in c["published"]
-    )
-    assert sorted((p["case"], p["nodes"], p["devices_per_node"]) for p in doc["points"]) == shapes
-    assert set(doc["totals"]) == {
-        "cases",
-        "points",
-        "coverage",
-        "median_abs_error_pts",
-        "median_width_pts",
-    }
-    assert "median absolute error" in text
-
-
-def test_cross_validated_backtest_meets_its_bounds(tmp_path: Path) -> None:
-    """Leave one source out on the shipped cases: each source's points scored by the error
-    model fitted on the others. The bounds are the ones the projection is held to on
-    published results it has never seen: coverage of its 95% intervals >= 80%, median
-    width <= 20 points, median absolute error <= 5 points."""
-    out = tmp_path / "cv.json"
-    rc, text, err = run(
-        project.main,
-        "backtest",
-        str(CASES),
-        "--cross-validate",
-        "--json",
-        str(out),
-        "--draws",
-        "120",
-    )
-    assert rc == 0, err
-    totals = json.loads(out.read_text())["totals"]
-    print(totals)
-    assert totals["coverage"] >= 0.8, totals
-    assert totals["median_width_pts"] <= 20.0, totals
-    assert totals["median_abs_error_pts"] <= 5.0, totals
-    assert "(leave one source out)" in text
-    assert "median absolute error" in text
-
-
-def test_a_case_file_with_a_missing_field_is_one_line(tmp_path: Path) -> None:
-    bad = tmp_path / "cases.yaml"
-    bad.write_text(
-        "cases:\n  - name: x\n    hardware: {devices_per_node: 8}\n    model: {}\n"
-        "    per_device_batch: 32\n    measured: [{nodes: 1, devices_per_node: 8, "
-        "throughput_per_device: 100}]\n    published: [{nodes: 2, devices_per_node: 8, "
-        "throughput_per_device: 99, efficiency_vs_1node: 0.99}]\n"
-    )
-    rc, _, err = run(project.main, "backtest", str(bad))
-    assert rc == 2 and "case 'x': model.grad_bytes must be a positive number" in err, err
-
-
 def test_a_sweep_names_its_projection_nodes() -> None:
     base = {"name": "s", "train_config": "t.yaml", "shapes": [{"nodes": 1, "devices_per_node": 1}]}
     assert build(SweepConfig, {**base, "project_nodes": [2, 8]}).project_nodes == [2, 8]
     with pytest.raises(ConfigError, match="project_nodes: 0 is not a node count"):
         build(SweepConfig, {**base, "project_nodes": [0]}).validate("s.yaml")
-
-
-def test_the_shipped_error_model_is_the_fit_on_the_shipped_cases(tmp_path: Path) -> None:
-    """analysis/compute/model_error.json is what 'fit-error' makes of
-    benchmarks/projection_cases.yaml (never set by hand): refit, every parameter equal to within
-    floating-point noise (other numpy and scipy builds differ in the last digits). A case
-    added without refitting fails here."""
-    from analysis.compute.model_error import SHIPPED_PATH
-
-    out = tmp_path / "model_error.json"
-    rc, _, err = run(project.main, "fit-error", str(CASES), "--out", str(out))
-    assert rc == 0, err
-    refit, shipped = json.loads(out.read_text()), json.loads(SHIPPED_PATH.read_text())
-    hint = "refit with: python -m analysis.project fit-error benchmarks/projection_cases.yaml"
-    assert refit.keys() == shipped.keys() and refit["fitted_on"] == shipped["fitted_on"], hint
-    for key in set(refit) - {"fitted_on"}:
-        assert refit[key] == pytest.approx(shipped[key], rel=1e-6, abs=1e-12), (key, hint)

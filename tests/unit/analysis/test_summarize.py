@@ -13,6 +13,8 @@ import pytest
 from analysis_helpers import in_process_argv, make_result, start_of, summarize_main, write_log
 
 import analysis.summarize as cli
+from analysis.commands.summarize import build_parser
+from analysis.present import chart_files, summary_files
 
 
 def _sweep(folder: Path, times: dict[int, list[float]]) -> Path:
@@ -140,9 +142,9 @@ def test_output_folder_is_replaced_whole_or_not_at_all(
 
     # a failure while drawing the charts (first) or writing report.md (after the CSV tables
     # and the charts) leaves the old folder exactly as it was
-    for step in ("_save_charts", "report_markdown"):
+    for module, step in ((chart_files, "save_charts"), (summary_files, "report_markdown")):
         with monkeypatch.context() as m:
-            m.setattr(cli, step, broken)
+            m.setattr(module, step, broken)
             failed = summarize_main(*args)
         assert failed.returncode == 2, (step, failed.stderr)
         assert "cannot write the summary: [Errno 28] No space left on device" in failed.stderr
@@ -170,9 +172,9 @@ def test_jobs_1_reads_and_draws_the_charts_in_this_process(
     assert cli.main(args) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["files_read"] == 66
     charts = sorted(p.name for p in (out / "charts").iterdir())
-    assert charts == sorted(f"{n}.{e}" for n in cli.CHART_TITLES for e in ("png", "svg"))
+    assert charts == sorted(f"{n}.{e}" for n in chart_files.CHART_TITLES for e in ("png", "svg"))
     assert (out / "charts" / "speedup.png").read_bytes()[:4] == b"\x89PNG"
-    assert "1 = everything in this process" in cli.build_parser().format_help()
+    assert "1 = everything in this process" in build_parser().format_help()
 
 
 # The least each command accepts; a new command must be added here (and take --jobs).
@@ -189,7 +191,7 @@ def test_in_process_runs_give_every_command_jobs_1() -> None:
     for command, rest in MINIMAL_ARGS.items():
         argv = in_process_argv([command, *rest] if command else rest)
         if command is None:
-            args = cli.build_parser().parse_args(argv)
+            args = build_parser().parse_args(argv)
         else:
             assert argv[0] == command
             args = cli.COMMANDS[command][0]().parse_args(argv[1:])

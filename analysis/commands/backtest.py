@@ -1,0 +1,113 @@
+"""``python -m analysis.project``: the projection scored on published results.
+
+``backtest CASES.yaml`` predicts every published point of the cases from their measured points
+and prints, per point and in total, the error and whether the interval covered the published
+value (``--cross-validate``: with the error model fitted on the other sources);
+``fit-error CASES.yaml`` fits the projection's error model on them and writes the shipped one.
+The work is :mod:`analysis.compute.scoring`'s; this module is the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from analysis.compute.model_error import SHIPPED_PATH, fit
+from analysis.compute.model_error import write as write_error_model
+from analysis.compute.projection import DRAWS
+from analysis.compute.scoring import CaseError, backtest, cross_validated, prepare, read_cases
+
+PROG = "python -m analysis.project"
+
+
+def _print(result: dict[str, Any], how: str = "") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Projection backtest: published multi-node efficiency")
+    for col in (
+        "Case",
+        "Against",
+        "Nodes",
+        "Devices",
+        "Published",
+        "Projected [95% PI]",
+        "Error (pts)",
+        "Covered",
+    ):
+        table.add_column(col, justify="left" if col == "Case" else "right")
+    for p in result["points"]:
+        table.add_row(
+            p["case"],
+            p["against"],
+            str(p["nodes"]),
+            str(p["nodes"] * p["devices_per_node"]),
+            f"{100 * p['published']:.1f}%",
+            f"{100 * p['predicted']:.1f}% [{100 * p['low']:.1f}, {100 * p['high']:.1f}]",
+            f"{100 * (p['predicted'] - p['published']):+.1f}",
+            "yes" if p["covered"] else "no",
+        )
+    console = Console(width=120, highlight=False)
+    console.print(table)
+    t = result["totals"]
+    console.print(
+        f"{t['cases']} case(s), {t['points']} published point(s): interval coverage "
+        f"{100 * t['coverage']:.0f}%, median absolute error {t['median_abs_error_pts']:.1f} "
+        f"points of efficiency, median interval width {t['median_width_pts']:.1f} points"
+        + (f" ({how})" if how else ""),
+        markup=False,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    bt = sub.add_parser("backtest", help="score the projection on published multi-node cases")
+    bt.add_argument("cases", metavar="CASES.yaml")
+    bt.add_argument("--json", metavar="FILE", help="also write the points and totals here")
+    bt.add_argument(
+        "--cross-validate",
+        action="store_true",
+        help="score each source's points with the error model fitted on the other sources "
+        "(leave one source out) instead of the shipped one",
+    )
+    bt.add_argument("--draws", type=int, default=DRAWS, help=argparse.SUPPRESS)
+    fe = sub.add_parser(
+        "fit-error",
+        help="fit the projection's error model on published cases and write it "
+        f"({SHIPPED_PATH.name}, shipped with the analysis)",
+    )
+    fe.add_argument("cases", metavar="CASES.yaml")
+    fe.add_argument("--out", metavar="FILE", default=str(SHIPPED_PATH), help=argparse.SUPPRESS)
+    fe.add_argument("--draws", type=int, default=DRAWS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        cases = read_cases(args.cases)
+    except CaseError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "fit-error":
+        prepared = prepare(cases, draws=args.draws)
+        n = len(prepared)
+        em = fit(prepared, f"{Path(args.cases).name}: {len(cases)} cases, {n} points")
+        write_error_model(em, Path(args.out))
+        print(f"{PROG}: wrote {args.out}: {em}")
+        return 0
+    if args.cross_validate:
+        result = cross_validated(cases, draws=args.draws)
+    else:
+        result = backtest(cases, draws=args.draws)
+    _print(result, "leave one source out" if args.cross_validate else "")
+    if args.json:
+        from scalescope.atomic import write_text_atomic
+
+        write_text_atomic(Path(args.json), json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

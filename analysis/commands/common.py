@@ -1,0 +1,140 @@
+"""What the ``python -m analysis.summarize`` commands share: the program name in their
+messages, the argument types, the console, the warnings about unreadable files, the one-table
+output of compare and check, and the answers to what can go wrong outside a command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pandas as pd
+
+from analysis.present.display import DisplayTable
+from analysis.present.outdir import OutputError
+from analysis.present.tables import markdown, rich_table
+from analysis.read.files import Problem
+from analysis.read.frame import Loaded, load_all
+
+PROG = "python -m analysis.summarize"
+FORMATS = ("table", "markdown", "json", "csv")
+LOOKED_FOR = (
+    "looked for ':::SCALESCOPE' event lines in job logs (slurm-*.out, submitit *_log.out / "
+    "*_log.err, any other text file) and for result.json files in run directories"
+)
+
+# --- argument types -------------------------------------------------------------------------
+# argparse names the type in its message for a value the type cannot convert ("invalid
+# _positive_int value: 'x'"): these names are part of the command line's output.
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected a number between 0 and 1")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected an integer >= 1")
+    return value
+
+
+def _node_list(text: str) -> list[int]:
+    """``4,8,16,32``: node counts, each an integer >= 1."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = int(part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected node counts separated by commas, e.g. 4,8,16,32"
+            ) from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: a node count must be >= 1")
+        values.append(value)
+    return sorted(set(values))
+
+
+def add_paths(p: argparse.ArgumentParser) -> None:
+    """The result folders or files a command reads (``PATH...``)."""
+    p.add_argument("paths", nargs="+", metavar="PATH", help="result folders (walked) or files")
+
+
+def add_jobs(p: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    """``--jobs N``: every command takes it (the tests run each with ``--jobs 1``)."""
+    p.add_argument("--jobs", type=_positive_int, default=None, help=help_text)
+
+
+# --- printing -------------------------------------------------------------------------------
+
+
+def rich_console(stream: Any) -> Any:
+    from rich.console import Console
+
+    width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def warn(problems: Sequence[Problem]) -> None:
+    for p in problems:
+        word = "warning" if p.severity == "warning" else "note"
+        print(f"{PROG}: {word}: {p.file}: {p.message}", file=sys.stderr)
+
+
+def emit(
+    fmt: str, table: DisplayTable, frame: pd.DataFrame, rows_key: str, head: dict[str, Any]
+) -> None:
+    """One result table on stdout as a rich table, Markdown, JSON (``head`` plus the rows
+    under ``rows_key``) or CSV."""
+    if fmt == "table":
+        rich_console(sys.stdout).print(rich_table(table, narrow=True))
+    elif fmt == "markdown":
+        sys.stdout.write(markdown(table))
+    elif fmt == "json":
+        from analysis.present.report import SUMMARY_SCHEMA_VERSION, records
+
+        doc = {"schema_version": SUMMARY_SCHEMA_VERSION, **head, rows_key: records(frame)}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        frame.to_csv(sys.stdout, index=False)
+
+
+# --- reading and running ----------------------------------------------------------------------
+
+
+def finished_runs(args: argparse.Namespace, command: str, consequence: str) -> Loaded | None:
+    """The records under ``args.paths`` (problems warned on stderr), or None with one line
+    saying there was no finished run."""
+    loaded = load_all(args.paths, jobs=args.jobs)
+    warn(loaded.problems)
+    if loaded.runs.empty:
+        print(
+            f"{PROG} {command}: no finished run in {', '.join(args.paths)}: {consequence}; "
+            f"{LOOKED_FOR}.",
+            file=sys.stderr,
+        )
+        return None
+    return loaded
+
+
+def guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``run(args)`` with the command line's answers to what can go wrong outside it."""
+    try:
+        return run(args)
+    except OutputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # stdout closed early (| head): not an error
+        return 0
+    except OSError as exc:  # writing the summary: disk full, permissions...
+        print(f"{PROG}: error: cannot write the summary: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,518 @@
+"""Summarise scaling runs: ``python -m analysis.summarize PATH [PATH...]``.
+
+Reads every result record and failed job under the given folders or files, prints the
+summary (``--format table|markdown|json|csv``) and writes all tables, charts, the JSON
+document, ``report.md`` and ``report.html`` to ``--out`` (default ``<first PATH>/summary``),
+replacing a previous summary there all at once.
+
+Exit status: 0 when something usable was found (finished or failed jobs), 1 when nothing
+was, 2 for a usage error or an output folder that must not be replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import os
+import sys
+import textwrap
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.analyze import Analysis, ProjectionRequest, analyze
+from analysis.commands.common import (
+    FORMATS,
+    LOOKED_FOR,
+    PROG,
+    _fraction,
+    _node_list,
+    _positive_int,
+    add_jobs,
+    add_paths,
+    guarded,
+    rich_console,
+    warn,
+)
+from analysis.compute.metrics import (
+    DEFAULT_ACC_TOLERANCE,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_CV_THRESHOLD,
+    DEFAULT_LOSS_TOLERANCE,
+    BaselineSpec,
+)
+from analysis.present.display import DisplayTable
+from analysis.present.outdir import check_replaceable
+from analysis.present.report import Settings, document, dumps
+from analysis.present.summary_files import csv_frames, write_outputs
+from analysis.present.tables import all_tables, markdown, rich_table
+from analysis.read.frame import Loaded, load_all
+
+CSV_TABLES = (
+    "runs",
+    "groups",
+    "scaling",
+    "amdahl",
+    "precision",
+    "diagnosis",
+    "projection",
+    "projection_check",
+    "failures",
+    "problems",
+)
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Summarise scaling runs: tables, speedup analysis, failed jobs, charts. "
+        f"Use '{PROG} compare A B' to compare two result folders.",
+    )
+    add_paths(p)
+    _add_output_arguments(p)
+    _add_analysis_arguments(p)
+    add_jobs(
+        p,
+        "worker processes for reading files and drawing charts (default: one per CPU; "
+        "1 = everything in this process)",
+    )
+    _add_comet_arguments(p.add_argument_group("Comet scaling dashboards"))
+    _add_projection_arguments(p.add_argument_group("projection to scales not yet run"))
+    return p
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """What is printed and what is written."""
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="what to print on stdout (default: table)",
+    )
+    p.add_argument(
+        "--table",
+        choices=CSV_TABLES,
+        default="runs",
+        help="which table --format csv prints (all are written to --out)",
+    )
+    out = p.add_mutually_exclusive_group()
+    out.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write every table, chart, summary.json, report.md and report.html here "
+        "(default: <first PATH>/summary)",
+    )
+    out.add_argument("--no-write", action="store_true", help="print only, write nothing")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="print every table in the terminal (default: a headline table per series, "
+        "Read this first and where the files are; the rest is in report.md, report.html "
+        "and the CSV files)",
+    )
+    p.add_argument("--no-charts", action="store_true", help="skip the charts (faster)")
+    p.add_argument(
+        "--max-rows",
+        type=int,
+        default=200,
+        metavar="N",
+        help="per-job tables (runs, failures) show at most N rows on the terminal, "
+        "in markdown and in report.md; 0 = all. CSV and JSON always hold every row "
+        "(default 200)",
+    )
+
+
+def _add_analysis_arguments(p: argparse.ArgumentParser) -> None:
+    """The baseline and the statistics' settings."""
+    p.add_argument(
+        "--baseline",
+        metavar="N|NxD",
+        help="baseline scale: a world size (4) or nodes x devices per node (1x4); "
+        "default: the 1-device run, else the smallest world size",
+    )
+    p.add_argument(
+        "--confidence",
+        type=_fraction,
+        default=DEFAULT_CONFIDENCE,
+        help="confidence level of the intervals (default 0.95)",
+    )
+    p.add_argument(
+        "--cv-threshold",
+        type=_fraction,
+        default=DEFAULT_CV_THRESHOLD,
+        help="flag a configuration whose training time CV exceeds this (0.10)",
+    )
+    p.add_argument(
+        "--loss-tolerance",
+        type=float,
+        default=DEFAULT_LOSS_TOLERANCE,
+        help="relative final val loss increase flagged as worse (0.05)",
+    )
+    p.add_argument(
+        "--acc-tolerance",
+        type=float,
+        default=DEFAULT_ACC_TOLERANCE,
+        help="absolute final val accuracy drop flagged as worse (0.01)",
+    )
+
+
+def _add_comet_arguments(comet: argparse._ArgumentGroup) -> None:
+    comet.add_argument(
+        "--comet",
+        nargs="?",
+        const="auto",
+        choices=("auto", "online", "offline"),
+        metavar="MODE",
+        help="log one scaling-summary experiment per series to Comet (metrics at step = world "
+        "size, the tables, charts and report.html): auto (online with COMET_API_KEY and a "
+        "reachable server, else an offline archive), online or offline; the default MODE is "
+        "auto",
+    )
+    comet.add_argument(
+        "--comet-project",
+        default="scalescope-scaling",
+        metavar="NAME",
+        help="Comet project of the summary experiments (default scalescope-scaling)",
+    )
+    comet.add_argument(
+        "--comet-workspace", metavar="NAME", help="Comet workspace (default: the key's)"
+    )
+    comet.add_argument(
+        "--comet-view",
+        action="store_true",
+        help="also create or update the project view 'scalescope scaling' (line panels of "
+        "efficiency, speedup, per-device throughput and the waterfall's parts against step = "
+        "world size) with comet_ml.views; a comet_ml without it (3.58) copies a view of that "
+        "name made by hand once in the workspace instead. Needs --comet auto or online, "
+        "COMET_API_KEY and a reachable server (untried against a real server)",
+    )
+
+
+def _add_projection_arguments(proj: argparse._ArgumentGroup) -> None:
+    proj.add_argument(
+        "--project",
+        type=_node_list,
+        metavar="NODES",
+        help="project each series to these node counts, e.g. 4,8,16,32: a table with "
+        "prediction intervals, what-ifs, the 75%% crossing, a chart and a self-check",
+    )
+    proj.add_argument(
+        "--devices-per-node",
+        type=_positive_int,
+        metavar="N",
+        help="devices per node of the projected scales (default: the sweep's largest)",
+    )
+    proj.add_argument(
+        "--network",
+        metavar="FILE",
+        help="the cluster's inter-node all-reduce at the target size: nccl-tests' "
+        "all_reduce_perf output (or benchmarks/allreduce.py's), or YAML with inter_busbw_gbps "
+        "(optionally inter_alpha_s, at_world_size, source)",
+    )
+
+
+class _UsageError(Exception):
+    """A bad value or combination of arguments: one line on stderr, exit status 2."""
+
+
+def _baseline(args: argparse.Namespace) -> BaselineSpec | None:
+    try:
+        return BaselineSpec.parse(args.baseline) if args.baseline else None
+    except ValueError as exc:
+        raise _UsageError(f"--baseline: {exc}") from None
+
+
+def _check_combinations(args: argparse.Namespace) -> None:
+    """Arguments that need another one, or exclude it."""
+    if args.comet_view and args.comet in (None, "offline"):
+        need = "--comet-view needs --comet auto or online" + (
+            " (an offline archive has no server to hold a view)" if args.comet else ""
+        )
+        raise _UsageError(need)
+    if args.comet is not None and args.no_write:
+        raise _UsageError("--comet logs the written summary: drop --no-write")
+    if args.format == "csv" and args.table.startswith("projection") and args.project is None:
+        raise _UsageError(f"--table {args.table} needs --project NODES")
+    if args.network is not None or args.devices_per_node is not None:
+        if args.project is None:
+            flag = "--network" if args.network is not None else "--devices-per-node"
+            raise _UsageError(f"{flag} needs --project NODES")
+
+
+def _network_profile(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.network is None:
+        return None
+    from analysis.read.network_profile import read_profile
+
+    try:
+        return read_profile(args.network)
+    except ValueError as exc:
+        raise _UsageError(f"--network: {exc}") from None
+
+
+# --- printing -------------------------------------------------------------------------------
+
+
+def _markdown_all(tables: Sequence[DisplayTable], notes: Sequence[str]) -> str:
+    parts = [markdown(t) for t in tables]
+    if notes:
+        parts.append("## Read this first\n\n" + "".join(f"- {n}\n" for n in notes))
+    return "\n".join(parts)
+
+
+def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 0) -> None:
+    """The terminal's default: the headline tables, a line per failed job (its cause; at
+    most ``max_rows``, 0 = all), and the notes."""
+    from analysis.present.headline_tables import headline_tables
+    from analysis.present.tables import failure_label
+
+    console = rich_console(sys.stdout)
+    for t in headline_tables(analysis):
+        console.print(rich_table(t, narrow=True))
+        console.print()
+    result = analysis.projection
+    if result is not None:
+        for _, c in result.checks.iterrows():
+            console.print(
+                f"Self-check, {c['series']}: {c['world_size']} devices projected from "
+                f"{c['from_world_sizes']} alone at {100 * c['predicted']:.1f}% "
+                f"[{100 * c['predicted_low']:.1f}, {100 * c['predicted_high']:.1f}], measured "
+                f"{100 * c['measured']:.1f}% ({'inside' if c['covered'] else 'OUTSIDE'} the "
+                "interval)",
+                markup=False,
+            )
+        if len(result.checks):
+            console.print()
+    if len(failures):
+        console.print(f"[bold]Failed or incomplete jobs ({len(failures)})[/bold]")
+        shown = failures if max_rows <= 0 else failures.iloc[:max_rows]
+        for _, r in shown.iterrows():
+            detail = f": {r['detail']}" if isinstance(r["detail"], str) and r["detail"] else ""
+            console.print(
+                f"  • {r['job_id']} ({failure_label(r)}): {r['reason_label']}{detail}",
+                markup=False,
+            )
+        if len(shown) < len(failures):
+            console.print(
+                f"  … and {len(failures) - len(shown)} more (failures.csv, report.md; "
+                "--max-rows 0 shows all)",
+                markup=False,
+            )
+    _print_notes(console, analysis.notes)
+
+
+def _print_notes(console: Any, notes: Sequence[str]) -> None:
+    """ "Read this first": the notes, one bullet each (data, never rich markup), wrapped at
+    the console's width with their continuation lines indented under the bullet's text."""
+    if notes:
+        console.print("[bold]Read this first[/bold]")
+        for n in notes:
+            text = textwrap.fill(
+                n,
+                width=max(40, console.width),
+                initial_indent="  • ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
+            )
+            console.print(text, markup=False, soft_wrap=True)
+
+
+def _print_tables(tables: Sequence[DisplayTable], notes: Sequence[str]) -> None:
+    console = rich_console(sys.stdout)
+    for t in tables:
+        if t.name != "problems":  # already on stderr as warnings
+            console.print(rich_table(t))
+            console.print()
+    _print_notes(console, notes)
+
+
+# --- writing --------------------------------------------------------------------------------
+
+
+def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, runs: Any) -> None:
+    """The scaling-summary experiments (analysis.present.comet); a failure is a warning line, never
+    a failed summary (the files are written already)."""
+    from analysis.present.comet import log_scaling_summaries
+
+    try:
+        lines = log_scaling_summaries(
+            doc,
+            written,
+            runs,
+            mode=args.comet,
+            project=args.comet_project,
+            workspace=args.comet_workspace,
+        )
+    except Exception as exc:  # comet_ml or the server: the summary stands
+        from scalescope.job.tracking import KEY_ENV, redact
+
+        why = redact(f"{type(exc).__name__}: {exc}", [os.environ.get(KEY_ENV, "")])
+        print(f"{PROG}: warning: comet: {why}", file=sys.stderr)
+    else:
+        for line in lines:
+            # the jobs' reasons name their config key; here the user's word was --comet
+            line = line.replace(f"tracking.mode={args.comet}", f"--comet {args.comet}")
+            print(f"{PROG}: comet: {line}", file=sys.stderr)
+    if args.comet_view:
+        from analysis.present.comet import publish_scaling_view
+
+        made, line = publish_scaling_view(
+            project=args.comet_project, workspace=args.comet_workspace
+        )
+        print(f"{PROG}: {'' if made else 'warning: '}comet: {line}", file=sys.stderr)
+
+
+def _default_out(first: str) -> Path:
+    path = Path(first)
+    return (path if path.is_dir() else path.parent) / "summary"
+
+
+def _report_written(
+    args: argparse.Namespace, written: Path, loaded: Loaded, doc: dict[str, Any]
+) -> None:
+    """Where the summary went, on stderr; Comet where asked; the report's path on stdout
+    under the headline view."""
+    print(
+        f"{PROG}: wrote {written} (report.md, report.html, summary.json, CSV tables"
+        f"{', charts' if not args.no_charts and len(loaded.runs) else ''})",
+        file=sys.stderr,
+    )
+    if args.comet is not None:
+        _log_to_comet(args, doc, written, loaded.runs)
+    if args.format == "table" and not args.wide:
+        # The path on a line of its own: it can be as long as the output folder's.
+        print(
+            "Every table, chart and paragraph (also in report.md; the numbers in "
+            f"summary.json and the CSV files):\n  {written / 'report.html'}\n"
+            "--wide prints every table here."
+        )
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+def _read(args: argparse.Namespace, target: Path | None) -> Loaded:
+    """Every record and failed job under the paths (the output folder left out), its
+    problems warned on stderr."""
+    prefetch = None
+    if target is not None and not args.no_charts:
+        # matplotlib's import (about a second) overlaps the reading, where this process
+        # mostly waits for its workers; the chart process forked later inherits it.
+        prefetch = threading.Thread(
+            target=importlib.import_module, args=("analysis.present.charts",)
+        )
+        prefetch.start()
+    loaded = load_all(args.paths, jobs=args.jobs, exclude=[target] if target else [])
+    if prefetch is not None:
+        prefetch.join()
+    # Everything read stays alive until exit: spare the cyclic collector rescanning it.
+    gc.freeze()
+    warn(loaded.problems)
+    return loaded
+
+
+def _analyze(
+    args: argparse.Namespace,
+    loaded: Loaded,
+    baseline: BaselineSpec | None,
+    profile: dict[str, Any] | None,
+) -> Analysis:
+    return analyze(
+        loaded.runs,
+        baseline=baseline,
+        confidence=args.confidence,
+        cv_threshold=args.cv_threshold,
+        loss_tolerance=args.loss_tolerance,
+        acc_tolerance=args.acc_tolerance,
+        project=(
+            ProjectionRequest(args.project, args.devices_per_node, profile)
+            if args.project is not None
+            else None
+        ),
+    )
+
+
+def _document(args: argparse.Namespace, loaded: Loaded, analysis: Analysis) -> dict[str, Any]:
+    """summary.json's document."""
+    settings = Settings(
+        args.baseline, args.confidence, args.cv_threshold, args.loss_tolerance, args.acc_tolerance
+    )
+    return document(
+        inputs=args.paths,
+        files_read=loaded.files_read,
+        runs=loaded.runs,
+        failures=loaded.failures,
+        problems=loaded.problems,
+        analysis=analysis,
+        settings=settings,
+    )
+
+
+def _print(
+    args: argparse.Namespace,
+    loaded: Loaded,
+    analysis: Analysis,
+    tables: Sequence[DisplayTable],
+    doc_text: str,
+) -> None:
+    """The summary on stdout in the asked ``--format``."""
+    if args.format == "table" and args.wide:
+        _print_tables(tables, analysis.notes)
+    elif args.format == "table":
+        _print_headline(analysis, loaded.failures, args.max_rows)
+    elif args.format == "markdown":
+        sys.stdout.write(_markdown_all(tables, analysis.notes))
+    elif args.format == "json":
+        sys.stdout.write(doc_text)
+    else:
+        csv_frames(loaded, analysis)[args.table].to_csv(sys.stdout, index=False)
+
+
+def summarize(args: argparse.Namespace) -> int:
+    try:
+        baseline = _baseline(args)
+        _check_combinations(args)
+        profile = _network_profile(args)
+    except _UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    target = None if args.no_write else Path(args.out) if args.out else _default_out(args.paths[0])
+    if target is not None:
+        check_replaceable(target.absolute())
+    loaded = _read(args, target)
+    if loaded.runs.empty and loaded.failures.empty:
+        print(
+            f"{PROG}: nothing usable in {', '.join(args.paths)}: no result record and no "
+            f"failed job; {LOOKED_FOR}.",
+            file=sys.stderr,
+        )
+        return 1
+    analysis = _analyze(args, loaded, baseline, profile)
+    tables = all_tables(
+        loaded.runs, loaded.failures, loaded.problems, analysis, max_rows=args.max_rows
+    )
+    doc = _document(args, loaded, analysis)
+    doc_text = dumps(doc) if args.format == "json" or target is not None else ""
+    _print(args, loaded, analysis, tables, doc_text)
+    if target is not None:
+        written = write_outputs(
+            target, loaded, analysis, tables, doc, doc_text, not args.no_charts, args.jobs
+        )
+        _report_written(args, written, loaded, doc)
+    elif args.format == "table" and not args.wide:
+        print("Nothing written (--no-write); --wide prints every table here.")
+    return 0
+
+
+def summarize_sweep(folder: Path, *, project_nodes: Sequence[int] = ()) -> int:
+    """The summary a sweep makes of its own folder (written beside its logs, printed): the
+    defaults of ``python -m analysis.summarize FOLDER``, projected to ``project_nodes``."""
+    args = build_parser().parse_args([str(folder)])
+    args.project = list(project_nodes) or None
+    return guarded(summarize, args)

@@ -1,0 +1,109 @@
+"""Where the efficiency went, as a table: every scale point beyond its series' baseline, the
+points of efficiency lost and their parts (:mod:`analysis.compute.waterfall`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from analysis.analyze import Analysis
+from analysis.present.display import MISSING, DisplayTable, devices_header, is_missing, pct, sig
+
+
+def _points(r: Any, part: str) -> str:
+    """``6.1 [4.0, 8.2]``; ``not recorded`` where the part was not measured (never 0)."""
+    from analysis.compute.waterfall import NOT_RECORDED
+
+    mean = r[f"{part}_pts_mean"]
+    if is_missing(mean):
+        folded = str(r.get("overlap_note") or "") if part == "overlap" else ""
+        return folded.split(" (", 1)[0] if folded else NOT_RECORDED
+    low, high = r[f"{part}_pts_ci_low"], r[f"{part}_pts_ci_high"]
+    ci = "" if is_missing(low) or is_missing(high) else f" [{_one(low)}, {_one(high)}]"
+    return f"{_one(mean)}{ci}"
+
+
+def _one(x: float) -> str:
+    """One decimal, never ``-0.0``."""
+    return f"{round(float(x), 1) + 0.0:.1f}"
+
+
+def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
+    """Where the efficiency went: every scale point beyond its series' baseline, the points
+    lost and their parts. None when no series has a scale beyond its baseline."""
+    from analysis.compute.waterfall import NOT_RECORDED, PARTS
+
+    w = analysis.waterfall
+    if w is None:
+        return None
+    t = w.table[~w.table["is_baseline"]]
+    if t.empty:
+        return None
+    dev = devices_header(t["accelerator"].tolist())
+    names = {
+        "comm": "Exposed comm",
+        "overlap": "Comm overlap",
+        "input": "Input wait",
+        "skew": "Rank skew",
+        "jitter": "Rotating stragglers",
+        "compute": "Compute/sample",
+        "remainder": "Unexplained",
+    }
+    columns = [
+        "Configuration",
+        dev,
+        "Nodes",
+        "n (breakdown)",
+        "Lost (pts) [95% CI]",
+        *(f"{names[p]} (pts)" for p in PARTS),
+        "Comm hidden",
+        "busbw (GB/s)",
+    ]
+    rows = []
+    for _, r in t.iterrows():
+        recorded = r["status"] == "recorded"
+        lost_text = MISSING if is_missing(r["lost_pts_mean"]) else _points(r, "lost")
+        hidden = pct(r["hidden_share_mean"], 0) if recorded else NOT_RECORDED
+        if recorded and is_missing(r["hidden_share_mean"]) and r["hidden_note"]:
+            hidden = f"{MISSING} ({r['hidden_note']})"
+        busbw = r["busbw_gbps_mean"]
+        rows.append(
+            [
+                r["series"],
+                str(r["world_size"]),
+                str(r["nodes"]),
+                f"{r['n']} ({r['n_recorded']})",
+                lost_text,
+                *(_points(r, p) if recorded else NOT_RECORDED for p in PARTS),
+                hidden,
+                (sig(busbw, 3) if not is_missing(busbw) else MISSING) if recorded else NOT_RECORDED,
+            ]
+        )
+    caption = [
+        "Points of parallel efficiency lost against the series' baseline (the same baseline "
+        "and efficiency as the speedup table), split by where the time per sample per device "
+        "went, read from the typical rank: part = 100 x (run's seconds per sample - "
+        "baseline's) / run's seconds per sample; unexplained = lost - the parts, so they add "
+        "up. Negative: a gain. 95% CI: Student-t over the repeats (n >= 2).",
+        "Exposed comm: per step and collective (the gradient all-reduce, and the buffer "
+        "broadcast for modules with buffers), the least wait of any rank (the last rank to "
+        "arrive waits for the collective alone); rank skew and rotating stragglers: "
+        "the typical rank's wait beyond it, for one persistently slower rank and for a "
+        "different slow rank each step. Comm overlap: backward slowed by the all-reduce "
+        "running beside it (calibration windows), taken out of compute where its interval "
+        "over the windows lies above 0 (else 'within noise', left in compute). Compute/sample "
+        "includes DDP's framework overhead against a 1-device baseline.",
+        "Comm hidden: share of the all-reduce predicted from busbw and the gradient bytes "
+        "that was not exposed. 'not recorded': the run has no breakdown "
+        "(older record, diagnosis off, no steady state), never 0.",
+    ]
+    missing = sorted({s for s in t["status"] if s != "recorded"})
+    caption += [f"Not recorded: {m.removeprefix(NOT_RECORDED).strip(' ()')}." for m in missing]
+    return DisplayTable(
+        "diagnosis",
+        "Where the efficiency went",
+        pd.DataFrame(rows, columns=columns, dtype="object"),
+        caption=caption,
+        right={c for c in columns if c not in ("Configuration",)},
+    )

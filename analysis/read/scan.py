@@ -1,0 +1,463 @@
+"""Reading one file, in two phases (both per file, so across processes when there are many):
+
+1. every file is scanned in binary for the record marker (``bytes.find``, no decoding of
+   the noise lines); marker lines are decoded through :mod:`scalescope.record`. A file whose
+   start event has no result in the same file is also scanned for failure evidence. A
+   sweep's ``sweep.json`` gives the jobs it planned; a ``result.json`` its record.
+2. logs that carry no event but whose name gives a job id (submitit's ``*_log.err``, a
+   rank's own log) are scanned for evidence only when that job has no result.
+
+What a file yields is a :class:`FileScan`; :mod:`analysis.read.parse` turns them into jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from analysis.read.classify import KEYWORDS, Evidence, EvidenceCollector, with_attempt
+from analysis.read.damage import Damage
+from analysis.read.files import RESULT_JSON, SWEEP_JSON, Problem
+from scalescope.record import (
+    MARKER,
+    RecordError,
+    ResultRecord,
+    StartEvent,
+    decode_line,
+    read_result_json,
+)
+
+MARKER_BYTES = MARKER.encode()
+CHUNK_BYTES = 1 << 20
+MAX_LINE_BYTES = 8 << 20
+"""A line longer than this cannot be an event line (those are a few kB); it is skipped."""
+
+_SUBMITIT_NAME = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_log\.(?:out|err)$")
+_SLURM_NAME = re.compile(r"^slurm-(?P<job>\d+(?:_\d+)?)\.out$")
+_GENERIC_NAME = re.compile(r"(?:^|[^\d_])(?P<job>\d+(?:_\d+)?)\.(?:out|err)$")
+_START_BYTES = b'"event":"start"'
+_RUN_ID_KEY = b'"run_id":"'  # record.encode writes compact JSON
+
+
+_NOT_RUN = frozenset({"WAITING", "PENDING"})
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """One job of a sweep's manifest: what was planned and where its logs should be."""
+
+    manifest: str
+    """Display name of the sweep.json that lists it."""
+    job_id: str | None
+    """None when the sweep never submitted it (interrupted before its turn)."""
+    shape: str | None
+    repeat: int | None
+    state: str | None
+    logs: tuple[str, ...]
+    sweep_id: str | None
+    nodes: int | None
+    devices_per_node: int | None
+    world_size: int | None
+    elapsed_s: float | None = None
+
+    @property
+    def ran(self) -> bool:
+        """Did the scheduler ever run it (as far as the manifest knows)?"""
+        if self.state in _NOT_RUN:
+            return False
+        return bool(self.elapsed_s) or self.state not in ("CANCELLED", "UNKNOWN", None)
+
+    @property
+    def what(self) -> str:
+        return f"shape {self.shape or '?'} repeat {'?' if self.repeat is None else self.repeat}"
+
+
+@dataclass(frozen=True)
+class FileScan:
+    path: str
+    display: str
+    events: tuple[tuple[int, StartEvent | ResultRecord], ...] = ()
+    """(byte offset of the event line, event); 0 for a result.json."""
+    evidence: tuple[Evidence, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    hint: str | None = None
+    """Job id read from the file name (``1234`` or array ``1234_5``), if any."""
+    evidence_scanned: bool = False
+    planned: tuple[PlannedJob, ...] = ()
+    """The jobs a sweep.json lists."""
+
+
+# --- phase 1: events ------------------------------------------------------------------------
+
+
+def job_hint(name: str) -> str | None:
+    """The job id a log's file name carries (Slurm, submitit or ``name-<id>.out``)."""
+    for pattern in (_SUBMITIT_NAME, _SLURM_NAME, _GENERIC_NAME):
+        m = pattern.search(name)
+        if m:
+            return m.group("job")
+    return None
+
+
+def _constant(n: int) -> Callable[[], int]:
+    return lambda: n
+
+
+MarkerLine = tuple[int, Callable[[], int], bytes | None]
+"""(byte offset, line number thunk, line) of a line holding the marker (:func:`_marker_lines`)."""
+
+
+def _marker_lines(fh: BinaryIO, first: bytes, damage: Damage | None = None) -> Iterator[MarkerLine]:
+    """(byte offset, line number thunk, line) of every line holding the marker; the line is
+    None for a line too long to be an event. Reads in chunks, so memory stays bounded
+    whatever the file size; newlines are only counted when a line number is asked for (a
+    problem to report) or the file spans several chunks. ``damage``, if given, sees every
+    complete line (NUL blocks, binary garbage) and every over-long line.
+
+    An event printed right after a long run of bytes without a newline (a NUL hole a crash
+    left, a progress bar) starts inside an over-long line: it is read from its marker on."""
+    return _MarkerReader(fh, damage).lines(first)
+
+
+class _MarkerReader:
+    """One pass of :func:`_marker_lines` over a file: where it stands, and the over-long line
+    it may be skipping."""
+
+    def __init__(self, fh: BinaryIO, damage: Damage | None) -> None:
+        self.fh = fh
+        self.damage = damage
+        self.carry = b""
+        self.base_offset = 0  # file offset of ``buf[0]``
+        self.line_base = 1  # line number of the first line in ``buf``
+        self.skipping = False  # inside an over-long line, dropping bytes up to its end
+        self.long_start = self.long_nul = 0  # where the over-long line began; NUL bytes in it
+        self.lost = False  # an event line in it was too long to be read (reported as such)
+
+    def lines(self, first: bytes) -> Iterator[MarkerLine]:
+        chunk = first
+        while True:
+            eof = not chunk
+            buf = self.carry + chunk if self.carry else chunk
+            if not buf:
+                if self.skipping:
+                    self._end_long(self.base_offset)
+                return
+            end = len(buf) if eof else buf.rfind(b"\n") + 1
+            if end == 0:  # no line end in this chunk
+                yield from self._without_line_end(buf)
+                chunk = self.fh.read(CHUNK_BYTES)
+                continue
+            start = 0
+            if self.skipping:
+                start = yield from self._long_line_end(buf)
+            if self.damage is not None:
+                self.damage.feed(buf, start, end, self.base_offset, self.line_base)
+            yield from _markers_in(buf, start, end, self.base_offset, self.line_base)
+            self.carry = buf[end:]
+            if eof:
+                return
+            chunk = self.fh.read(CHUNK_BYTES)
+            if chunk or self.carry:  # more to read: keep the line count going
+                self.line_base += buf.count(b"\n", start, end)
+            self.base_offset += end
+
+    def _without_line_end(self, buf: bytes) -> Iterator[MarkerLine]:
+        """A chunk without a newline: kept whole for the next read, or, once longer than a
+        line can be, skipped as an over-long line (up to a marker near its end)."""
+        if len(buf) <= MAX_LINE_BYTES:
+            self.carry = buf
+            return
+        if not self.skipping:
+            self.skipping, self.long_start, self.long_nul, self.lost = (
+                True,
+                self.base_offset,
+                0,
+                False,
+            )
+            if self.damage is not None:
+                self.damage.close()
+        p = buf.rfind(MARKER_BYTES)
+        if p >= 0 and len(buf) - p <= MAX_LINE_BYTES:
+            self.long_nul += buf.count(b"\0", 0, p)
+            self._end_long(self.base_offset + p)
+            self.skipping, self.carry = False, buf[p:]
+            self.base_offset += p
+            return
+        if p >= 0 and not self.lost:
+            self.lost = True
+            yield self.base_offset + p, _constant(self.line_base), None
+        # keep what could be the start of a marker cut by this read
+        drop = len(buf) - (len(MARKER_BYTES) - 1)
+        self.long_nul += buf.count(b"\0", 0, drop)
+        self.carry = buf[drop:]
+        self.base_offset += drop
+
+    def _long_line_end(self, buf: bytes) -> Generator[MarkerLine, None, int]:
+        """The over-long line ends at the first newline of this chunk, or with the file (an
+        event at its end is read from its marker); returns where the next line starts."""
+        nl = buf.find(b"\n")
+        nl = len(buf) if nl < 0 else nl
+        p = buf.rfind(MARKER_BYTES, 0, nl)
+        if p >= 0 and nl - p <= MAX_LINE_BYTES:
+            yield self.base_offset + p, _constant(self.line_base), buf[p:nl]
+        else:
+            p = nl
+        self.long_nul += buf.count(b"\0", 0, p)
+        self._end_long(self.base_offset + p)
+        start = min(nl + 1, len(buf))
+        self.line_base += 1
+        self.skipping = False
+        return start
+
+    def _end_long(self, at: int) -> None:
+        if self.damage is not None:
+            self.damage.long_lines.append(
+                (self.line_base, self.long_start, at - self.long_start, self.long_nul, self.lost)
+            )
+
+
+def _markers_in(
+    buf: bytes, start: int, end: int, base_offset: int, line_base: int
+) -> Iterator[MarkerLine]:
+    """The lines holding the marker among the whole lines ``buf[start:end]``."""
+    pos = buf.find(MARKER_BYTES, start, end)
+    while pos >= 0:
+        ls = buf.rfind(b"\n", 0, pos) + 1
+        le = buf.find(b"\n", pos, end)
+        le = end if le < 0 else le
+
+        def line_no(
+            buf: bytes = buf, start: int = start, ls: int = ls, base: int = line_base
+        ) -> int:
+            return base + buf.count(b"\n", start, ls)
+
+        yield base_offset + ls, line_no, buf[ls:le]
+        pos = buf.find(MARKER_BYTES, le, end)
+
+
+def scan_file(item: tuple[str, str]) -> FileScan:
+    """Phase 1 for one file: its events, problems and (if it needs them) failure evidence."""
+    path, display = item
+    name = os.path.basename(path)
+    if name == RESULT_JSON:
+        try:
+            return FileScan(path, display, events=((0, read_result_json(path)),))
+        except RecordError as exc:
+            return FileScan(path, display, problems=(Problem(display, str(exc)),))
+    if name == SWEEP_JSON:
+        try:
+            planned = read_manifest(path, display)
+        except ValueError as exc:
+            message = f"not a readable sweep manifest: {exc}; the logs are still summarised"
+            return FileScan(path, display, problems=(Problem(display, message),))
+        return FileScan(path, display, planned=tuple(planned))
+    events: list[tuple[int, StartEvent | ResultRecord]] = []
+    problems: list[Problem] = []
+    damage = Damage()
+    try:
+        with open(path, "rb") as fh:
+            first = fh.read(CHUNK_BYTES)
+            lines = list(_marker_lines(fh, first, damage))
+            size = fh.tell()
+    except OSError as exc:
+        return FileScan(path, display, problems=(Problem(display, f"cannot read: {exc}"),))
+    # Results first: a start event whose run finished in this same log adds nothing, so it
+    # is not decoded at all (a third of the JSON work on a big sweep).
+    entries: dict[int, tuple[StartEvent | ResultRecord | None, str | None]] = {}
+    finished_here: set[str] = set()
+    for want_start in (False, True):
+        for offset, line_no, raw in lines:
+            if raw is None:
+                if not want_start:
+                    limit = MAX_LINE_BYTES >> 20
+                    entries[offset] = (
+                        None,
+                        f"line {line_no()}: event line longer than {limit} MiB, skipped",
+                    )
+                continue
+            if (_START_BYTES in raw) != want_start:
+                continue
+            if want_start and finished_here:
+                at = raw.find(_RUN_ID_KEY) + len(_RUN_ID_KEY)
+                run_id = raw[at : raw.find(b'"', at)].decode("utf-8", "replace")
+                if at >= len(_RUN_ID_KEY) and run_id in finished_here:
+                    continue
+            try:
+                event = decode_line(raw.decode("utf-8", errors="replace"))
+            except RecordError as exc:
+                entries[offset] = (None, f"line {line_no()}: {exc}")
+                continue
+            if event is not None:
+                entries[offset] = (event, None)
+                if isinstance(event, ResultRecord):
+                    finished_here.add(event.identity.run_id)
+    for offset in sorted(entries):  # back in file order
+        event, problem = entries[offset]
+        if problem is not None:
+            problems.append(Problem(display, problem))
+        elif event is not None:
+            events.append((offset, event))
+    problems += damage.problems(display, bool(lines), size)
+    # Only logs without events need their name (a rank's log, to be read for evidence); not
+    # a binary file, nor one whose event lines are broken (the problems say so already).
+    unusable = damage.is_binary(bool(lines), size) or bool(lines)
+    hint = None if events or unusable else job_hint(name)
+    scan = FileScan(path, display, tuple(events), problems=tuple(problems), hint=hint)
+    results = [e for _, e in events if isinstance(e, ResultRecord)]
+    finished = {e.identity.run_id for e in results}
+    if any(isinstance(e, StartEvent) and e.identity.run_id not in finished for _, e in events):
+        return _with_evidence(scan)
+    if any(e.stop_reason for e in results):
+        # Stopped early: what stopped it (Slurm's time limit, a preemption) is in this log.
+        return _with_evidence(scan)
+    return scan
+
+
+def _opt_int(entry: dict[str, object], key: str, where: str) -> int | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where}.{key} is not an integer")
+    return value
+
+
+def _opt_float(entry: dict[str, object], key: str, where: str) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ValueError(f"{where}.{key} is not a number")
+    return float(value)
+
+
+def _opt_str(entry: dict[str, object], key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"{where}.{key} is not a string")
+    return str(value)  # a job id may have been written as a number
+
+
+def read_manifest(path: str, display: str) -> list[PlannedJob]:
+    """The jobs of a sweep.json (``scalescope.launch.sweep.manifest``); ValueError saying what is
+    wrong when it is not one. Keys it does not know are ignored."""
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(MAX_LINE_BYTES).decode("utf-8", errors="replace"))
+    except OSError as exc:
+        raise ValueError(f"cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError("the top level is not an object")
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        raise ValueError("'jobs' is not a list")
+    sweep_id = data.get("sweep_id") if isinstance(data.get("sweep_id"), str) else None
+    out = []
+    for i, entry in enumerate(jobs):
+        where = f"jobs[{i}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} is not an object")
+        logs = (_opt_str(entry, "stdout", where), _opt_str(entry, "stderr", where))
+        out.append(
+            PlannedJob(
+                manifest=display,
+                job_id=_opt_str(entry, "job_id", where),
+                shape=_opt_str(entry, "shape", where),
+                repeat=_opt_int(entry, "repeat", where),
+                state=_opt_str(entry, "state", where),
+                logs=tuple(log for log in logs if log),
+                sweep_id=sweep_id,
+                nodes=_opt_int(entry, "nodes", where),
+                devices_per_node=_opt_int(entry, "devices_per_node", where),
+                world_size=_opt_int(entry, "world_size", where),
+                elapsed_s=_opt_float(entry, "elapsed_s", where),
+            )
+        )
+    return out
+
+
+# --- phase 2: evidence ----------------------------------------------------------------------
+
+
+def _keyword_lines(fh: BinaryIO) -> Iterator[tuple[int, int, bytes]]:
+    """(byte offset, line number, line) of each line with a failure keyword, in order, each
+    line once."""
+    carry = b""
+    base_offset = 0
+    line_base = 1
+    while True:
+        chunk = fh.read(CHUNK_BYTES)
+        eof = not chunk
+        buf = carry + chunk if carry else chunk
+        if not buf:
+            return
+        end = len(buf) if eof else buf.rfind(b"\n") + 1
+        if end == 0:
+            dropped = max(0, len(buf) - MAX_LINE_BYTES)
+            carry, base_offset = buf[dropped:], base_offset + dropped
+            continue
+        last_le = -1
+        counted_at, counted = 0, line_base  # newlines counted incrementally, once each
+        for m in KEYWORDS.finditer(buf, 0, end):
+            if m.start() < last_le:
+                continue
+            ls = buf.rfind(b"\n", 0, m.start()) + 1
+            le = buf.find(b"\n", m.start(), end)
+            le = end if le < 0 else le
+            last_le = le
+            counted += buf.count(b"\n", counted_at, ls)
+            counted_at = ls
+            yield base_offset + ls, counted, buf[ls:le]
+        line_base += buf.count(b"\n", 0, end)
+        base_offset += end
+        carry = buf[end:]
+        if eof:
+            return
+
+
+def scan_evidence(path: str, display: str) -> tuple[list[Evidence], list[Problem]]:
+    collector = EvidenceCollector(display)
+    try:
+        with open(path, "rb") as fh:
+            for offset, line_no, raw in _keyword_lines(fh):
+                collector.feed(raw.decode("utf-8", errors="replace"), line_no, offset)
+    except OSError as exc:
+        return [], [Problem(display, f"cannot read: {exc}")]
+    return collector.evidence(), []
+
+
+def _with_evidence(scan: FileScan) -> FileScan:
+    evidence, problems = scan_evidence(scan.path, scan.display)
+    # Attribute each line to the attempt whose start event precedes it in this file.
+    starts = sorted(
+        (at, e.identity.restart_count) for at, e in scan.events if isinstance(e, StartEvent)
+    )
+    attributed = []
+    for ev in evidence:
+        attempt = None
+        for at, restart in starts:
+            if at < ev.offset:
+                attempt = restart
+        attributed.append(with_attempt(ev, attempt))
+    return FileScan(
+        scan.path,
+        scan.display,
+        scan.events,
+        tuple(attributed),
+        scan.problems + tuple(problems),
+        scan.hint,
+        evidence_scanned=True,
+    )
+
+
+def evidence_scan(scan: FileScan) -> FileScan:
+    """Phase 2 for one file (a picklable entry point for the process pool)."""
+    return scan if scan.evidence_scanned else _with_evidence(scan)
