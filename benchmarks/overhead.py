@@ -5,7 +5,7 @@ machine is noisy; interleaving spreads the noise over all three):
 
 * ``plain``      -- a plain PyTorch loop over in-memory index batches (the floor);
 * ``scalescope`` -- the Lightning Trainer exactly as ``scalescope train`` builds it
-  (``scalescope.job.entry.build_trainer``, the same module, data module and timing callback,
+  (``scalescope.job.trainer_setup.build_trainer``, the same module, data module and timing callback,
   timed by that callback's own epoch clock);
 * ``tutorial``   -- the tutorial's way: a DataLoader over a TensorDataset and
   ``self.log(..., on_step=True, on_epoch=True, prog_bar=True)`` every step, with Lightning's

@@ -12,7 +12,7 @@ from analysis.present.display import DisplayTable, pct, sig, with_ci
 
 
 def projection_table(result: Any) -> DisplayTable | None:
-    """The projection (analysis.projection): per series every requested node count as
+    """The projection (analysis.compute.projection): per series every requested node count as
     measured, then each what-if at the largest. None without projected rows."""
     t = result.table
     if t.empty:
