@@ -136,7 +136,7 @@ def test_one_process_run_records_the_loader_settings(runs: dict[str, TrainRun]) 
     r = _finished(runs["w2"])
     assert r.identity.workload == "resnet"
     w = r.config["workload"]
-    assert (w["num_workers"], w["prefetch_factor"], w["persistent_workers"]) == (2, 4, False)
+    assert (w["num_workers"], w["prefetch_factor"], w["persistent_workers"]) == (2, 4, "auto")
     assert w["pin_memory"] == "auto" and w["widths"] == [8, 16]
     assert r.steps_per_epoch == 2048 // 64 and r.steps == 2 * 32
     assert r.model_flops_per_sample and r.model_flops_per_sample > 0

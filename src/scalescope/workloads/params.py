@@ -244,8 +244,11 @@ class ResnetParams:
         help="batches each worker loads ahead (needs num_workers > 0; null = 2)",
         check=positive,
     )
-    persistent_workers: bool = option(
-        False, help="keep workers alive between epochs (needs num_workers > 0)"
+    persistent_workers: bool | Literal["auto"] = option(
+        "auto",
+        help="keep workers alive between epochs; auto = yes when num_workers > 0 (each epoch "
+        "and each validation would otherwise start num_workers new processes inside the "
+        "timed epoch); true needs num_workers > 0",
     )
     val_batch_size: int = option(512, help="validation batch per rank", check=positive)
 
@@ -282,7 +285,7 @@ class ResnetParams:
                 f"{where}.prefetch_factor: needs {where}.num_workers > 0 (the training "
                 f"process loads batches itself with 0 workers), got {self.prefetch_factor}"
             )
-        if self.num_workers == 0 and self.persistent_workers:
+        if self.num_workers == 0 and self.persistent_workers is True:
             raise ConfigError(
                 f"{where}.persistent_workers: needs {where}.num_workers > 0 (there are no "
                 "workers to keep)"

@@ -230,7 +230,7 @@ def make_loader(
         if prefetch is not None:
             kwargs["prefetch_factor"] = prefetch
         persistent = params.persistent_workers if persistent_workers is None else persistent_workers
-        kwargs["persistent_workers"] = persistent
+        kwargs["persistent_workers"] = True if persistent == "auto" else persistent
     return DataLoader(
         dataset,
         batch_sampler=sampler,  # type: ignore[arg-type]  # key arrays, not lists
