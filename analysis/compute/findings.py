@@ -15,6 +15,14 @@ from analysis.compute.waterfall import COMPONENTS, LABELS, NOT_RECORDED, Waterfa
 
 MINOR_PTS = 1.0
 """Parts smaller than this (either sign) are named together, without advice."""
+LAUNCH_BOUND_SHARE = 0.2
+"""A GPU idle for more than this share of compute is called launch-bound in the advice."""
+PROFILE_HINT = (
+    "to see which operations, rerun with trainer.profile.steps=5 (a sweep: "
+    "`scalescope sweep --config SWEEP trainer.profile.steps=5` with profile_repeat: 0 in "
+    "the sweep file, so one repeat per shape is profiled)"
+)
+"""What the compute advice ends with: the setting that shows the operations."""
 
 
 def _whole(x: float) -> int:
@@ -54,15 +62,30 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
             "stalls on all ranks"
         )
     if part == "compute":
-        b, b0 = r["per_device_batch_size"], r["baseline_per_device_batch_size"]
-        if not (b is None or b is pd.NA or b0 is None or b0 is pd.NA) and b != b0:
-            verb = "fell" if b < b0 else "rose"
-            return f"the per-device batch {verb} from {b0} to {b} ({r['scaling_mode']} scaling)"
-        return (
-            "the per-device batch is unchanged: look for slower devices (clocks, throttling) "
-            "or processes contending for CPU cores"
-        )
+        return f"{_compute_advice(r)}{_launch_bound(r)}; {PROFILE_HINT}"
     return "not attributed to any measured part"
+
+
+def _compute_advice(r: Mapping[str, Any]) -> str:
+    b, b0 = r["per_device_batch_size"], r["baseline_per_device_batch_size"]
+    if not (b is None or b is pd.NA or b0 is None or b0 is pd.NA) and b != b0:
+        verb = "fell" if b < b0 else "rose"
+        return f"the per-device batch {verb} from {b0} to {b} ({r['scaling_mode']} scaling)"
+    return (
+        "the per-device batch is unchanged: look for slower devices (clocks, throttling) "
+        "or processes contending for CPU cores"
+    )
+
+
+def _launch_bound(r: Mapping[str, Any]) -> str:
+    """The GPU's idle share of compute, where the split says the host cannot keep it busy."""
+    idle = r.get("gpu_idle_share_mean", math.nan)
+    if not isinstance(idle, float) or not math.isfinite(idle) or idle < LAUNCH_BOUND_SHARE:
+        return ""
+    return (
+        f"; the GPU idles {idle:.0%} of compute: the step is launch-bound; try CUDA graphs, "
+        "trainer.compile=true or a larger batch"
+    )
 
 
 def _comm_advice(r: Mapping[str, Any]) -> str:

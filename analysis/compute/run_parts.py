@@ -66,6 +66,13 @@ class RunParts:
     bucket_bytes: tuple[int, ...] = ()
     """The all-reduce's buckets in the order DDP sends them (its own, or estimated)."""
     gradient_bytes: float = math.nan
+    gpu_idle_share: float = math.nan
+    """The share of the typical rank's compute its GPU idled (host overhead: launches); NaN
+    where the compute split is not recorded (CPU runs, no NVML, older records)."""
+    gpu_util_pct: float = math.nan
+    """The typical rank's GPU utilisation over the steady state (NVML); NaN without it."""
+    compute_split_reason: str = ""
+    """Why the compute split is not recorded ('' when it is)."""
 
     @property
     def recorded(self) -> bool:
@@ -201,7 +208,25 @@ def _recorded(
         slowest_node=str(node) if node is not None else None,
         rank_skew=skew,
         **_allreduce(allreduce),
+        **_compute_split(diagnosis, typical),
     )
+
+
+def _compute_split(diagnosis: Mapping[str, Any], typical: int) -> dict[str, Any]:
+    """The typical rank's GPU idle share of compute (the section's mean where that rank has
+    none), or why there is none: :class:`RunParts` fields. Older records have no split."""
+    split = diagnosis.get("compute_split")
+    if not isinstance(split, Mapping):
+        return dict(compute_split_reason="not in this record (recorded before the split)")
+    if split.get("status") != "recorded":
+        return dict(compute_split_reason=str(split.get("reason") or "not recorded"))
+    rows = [r for r in split.get("ranks") or [] if isinstance(r, Mapping)]
+    mine = [r for r in rows if r.get("rank") == typical]
+    share = number_at(mine[0], "gpu_idle_share") if mine else math.nan
+    if math.isnan(share):
+        share = number_at(split, "gpu_idle_share")
+    util = number_at(mine[0], "gpu_util_pct") if mine else math.nan
+    return dict(gpu_idle_share=share, gpu_util_pct=util)
 
 
 def _communication(

@@ -164,6 +164,9 @@ WATERFALL_COLUMNS = [
     "slowest_rank",
     "slowest_node",
     "slowest_seen",
+    "gpu_util_pct_mean",
+    "gpu_idle_share_mean",
+    "compute_split_note",
 ]
 """Columns of :attr:`Waterfall.table` (``diagnosis.csv``): points (``_pts``) are points of
 efficiency; ``_s`` seconds per sample per device; ``_step_s`` seconds per step."""
@@ -384,6 +387,13 @@ def _measured(recorded: Sequence[RunParts], confidence: float) -> dict[str, Any]
         comm_source="/".join(sorted({p.comm_source for p in recorded if p.comm_source})),
         jitter_note=_first([p.jitter_reason for p in recorded]),
         rank_skew_mean=finite_mean([p.rank_skew for p in recorded]),
+        gpu_util_pct_mean=finite_mean([p.gpu_util_pct for p in recorded]),
+        gpu_idle_share_mean=finite_mean([p.gpu_idle_share for p in recorded]),
+    )
+    out["compute_split_note"] = (
+        _first([p.compute_split_reason for p in recorded])
+        if math.isnan(out["gpu_idle_share_mean"])
+        else ""
     )
     slow = Counter((p.slowest_rank, p.slowest_node) for p in recorded)
     if slow:

@@ -60,6 +60,9 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         "Comm hidden",
         "busbw (GB/s)",
     ]
+    split = bool(t["gpu_idle_share_mean"].notna().any()) if "gpu_idle_share_mean" in t else False
+    if split:
+        columns += ["GPU busy (NVML)", "GPU idle in compute"]
     rows = []
     for _, r in t.iterrows():
         recorded = r["status"] == "recorded"
@@ -78,6 +81,7 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
                 *(_points(r, p) if recorded else NOT_RECORDED for p in PARTS),
                 hidden,
                 (sig(busbw, 3) if not is_missing(busbw) else MISSING) if recorded else NOT_RECORDED,
+                *(_split_cells(r) if split else []),
             ]
         )
     caption = [
@@ -98,6 +102,12 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         "that was not exposed. 'not recorded': the run has no breakdown "
         "(older record, diagnosis off, no steady state), never 0.",
     ]
+    if split:
+        caption.append(
+            "GPU busy: NVML's utilisation of the typical rank's GPU over the steady state; GPU "
+            "idle in compute: the share of compute the GPU ran no kernel (host overhead: "
+            "launches), from that utilisation times the step less the communication wait."
+        )
     missing = sorted({s for s in t["status"] if s != "recorded"})
     caption += [f"Not recorded: {m.removeprefix(NOT_RECORDED).strip(' ()')}." for m in missing]
     return DisplayTable(
@@ -107,3 +117,13 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         caption=caption,
         right={c for c in columns if c not in ("Configuration",)},
     )
+
+
+def _split_cells(r: pd.Series) -> list[str]:
+    """The GPU's utilisation and its idle share of compute, or why they are not there."""
+    from analysis.compute.waterfall import NOT_RECORDED
+
+    util, idle = r["gpu_util_pct_mean"], r["gpu_idle_share_mean"]
+    if is_missing(idle):
+        return [MISSING, f"{NOT_RECORDED} ({r['compute_split_note']})"]
+    return [f"{util:.0f}%" if not is_missing(util) else MISSING, pct(idle, 0)]

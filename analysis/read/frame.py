@@ -110,6 +110,9 @@ RUN_COLUMNS: dict[str, str] = {
     "val_loss_best": "float64",
     "val_acc_best": "float64",
     "peak_mem_gib_max": "float64",
+    "val_peak_mem_gib_max": "float64",
+    "gpu_util_pct": "float64",
+    "gpu_idle_share": "float64",
     "peak_host_rss_gib_max": "float64",
     "model_flops_per_sample": "float64",
     "mfu": "float64",
@@ -123,6 +126,7 @@ RUN_COLUMNS: dict[str, str] = {
     "epoch_times_s": "object",
     "versions": "object",
     "diagnosis": "object",
+    "profile": "object",
     "restart_reasons": "str",
     "sources": "str",
     "comet_experiment_key": "str",
@@ -189,6 +193,24 @@ def _max(values: Sequence[float] | None) -> float | None:
     return max(finite) if finite else None
 
 
+def _gpu_figures(diagnosis: Any) -> dict[str, float | None]:
+    """NVML's steady-state utilisation (mean over the run's sampled GPUs) and the share of
+    compute the GPUs idled (the compute split's mean); None where not recorded."""
+    d = diagnosis if isinstance(diagnosis, dict) else {}
+    nvml = d.get("nvml") if isinstance(d.get("nvml"), dict) else {}
+    utils = [
+        g["util_mean_pct"]
+        for g in nvml.get("gpus") or []
+        if isinstance(g, dict) and isinstance(g.get("util_mean_pct"), (int, float))
+    ]
+    split = d.get("compute_split") if isinstance(d.get("compute_split"), dict) else {}
+    idle = split.get("gpu_idle_share")
+    return {
+        "gpu_util_pct": sum(utils) / len(utils) if utils else None,
+        "gpu_idle_share": float(idle) if isinstance(idle, (int, float)) else None,
+    }
+
+
 def _run_row(run: Run) -> dict[str, Any]:
     r = run.record
     i = r.identity
@@ -203,12 +225,15 @@ def _run_row(run: Run) -> dict[str, Any]:
         device_name=r.device_name,
         node_names=",".join(r.node_names),
         peak_mem_gib_max=_max(r.peak_mem_gib),
+        val_peak_mem_gib_max=_max(getattr(r, "val_peak_mem_gib", None)),
+        **_gpu_figures(r.diagnosis),
         peak_host_rss_gib_max=_max(r.peak_host_rss_gib),
         epoch_times_s=tuple(r.epoch_times_s),
         versions=dict(r.versions),
         warmup_share=warmup_share(r.train_time_s, r.steady_time_s),
         restart_reasons="; ".join(run.restart_reasons),
         sources=";".join(run.sources),
+        profile=getattr(r, "profile", None),
         comet_experiment_key=(
             r.tracking.get("experiment_key") if isinstance(r.tracking, dict) else None
         ),

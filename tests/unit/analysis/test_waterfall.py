@@ -809,3 +809,59 @@ def test_records_whose_communication_comes_from_the_calibration_say_so(tmp_path:
     assert note.startswith("spiral · strong · fp32 at 1x2: exposed communication comes from")
     fresh = analyze(runs_of(tmp_path / "new", pattern_records("comm")))
     assert not [n for n in fresh.notes if "calibration windows" in n]
+
+
+# --- compute split: GPU work and host overhead ------------------------------------------------
+
+
+def _with_split(record: ResultRecord, idle: float, util: float) -> ResultRecord:
+    """The record's breakdown as a GPU run records it: NVML's utilisation, and compute split
+    into GPU work and host overhead (scalescope.job.compute_split)."""
+    d = dict(record.diagnosis or {})
+    rows = [{"rank": r["rank"], "gpu_util_pct": util, "gpu_idle_share": idle} for r in d["ranks"]]
+    d["compute_split"] = {
+        "status": "recorded",
+        "reason": None,
+        "source": "nvml_utilization",
+        "ranks": rows,
+        "gpu_idle_share": idle,
+    }
+    return replace(record, diagnosis=d)
+
+
+def test_a_launch_bound_gpu_is_named_in_the_compute_advice(tmp_path: Path) -> None:
+    """A 2-device run whose compute per sample doubled while its GPU idled 56% of compute:
+    the advice says launch-bound and names the profile setting; the table shows the split."""
+    records = []
+    for i, j in enumerate(JITTER):
+        records.append(diag_record(f"1{i}", 1, input_s=0.001, compute_s=0.05, jitter=j))
+        slow = diag_record(f"2{i}", 2, input_s=0.001, compute_s=0.05, jitter=j)
+        records.append(_with_split(slow, idle=0.56, util=44.0))
+    analysis = analyze(runs_of(tmp_path, records))
+    assert analysis.waterfall is not None
+    row = scaled_row(analysis.waterfall.table)
+    assert row["compute_pts_mean"] > 20
+    assert row["gpu_idle_share_mean"] == pytest.approx(0.56)
+    assert row["gpu_util_pct_mean"] == pytest.approx(44.0)
+    (item,) = findings(analysis.waterfall)
+    assert "the GPU idles 56% of compute: the step is launch-bound" in item["text"]
+    assert "trainer.profile.steps=5" in item["text"]
+    table = diagnosis_table(analysis)
+    assert table is not None
+    assert list(table.frame.iloc[0][["GPU busy (NVML)", "GPU idle in compute"]]) == ["44%", "56%"]
+
+
+def test_a_cpu_run_has_no_split_column_and_no_launch_bound_advice(tmp_path: Path) -> None:
+    records = []
+    for i, j in enumerate(JITTER):
+        records.append(diag_record(f"1{i}", 1, input_s=0.001, compute_s=0.05, jitter=j))
+        records.append(diag_record(f"2{i}", 2, input_s=0.001, compute_s=0.05, jitter=j))
+    analysis = analyze(runs_of(tmp_path, records))
+    assert analysis.waterfall is not None
+    row = scaled_row(analysis.waterfall.table)
+    assert math.isnan(row["gpu_idle_share_mean"])
+    assert row["compute_split_note"] == "not in this record (recorded before the split)"
+    (item,) = findings(analysis.waterfall)
+    assert "launch-bound" not in item["text"] and "trainer.profile.steps=5" in item["text"]
+    table = diagnosis_table(analysis)
+    assert table is not None and "GPU idle in compute" not in table.frame.columns
