@@ -276,6 +276,18 @@ def _charts(doc: dict[str, Any], charts: Sequence[tuple[str, str]] | None) -> st
 # --- the page -------------------------------------------------------------------------------
 
 
+def _trace_links(doc: dict[str, Any], table: str) -> str:
+    """Under a top-operations table: its run's trace files, which Perfetto and HTA open."""
+    for entry in doc.get("profiles") or []:
+        if entry["table"] == table and entry["traces"]:
+            links = ", ".join(
+                f'<a href="{_e(path)}">rank {_e(rank)}</a>'
+                for rank, path in entry["traces"].items()
+            )
+            return f'\n<p class="traces">Traces (open in Perfetto or HTA): {links}</p>'
+    return ""
+
+
 def report_html(
     *,
     doc: dict[str, Any],
@@ -317,7 +329,8 @@ def report_html(
         label = "Speedup" if table.name == "scaling" else table.title
         anchor = f"table-{table.name}" + (f"-{n}" if n > 1 else "")
         # one nav entry for the per-series speedup tables
-        sections.append((anchor, label if n == 1 else "", html_table(table)))
+        inner = html_table(table) + _trace_links(doc, table.name)
+        sections.append((anchor, label if n == 1 else "", inner))
     provenance = "<h2>Hardware and software</h2>\n" + _provenance(doc)
     sections.append(("provenance", "Hardware and software", provenance))
     sections.append(("method", "Method", _method(doc)))

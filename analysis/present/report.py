@@ -20,6 +20,7 @@ import pandas as pd
 from analysis.analyze import Analysis
 from analysis.compute.findings import findings
 from analysis.present.display import DisplayTable
+from analysis.present.profile_tables import profile_index
 from analysis.present.tables import markdown
 from analysis.read.files import Problem
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
@@ -198,7 +199,7 @@ def document(
         "methods": METHODS,
         "environment": environment(runs),
         "notes": analysis.notes,
-        "runs": records(runs, drop=("versions", "diagnosis")),
+        "runs": records(runs, drop=("versions", "diagnosis", "profile")),
         "groups": records(analysis.groups),
         "scaling": records(analysis.scaling),
         "amdahl": records(analysis.amdahl),
@@ -206,6 +207,7 @@ def document(
         "diagnosis": records(analysis.waterfall.table) if analysis.waterfall else [],
         "diagnosis_findings": findings(analysis.waterfall) if analysis.waterfall else [],
         **_projection(analysis),
+        "profiles": profile_index(runs),
         "failures": records(failures),
         "problems": [asdict(p) for p in problems],
     }
