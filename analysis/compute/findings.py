@@ -62,8 +62,20 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
             "stalls on all ranks"
         )
     if part == "compute":
-        return f"{_compute_advice(r)}{_launch_bound(r)}; {PROFILE_HINT}"
+        return f"{_compute_advice(r)}{_launch_bound(r)}; {_profile_hint(r)}"
     return "not attributed to any measured part"
+
+
+def _profile_hint(r: Mapping[str, Any]) -> str:
+    """The exact command that profiles this sweep again, where its manifest recorded how it
+    was submitted; the setting alone otherwise."""
+    command = r.get("profile_command")
+    if isinstance(command, str) and command:
+        return (
+            f"to see which operations, run `{command}` with profile_repeat: 0 in the sweep "
+            "file (one repeat per shape profiled)"
+        )
+    return PROFILE_HINT
 
 
 def _compute_advice(r: Mapping[str, Any]) -> str:

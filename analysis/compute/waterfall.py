@@ -167,6 +167,7 @@ WATERFALL_COLUMNS = [
     "gpu_util_pct_mean",
     "gpu_idle_share_mean",
     "compute_split_note",
+    "profile_command",
 ]
 """Columns of :attr:`Waterfall.table` (``diagnosis.csv``): points (``_pts``) are points of
 efficiency; ``_s`` seconds per sample per device; ``_step_s`` seconds per step."""
@@ -198,6 +199,17 @@ class Waterfall:
     """Per rank of one representative run at each series' largest recorded scale."""
     runs: list[tuple[str, int, str, RunParts, dict[str, float]]]
     """(series, world size, run id, parts, attribution) per run, for notebooks."""
+
+
+PROFILE_OVERRIDE = "trainer.profile.steps=5"
+"""What the advice adds to a sweep's command line to see a scale's operations."""
+
+
+def _profile_command(rows: pd.DataFrame) -> str:
+    """The group's sweep command line with the profile setting added ('' where no manifest
+    recorded how the sweep was submitted)."""
+    commands = [c for c in rows.get("sweep_command", pd.Series(dtype=object)) if isinstance(c, str)]
+    return f"{commands[0]} {PROFILE_OVERRIDE}" if commands else ""
 
 
 def _num_workers(params: Sequence[Any]) -> str:
@@ -291,6 +303,7 @@ def _point(
         per_device_batch_size=_batch(g.rows),
         baseline_per_device_batch_size=_batch(base.rows),
         num_workers=_num_workers(g.rows["workload_params"].tolist()),
+        profile_command=_profile_command(g.rows),
         status=_status(basis, these, against.parts, is_base),
     )
     # One set of runs for the loss and its parts: those with a breakdown (all runs where

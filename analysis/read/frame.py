@@ -127,6 +127,7 @@ RUN_COLUMNS: dict[str, str] = {
     "versions": "object",
     "diagnosis": "object",
     "profile": "object",
+    "sweep_command": "str",
     "restart_reasons": "str",
     "sources": "str",
     "comet_experiment_key": "str",
@@ -234,6 +235,7 @@ def _run_row(run: Run) -> dict[str, Any]:
         restart_reasons="; ".join(run.restart_reasons),
         sources=";".join(run.sources),
         profile=getattr(r, "profile", None),
+        sweep_command=None,  # the sweep's, from its manifest (runs_frame)
         comet_experiment_key=(
             r.tracking.get("experiment_key") if isinstance(r.tracking, dict) else None
         ),
@@ -304,7 +306,10 @@ def _typed(rows: list[dict[str, Any]], columns: dict[str, str]) -> pd.DataFrame:
 
 
 def runs_frame(result: ParseResult) -> pd.DataFrame:
-    return _typed([_run_row(r) for r in result.runs], RUN_COLUMNS)
+    rows = [_run_row(r) for r in result.runs]
+    for row in rows:
+        row["sweep_command"] = result.sweep_commands.get(row.get("sweep_id") or "")
+    return _typed(rows, RUN_COLUMNS)
 
 
 def failures_frame(result: ParseResult) -> pd.DataFrame:

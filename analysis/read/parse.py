@@ -60,6 +60,8 @@ class ParseResult:
     failures: list[Failure] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     files_read: int = 0
+    sweep_commands: dict[str, str] = field(default_factory=dict)
+    """Sweep id -> the command line that submitted it (its manifest's), where recorded."""
 
 
 # --- assembling jobs ------------------------------------------------------------------------
@@ -218,6 +220,9 @@ class _Assembler:
 
     def finish(self) -> ParseResult:
         out = ParseResult(problems=self.problems)
+        out.sweep_commands = {
+            p.sweep_id: p.command for p in self.planned if p.sweep_id and p.command
+        }
         by_job = self._results_by_job()
         finished = {key for _, key in by_job}
         stopped: dict[str, tuple[ResultRecord, list[str]]] = {}

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from analysis.read.classify import KEYWORDS, Evidence, EvidenceCollector, with_attempt
 from analysis.read.damage import Damage
@@ -63,6 +64,8 @@ class PlannedJob:
     devices_per_node: int | None
     world_size: int | None
     elapsed_s: float | None = None
+    command: str | None = None
+    """The command line that submitted the sweep (:func:`sweep_command`), where recorded."""
 
     @property
     def ran(self) -> bool:
@@ -360,6 +363,7 @@ def read_manifest(path: str, display: str) -> list[PlannedJob]:
     if not isinstance(jobs, list):
         raise ValueError("'jobs' is not a list")
     sweep_id = data.get("sweep_id") if isinstance(data.get("sweep_id"), str) else None
+    command = sweep_command(data.get("argv"))
     out = []
     for i, entry in enumerate(jobs):
         where = f"jobs[{i}]"
@@ -379,9 +383,38 @@ def read_manifest(path: str, display: str) -> list[PlannedJob]:
                 devices_per_node=_opt_int(entry, "devices_per_node", where),
                 world_size=_opt_int(entry, "world_size", where),
                 elapsed_s=_opt_float(entry, "elapsed_s", where),
+                command=command,
             )
         )
     return out
+
+
+_NOT_REPEATED = {"--sweep-id": 1, "--dry-run": 0}
+"""Options of the recorded command left out of a rerun: a new sweep needs its own folder."""
+
+
+def sweep_command(argv: Any) -> str | None:
+    """``scalescope sweep ...`` as the manifest's ``argv`` recorded it, ready to run again
+    (the executable by its name, the sweep's own folder name and a dry run left out); None
+    when it is not a recorded ``scalescope sweep`` command line."""
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        return None
+    words = list(argv)
+    if "sweep" not in words:
+        return None
+    words = ["scalescope", *words[words.index("sweep") :]]
+    out: list[str] = []
+    skip = 0
+    for word in words:
+        if skip:
+            skip -= 1
+            continue
+        name = word.split("=", 1)[0]
+        if name in _NOT_REPEATED:
+            skip = _NOT_REPEATED[name] if "=" not in word else 0
+            continue
+        out.append(word)
+    return shlex.join(out)
 
 
 # --- phase 2: evidence ----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,26 @@ def test_mistyped_entry_names_its_key(tmp_path: Path) -> None:
     *_, problems = load_all(tmp_path, jobs=1)
     (problem,) = problems
     assert "jobs[0].repeat is not an integer" in problem.message
+
+
+def test_the_sweeps_command_line_is_kept_to_profile_it_again(tmp_path: Path) -> None:
+    """The manifest's argv, ready to rerun (the executable by name, no --sweep-id, no
+    --dry-run), reaches every run of that sweep and the compute advice's profile command."""
+    from analysis.read.scan import sweep_command
+
+    argv = ["/opt/venv/bin/scalescope", "sweep", "--config", "my sweeps/a.yaml", "--wait"]
+    argv += ["--sweep-id", "s1", "--dry-run", "trainer.max_epochs=1"]
+    assert sweep_command(argv) == (
+        "scalescope sweep --config 'my sweeps/a.yaml' --wait trainer.max_epochs=1"
+    )
+    assert sweep_command(["python", "train.py"]) is None and sweep_command("x") is None
+    sweep = tmp_path / "sweeps" / "s1"
+    done = make_result("101", world=(1, 1))
+    done = replace(done, identity=replace(done.identity, sweep_id="s1"))
+    write_log(sweep / "101" / "101_0_log.out", start_of(done), done)
+    path = _manifest(sweep, [_entry("101", "1x1", 0, sweep)])
+    doc = json.loads(path.read_text())
+    doc["argv"] = argv
+    path.write_text(json.dumps(doc))
+    loaded = load_all(tmp_path)
+    assert loaded.runs["sweep_command"].tolist() == [sweep_command(argv)]
