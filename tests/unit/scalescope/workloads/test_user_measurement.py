@@ -4,13 +4,11 @@ loader without a length, and a refusal every rank makes alike being said once.""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 import torch
 from core_helpers import make_identity
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from analysis.read.frame import scaling_mismatches
 from scalescope import cli
 from scalescope.errors import SameOnEveryRankError, ScalescopeError
 from scalescope.job.timing import resolve_warmup
@@ -108,57 +106,6 @@ def test_an_error_every_rank_finds_is_printed_by_rank_zero_only(
         monkeypatch.setattr(entry, "run", refuse)
         assert cli.main(["train"]) == 2
         assert capsys.readouterr().err == printed
-
-
-def _runs(mode: str, batches: list[tuple[int, int, int]]) -> pd.DataFrame:
-    """One row per run: (world size, per-device batch, global batch), one series otherwise."""
-    rows = []
-    for world, per_device, global_ in batches:
-        rows.append(
-            {
-                "config_name": "demo",
-                "workload": "m:M",
-                "scaling_mode": mode,
-                "precision": "32",
-                "accumulate_grad_batches": 1,
-                "accelerator": "cpu",
-                "held_batch_size": per_device if mode == "weak" else global_,
-                "epochs": 2,
-                "workload_params": "{}",
-                "device_name": "cpu",
-                "cluster": "local",
-                "world_size": world,
-                "per_device_batch_size": per_device,
-                "global_batch_size": global_,
-                "sources": f"logs/{world}.out",
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def test_strong_scaling_with_a_constant_per_device_batch_is_a_problem_row() -> None:
-    (problem,) = scaling_mismatches(_runs("strong", [(1, 1, 1), (2, 1, 2), (2, 1, 2)]))
-    assert "declared strong scaling, but the per-device batch recorded is 1" in problem.message
-    assert "that is weak scaling" in problem.message and problem.file == "logs/1.out"
-
-
-def test_weak_scaling_with_a_constant_global_batch_is_a_problem_row() -> None:
-    (problem,) = scaling_mismatches(_runs("weak", [(1, 64, 64), (2, 32, 64)]))
-    assert "that is strong scaling" in problem.message
-
-
-@pytest.mark.parametrize(
-    ("mode", "batches"),
-    [
-        ("strong", [(1, 64, 64), (2, 32, 64)]),  # as declared
-        ("weak", [(1, 32, 32), (2, 32, 64)]),  # as declared
-        ("strong", [(2, 1, 2), (2, 1, 2)]),  # one world size: nothing to compare
-    ],
-)
-def test_batches_that_follow_their_mode_raise_nothing(
-    mode: str, batches: list[tuple[int, int, int]]
-) -> None:
-    assert scaling_mismatches(_runs(mode, batches)) == []
 
 
 def test_a_combined_batch_counts_every_loaders_part() -> None:
