@@ -219,6 +219,18 @@ def summarize_main(
     return Result(code, out.getvalue(), err.getvalue())
 
 
+def write_runs(folder: Path, times: dict[int, list[float]]) -> Path:
+    """One log per run in ``folder`` (its start event and its record), from {world size (1, 2
+    or 4 devices on one node): [train_time_s of each repeat]}; job ids are the world size and
+    the repeat (``"101"``)."""
+    worlds = {1: (1, 1), 2: (1, 2), 4: (1, 4)}
+    for world, values in times.items():
+        for i, t in enumerate(values):
+            r = make_result(f"{world}{i:02d}", world=worlds[world], train_time_s=t)
+            write_log(folder / f"slurm-{world}{i:02d}.out", start_of(r), r)
+    return folder
+
+
 def with_restart(record: ResultRecord, restart: int) -> ResultRecord:
     ident = replace(
         record.identity, restart_count=restart, run_id=f"{record.identity.job_id}.r{restart}"

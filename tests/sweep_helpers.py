@@ -1,5 +1,5 @@
-"""Builders for the sweep tests: a sweep file, a cluster profile, the CLI in-process, and the
-check that a refused sweep submitted nothing."""
+"""Builders for the sweep tests: a sweep file, a cluster profile, its local plan, the CLI
+in-process, and the check that a refused sweep submitted nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scalescope import cli
+from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
 TRAIN_CONFIG = """\
 name: spiral
@@ -88,3 +89,8 @@ def expect_error(root: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> 
     assert len(err.splitlines()) == 1, err
     assert_nothing_submitted(root)
     return err
+
+
+def plan_of(sweep: Path, **kwargs: object):  # type: ignore[no-untyped-def]
+    """The sweep file's plan for the local executor."""
+    return plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t", **kwargs)

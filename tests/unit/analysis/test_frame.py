@@ -1,4 +1,6 @@
-"""No run leaves the statistics quietly: one the groups cannot count is a problem row."""
+"""The runs frame (analysis.read.frame): its columns typed with units; no run leaves the
+statistics quietly (one the groups cannot count is a problem row); a batch that does not follow
+its declared scaling mode is a problem row too."""
 
 from __future__ import annotations
 
@@ -6,11 +8,13 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
+import pytest
 from analysis_helpers import make_result, summarize_main, write_log
 
 from analysis import load_all
 from analysis.compute.metrics import group_stats
-from analysis.read.frame import MEASURED_COLUMNS
+from analysis.read.frame import MEASURED_COLUMNS, scaling_mismatches
 
 
 def test_run_without_a_finite_time_is_a_problem_not_silently_uncounted(tmp_path: Path) -> None:
@@ -49,3 +53,66 @@ def test_measured_columns_follow_the_record_schema() -> None:
         MEASURED_COLUMNS
     )
     assert "val_loss_final" not in MEASURED_COLUMNS
+
+
+def test_frame_columns_are_typed_with_units(tmp_path: Path) -> None:
+    r = make_result("80", world=(2, 4))
+    write_log(tmp_path / "slurm-80.out", r)
+    runs, failures, _ = load_all(tmp_path)
+    assert str(runs["world_size"].dtype) == "Int64"
+    assert runs["train_time_s"].dtype == "float64"
+    assert str(runs["started_at"].dtype).startswith("datetime64")
+    assert runs["version_torch"].iloc[0] == "2.13.0+cpu"
+    assert {"samples_per_s", "job_time_s", "peak_host_rss_gib_max"} <= set(runs.columns)
+    assert failures.empty and "reason" in failures.columns
+
+
+def _runs(mode: str, batches: list[tuple[int, int, int]]) -> pd.DataFrame:
+    """One row per run: (world size, per-device batch, global batch), one series otherwise."""
+    rows = []
+    for world, per_device, global_ in batches:
+        rows.append(
+            {
+                "config_name": "demo",
+                "workload": "m:M",
+                "scaling_mode": mode,
+                "precision": "32",
+                "accumulate_grad_batches": 1,
+                "accelerator": "cpu",
+                "held_batch_size": per_device if mode == "weak" else global_,
+                "epochs": 2,
+                "workload_params": "{}",
+                "device_name": "cpu",
+                "cluster": "local",
+                "world_size": world,
+                "per_device_batch_size": per_device,
+                "global_batch_size": global_,
+                "sources": f"logs/{world}.out",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_strong_scaling_with_a_constant_per_device_batch_is_a_problem_row() -> None:
+    (problem,) = scaling_mismatches(_runs("strong", [(1, 1, 1), (2, 1, 2), (2, 1, 2)]))
+    assert "declared strong scaling, but the per-device batch recorded is 1" in problem.message
+    assert "that is weak scaling" in problem.message and problem.file == "logs/1.out"
+
+
+def test_weak_scaling_with_a_constant_global_batch_is_a_problem_row() -> None:
+    (problem,) = scaling_mismatches(_runs("weak", [(1, 64, 64), (2, 32, 64)]))
+    assert "that is strong scaling" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("mode", "batches"),
+    [
+        ("strong", [(1, 64, 64), (2, 32, 64)]),  # as declared
+        ("weak", [(1, 32, 32), (2, 32, 64)]),  # as declared
+        ("strong", [(2, 1, 2), (2, 1, 2)]),  # one world size: nothing to compare
+    ],
+)
+def test_batches_that_follow_their_mode_raise_nothing(
+    mode: str, batches: list[tuple[int, int, int]]
+) -> None:
+    assert scaling_mismatches(_runs(mode, batches)) == []

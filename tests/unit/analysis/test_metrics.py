@@ -1,18 +1,16 @@
-"""Scaling math: properties (hypothesis) and a few worked examples."""
+"""The scaling table (analysis.compute.metrics): speedup, efficiency and their baseline,
+as properties (hypothesis) and a few worked examples."""
 
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 import pytest
 from analysis_helpers import make_result
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy import stats as sps
+from metrics_helpers import frame
 
 from analysis.analyze import analyze
-from analysis.compute.compare import compare_runs
 from analysis.compute.metrics import (
     NO_SPEEDUP,
     BaselineSpec,
@@ -23,29 +21,10 @@ from analysis.compute.metrics import (
     karp_flatt_note,
     scaling_table,
 )
-from analysis.compute.stats import ratio_ci, summarize, t_ppf, t_sf, welch_test
 from analysis.read.frame import runs_frame
 from analysis.read.parse import ParseResult, Run
 
-WORLDS = {1: (1, 1), 2: (1, 2), 4: (1, 4), 8: (2, 4), 16: (4, 4)}
 SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def frame(times: dict[int, list[float]], mode: str = "strong") -> pd.DataFrame:
-    """A runs frame from {world size: [train_time_s per repeat]}, built through records."""
-    runs = []
-    for world, values in times.items():
-        for i, t in enumerate(values):
-            rec = make_result(
-                f"{world}-{i}",
-                world=WORLDS[world],
-                train_time_s=t,
-                scaling_mode=mode,
-                global_batch_size=256,
-            )
-            runs.append(Run(rec, ("x",)))
-    return runs_frame(ParseResult(runs=runs))
-
 
 worlds = st.sets(st.sampled_from([2, 4, 8, 16]), min_size=1).map(lambda s: sorted({1, *s}))
 positive = st.floats(min_value=1e-2, max_value=1e5, allow_nan=False, allow_infinity=False)
@@ -108,48 +87,6 @@ def test_row_order_does_not_matter(times: dict[int, list[float]], seed: object) 
     shuffled = runs.sample(frac=1.0, random_state=seed.randint(0, 2**31)).reset_index(drop=True)  # type: ignore[attr-defined]
     pd.testing.assert_frame_equal(scaling_table(runs), scaling_table(shuffled))
     pd.testing.assert_frame_equal(group_stats(runs), group_stats(shuffled))
-
-
-@given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=30))
-def test_summary_order_and_interval(values: list[float]) -> None:
-    s = summarize(values)
-    assert s.min <= s.median <= s.max
-    assert s.min <= s.mean <= s.max
-    if s.n >= 2:
-        assert s.ci_low <= s.mean <= s.ci_high
-    else:
-        assert math.isnan(s.ci_low) and math.isnan(s.std)
-
-
-@given(st.lists(positive, min_size=1, max_size=6), st.lists(positive, min_size=1, max_size=6))
-def test_ratio_interval_contains_the_ratio(a: list[float], b: list[float]) -> None:
-    ratio, low, high = ratio_ci(summarize(a), summarize(b))
-    assert ratio == pytest.approx(summarize(a).mean / summarize(b).mean)
-    if len(a) >= 2 and len(b) >= 2:
-        assert low <= ratio * (1 + 1e-12) and ratio <= high * (1 + 1e-12)
-    else:
-        assert math.isnan(low) and math.isnan(high)
-
-
-@given(
-    f=st.floats(min_value=0.0, max_value=0.9),
-    ps=st.lists(
-        st.sampled_from([2.0, 3.0, 4.0, 8.0, 16.0, 64.0]), min_size=1, max_size=5, unique=True
-    ),
-)
-def test_amdahl_fit_recovers_the_serial_fraction_and_matches_karp_flatt(
-    f: float, ps: list[float]
-) -> None:
-    speedups = [1.0 / (f + (1.0 - f) / p) for p in ps]
-    fit = amdahl_fit([1.0, *ps], [1.0, *speedups])
-    assert fit.serial_fraction == pytest.approx(f, abs=1e-9)
-    assert fit.points == len(ps)
-    if len(ps) >= 2:
-        assert fit.stderr == pytest.approx(0.0, abs=1e-7)
-    else:  # one scaled point: no residual, no standard error
-        assert math.isnan(fit.stderr)
-    for p, s in zip(ps, speedups, strict=True):
-        assert karp_flatt(s, p) == pytest.approx(f, abs=1e-9)
 
 
 def test_worked_example_from_the_old_tutorial() -> None:
@@ -215,90 +152,6 @@ def test_a_slowdown_has_no_serial_fraction() -> None:
     assert table["fit_note"].iloc[0] == NO_SPEEDUP
     assert karp_flatt(1.0, 4.0) != karp_flatt(1.0, 4.0)  # S = 1 gains nothing: NaN too
     assert karp_flatt_note(0.5, 4.0) == NO_SPEEDUP
-
-
-def test_amdahl_band_uses_the_t_quantile_of_its_residual_df() -> None:
-    ps = [2.0, 4.0, 8.0]
-    speedups = [1.9, 3.3, 5.6]  # f about 0.06 with residuals: a non-zero SE
-    fit = amdahl_fit([1.0, *ps], [1.0, *speedups])
-    assert fit.points == 3 and fit.df == 2 and fit.stderr > 0
-    t = sps.t.ppf(0.975, 2)
-    low_f, high_f = fit.interval(0.95)
-    assert low_f == pytest.approx(fit.serial_fraction - t * fit.stderr, rel=1e-12)
-    assert high_f == pytest.approx(fit.serial_fraction + t * fit.stderr, rel=1e-12)
-    scaling = pd.DataFrame(
-        {
-            "series": "s",
-            "scaling_mode": "strong",
-            "relative_scale": [1.0, *ps],
-            "speedup": [1.0, *speedups],
-            "baseline_world_size": 1,
-            "world_size": [1, 2, 4, 8],
-        }
-    )
-    row = amdahl_table(scaling).iloc[0]
-    lo, hi = max(0.0, low_f), min(1.0, high_f)
-    assert row["serial_fraction_ci_low"] == pytest.approx(lo)
-    assert row["serial_fraction_ci_high"] == pytest.approx(hi)
-    p = 16.0  # 2x the largest world size
-    assert row["predicted_speedup_2x_low"] == pytest.approx(fit.speedup(p, hi))
-    assert row["predicted_speedup_2x_high"] == pytest.approx(fit.speedup(p, lo))
-    # a 1-SE band (the old one) is narrower than the 95% band: t(0.975, 2) = 4.30
-    assert row["predicted_speedup_2x_low"] < fit.speedup(p, fit.serial_fraction + fit.stderr)
-
-
-@given(st.lists(positive, min_size=1, max_size=12), st.sampled_from([0.8, 0.9, 0.95, 0.99]))
-def test_intervals_of_positive_data_are_positive_and_contain_the_geometric_mean(
-    values: list[float], confidence: float
-) -> None:
-    s = summarize(values, confidence, log_scale=True)
-    assert s.min <= s.gmean <= s.max
-    assert s.gmean <= s.mean * (1 + 1e-12)  # AM-GM
-    if s.n >= 2:
-        assert 0 < s.ci_low <= s.gmean <= s.ci_high
-        assert s.ci_high / s.gmean == pytest.approx(s.gmean / s.ci_low, rel=1e-9)  # log-symmetric
-    else:
-        assert math.isnan(s.ci_low) and math.isnan(s.ci_high)
-
-
-def test_a_time_interval_never_goes_negative() -> None:
-    """Three repeats, one slow: the linear t-interval of the mean crosses zero."""
-    times = [1.0, 1.2, 9.0]
-    assert summarize(times).ci_low < 0
-    g = group_stats(frame({1: times})).iloc[0]
-    assert 0 < g["train_time_s_ci_low"] <= g["train_time_s_gmean"] <= g["train_time_s_ci_high"]
-    assert g["samples_per_s_ci_low"] > 0 and g["samples_per_s_per_device_ci_low"] > 0
-
-
-def test_compare_marks_only_large_and_significant_changes() -> None:
-    a = frame({1: [100.0, 101.0, 99.0, 100.5], 2: [50.0, 51.0, 49.0], 4: [30.0]})
-    b = frame({1: [120.0, 121.0, 119.0, 120.5], 2: [50.5, 51.2, 49.3], 4: [20.0]})
-    c = compare_runs(a, b).set_index("world_size")
-    assert c.loc[1, "verdict"] == "worse" and c.loc[1, "p_value"] < 0.05
-    assert c.loc[2, "verdict"] == "same (within tolerance)"
-    assert c.loc[4, "verdict"] == "not enough repeats"
-    noisy = frame({1: [80.0, 160.0, 120.0]})
-    assert compare_runs(frame({1: [100.0, 101.0, 99.0]}), noisy)["verdict"].tolist() == [
-        "not significant"
-    ]
-    faster = compare_runs(a, b, metric="samples_per_s").set_index("world_size")
-    assert faster.loc[1, "verdict"] == "worse"  # lower throughput is worse too
-
-
-@pytest.mark.parametrize("df", [1, 2, 3.7, 10, 250])
-@pytest.mark.parametrize("q", [0.6, 0.9, 0.975, 0.995])
-def test_t_quantile_matches_scipy(df: float, q: float) -> None:
-    assert t_ppf(q, df) == pytest.approx(sps.t.ppf(q, df), rel=1e-8)
-    assert t_sf(1.7, df) == pytest.approx(sps.t.sf(1.7, df), rel=1e-8)
-
-
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # scipy on near-identical samples
-@given(st.lists(positive, min_size=2, max_size=8), st.lists(positive, min_size=2, max_size=8))
-def test_welch_matches_scipy(a: list[float], b: list[float]) -> None:
-    ours = welch_test(a, b)
-    ref = sps.ttest_ind(a, b, equal_var=False)
-    assume(math.isfinite(ref.pvalue))  # scipy gives NaN when both samples are constant
-    assert ours.p_value == pytest.approx(ref.pvalue, rel=1e-6, abs=1e-12)
 
 
 # --- steady state, series identity (issue: numbers you can trust) -----------------------------

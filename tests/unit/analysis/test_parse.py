@@ -1,31 +1,24 @@
-"""Reading logs and run directories: records and problems, never an exception."""
+"""Reading logs and run directories into jobs (analysis.read.parse): records, failures and
+problems, never an exception. Finding the files: test_files.py; reading one: test_scan.py;
+what a crash left in one: test_damage.py."""
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from analysis_helpers import make_result, noise, start_of, with_restart, write_log
 
-import analysis.read.scan as scan_mod
 from analysis import load_all
-from analysis.read.files import SUMMARY_MARKER
 from analysis.read.parse import parse
-from analysis.read.scan import job_hint
 from scalescope.record import encode, write_json_atomic
 
 
 def test_empty_folder_gives_nothing_and_no_error(tmp_path: Path) -> None:
     result = parse([tmp_path])
     assert (result.runs, result.failures, result.problems) == ([], [], [])
-
-
-def test_missing_path_is_a_problem(tmp_path: Path) -> None:
-    result = parse([tmp_path / "nope"])
-    assert [p.message for p in result.problems] == ["no such file or folder"]
 
 
 def test_record_found_among_noise_with_srun_prefix(tmp_path: Path) -> None:
@@ -55,23 +48,6 @@ def test_conflicting_duplicate_is_a_warning_and_result_json_wins(tmp_path: Path)
     assert runs["train_time_s"].tolist() == [100.0]
     (p,) = problems
     assert p.file.endswith("slurm-7.out") and "train_time_s" in p.message
-
-
-def test_binary_file_is_skipped_with_a_warning(tmp_path: Path) -> None:
-    (tmp_path / "weights.out").write_bytes(b"\x00\x01\x02" * 1000)
-    (tmp_path / "model.ckpt").write_bytes(b"\x00" * 10)  # known binary suffix: silent
-    result = parse([tmp_path])
-    (problem,) = result.problems
-    assert Path(problem.file).name == "weights.out"
-    assert problem.message.startswith("binary file, skipped: no record in it; 3000 unreadable")
-    assert "the first at bytes 0-2999 (line 1): undecodable bytes" in problem.message
-
-
-def test_non_utf8_noise_does_not_hide_a_record(tmp_path: Path) -> None:
-    r = make_result("9")
-    (tmp_path / "slurm-9.out").write_bytes(b"\xff\xfe caf\xe9\n" + encode(r).encode() + b"\n")
-    runs, _, problems = load_all(tmp_path)
-    assert runs["job_id"].tolist() == ["9"] and problems == []
 
 
 def test_truncated_record_is_a_problem_and_the_job_a_failure(tmp_path: Path) -> None:
@@ -189,95 +165,6 @@ def test_start_without_result_or_message_is_unknown(tmp_path: Path) -> None:
     assert failures["reason"].tolist() == ["unknown"]
 
 
-def test_records_split_across_read_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 97)  # every line crosses chunk edges
-    r = make_result("61")
-    write_log(tmp_path / "slurm-61.out", *noise(5), start_of(r), *noise(5), r, *noise(3))
-    result = parse([tmp_path], jobs=1)
-    assert [x.record.identity.job_id for x in result.runs] == ["61"]
-    assert result.problems == []
-
-
-def test_line_numbers_survive_chunking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 50)
-    write_log(tmp_path / "slurm-62.out", *noise(4), ":::SCALESCOPE {broken")
-    (p,) = parse([tmp_path], jobs=1).problems
-    assert p.message.startswith("line 9:")
-
-
-def test_overlong_line_is_skipped_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 1000)
-    monkeypatch.setattr(scan_mod, "MAX_LINE_BYTES", 4000)
-    r = make_result("63")
-    path = tmp_path / "slurm-63.out"
-    path.write_text(":::SCALESCOPE " + "x" * 20_000 + "\n" + encode(r) + "\n")
-    result = parse([tmp_path], jobs=1)
-    assert [x.record.identity.job_id for x in result.runs] == ["63"]
-    assert "longer than" in result.problems[0].message
-
-
-def test_unreadable_file_is_a_problem(tmp_path: Path) -> None:
-    os.symlink(tmp_path / "gone.out", tmp_path / "dangling.out")
-    result = parse([tmp_path])
-    (p,) = result.problems
-    assert p.file.endswith("dangling.out") and p.message.startswith("cannot read")
-
-
-def test_walker_skips_summary_hidden_and_excluded_folders(tmp_path: Path) -> None:
-    r = make_result("70")
-    for sub in ("summary", ".cache", "excluded"):
-        write_log(tmp_path / sub / "slurm-70.out", r)
-    (tmp_path / "summary" / SUMMARY_MARKER).write_text("{}")
-    assert parse([tmp_path], exclude=[tmp_path / "excluded"]).runs == []
-
-
-def test_files_can_be_given_directly(tmp_path: Path) -> None:
-    r = make_result("71")
-    log = write_log(tmp_path / "any-name.txt", r)
-    runs, _, _ = load_all([log, log])
-    assert runs["job_id"].tolist() == ["71"]
-
-
-@pytest.mark.parametrize(
-    ("name", "hint"),
-    [
-        ("slurm-123.out", "123"),
-        ("slurm-123_4.out", "123_4"),
-        ("123_0_log.out", "123"),
-        ("123_4_1_log.err", "123_4"),
-        ("spiral-5678.out", "5678"),
-        ("notes.txt", None),
-    ],
-)
-def test_job_hint_from_file_names(name: str, hint: str | None) -> None:
-    assert job_hint(name) == hint
-
-
-def test_frame_columns_are_typed_with_units(tmp_path: Path) -> None:
-    r = make_result("80", world=(2, 4))
-    write_log(tmp_path / "slurm-80.out", r)
-    runs, failures, _ = load_all(tmp_path)
-    assert str(runs["world_size"].dtype) == "Int64"
-    assert runs["train_time_s"].dtype == "float64"
-    assert str(runs["started_at"].dtype).startswith("datetime64")
-    assert runs["version_torch"].iloc[0] == "2.13.0+cpu"
-    assert {"samples_per_s", "job_time_s", "peak_host_rss_gib_max"} <= set(runs.columns)
-    assert failures.empty and "reason" in failures.columns
-
-
-def test_line_number_of_a_cut_last_line_across_chunks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 64)
-    r = make_result("64")
-    line = encode(r)
-    # 7 noise lines, the start event (line 8), then a result cut before its newline (line 9)
-    text = "\n".join([*noise(3), "x", encode(start_of(r)), line[:200]])
-    (tmp_path / "slurm-64.out").write_text(text)
-    (p,) = parse([tmp_path], jobs=1).problems
-    assert p.message.startswith("line 9:"), p.message
-
-
 def test_reading_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
     import gc
 
@@ -304,3 +191,18 @@ def test_a_run_stopped_by_sigterm_is_a_failed_row_not_a_measurement(tmp_path: Pa
     # what stopped it is read from the same log: Slurm's time limit, not a bare "cancelled"
     assert failures["reason"].iloc[0] == "time_limit"
     assert "DUE TO TIME LIMIT" in failures["evidence"].iloc[0]
+
+
+def test_altered_record_is_a_problem_and_left_out(tmp_path: Path) -> None:
+    r = make_result("23")
+    line = encode(r).replace('"train_time_s":', '"train_time_s":1', 1)  # 100.0 -> 1100.0
+    (tmp_path / "slurm-23.out").write_text(encode(start_of(r)) + "\n" + line + "\n")
+    result = parse([tmp_path], jobs=1)
+    assert result.runs == []
+    (problem,) = result.problems
+    assert Path(problem.file).name == "slurm-23.out"
+    assert problem.message == (
+        "line 2: checksum mismatch: the record was altered after it was written"
+    )
+    (failure,) = result.failures  # its start event still says which job it was
+    assert failure.job_id == "23"

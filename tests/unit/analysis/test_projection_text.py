@@ -1,6 +1,7 @@
 """``python -m analysis.summarize --project``, in-process, on real records
 (tests/fixtures/projection: an emulated network whose all-reduce cost grows as log2 of the
-world size). The backtest on the shipped published cases: test_backtest_command.py."""
+world size). The backtest on the shipped published cases: test_backtest.py; reading a network
+profile: test_network_profile.py."""
 
 from __future__ import annotations
 
@@ -9,35 +10,11 @@ import io
 import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import Any
 
 import pytest
+from projection_helpers import FIXTURE, first_projection, run
 
 from analysis import summarize
-from scalescope.errors import ConfigError
-from scalescope.launch.sweep_config import SweepConfig
-from scalescope.schema import build
-
-REPO = Path(__file__).resolve().parents[3]
-FIXTURE = REPO / "tests" / "fixtures" / "projection"
-
-
-def run(main, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        rc = main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
-
-
-def first_projection(*argv: str) -> dict[str, Any]:
-    """The first projected row of the fixture at 4 nodes, summarised with ``argv`` (nothing
-    written)."""
-    rc, out, err = run(
-        summarize.main, str(FIXTURE), "--project", "4", *argv, "--no-write", "--format", "json"
-    )
-    assert rc == 0, err
-    row: dict[str, Any] = json.loads(out)["projection"][0]
-    return row
 
 
 @pytest.fixture(scope="module")
@@ -138,37 +115,3 @@ def test_bad_projection_arguments_are_one_line_and_write_nothing(
     errors = [line for line in err.splitlines() if "error:" in line]
     assert len(errors) == 1 and message in errors[0], err
     assert not out.exists()
-
-
-def test_an_nccl_tests_output_is_a_network_profile(tmp_path: Path) -> None:
-    """nccl-tests' table, as printed or behind srun's ``0:`` prefixes: the latency-bandwidth
-    fit at its rank count (its busbw column at 512 MiB reads 322.78 GB/s)."""
-    from analysis.read.network_profile import read_profile
-
-    text = (FIXTURE / "nccl_tests_16_ranks.txt").read_text()
-    prefixed = tmp_path / "srun.out"
-    prefixed.write_text("".join(f"0: {line}\n" for line in text.splitlines()))
-    for path in (FIXTURE / "nccl_tests_16_ranks.txt", prefixed):
-        profile = read_profile(str(path))
-        assert profile["at_world_size"] == 16
-        assert 250 < profile["inter_busbw_gbps"] < 340, profile
-        assert 0 < profile["inter_alpha_s"] < 1e-3
-    row = first_projection("--network", str(prefixed))
-    assert "srun.out (16 ranks, 7 sizes fitted)" in row["network"]
-
-
-def test_a_bad_network_profile_names_the_key(tmp_path: Path) -> None:
-    profile = tmp_path / "net.yaml"
-    profile.write_text("inter_busbw_gbps: -3\n")
-    rc, _, err = run(summarize.main, str(FIXTURE), "--project", "4", "--network", str(profile))
-    assert rc == 2 and "inter_busbw_gbps must be a positive number" in err, err
-    profile.write_text("busbw: 3\n")
-    rc, _, err = run(summarize.main, str(FIXTURE), "--project", "4", "--network", str(profile))
-    assert rc == 2 and "unknown key(s) busbw" in err, err
-
-
-def test_a_sweep_names_its_projection_nodes() -> None:
-    base = {"name": "s", "train_config": "t.yaml", "shapes": [{"nodes": 1, "devices_per_node": 1}]}
-    assert build(SweepConfig, {**base, "project_nodes": [2, 8]}).project_nodes == [2, 8]
-    with pytest.raises(ConfigError, match="project_nodes: 0 is not a node count"):
-        build(SweepConfig, {**base, "project_nodes": [0]}).validate("s.yaml")

@@ -1,6 +1,7 @@
-"""The summarize command, in this process: bad input, exit codes, atomic output, compare.
+"""The summarize command, in this process: bad input, exit codes, atomic output.
 
-Import hygiene and the command as a separate process: tests/integration/test_summarize_cli.py.
+The compare command: test_compare.py. Import hygiene and the command as a separate process:
+tests/integration/test_summarize_cli.py.
 """
 
 from __future__ import annotations
@@ -10,20 +11,18 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from analysis_helpers import in_process_argv, make_result, start_of, summarize_main, write_log
+from analysis_helpers import (
+    in_process_argv,
+    make_result,
+    start_of,
+    summarize_main,
+    write_log,
+    write_runs,
+)
 
 import analysis.summarize as cli
 from analysis.commands.summarize import build_parser
 from analysis.present import chart_files, summary_files
-
-
-def _sweep(folder: Path, times: dict[int, list[float]]) -> Path:
-    worlds = {1: (1, 1), 2: (1, 2), 4: (1, 4)}
-    for world, values in times.items():
-        for i, t in enumerate(values):
-            r = make_result(f"{world}{i:02d}", world=worlds[world], train_time_s=t)
-            write_log(folder / f"slurm-{world}{i:02d}.out", start_of(r), r)
-    return folder
 
 
 def test_empty_folder_exits_1_with_what_was_looked_for(tmp_path: Path) -> None:
@@ -61,7 +60,7 @@ def test_failures_alone_are_usable(tmp_path: Path) -> None:
 
 
 def test_terminal_table_format(tmp_path: Path) -> None:
-    _sweep(tmp_path, {1: [10.0, 11.0], 2: [6.0, 6.5]})
+    write_runs(tmp_path, {1: [10.0, 11.0], 2: [6.0, 6.5]})
     proc = summarize_main(tmp_path, "--no-write", "--wide")
     assert proc.returncode == 0, proc.stderr
     for text in ("Benchmark results", "Speedup analysis", "Karp-Flatt", "Devices"):
@@ -101,14 +100,14 @@ def test_the_default_terminal_view_fits_its_width(
 
 
 def test_csv_format_prints_machine_columns(tmp_path: Path) -> None:
-    _sweep(tmp_path, {1: [10.0], 2: [6.0]})
+    write_runs(tmp_path, {1: [10.0], 2: [6.0]})
     proc = summarize_main(tmp_path, "--no-write", "--format", "csv", "--table", "scaling")
     header = proc.stdout.splitlines()[0].split(",")
     assert {"speedup", "parallel_efficiency", "karp_flatt", "job_time_speedup"} <= set(header)
 
 
 def test_default_output_inside_the_input_is_not_read_back(tmp_path: Path) -> None:
-    _sweep(tmp_path, {1: [10.0, 11.0], 2: [6.0, 6.5]})
+    write_runs(tmp_path, {1: [10.0, 11.0], 2: [6.0, 6.5]})
     first = summarize_main(tmp_path, "--format", "json")
     second = summarize_main(tmp_path, "--format", "json")
     assert first.returncode == second.returncode == 0, second.stderr
@@ -118,7 +117,7 @@ def test_default_output_inside_the_input_is_not_read_back(tmp_path: Path) -> Non
 
 
 def test_refuses_to_replace_a_folder_that_is_not_a_summary(tmp_path: Path) -> None:
-    _sweep(tmp_path / "in", {1: [10.0]})
+    write_runs(tmp_path / "in", {1: [10.0]})
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "slurm-1.out").write_text("my logs")
@@ -130,7 +129,7 @@ def test_refuses_to_replace_a_folder_that_is_not_a_summary(tmp_path: Path) -> No
 def test_output_folder_is_replaced_whole_or_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _sweep(tmp_path / "in", {1: [10.0, 11.0], 2: [6.0, 6.5]})
+    write_runs(tmp_path / "in", {1: [10.0, 11.0], 2: [6.0, 6.5]})
     out = tmp_path / "out"
     args = (tmp_path / "in", "--out", out, "--format", "json")
     assert summarize_main(*args).returncode == 0
@@ -153,7 +152,7 @@ def test_output_folder_is_replaced_whole_or_not_at_all(
         assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "in", "out"]
 
     # a success replaces it whole: the old-only file is gone, everything new is there
-    _sweep(tmp_path / "in", {4: [3.5, 3.6]})
+    write_runs(tmp_path / "in", {4: [3.5, 3.6]})
     assert summarize_main(*args).returncode == 0
     assert not (out / "old-only.txt").exists()
     runs = pd.read_csv(out / "runs.csv", dtype={"job_id": str})
@@ -166,7 +165,7 @@ def test_jobs_1_reads_and_draws_the_charts_in_this_process(
 ) -> None:
     """Enough files for worker processes, and charts to draw: with --jobs 1 neither starts
     one (the unit tier's guard fails the test on any process start)."""
-    _sweep(tmp_path / "in", {1: [10.0 + i / 10 for i in range(33)], 2: [6.0] * 33})
+    write_runs(tmp_path / "in", {1: [10.0 + i / 10 for i in range(33)], 2: [6.0] * 33})
     out = tmp_path / "out"
     args = [str(tmp_path / "in"), "--out", str(out), "--format", "json", "--jobs", "1"]
     assert cli.main(args) == 0, capsys.readouterr().err
@@ -199,29 +198,9 @@ def test_in_process_runs_give_every_command_jobs_1() -> None:
 
 
 def test_bad_baseline_is_a_usage_error(tmp_path: Path) -> None:
-    _sweep(tmp_path, {1: [10.0]})
+    write_runs(tmp_path, {1: [10.0]})
     proc = summarize_main(tmp_path, "--no-write", "--baseline", "lots")
     assert proc.returncode == 2 and "--baseline" in proc.stderr
-
-
-def test_compare_two_folders(tmp_path: Path) -> None:
-    a = _sweep(tmp_path / "a", {1: [100.0, 101.0, 99.0], 2: [50.0, 51.0, 49.5], 4: [30.0]})
-    b = _sweep(tmp_path / "b", {1: [120.0, 121.0, 119.0], 2: [50.2, 51.1, 49.6], 4: [20.0]})
-    proc = summarize_main("compare", a, b, "--format", "json")
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    verdicts = {r["world_size"]: r["verdict"] for r in doc["rows"]}
-    assert verdicts == {1: "worse", 2: "same (within tolerance)", 4: "not enough repeats"}
-    assert "Welch" in doc["test"]
-    table = summarize_main("compare", a, b, "--format", "markdown")
-    assert "not enough repeats" in table.stdout and "p (Welch)" in table.stdout
-
-
-def test_compare_with_an_empty_side_exits_1(tmp_path: Path) -> None:
-    a = _sweep(tmp_path / "a", {1: [100.0]})
-    (tmp_path / "b").mkdir()
-    proc = summarize_main("compare", a, tmp_path / "b")
-    assert proc.returncode == 1 and "no finished run" in proc.stderr
 
 
 def test_terminal_shows_names_with_brackets_verbatim() -> None:
@@ -231,7 +210,7 @@ def test_terminal_shows_names_with_brackets_verbatim() -> None:
 
 
 def test_per_job_tables_stop_at_max_rows(tmp_path: Path) -> None:
-    _sweep(tmp_path, {1: [10.0, 11.0, 12.0], 2: [6.0, 6.5, 6.1]})
+    write_runs(tmp_path, {1: [10.0, 11.0, 12.0], 2: [6.0, 6.5, 6.1]})
     proc = summarize_main(tmp_path, "--no-write", "--format", "markdown", "--max-rows", "4")
     runs_table = proc.stdout.split("## Speedup analysis")[0]
     assert runs_table.count("| spiral · strong · fp32 |") == 4
@@ -242,7 +221,7 @@ def test_per_job_tables_stop_at_max_rows(tmp_path: Path) -> None:
 
 def test_a_slowdown_prints_no_serial_fraction_and_says_why(tmp_path: Path) -> None:
     """1 process 0.04 s, 2 processes 0.13 s: a Karp-Flatt 'serial fraction' would be 5.5."""
-    _sweep(tmp_path / "in", {1: [0.040, 0.041, 0.039], 2: [0.13, 0.12, 0.14]})
+    write_runs(tmp_path / "in", {1: [0.040, 0.041, 0.039], 2: [0.13, 0.12, 0.14]})
     proc = summarize_main(tmp_path / "in", "--out", tmp_path / "out", "--format", "markdown")
     assert proc.returncode == 0, proc.stderr
     header = next(line for line in proc.stdout.splitlines() if "| Karp-Flatt e |" in line)

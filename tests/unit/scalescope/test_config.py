@@ -1,5 +1,5 @@
 """Train config: defaults, file < command line precedence, one-line errors naming the key,
-and the batch arithmetic of strong and weak scaling.
+the batch arithmetic of strong and weak scaling, and gradient accumulation's micro-batch.
 
 Override values (and files) are read as YAML 1.1 scalars: a bare ``tracking.mode=off``
 arrives as ``False`` and ``workload.lr=1e-3`` as the string ``'1e-3'``, and both are
@@ -8,6 +8,7 @@ rejected. Reported; the tests quote ``'off'`` and pin neither behaviour.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from scalescope.config import (
     TrainConfig,
     TrainerConfig,
+    check_workload,
     load_train_config,
     parse_overrides,
     resolve_batch,
@@ -24,6 +26,8 @@ from scalescope.config import (
 from scalescope.errors import ConfigError
 from scalescope.schema import build
 from scalescope.workloads.params import SpiralParams
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _write(path: Path, text: str) -> Path:
@@ -386,3 +390,77 @@ def test_no_suggestion_where_nothing_is_close() -> None:
     with pytest.raises(ConfigError) as info:
         load_train_config(None, ["trainer.zzz=1"])
     assert "did you mean" not in str(info.value)
+
+
+def test_the_batch_of_a_step_is_split_into_micro_batches() -> None:
+    b = resolve_batch(TrainerConfig(batch_size=256, accumulate_grad_batches=4), 2)
+    assert (b.per_device_batch_size, b.global_batch_size) == (128, 256)
+    assert b.micro_batch_size == 32 and b.check_micro_batch() == 32
+    weak = resolve_batch(TrainerConfig(scaling="weak", batch_size=24, accumulate_grad_batches=3), 4)
+    assert (weak.per_device_batch_size, weak.global_batch_size, weak.micro_batch_size) == (
+        24,
+        96,
+        8,
+    )
+
+
+def test_a_built_in_workload_refuses_an_accumulation_that_does_not_divide() -> None:
+    cfg = load_train_config(
+        REPO / "configs/spiral.yaml",
+        {"trainer": {"batch_size": 256, "accumulate_grad_batches": 3, "devices": 2}},
+    )
+    batch = resolve_batch(cfg.trainer, 2)
+    assert batch.micro_batch_size is None
+    with pytest.raises(ConfigError) as err:
+        check_workload(cfg, batch)
+    assert str(err.value) == (
+        "trainer.accumulate_grad_batches: 3 micro-batches do not divide the per-device batch "
+        "of 128; pick a divisor of it (or another trainer.batch_size)"
+    )
+
+
+USER = textwrap.dedent(
+    """
+    import lightning as L
+
+    class Model(L.LightningModule):
+        pass
+
+    class Data(L.LightningDataModule):
+        def __init__(self, batch_size: int = 4) -> None:
+            super().__init__()
+            self.batch_size = batch_size
+
+    class FixedData(L.LightningDataModule):
+        pass
+    """
+)
+
+
+def test_a_user_constructor_is_given_the_micro_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "acc_mod.py").write_text(USER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    train = tmp_path / "train.yaml"
+    train.write_text("name: user\ntracking: {mode: 'off'}\n")
+
+    def cfg(datamodule: str, acc: int):  # type: ignore[no-untyped-def]
+        return load_train_config(
+            train,
+            {
+                "workload": {"name": "acc_mod:Model", "datamodule": f"acc_mod:{datamodule}"},
+                "trainer": {"batch_size": 64, "accumulate_grad_batches": acc},
+            },
+        )
+
+    c = cfg("Data", 4)
+    resolved = check_workload(c, resolve_batch(c.trainer, 2))
+    assert resolved.datamodule_kwargs == {"batch_size": 8}  # 64 / 2 ranks / 4 passes
+    c = cfg("Data", 3)
+    with pytest.raises(ConfigError, match=r"do not divide the per-device batch of 32; .*"):
+        check_workload(c, resolve_batch(c.trainer, 2))
+    # A data module that takes no batch_size is not refused: its loader decides the batch.
+    c = cfg("FixedData", 3)
+    assert check_workload(c, resolve_batch(c.trainer, 2)).datamodule_kwargs == {}

@@ -6,16 +6,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from sweep_helpers import assert_nothing_submitted, expect_error, sweep_cli, write_sweep
+from sweep_helpers import assert_nothing_submitted, expect_error, plan_of, sweep_cli, write_sweep
 
 from scalescope.launch.executor import Launcher
-from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
 
 PRECISIONS = 'precisions: ["32", "bf16-mixed"]\n'
-
-
-def plan_of(sweep: Path, **kwargs: object):  # type: ignore[no-untyped-def]
-    return plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t", **kwargs)
 
 
 def test_jobs_are_shapes_x_precisions_x_repeats_interleaved_by_round(in_tmp: Path) -> None:
@@ -52,14 +47,6 @@ def test_jobs_are_shapes_x_precisions_x_repeats_interleaved_by_round(in_tmp: Pat
     names = {slurm_parameters(plan, sp)["job_name"] for sp in plan.shapes}
     assert len(names) == 4
     assert f"scalescope-{plan.name}-1x2@bf16-mixed" in names
-
-
-def test_without_the_list_every_run_uses_the_train_configs_precision(in_tmp: Path) -> None:
-    sweep = write_sweep(in_tmp, extra="repeats: 2\n", overrides="  trainer.precision: bf16-mixed\n")
-    plan = plan_of(sweep)
-    assert plan.num_jobs == 4
-    assert [sp.precision for sp in plan.shapes] == ["bf16-mixed", "bf16-mixed"]
-    assert [sp.label for sp in plan.shapes] == ["1x1", "1x2"]  # labels unchanged
 
 
 @pytest.mark.parametrize(

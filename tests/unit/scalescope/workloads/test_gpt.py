@@ -16,22 +16,12 @@ from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from scalescope.config import load_train_config
 from scalescope.errors import ConfigError
 from scalescope.workloads import build_workload, validate_params
 from scalescope.workloads.gpt import GptModel, make_tokens
-from scalescope.workloads.params import GPT_PRESETS, GptParams
+from scalescope.workloads.params import GptParams
 
 # --- parameters ---------------------------------------------------------------------------------
-
-
-def test_presets_resolve_and_free_parameters_override_them() -> None:
-    p = validate_params("gpt", {"preset": "small", "n_layers": 3})
-    shape = p.shape()
-    assert shape.n_layers == 3
-    assert shape.d_model == GPT_PRESETS["small"]["d_model"]
-    assert shape.seq_len == GPT_PRESETS["small"]["seq_len"]
-    assert validate_params("gpt", {}).shape().d_model == GPT_PRESETS["tiny"]["d_model"]
 
 
 def test_base_preset_is_gpt2_small_sized() -> None:
@@ -39,28 +29,6 @@ def test_base_preset_is_gpt2_small_sized() -> None:
     n = sum(p.numel() for p in model.parameters())  # the tied head is counted once
     assert 100e6 < n < 150e6
     assert model.shape.seq_len == 1024
-
-
-@pytest.mark.parametrize(
-    ("params", "key", "phrase"),
-    [
-        ({"preset": "huge"}, "workload.preset", "'tiny' or 'small' or 'base'"),
-        ({"d_model": 64, "n_heads": 5}, "workload.n_heads", "do not divide d_model 64"),
-        ({"preset": "small", "n_heads": 7}, "workload.n_heads", "do not divide d_model 384"),
-        ({"n_layers": 0}, "workload.n_layers", "must be > 0"),
-        ({"noise": 1.0}, "workload.noise", "must be in [0, 1)"),
-        ({"vocab_size": 1}, "workload.vocab_size", "at least 2"),
-        ({"layers": 2}, "workload.layers", "valid keys in workload"),
-    ],
-)
-def test_bad_params_are_one_line_naming_the_key(
-    params: dict[str, object], key: str, phrase: str
-) -> None:
-    with pytest.raises(ConfigError) as err:
-        load_train_config(None, {"workload": {"name": "gpt", **params}})
-    message = str(err.value)
-    assert len(message.splitlines()) == 1
-    assert key in message and phrase in message
 
 
 def test_too_few_sequences_for_one_global_batch(tmp_path: Path) -> None:

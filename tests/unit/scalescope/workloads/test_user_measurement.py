@@ -1,19 +1,17 @@
 """A user's module's batch as its loaders yielded it (pure logic: how many samples a batch
-holds, the record's identity and ``batch`` section from the counts), the auto warm-up of a
-loader without a length, and a refusal every rank makes alike being said once."""
+holds, the record's identity and ``batch`` section from the counts, with and without gradient
+accumulation)."""
 
 from __future__ import annotations
 
-import pandas as pd
+import dataclasses
+
 import pytest
 import torch
 from core_helpers import make_identity
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from analysis.read.frame import scaling_mismatches
-from scalescope import cli
-from scalescope.errors import SameOnEveryRankError, ScalescopeError
-from scalescope.job.timing import resolve_warmup
+from scalescope.errors import ScalescopeError
 from scalescope.record import Identity
 from scalescope.workloads.user_measurement import Counted, batch_size_of, measured_batch
 
@@ -78,87 +76,27 @@ def test_nothing_yielded_keeps_the_configured_batch() -> None:
     assert ident.per_device_batch_size == 8 and section["per_device_mean"] is None
 
 
-@pytest.mark.parametrize(
-    ("setting", "steps_per_epoch", "max_steps", "expected"),
-    [
-        ("auto", 50, None, 50),  # the first epoch
-        ("auto", 500, None, 200),  # capped
-        ("auto", 0, 40, 20),  # no length: the first half of max_steps
-        ("auto", 0, 1000, 200),  # ... capped
-        ("auto", 0, None, None),  # no length, no bound: the first epoch, when it ends
-        (7, 0, 40, 7),  # a number is a number
-    ],
-)
-def test_auto_warmup(
-    setting: int | str, steps_per_epoch: int, max_steps: int | None, expected: int | None
-) -> None:
-    assert resolve_warmup(setting, steps_per_epoch, max_steps) == expected
+LOADER = DataLoader(TensorDataset(torch.zeros(10, 3)))
 
 
-def test_an_error_every_rank_finds_is_printed_by_rank_zero_only(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import scalescope.job.entry as entry
-
-    for rank, printed in ((1, ""), (0, "scalescope train: error: the stream has no end\n")):
-
-        def refuse(args: object, rank: int = rank) -> int:
-            raise SameOnEveryRankError("the stream has no end", rank=rank)
-
-        monkeypatch.setattr(entry, "run", refuse)
-        assert cli.main(["train"]) == 2
-        assert capsys.readouterr().err == printed
-
-
-def _runs(mode: str, batches: list[tuple[int, int, int]]) -> pd.DataFrame:
-    """One row per run: (world size, per-device batch, global batch), one series otherwise."""
-    rows = []
-    for world, per_device, global_ in batches:
-        rows.append(
-            {
-                "config_name": "demo",
-                "workload": "m:M",
-                "scaling_mode": mode,
-                "precision": "32",
-                "accumulate_grad_batches": 1,
-                "accelerator": "cpu",
-                "held_batch_size": per_device if mode == "weak" else global_,
-                "epochs": 2,
-                "workload_params": "{}",
-                "device_name": "cpu",
-                "cluster": "local",
-                "world_size": world,
-                "per_device_batch_size": per_device,
-                "global_batch_size": global_,
-                "sources": f"logs/{world}.out",
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def test_strong_scaling_with_a_constant_per_device_batch_is_a_problem_row() -> None:
-    (problem,) = scaling_mismatches(_runs("strong", [(1, 1, 1), (2, 1, 2), (2, 1, 2)]))
-    assert "declared strong scaling, but the per-device batch recorded is 1" in problem.message
-    assert "that is weak scaling" in problem.message and problem.file == "logs/1.out"
-
-
-def test_weak_scaling_with_a_constant_global_batch_is_a_problem_row() -> None:
-    (problem,) = scaling_mismatches(_runs("weak", [(1, 64, 64), (2, 32, 64)]))
-    assert "that is strong scaling" in problem.message
-
-
-@pytest.mark.parametrize(
-    ("mode", "batches"),
-    [
-        ("strong", [(1, 64, 64), (2, 32, 64)]),  # as declared
-        ("weak", [(1, 32, 32), (2, 32, 64)]),  # as declared
-        ("strong", [(2, 1, 2), (2, 1, 2)]),  # one world size: nothing to compare
-    ],
-)
-def test_batches_that_follow_their_mode_raise_nothing(
-    mode: str, batches: list[tuple[int, int, int]]
-) -> None:
-    assert scaling_mismatches(_runs(mode, batches)) == []
+def test_the_record_counts_samples_per_optimizer_step_and_per_micro_batch() -> None:
+    # 2 ranks, each 40 micro-batches of 4, 4 per step: 10 steps, 160 samples per rank
+    ident = dataclasses.replace(
+        make_identity(
+            nodes=1, devices_per_node=2, world_size=2, per_device_batch_size=16,
+            global_batch_size=32,
+        ),
+        accumulate_grad_batches=4,
+    )  # fmt: skip
+    counted = Counted(320, 320, None, 0, 80, 4, False, optimizer_steps=10, max_step_samples=16)
+    ident2, section = measured_batch(ident, counted, "Data", LOADER)
+    assert ident2.per_device_batch_size == 16 and ident2.global_batch_size == 32
+    assert section["per_device_mean"] == 16.0
+    assert section["per_device_max"] == 16 and section["micro_batch_max"] == 4
+    assert section["micro_batch_mean"] == 4.0 and section["optimizer_steps"] == 10
+    assert section["accumulate_grad_batches"] == 4
+    assert section["passed"] == 4  # the micro-batch went to the constructor
+    assert section["warnings"] == []  # what was passed is what the loader yielded
 
 
 def test_a_combined_batch_counts_every_loaders_part() -> None:

@@ -1,12 +1,12 @@
-"""Logs that a crash damaged: NUL blocks, random bytes, altered records, a line of 120 MB.
+"""Logs that a crash damaged (analysis.read.damage): NUL blocks, random bytes, a line of
+120 MB, a binary file.
 
 Every intact record in such a file is read; each unreadable region is a problem that says
-where it is (bytes and line) and what it holds.
+where it is (bytes and line) and what it holds; text that is merely not UTF-8 is no damage.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import tempfile
 import tracemalloc
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import analysis.read.scan as scan_mod
 from analysis import load_all
 from analysis.read.parse import parse
-from scalescope.record import MARKER, encode
+from scalescope.record import encode
 
 REAL_LOG = FIXTURES / "sweep" / "local-d1-0.out"
 
@@ -94,30 +94,6 @@ def test_latin1_text_is_not_damage(tmp_path: Path) -> None:
     (tmp_path / "slurm-22.out").write_bytes(text + encode(r).encode() + b"\n")
     result = parse([tmp_path], jobs=1)
     assert [x.record for x in result.runs] == [r] and result.problems == []
-
-
-def test_altered_record_is_a_problem_and_left_out(tmp_path: Path) -> None:
-    r = make_result("23")
-    line = encode(r).replace('"train_time_s":', '"train_time_s":1', 1)  # 100.0 -> 1100.0
-    (tmp_path / "slurm-23.out").write_text(encode(start_of(r)) + "\n" + line + "\n")
-    result = parse([tmp_path], jobs=1)
-    assert result.runs == []
-    (problem,) = result.problems
-    assert Path(problem.file).name == "slurm-23.out"
-    assert problem.message == (
-        "line 2: checksum mismatch: the record was altered after it was written"
-    )
-    (failure,) = result.failures  # its start event still says which job it was
-    assert failure.job_id == "23"
-
-
-def test_wrong_field_type_is_a_problem_naming_file_and_field(tmp_path: Path) -> None:
-    r = make_result("24")
-    data = {**r.to_dict(), "steps": "40"}  # no checksum: a record from before they existed
-    (tmp_path / "slurm-24.out").write_text(f"{MARKER} {json.dumps(data)}\n")
-    (problem,) = parse([tmp_path], jobs=1).problems
-    assert Path(problem.file).name == "slurm-24.out"
-    assert "field 'steps' should be an integer, got a string" in problem.message
 
 
 def test_a_120_mb_line_in_a_log_costs_neither_memory_nor_the_records(tmp_path: Path) -> None:
@@ -254,3 +230,20 @@ def test_a_rank_log_with_a_hole_is_still_read_for_evidence(tmp_path: Path) -> No
     assert hole.message.endswith(
         "(line 5): NUL block (8192 bytes), skipped; records around it read"
     )
+
+
+def test_binary_file_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    (tmp_path / "weights.out").write_bytes(b"\x00\x01\x02" * 1000)
+    (tmp_path / "model.ckpt").write_bytes(b"\x00" * 10)  # known binary suffix: silent
+    result = parse([tmp_path])
+    (problem,) = result.problems
+    assert Path(problem.file).name == "weights.out"
+    assert problem.message.startswith("binary file, skipped: no record in it; 3000 unreadable")
+    assert "the first at bytes 0-2999 (line 1): undecodable bytes" in problem.message
+
+
+def test_non_utf8_noise_does_not_hide_a_record(tmp_path: Path) -> None:
+    r = make_result("9")
+    (tmp_path / "slurm-9.out").write_bytes(b"\xff\xfe caf\xe9\n" + encode(r).encode() + b"\n")
+    runs, _, problems = load_all(tmp_path)
+    assert runs["job_id"].tolist() == ["9"] and problems == []

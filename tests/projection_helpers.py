@@ -1,0 +1,83 @@
+"""Shared by the projection's tests: synthetic step breakdowns for the step model and the
+projection (:func:`parts`, :func:`series`), and ``python -m analysis.summarize --project`` run
+in this process on the records of tests/fixtures/projection (:func:`run`,
+:func:`first_projection`)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from contextlib import redirect_stderr, redirect_stdout
+from typing import Any
+
+from analysis_helpers import REPO
+
+from analysis import summarize
+from analysis.compute.run_parts import RunParts
+from analysis.compute.step_model import ScalePoint
+
+# --- synthetic breakdowns ---------------------------------------------------------------------
+
+
+def parts(
+    *,
+    batch: int = 32,
+    compute: float = 0.010,
+    comm: float = 0.002,
+    wait: float = 0.0005,
+    other: float = 0.0,
+    alpha: float = 1e-4,
+    busbw: float = 1.0,
+    buckets: tuple[int, ...] = (1 << 20, 25 << 20),
+    world: int = 2,
+) -> RunParts:
+    step = compute + comm + wait + other if world > 1 else compute + other
+    return RunParts(
+        t_s=step / batch,
+        per_device_batch_size=batch,
+        input_step_s=0.0,
+        compute_step_s=compute,
+        overlap_step_s=0.0,
+        skew_step_s=0.0,
+        jitter_step_s=wait if world > 1 else 0.0,
+        comm_step_s=comm if world > 1 else 0.0,
+        alpha_s=alpha if world > 1 else math.nan,
+        fit_busbw_gbps=busbw if world > 1 else math.nan,
+        bucket_bytes=buckets if world > 1 else (),
+    )
+
+
+def series(n: int = 3, mode: str = "weak", **kw: float) -> tuple[list[ScalePoint], ScalePoint]:
+    """A 1-device baseline and a 2-device point, ``n`` identical runs each; under strong
+    scaling the baseline holds both devices' samples (and their compute)."""
+    batch, compute = int(kw.get("batch", 32)), kw.get("compute", 0.010)
+    factor = 2 if mode == "strong" else 1
+    base = ScalePoint(1, 1, 1, [parts(world=1, batch=batch * factor, compute=compute * factor)] * n)
+    two = ScalePoint(2, 1, 2, [parts(**kw)] * n)  # type: ignore[arg-type]
+    return [base, two], base
+
+
+# --- the summary, in this process ---------------------------------------------------------------
+
+
+FIXTURE = REPO / "tests" / "fixtures" / "projection"
+"""Real records of an emulated network whose all-reduce cost grows as log2 of the world size."""
+
+
+def run(main, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def first_projection(*argv: str) -> dict[str, Any]:
+    """The first projected row of the fixture at 4 nodes, summarised with ``argv`` (nothing
+    written)."""
+    rc, out, err = run(
+        summarize.main, str(FIXTURE), "--project", "4", *argv, "--no-write", "--format", "json"
+    )
+    assert rc == 0, err
+    row: dict[str, Any] = json.loads(out)["projection"][0]
+    return row

@@ -1,0 +1,32 @@
+"""Finding the files to read (analysis.read.files): paths given directly or walked, the
+folders skipped, a path that is not there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from analysis_helpers import make_result, write_log
+
+from analysis import load_all
+from analysis.read.files import SUMMARY_MARKER
+from analysis.read.parse import parse
+
+
+def test_missing_path_is_a_problem(tmp_path: Path) -> None:
+    result = parse([tmp_path / "nope"])
+    assert [p.message for p in result.problems] == ["no such file or folder"]
+
+
+def test_walker_skips_summary_hidden_and_excluded_folders(tmp_path: Path) -> None:
+    r = make_result("70")
+    for sub in ("summary", ".cache", "excluded"):
+        write_log(tmp_path / sub / "slurm-70.out", r)
+    (tmp_path / "summary" / SUMMARY_MARKER).write_text("{}")
+    assert parse([tmp_path], exclude=[tmp_path / "excluded"]).runs == []
+
+
+def test_files_can_be_given_directly(tmp_path: Path) -> None:
+    r = make_result("71")
+    log = write_log(tmp_path / "any-name.txt", r)
+    runs, _, _ = load_all([log, log])
+    assert runs["job_id"].tolist() == ["71"]

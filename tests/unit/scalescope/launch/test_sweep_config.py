@@ -1,0 +1,74 @@
+"""The sweep's config and its plan (scalescope.launch.sweep_config): the axes a sweep runs
+over (shapes, precisions, gradient accumulation), what it refuses before anything is
+submitted, and the node counts it projects to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sweep_helpers import plan_of, write_sweep
+
+from scalescope.errors import ConfigError
+from scalescope.launch.sweep_config import SweepConfig, load_sweep_config, plan_sweep
+from scalescope.schema import build
+
+
+def test_a_sweep_names_its_projection_nodes() -> None:
+    base = {"name": "s", "train_config": "t.yaml", "shapes": [{"nodes": 1, "devices_per_node": 1}]}
+    assert build(SweepConfig, {**base, "project_nodes": [2, 8]}).project_nodes == [2, 8]
+    with pytest.raises(ConfigError, match="project_nodes: 0 is not a node count"):
+        build(SweepConfig, {**base, "project_nodes": [0]}).validate("s.yaml")
+
+
+def test_the_sweep_axis_runs_every_shape_at_each_accumulation(in_tmp: Path) -> None:
+    sweep = write_sweep(
+        in_tmp,
+        shapes=((1, 1), (1, 2)),
+        extra='precisions: ["32", "bf16-mixed"]\naccumulate_grad_batches: [1, 4]\nrepeats: 2\n',
+    )
+    plan = plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
+    assert plan.num_jobs == 16
+    triples = {(sp.shape.label, sp.precision, sp.accumulate) for sp in plan.shapes}
+    assert len(triples) == 8
+    for sp in plan.shapes:
+        assert sp.config.trainer.accumulate_grad_batches == sp.accumulate
+        assert sp.label == f"{sp.shape.label}@{sp.precision}@acc{sp.accumulate}"
+    (round_one,) = {r for r, _ in plan.submission_order()[:8]}
+    assert round_one == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "overrides", "message"),
+    [
+        ("accumulate_grad_batches: []\n", "", "accumulate_grad_batches: the list is empty"),
+        ("accumulate_grad_batches: [2, 2]\n", "", "accumulate_grad_batches: 2 is listed twice"),
+        ("accumulate_grad_batches: [0]\n", "", "accumulate_grad_batches: 0 is not a count"),
+        (
+            "accumulate_grad_batches: [1, 2]\n",
+            "  trainer.accumulate_grad_batches: 2\n",
+            "override trainer.accumulate_grad_batches: the sweep's accumulate_grad_batches list",
+        ),
+        (
+            "accumulate_grad_batches: [1, 3]\n",
+            "",
+            "with 3 micro-batches per step: trainer.accumulate_grad_batches: 3 micro-batches "
+            "do not divide",
+        ),
+    ],
+)
+def test_a_wrong_accumulation_axis_is_refused_before_anything_is_submitted(
+    in_tmp: Path, extra: str, overrides: str, message: str
+) -> None:
+    sweep = write_sweep(in_tmp, extra=extra, overrides=overrides)
+    with pytest.raises(ConfigError, match=None) as err:
+        plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
+    assert message in str(err.value)
+
+
+def test_without_the_list_every_run_uses_the_train_configs_precision(in_tmp: Path) -> None:
+    sweep = write_sweep(in_tmp, extra="repeats: 2\n", overrides="  trainer.precision: bf16-mixed\n")
+    plan = plan_of(sweep)
+    assert plan.num_jobs == 4
+    assert [sp.precision for sp in plan.shapes] == ["bf16-mixed", "bf16-mixed"]
+    assert [sp.label for sp in plan.shapes] == ["1x1", "1x2"]  # labels unchanged
