@@ -72,8 +72,6 @@ def make_diagnosis(
             row.update(wait_s=wait, exposed_comm_s=row["comm_wait_s"] - wait, waits_steps=100)
     order = sorted(range(world), key=lambda r: (own[r], r))
     typical, slowest = order[(world - 1) // 2], order[-1]
-    multi = world > 1
-    measured = multi and calibration == "measured"
     return {
         "status": "recorded",
         "reason": None,
@@ -85,6 +83,26 @@ def make_diagnosis(
         "slowest_node": ranks[slowest]["node"],
         "typical_rank": typical,
         "rank_skew": (own[slowest] - own[typical]) / own[typical],
+        **_measurements(
+            world, calibration, compute_s, exposed_s, overlap_s, busbw_gbps, predicted_s
+        ),
+        "overhead_s": {"calibration": 0.5, "allreduce_baseline": 0.3},
+    }
+
+
+def _measurements(
+    world: int,
+    calibration: str,
+    compute_s: float,
+    exposed_s: float,
+    overlap_s: float | None,
+    busbw_gbps: float | None,
+    predicted_s: float | None,
+) -> dict[str, Any]:
+    """The section's calibration windows, all-reduce baseline and NVML parts."""
+    multi = world > 1
+    measured = multi and calibration == "measured"
+    return {
         "calibration": {
             "status": calibration if multi else "skipped",
             "reason": None if measured else "1 device: nothing to all-reduce" if not multi else "x",
@@ -114,7 +132,6 @@ def make_diagnosis(
             "interval_s": 1.0,
             "gpus": [],
         },
-        "overhead_s": {"calibration": 0.5, "allreduce_baseline": 0.3},
     }
 
 

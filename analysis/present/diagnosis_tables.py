@@ -84,6 +84,30 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
                 *(_split_cells(r) if split else []),
             ]
         )
+    caption = _diagnosis_caption(t, split)
+    return DisplayTable(
+        "diagnosis",
+        "Where the efficiency went",
+        pd.DataFrame(rows, columns=columns, dtype="object"),
+        caption=caption,
+        right={c for c in columns if c not in ("Configuration",)},
+    )
+
+
+def _split_cells(r: pd.Series) -> list[str]:
+    """The GPU's utilisation and its idle share of compute, or why they are not there."""
+    from analysis.compute.waterfall import NOT_RECORDED
+
+    util, idle = r["gpu_util_pct_mean"], r["gpu_idle_share_mean"]
+    if is_missing(idle):
+        return [MISSING, f"{NOT_RECORDED} ({r['compute_split_note']})"]
+    return [f"{util:.0f}%" if not is_missing(util) else MISSING, pct(idle, 0)]
+
+
+def _diagnosis_caption(t: pd.DataFrame, split: bool) -> list[str]:
+    """What the diagnosis table's columns mean, and why rows are not recorded."""
+    from analysis.compute.waterfall import NOT_RECORDED
+
     caption = [
         "Points of parallel efficiency lost against the series' baseline (the same baseline "
         "and efficiency as the speedup table), split by where the time per sample per device "
@@ -110,20 +134,4 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         )
     missing = sorted({s for s in t["status"] if s != "recorded"})
     caption += [f"Not recorded: {m.removeprefix(NOT_RECORDED).strip(' ()')}." for m in missing]
-    return DisplayTable(
-        "diagnosis",
-        "Where the efficiency went",
-        pd.DataFrame(rows, columns=columns, dtype="object"),
-        caption=caption,
-        right={c for c in columns if c not in ("Configuration",)},
-    )
-
-
-def _split_cells(r: pd.Series) -> list[str]:
-    """The GPU's utilisation and its idle share of compute, or why they are not there."""
-    from analysis.compute.waterfall import NOT_RECORDED
-
-    util, idle = r["gpu_util_pct_mean"], r["gpu_idle_share_mean"]
-    if is_missing(idle):
-        return [MISSING, f"{NOT_RECORDED} ({r['compute_split_note']})"]
-    return [f"{util:.0f}%" if not is_missing(util) else MISSING, pct(idle, 0)]
+    return caption

@@ -34,6 +34,7 @@ from analysis.present.display import (
     times,
     with_ci,
 )
+from analysis.present.gpu_columns import GPU_CAPTION, gpu_cells, gpu_columns
 from analysis.present.profile_tables import profile_tables
 from analysis.present.projection_tables import projection_check_table, projection_table
 from analysis.read.files import Problem
@@ -50,41 +51,6 @@ def _truncate(table: DisplayTable, max_rows: int, where: str) -> DisplayTable:
     return table
 
 
-GPU_COLUMNS = {
-    "Peak mem train/val (GiB)": ("peak_mem_gib_max", "val_peak_mem_gib_max"),
-    "GPU util (NVML)": ("gpu_util_pct",),
-    "GPU idle in compute": ("gpu_idle_share",),
-}
-GPU_CAPTION = (
-    " GPU runs: peak device memory of training and of validation apart (the larger of the "
-    "ranks'); GPU util: NVML's utilisation over the steady state; GPU idle in compute: the "
-    "share of compute the GPU ran no kernel (host overhead)."
-)
-
-
-def _gpu_columns(runs: pd.DataFrame) -> list[str]:
-    """The GPU columns some run of ``runs`` recorded (none for CPU runs and older records)."""
-    return [
-        name
-        for name, cols in GPU_COLUMNS.items()
-        if any(c in runs and bool(runs[c].notna().any()) for c in cols)
-    ]
-
-
-def _gpu_cells(c: dict[str, list[Any]], i: int, shown: list[str]) -> list[str]:
-    cells = {
-        "Peak mem train/val (GiB)": f"{num(c['peak_mem_gib_max'][i])} / "
-        f"{num(c['val_peak_mem_gib_max'][i])}",
-        "GPU util (NVML)": pct(_fraction(c["gpu_util_pct"][i]), 0),
-        "GPU idle in compute": pct(c["gpu_idle_share"][i], 0),
-    }
-    return [cells[name] for name in shown]
-
-
-def _fraction(percent: Any) -> Any:
-    return percent if is_missing(percent) else float(percent) / 100
-
-
 def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
     """One row per job, in series / scale / job-id order (the first ``max_rows``; 0 = all)."""
     dev = devices_header(runs["accelerator"].tolist() if len(runs) else [])
@@ -98,7 +64,7 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         "Val loss",
         "Val acc",
     ]
-    gpu = _gpu_columns(runs)
+    gpu = gpu_columns(runs)
     numbers += gpu
     columns = ["Job ID", "Configuration", *numbers]
     if restarts:
@@ -119,7 +85,7 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
             num(c["val_loss_final"][i], 4),
             num(c["val_acc_final"][i], 4),
         ]
-        row += _gpu_cells(c, i, gpu)
+        row += gpu_cells(c, i, gpu)
         if restarts:
             reasons = c["restart_reasons"][i] if not is_missing(c["restart_reasons"][i]) else ""
             row.append(f"{c['restart_count'][i]}" + (f" ({reasons})" if reasons else ""))

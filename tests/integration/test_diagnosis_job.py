@@ -6,8 +6,9 @@
   between the ranks, an all-reduce held back by a DDP communication hook) are each
   attributed to the right part by the analysis' waterfall, over two runs at 2 processes,
   and the report names them first;
-* a communication-heavy model shows its exposed communication;
-* a rank that dies in the calibration or before the gather ends the job, with a reason.
+* a communication-heavy model shows its exposed communication.
+
+Ranks that die or fail in the calibration: test_diagnosis_failures.py.
 
 Every injected effect is several times the noise of a 2-core machine with a busy neighbour
 (a spiral step takes 2-4 ms there): under such a neighbour the causes below gave input wait
@@ -18,20 +19,16 @@ calibration-based estimate; docs/diagnosis.md's table has the current ones).
 
 from __future__ import annotations
 
-import io
-import json
 import math
 import shutil
 import statistics
-import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import pytest
 from core_helpers import REPO, TINY, TrainRun, run_train
+from diagnosis_helpers import diag, only_result, summarize_in_process
 
-from analysis import summarize
 from analysis.compute.waterfall import LABELS, waterfall
 from analysis.read.frame import load_all
 from scalescope.allreduce_model import predicted_step_s
@@ -41,24 +38,6 @@ pytestmark = pytest.mark.timeout(600)
 
 REPEATS = 2
 """Runs at 2 processes per cause: attributions are asserted on their mean, never one draw."""
-
-
-def only_result(run: TrainRun) -> ResultRecord:
-    assert run.returncode == 0, run.describe()
-    (result,) = run.results()
-    return result
-
-
-def diag(result: ResultRecord) -> dict[str, Any]:
-    assert result.diagnosis is not None
-    return result.diagnosis
-
-
-def summarize_in_process(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        rc = summarize.main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 # --- what the record says --------------------------------------------------------------------
@@ -514,92 +493,3 @@ def test_a_delayed_all_reduce_with_buffers_is_communication(batch_norm: dict[str
     plain = statistics.mean(exposed(c) for c in ("slow loader", "slow forward"))
     added = exposed("delayed all-reduce") - plain
     assert added == pytest.approx(BN_DELAY_S, rel=0.25), (added, plain)
-
-
-# --- ranks that die --------------------------------------------------------------------------
-
-
-def test_a_rank_that_dies_before_the_gather_ends_the_job_with_a_reason(tmp_path: Path) -> None:
-    run = run_train(
-        REPO,
-        *TINY,
-        "trainer.devices=2",
-        "trainer.collective_timeout_s=30",
-        "faults.exit_rank=1",
-        "faults.exit_at=gather",
-        output_dir=tmp_path,
-    )
-    assert run.returncode != 0, run.describe()
-    assert not run.results()
-    assert not list(tmp_path.rglob("result.json"))
-    log = tmp_path / "slurm-local.out"
-    log.write_text(run.combined)
-    rc, out, err = summarize_in_process(str(log), "--no-write", "--format", "json")
-    assert rc == 0, err
-    (row,) = json.loads(out)["failures"]
-    assert row["reason"] == "collective_error", row
-    print(f"rank 1 died before the gather: {row['reason']}: {row['detail']}")
-
-
-def test_a_rank_that_dies_in_the_calibration_leaves_the_record(tmp_path: Path) -> None:
-    """The timings were gathered before the calibration: rank 0 learns of the death in the
-    calibration's agreement, records it as the calibration's reason and writes the record;
-    the job still fails (rank 1 exited 1)."""
-    run = run_train(
-        REPO,
-        *TINY,
-        "trainer.devices=2",
-        "trainer.collective_timeout_s=30",
-        "faults.exit_rank=1",
-        "faults.exit_at=calibration",
-        output_dir=tmp_path,
-    )
-    assert run.returncode != 0, run.describe()
-    (result,) = run.results()
-    assert len(list(tmp_path.rglob("result.json"))) == 1
-    d = diag(result)
-    assert d["status"] == "recorded" and d["step_waits"]["steps"] == d["steady_steps"]
-    cal = d["calibration"]
-    assert cal["status"] == "failed" and cal["exposed_comm_s"] is None, cal
-    assert "by peer" in cal["reason"] or "reset" in cal["reason"], cal
-    print(f"rank 1 died in the calibration: {cal['reason']}")
-
-
-@pytest.mark.parametrize("rank", [1, 0])
-def test_an_error_inside_a_calibration_window_ends_every_rank_with_the_record(
-    tmp_path: Path, rank: int
-) -> None:
-    """A pass that raises inside a synced window (an out-of-memory, say) leaves its peers
-    inside that pass's collectives. Every rank must still end well within the collective
-    timeout, and rank 0 write the record with a reason naming the window, whichever rank
-    failed. Before, the ranks met in mismatched collectives and sat out the timeout, and
-    no record was written."""
-    timeout_s = 60
-    started = time.monotonic()
-    run = run_train(
-        REPO,
-        *TINY,
-        "trainer.devices=2",
-        f"trainer.collective_timeout_s={timeout_s}",
-        f"faults.window_error_rank={rank}",
-        output_dir=tmp_path,
-    )
-    took = time.monotonic() - started
-    result = only_result(run)  # the training ran whole: the job succeeds
-    assert took < timeout_s, f"{took:.0f} s: a rank sat out the collective timeout"
-    d = diag(result)
-    assert d["status"] == "recorded" and d["step_waits"]["steps"] == d["steady_steps"]
-    cal = d["calibration"]
-    assert cal["status"] == "failed" and cal["exposed_comm_s"] is None, cal
-    assert cal["reason"] == (
-        f"calibration window 2 of {2 * cal_windows()} (synced) failed on rank {rank}: "
-        "RuntimeError: injected by faults.window_error_rank"
-    ), cal
-    print(f"rank {rank} raised in a window: ended in {took:.1f} s; {cal['reason']}")
-
-
-def cal_windows() -> int:
-    """Pairs of calibration windows by default (the spiral's passes all fit the budget)."""
-    from scalescope.config import DiagnosisConfig
-
-    return DiagnosisConfig().calibration_windows

@@ -15,13 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalescope.job.sampling import (
-    NO_STEADY_STATE,
     RESERVOIR_SIZE,
     GpuSampler,
     GpuStats,
     cuda_pci_bus_ids,
     cuda_pci_bus_ids_or_reason,
-    nvml_section,
     off_section,
     parse_bus_id,
     percentile,
@@ -529,120 +527,6 @@ def test_a_steady_state_shorter_than_one_interval_says_so(
     assert section["reason"].startswith("no sample taken in the steady state (")
     assert section["reason"].endswith(" s long, one sample every 30 s)")
     assert [(g["samples"], g["warmup_samples"]) for g in section["gpus"]] == [(0, 1)]
-
-
-def test_merging_the_nodes_keeps_the_warmup_count_and_the_throttle_shares() -> None:
-    import pynvml
-
-    from scalescope.job.diagnosis import merge_nvml
-
-    def node_section(node: str, masks: list[int]) -> dict[str, Any]:
-        s = GpuStats(node=node, index=0, name="NVIDIA H100")
-        s.count_warmup()
-        for mask in masks:
-            s.add(util_pct=90.0, mem_used_bytes=2**30, power_w=500.0, throttle_mask=mask)
-        return nvml_section("sampled", None, 1.0, [s.summary(reason_table(pynvml))])
-
-    hw = pynvml.nvmlClocksThrottleReasonHwSlowdown
-    n1, n2 = node_section("n1", [hw, hw, hw, 0]), node_section("n2", [0, 0])
-    never = nvml_section("unavailable", NO_STEADY_STATE, 1.0)
-    merged = merge_nvml([n1, None, n2, never])
-    assert merged["status"] == "sampled"
-    assert merged["gpus"] == n1["gpus"] + n2["gpus"]  # every field of every row, as sampled
-    g1, g2 = merged["gpus"]
-    assert (g1["warmup_samples"], g1["samples"]) == (1, 4)
-    assert g1["throttle_share"] == {"HwSlowdown": 0.75} and g2["throttle_share"] == {}
-
-
-# --- the diagnosis callback marks the steady state -----------------------------------------------
-
-
-class StubSampler:
-    """What BeforeTiming does to its sampler, in order."""
-
-    def __init__(self, **kw: Any) -> None:
-        self.kw = kw
-        self.calls: list[str] = []
-
-    def start(self) -> StubSampler:
-        self.calls.append("start")
-        return self
-
-    def steady(self) -> None:
-        self.calls.append("steady")
-
-    def stop(self) -> dict[str, Any]:
-        self.calls.append("stop")
-        return {"status": "sampled", "reason": None, "interval_s": 1.0, "gpus": []}
-
-
-def gpu_fit_start(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> tuple[Any, StubSampler]:
-    """A BeforeTiming (local rank 0, a CUDA device) past ``on_fit_start``, with a stub
-    sampler; ``kw`` goes to BeforeTiming."""
-    import torch
-
-    from scalescope import config
-    from scalescope.job import sampling
-    from scalescope.job.diagnosis import BeforeTiming
-
-    monkeypatch.setattr(sampling, "GpuSampler", StubSampler)
-    monkeypatch.setattr(sampling, "cuda_pci_bus_ids_or_reason", lambda: ([BUS_B], None))
-    before = BeforeTiming(config.DiagnosisConfig(), local_rank=0, node="n1", **kw)
-    trainer = types.SimpleNamespace(
-        strategy=types.SimpleNamespace(root_device=torch.device("cuda", 0))
-    )
-    before.on_fit_start(trainer, None)  # type: ignore[arg-type]
-    assert isinstance(before._sampler, StubSampler)
-    assert before._sampler.kw["pci_bus_ids"] == [BUS_B]
-    return before, before._sampler
-
-
-def test_before_timing_marks_the_steady_state_once_the_warmup_has_ended(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from scalescope.job.timing import Timings
-
-    t = Timings(process_start_unix=0.0)
-    before, sampler = gpu_fit_start(monkeypatch, timings=t)
-    for i in range(3):
-        before.on_train_batch_end(None, None, None, None, i)  # type: ignore[arg-type]
-    assert sampler.calls == ["start"]
-    t.warmup_steps = 3  # what the TimingCallback sets, after this callback at that batch end
-    for i in range(3, 6):
-        before.on_train_batch_end(None, None, None, None, i)  # type: ignore[arg-type]
-    assert sampler.calls == ["start", "steady"]  # once, at the first batch end to see it
-    before.stop_sampler()
-    assert sampler.calls == ["start", "steady", "stop"]
-    assert before.nvml is not None and before.nvml["status"] == "sampled"
-
-
-def test_before_timing_without_timings_counts_every_sample(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    before, sampler = gpu_fit_start(monkeypatch)  # the constructor as it was
-    before.on_train_batch_end(None, None, None, None, 0)  # type: ignore[arg-type]
-    assert sampler.calls == ["steady", "start"]
-
-
-def test_before_timing_passes_on_why_the_jobs_gpus_are_unknown(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import torch
-
-    from scalescope import config
-    from scalescope.job import sampling
-    from scalescope.job.diagnosis import BeforeTiming
-
-    monkeypatch.setattr(sampling, "GpuSampler", StubSampler)
-    why = "torch.cuda.is_available() is False"
-    monkeypatch.setattr(sampling, "cuda_pci_bus_ids_or_reason", lambda: (None, why))
-    before = BeforeTiming(config.DiagnosisConfig(), local_rank=0, node="n1")
-    trainer = types.SimpleNamespace(
-        strategy=types.SimpleNamespace(root_device=torch.device("cuda"))
-    )
-    before.on_fit_start(trainer, None)  # type: ignore[arg-type]
-    assert before._sampler.kw["pci_bus_ids"] is None
-    assert before._sampler.kw["unknown_reason"] == why
 
 
 # --- a real GPU -----------------------------------------------------------------------------------
