@@ -7,7 +7,9 @@ The capture sits in the warm-up, so no timed figure holds it: the warm-up as res
 a collective), then ``trainer.profile.steps`` profiled steps; the steady state starts at the
 first step boundary after them. A Lightning call can hold several optimizer steps
 (``trainer.steps_per_call``): each phase starts at a call boundary, so it can run longer
-than its count, never shorter (but for the epoch's end, which ends a capture).
+than its count (the capture takes whole calls), never shorter. A capture that its epoch's
+end would cut short waits for the
+next epoch (validation stays out of it); only an epoch shorter than the capture ends it early.
 
 No torch here: the unit tests call these directly.
 """
@@ -62,7 +64,8 @@ class Capture:
     first: int
     """First profiled step (0-based: the step that runs when ``first`` steps are done)."""
     end: int
-    """Steps done when the capture ends: ``first + steps``, or its epoch's end."""
+    """Steps done when the capture ends: the first call boundary at least ``steps`` after
+    ``first``, or its epoch's end."""
     steady_from: int | None
     """Call boundary the steady state starts at (never the boundary the capture ends at when
     that is an epoch's end); None where the run ends first."""
@@ -78,8 +81,11 @@ def plan_capture(
 ) -> Capture | None:
     """The capture a run whose calls end at ``boundaries`` would take: the measurement from the
     first boundary at or after the warm-up (``base``), the capture from the first boundary at
-    least ``measure`` steps later, for ``steps`` steps or to its epoch's end, the steady state
-    from the first boundary after it. None where the run ends before the capture starts."""
+    least ``measure`` steps later (from the next epoch's start where its epoch has fewer than
+    ``steps`` left and an epoch has as many), to the first boundary at least ``steps`` later
+    or its epoch's end, the steady state from there (from the next boundary where the epoch's
+    end cut it short). None where the run ends before the capture
+    starts."""
 
     def first_at_or_after(step: int) -> int | None:
         return next((b for b in boundaries if b >= step), None)
@@ -90,10 +96,16 @@ def plan_capture(
     if first is None or first >= total:
         return None
     epoch_end = (first // steps_per_epoch + 1) * steps_per_epoch if steps_per_epoch else math.inf
-    end = int(min(first + steps, epoch_end, total))
+    if epoch_end - first < steps <= steps_per_epoch:
+        first, epoch_end = int(epoch_end), epoch_end + steps_per_epoch
+        if first >= total:
+            return None
+    # whole calls: to the first boundary at least `steps` later, or the epoch's end
+    after = first_at_or_after(first + steps)
+    end = int(min(after if after is not None else total, epoch_end, total))
     # Cut short by its epoch's end, the capture is over once the epoch has ended: the steady
     # state starts at the next epoch's first boundary.
-    steady = first_at_or_after(end if end == first + steps else end + 1)
+    steady = first_at_or_after(end if end >= first + steps else end + 1)
     return Capture(
         measure_from=measure_from or 0,
         first=first,

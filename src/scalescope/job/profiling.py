@@ -2,8 +2,8 @@
 
 The capture is part of the warm-up, so no timed figure (throughput, the breakdown, the steady
 state) holds a profiled step: :class:`ProfileCapture` holds the TimingCallback's warm-up open
-(:class:`~.timing.WarmupHold`) until the profiled steps are done. In order, at step boundaries
-every rank agrees on:
+(:class:`~.timing.WarmupHold`) until the profiled steps are done. In order, at the step
+boundaries (the ends of Lightning's training calls) every rank agrees on:
 
 1. the warm-up as resolved (``trainer.warmup_steps``);
 2. with ``ranks: auto`` on several ranks, :data:`~.profile_plan.MEASURE_STEPS` steps in which
@@ -12,12 +12,18 @@ every rank agrees on:
    gather then names the busiest rank (the slowest, the one that waits least), and rank 0
    and it are profiled (:func:`~.profile_plan.choose_ranks`). Without the diagnosis the
    waits are not measured: every rank of the first node is profiled, and the record says so;
-3. ``trainer.profile.steps`` optimizer steps under the profiler on the chosen ranks (one
-   ``ProfilerStep#<step>`` marker per optimizer step, however many a Lightning call holds),
-   stopped early at an epoch's end; each profiled rank writes ``traces/rank<r>.json`` in the
-   run directory (a Chrome trace: Perfetto and Holistic Trace Analysis open it as it is) and
-   summarises it (:func:`~.traces.top_operations`);
-4. the steady state, from the next step boundary on.
+3. at least ``trainer.profile.steps`` optimizer steps under the profiler on the chosen ranks,
+   in whole training calls, from the next epoch's start where the current one has fewer
+   steps left (validation stays out of the trace), stopped early only by an epoch shorter
+   than the capture. One ``ProfilerStep#<n>`` marker per call, named after the first
+   optimizer step it holds: one per optimizer step where a call is one step, and where a call
+   holds several (``trainer.steps_per_call``) its steps are its ``Optimizer.step``
+   annotations. Markers sit at call boundaries, outside every other annotation, so the
+   trace's events nest (Perfetto drops events that overlap). Each profiled rank writes
+   ``traces/rank<r>.json`` in the run directory (a Chrome trace: Perfetto and Holistic Trace
+   Analysis open it as it is) and summarises it (:func:`~.traces.top_operations`);
+4. the steady state, from that boundary on: the capture stops and its trace is written
+   before the TimingCallback ends the warm-up there (this callback comes first in the list).
 
 A run too short for all of it trains as it would unprofiled, and its record says "not
 captured" and why (:func:`~.profile_plan.why_not`); a rank's failure to profile is its part's
@@ -43,12 +49,13 @@ from .timing import loader_steps
 def _record_every_step(step: int) -> Any:
     from torch.profiler import ProfilerAction
 
-    return ProfilerAction.RECORD  # a schedule, so that each step gets its ProfilerStep# marker
+    return ProfilerAction.RECORD  # a schedule, so that step() makes ProfilerStep# markers
 
 
 class ProfileCapture(L.Callback):
-    """The capture (see the module): after the TimingCallback and the diagnosis' breakdown
-    in the callback list, whose stamps and waits it reads at the same hooks."""
+    """The capture (see the module): just before the TimingCallback in the callback list, so
+    that at a step boundary its work (the choice, the trace) is done before the warm-up may
+    end, and at training's end its part is ready before the end-of-run gather."""
 
     def __init__(
         self,
@@ -74,12 +81,14 @@ class ProfileCapture(L.Callback):
         self.first = 0
         self.capture_end = 0
         self._profiled = False
+        self._next_epoch = False
+        """Armed, but the capture waits for the next epoch (this one has too few steps left)."""
         self._measure_from = 0
         self._window_start: Any = None
         self._val_start: Any = None
         self._prof: Any = None
-        self._hooks: list[Any] = []
-        self._count = 0
+        self._marked = 0
+        """The optimizer step the trace's current ``ProfilerStep#`` marker is named after."""
         self._t0 = 0.0
         self._rank = 0
         self._sync: Callable[[], None] = lambda: None
@@ -161,7 +170,9 @@ class ProfileCapture(L.Callback):
             busy = self._close_window(step)
             self._choose(trainer, busy, step - self._measure_from)
         elif self.phase == "capturing" and step >= self.capture_end:
-            self._end_capture(None)
+            self._end_capture(trainer, None)
+        elif self.phase == "capturing" and step > self._marked:
+            self._mark(step)
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, i: int
@@ -169,8 +180,11 @@ class ProfileCapture(L.Callback):
         if self.phase == "measuring" and self._window_start is None:
             assert self.breakdown is not None
             self._window_start = self.breakdown.clock.mark()
-        elif self.phase == "armed":
+        elif self.phase == "armed" and not self._next_epoch:
             self._start_capture(trainer)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._next_epoch = False
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # only validation inside the window: the one before its first call is outside it
@@ -190,14 +204,17 @@ class ProfileCapture(L.Callback):
         if self.phase == "capturing":  # the epoch's end ends the capture (validation follows)
             done = trainer.global_step - self.first
             self._end_capture(
-                f"the capture ended at the epoch's end, after {done} of {self.cfg.steps} steps"
+                trainer,
+                f"the capture ended at the epoch's end, after {done} of {self.cfg.steps} steps",
             )
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.phase == "capturing":
             done = trainer.global_step - self.first
             self._end_capture(
-                f"training ended in the capture, after {done} of {self.cfg.steps} steps"
+                trainer,
+                f"training ended in the capture, after {done} of {self.cfg.steps} steps",
+                meet=False,  # nothing timed follows; a rank that stopped early may not come
             )
         elif self.phase != "done":
             if self.breakdown is not None:
@@ -261,17 +278,21 @@ class ProfileCapture(L.Callback):
         )
         self._profiled = trainer.global_rank in choice.ranks
         self.phase = "armed"
+        step, per_epoch = trainer.global_step, loader_steps(trainer)
+        left = per_epoch - step % per_epoch if per_epoch > 0 else self.cfg.steps
+        self._next_epoch = left < self.cfg.steps <= per_epoch
         if trainer.global_rank == 0:
             ranks = ", ".join(str(r) for r in choice.ranks)
+            start = step + left if self._next_epoch else step
             print(
-                f"scalescope: profiling {self.cfg.steps} steps from step {trainer.global_step} "
-                f"on rank(s) {ranks} ({choice.chosen_by})",
+                f"scalescope: profiling {self.cfg.steps} steps from step {start} on rank(s) "
+                f"{ranks} ({choice.chosen_by})",
                 flush=True,
             )
 
     # -- capturing --------------------------------------------------------------------------
     def _start_capture(self, trainer: L.Trainer) -> None:
-        self.first = trainer.global_step
+        self.first = self._marked = trainer.global_step
         self.capture_end = self.first + self.cfg.steps
         self.phase = "capturing"
         if not self._profiled:
@@ -290,43 +311,41 @@ class ProfileCapture(L.Callback):
                 schedule=_record_every_step,
             )
             prof.step_num = self.first  # markers named after the optimizer steps they hold
-            self._count = 0
             self._sync()
             self._t0 = time.perf_counter()
             prof.start()
             self._prof = prof
-            self._hooks = [opt.register_step_post_hook(self._stepped) for opt in trainer.optimizers]
         except Exception as exc:  # a profiler that cannot start: the part says why
             self.part = {"status": "failed", "reason": f"{type(exc).__name__}: {first_line(exc)}"}
 
-    def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """After each optimizer step of the capture: the next step's marker, or the end."""
-        if self._prof is None:
-            return
-        self._count += 1
-        if self._count < self.cfg.steps:
-            self._prof.step()
-        else:
-            self._finish()
-
-    def _end_capture(self, truncated: str | None) -> None:
-        """Every rank, at the boundary (or the epoch's end) that closes the capture."""
+    def _mark(self, step: int) -> None:
+        """A call boundary inside the capture where optimizer steps were taken: the next
+        marker, named after the next step (a call that only accumulated takes none)."""
+        self._marked = step
         if self._prof is not None:
-            self._finish()
+            self._prof.step_num = step - 1  # step() names the next marker step_num + 1
+            self._prof.step()
+
+    def _end_capture(self, trainer: L.Trainer, truncated: str | None, *, meet: bool = True) -> None:
+        """Every rank, at the boundary (or the epoch's end) that closes the capture. Then
+        every rank meets (``meet``): the steady state may start at this boundary, and a rank
+        that went on while the profiled ones wrote their traces would wait for them in its
+        first steady step."""
+        if self._prof is not None:
+            self._finish(trainer.global_step - 1)
             if self.part is not None and truncated and self.part.get("status") == "captured":
                 self.part["reason"] = truncated
         if truncated:
             self.shared["truncated"] = truncated
         self.phase = "done"
+        if meet and trainer.world_size > 1:
+            trainer.strategy.barrier("scalescope-profile-end")
 
-    def _finish(self) -> None:
+    def _finish(self, last: int) -> None:
         """Stop the profiler, write this rank's trace and summarise it (still in the
         warm-up: whatever this costs is no timed figure's)."""
         from .traces import read_trace, top_operations
 
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
         prof, self._prof = self._prof, None
         self._sync()
         window = time.perf_counter() - self._t0
@@ -334,7 +353,7 @@ class ProfileCapture(L.Callback):
         name = plan.trace_name(self._rank)
         try:
             prof.stop()
-            if self._count == 0:
+            if last < self.first:
                 raise RuntimeError("no optimizer step ran in the capture")
             path = self.run_dir / name
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -346,7 +365,7 @@ class ProfileCapture(L.Callback):
         self.part = {
             "status": "captured",
             "reason": None,
-            "steps": [self.first, self.first + self._count - 1],
+            "steps": [self.first, last],
             "trace": name,
             "window_s": window,
             "overhead_s": time.perf_counter() - started,

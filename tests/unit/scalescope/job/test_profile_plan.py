@@ -52,26 +52,37 @@ def test_the_capture_starts_at_a_call_boundary_and_the_steady_state_after_it() -
     b = call_boundaries(25, 3, None, 8)
     cap = plan_capture(b, 25, base=25, measure=MEASURE_STEPS, steps=5)
     assert cap is not None
-    # measured over the call 25..33 (>= 3 steps), captured from 33 for 5 steps, steady from
-    # the call boundary after them
-    assert (cap.measure_from, cap.first, cap.end, cap.steady_from) == (25, 33, 38, 41)
+    # measured over the call 25..33 (>= 3 steps), captured in whole calls from 33 (the call
+    # 33..41 holds the 5 steps), steady from there
+    assert (cap.measure_from, cap.first, cap.end, cap.steady_from) == (25, 33, 41, 41)
     one = plan_capture(call_boundaries(25, 3, None, 1), 25, base=25, measure=3, steps=5)
     assert one is not None and (one.first, one.end, one.steady_from) == (28, 33, 33)
 
 
-def test_an_epochs_end_ends_the_capture() -> None:
+def test_a_capture_its_epoch_would_cut_short_waits_for_the_next_epoch() -> None:
     b = call_boundaries(10, 3, None, 8)  # 8, 10, 18, 20, 28, 30
     cap = plan_capture(b, 10, base=10, measure=3, steps=5)
-    assert cap is not None and (cap.first, cap.end, cap.steady_from) == (18, 20, 28)
+    # from 18 only 2 steps are left in the epoch: the capture starts at the next one's start
+    assert cap is not None and (cap.first, cap.end, cap.steady_from) == (20, 28, 28)
+
+
+def test_only_an_epoch_shorter_than_the_capture_ends_it_early() -> None:
+    b = call_boundaries(4, 4, None, 1)
+    cap = plan_capture(b, 4, base=4, measure=3, steps=5)
+    # 7 is in the epoch 4..8, which holds no 5 steps: the capture is 7 only, and the steady
+    # state starts once that epoch has ended
+    assert cap is not None and (cap.first, cap.end, cap.steady_from) == (7, 8, 9)
 
 
 def test_a_run_that_ends_in_its_warm_up_takes_no_capture() -> None:
-    b = call_boundaries(10, 2, None, 8)  # the capture would end the run: no steady state left
-    cap = plan_capture(b, 10, base=10, measure=3, steps=5)
-    assert cap is not None and cap.steady_from is None
-    assert "none of its 20 steps would be left for the steady state" in why_not(
-        cap, total=20, base=10, measure=3, steps=5
+    b = call_boundaries(10, 3, None, 8)  # the capture would end the run: no steady state left
+    cap = plan_capture(b, 10, base=20, measure=0, steps=9)
+    assert cap is not None and (cap.first, cap.end, cap.steady_from) == (20, 30, None)
+    assert "none of its 30 steps would be left for the steady state" in why_not(
+        cap, total=30, base=20, measure=0, steps=9
     )
+    # a capture that would wait for an epoch the run does not have
+    assert plan_capture(call_boundaries(10, 2, None, 8), 10, base=10, measure=3, steps=5) is None
     short = plan_capture(call_boundaries(10, 1, None, 8), 10, base=10, measure=3, steps=5)
     assert short is None
     reason = why_not(short, total=10, base=10, measure=3, steps=5)
