@@ -36,19 +36,21 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    """A torch.profiler trace of a few steady steps, on the ranks that matter (docs/diagnosis.md,
+    """A torch.profiler trace of a few steps, on the ranks that matter (docs/diagnosis.md,
     "Profiling"). The profiled steps are added to the warm-up, so no timed figure holds them."""
 
     steps: int = option(
         0,
-        help="steps to capture after the warm-up, one trace per profiled rank in the run "
-        "directory; 0 = off",
+        help="optimizer steps to capture (at least: whole training calls) after the warm-up "
+        "and a short measurement, added to the warm-up so that no timed figure holds them; "
+        "one trace per profiled rank in <run dir>/traces; 0 = off",
         check=non_negative,
     )
     ranks: Literal["auto", "node"] = option(
         "auto",
         help="auto = rank 0 and the slowest rank, chosen from a short measurement of every "
-        "rank's compute before the capture; node = every rank of the first node",
+        "rank's busy time before the capture (every rank of the first node where it cannot "
+        "be measured: diagnosis.enabled=false); node = every rank of the first node",
     )
     record_shapes: bool = option(False, help="record the input shapes of each operator")
     profile_memory: bool = option(False, help="record the memory each operator allocates")
@@ -130,7 +132,7 @@ class TrainerConfig:
         check=non_negative,
     )
     profile: ProfileConfig = option(
-        ProfileConfig, help="capture a profiler trace of a few steady steps (off by default)"
+        ProfileConfig, help="capture a profiler trace of a few steps (off by default)"
     )
     collective_timeout_s: float = option(
         300.0,
