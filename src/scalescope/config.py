@@ -43,7 +43,7 @@ class ProfileConfig:
         0,
         help="optimizer steps to capture (at least: whole training calls) after the warm-up "
         "and a short measurement, added to the warm-up so that no timed figure holds them; "
-        "one trace per profiled rank in <run dir>/traces; 0 = off",
+        "one trace per profiled rank in the run directory's traces/; 0 = off",
         check=non_negative,
     )
     ranks: Literal["auto", "node"] = option(
