@@ -35,6 +35,28 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
+class ProfileConfig:
+    """A torch.profiler trace of a few steps, on the ranks that matter (docs/diagnosis.md,
+    "Profiling"). The profiled steps are added to the warm-up, so no timed figure holds them."""
+
+    steps: int = option(
+        0,
+        help="optimizer steps to capture (at least: whole training calls) after the warm-up "
+        "and a short measurement, added to the warm-up so that no timed figure holds them; "
+        "one trace per profiled rank in the run directory's traces/; 0 = off",
+        check=non_negative,
+    )
+    ranks: Literal["auto", "node"] = option(
+        "auto",
+        help="auto = rank 0 and the slowest rank, chosen from a short measurement of every "
+        "rank's busy time before the capture (every rank of the first node where it cannot "
+        "be measured: diagnosis.enabled=false); node = every rank of the first node",
+    )
+    record_shapes: bool = option(False, help="record the input shapes of each operator")
+    profile_memory: bool = option(False, help="record the memory each operator allocates")
+
+
+@dataclass(frozen=True)
 class TrainerConfig:
     scaling: Literal["strong", "weak"] = option(
         "strong",
@@ -108,6 +130,9 @@ class TrainerConfig:
         f"first epoch, or the first {WARMUP_AUTO_MAX_STEPS} steps where an epoch is longer; "
         "0 = none",
         check=non_negative,
+    )
+    profile: ProfileConfig = option(
+        ProfileConfig, help="capture a profiler trace of a few steps (off by default)"
     )
     collective_timeout_s: float = option(
         300.0,

@@ -198,6 +198,17 @@ class ResultRecord:
     (``training_s``) split into ``warmup_s`` and ``steady_s`` (at the warm-up's end), what
     validation compiled (``validation_s``), and ``warnings``. None for an eager run and in
     older records."""
+    profile: dict[str, Any] | None = None
+    """A ``torch.profiler`` capture of a few steps in the warm-up (``trainer.profile``; docs/
+    diagnosis.md, "Profiling"): ``status`` (``captured`` or ``not captured``) and ``reason``,
+    the settings (``requested_steps``, ``ranks_setting``, ``activities``, ``record_shapes``,
+    ``profile_memory``), ``steps`` ([first, last] optimizer steps profiled), ``ranks``,
+    ``chosen_by``, ``slowest_rank`` and ``measured`` (each rank's busy ms per step, by rank,
+    with ``ranks: auto``), ``traces`` (by rank: the trace's path in the run directory),
+    ``window_s`` (the profiled steps' time), ``cost_s`` (that beyond as many steady steps),
+    ``overhead_s`` (writing and reading the traces) and ``top_ops`` (by rank: the top
+    operations by self time, on the device where there is one, communication labelled).
+    None when off and in older records."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 

@@ -78,7 +78,7 @@ def run_training(cfg: TrainConfig) -> record.ResultRecord | None:
     tracker = start_run_tracking(cfg, job.topo, ident, versions)
     try:
         model, datamodule = build_module(cfg, job)
-        measures = Measures.create(cfg, job, model, process_start, tracker)
+        measures = Measures.create(cfg, job, model, process_start, tracker, run_dir)
         trainer = job_trainer(cfg, job, run_dir, measures)
         fit(trainer, model, datamodule, measures.stop, measures.timing.t)
         agreed = measures.end_of_training(trainer)

@@ -1,6 +1,7 @@
 """What a job's training is measured with (:class:`Measures`): the TimingCallback (the
 clock, :mod:`.timing`), the measures of a user's module, the diagnosis' callbacks, the
-compile clock and the stop at SIGTERM, and the end-of-run gather of what they measured.
+compile clock, the profiler's capture (:mod:`.profiling`) and the stop at SIGTERM, and the
+end-of-run gather of what they measured.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import record
@@ -33,6 +35,7 @@ class Measures:
         node: str,
         diag: DiagnosisCallbacks | None,
         compile_clock: Any,
+        profile: Any = None,
     ) -> None:
         self.cfg = cfg
         self.timing = timing
@@ -45,10 +48,19 @@ class Measures:
         self.diag = diag
         """The diagnosis' callbacks; None with ``diagnosis.enabled=false``."""
         self.compile_clock = compile_clock
+        self.profile = profile
+        """The profiler's capture (a :class:`~.profiling.ProfileCapture`); None when
+        ``trainer.profile.steps`` is 0."""
 
     @classmethod
     def create(
-        cls, cfg: TrainConfig, job: Job, model: Any, process_start: float, tracker: Tracker
+        cls,
+        cfg: TrainConfig,
+        job: Job,
+        model: Any,
+        process_start: float,
+        tracker: Tracker,
+        run_dir: Path,
     ) -> Measures:
         """The callbacks, the TimingCallback's loss and epoch figures going to ``tracker``."""
         from .compiling import CompileClock
@@ -86,6 +98,7 @@ class Measures:
             node=node,
             diag=diag,
             compile_clock=compile_clock,
+            profile=_profile_capture(cfg, job, timing, diag, run_dir),
         )
         if diag is not None:
             diag.breakdown.gather = measures.gather
@@ -100,7 +113,10 @@ class Measures:
         if faults.exit_rank == trainer.global_rank and faults.exit_at == "gather":
             os._exit(1)
         diag = self.diag
-        agreed = agree(trainer, self.timing.t, self.node, diag.mine(trainer) if diag else None)
+        extra = diag.mine(trainer) if diag else {}
+        if self.profile is not None:
+            extra["profile"] = self.profile.mine()
+        agreed = agree(trainer, self.timing.t, self.node, extra or None)
         if self.user is not None:
             self.user.counted = self.user.counter.agree(trainer)
         return agreed
@@ -113,6 +129,24 @@ class Measures:
         return (self.diag.breakdown.gathered if self.diag is not None else None) or self.gather(
             trainer
         )
+
+
+def _profile_capture(
+    cfg: TrainConfig, job: Job, timing: Any, diag: DiagnosisCallbacks | None, run_dir: Path
+) -> Any:
+    """The profiler's capture, holding the TimingCallback's warm-up open; None when off."""
+    if cfg.trainer.profile.steps <= 0:
+        return None
+    from .profiling import ProfileCapture
+
+    capture = ProfileCapture(
+        cfg.trainer.profile,
+        run_dir=run_dir,
+        breakdown=diag.breakdown if diag is not None else None,
+        steps_per_call=1 if job.user_workload else cfg.trainer.steps_per_call,
+    )
+    timing.hold = capture
+    return capture
 
 
 def _epoch_rate(metrics: Mapping[str, float], global_batch: int) -> float:

@@ -173,7 +173,20 @@ def rank_zero_record(
             if diag
             else diagnosis_off()
         ),
+        profile=_profile(measures, agreed, result),
     )
+
+
+def _profile(measures: Measures, agreed: Any, result: record.ResultRecord) -> dict[str, Any] | None:
+    """The profiler's section; None when ``trainer.profile`` is off."""
+    if measures.profile is None:
+        return None
+    steady = (
+        result.steady_time_s / result.steady_steps
+        if result.steady_time_s is not None and result.steady_steps
+        else None
+    )
+    return measures.profile.section(agreed.per_rank, steady)
 
 
 def after_tracking(
@@ -415,6 +428,10 @@ def _summary_line(r: record.ResultRecord) -> str:
         else f"; no steady state (warm-up {r.warmup_steps} steps covered all training)"
     )
     stopped = f"STOPPED EARLY ({r.stop_reason}) after {r.steps} steps: " if r.stop_reason else ""
+    if r.profile is not None:
+        from .profile_plan import summary_phrase
+
+        mem += f"; {summary_phrase(r.profile)}"
     return (
         f"{stopped}trained {r.epochs} epoch(s), {r.steps} steps in {r.train_time_s:.3f} s "
         f"(mean epoch {r.mean_epoch_time_s:.3f} s{excl}); {r.samples_per_s:,.0f} samples/s "

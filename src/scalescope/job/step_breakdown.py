@@ -13,7 +13,9 @@ In the timed loop, per rank (over the steady-state steps only):
   framework).
 
 The marks are taken with the clocks of :mod:`.step_clock`. At training's end the same
-callback runs the calibration windows (:mod:`.calibration`).
+callback runs the calibration windows (:mod:`.calibration`). Before the steady state, the
+profiler's rank choice (:mod:`.profiling`) may open a *window*: a second clock the same
+communication waits go to for a few warm-up steps, without touching the breakdown's own.
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ class StepBreakdown(L.Callback):
         """The end-of-run gather of every rank's timings (set by the caller), run at
         training's end before the calibration; its result is :attr:`gathered`."""
         self.gathered: Any = None
+        self.window: Clock | None = None
+        """While set (only before the steady state: the profiler's measurement steps), the
+        communication waits go to this clock instead (``comm_wait_s``)."""
         self.calibration: dict[str, Any] = {
             "status": "skipped",
             "reason": "training stopped before its end",
@@ -140,8 +145,13 @@ class StepBreakdown(L.Callback):
         if self._counting and start is not None:
             self.clock.add("input_wait_s", start, self.clock.mark())
 
+    def _waits_to(self) -> Clock | None:
+        """Where communication waits go now: the breakdown's clock in the steady state, the
+        window's before it, else nowhere."""
+        return self.clock if self._counting else self.window
+
     def _last_gradient(self, _param: Any) -> None:
-        if self._counting:
+        if self._waits_to() is not None:
             self._ready = self.clock.mark()
         elif self._probe is not None:  # a calibration pass
             self._probe()
@@ -149,8 +159,11 @@ class StepBreakdown(L.Callback):
     def _forward_starts(self, module: Any, args: Any) -> None:
         if self._call_start is not None:  # the call's first forward: after DDP's broadcast
             end = self.clock.mark()
-            self.clock.add("comm_wait_s", self._call_start, end)
-            self.clock.add("broadcast", self._call_start, end, step=self._step)
+            if self._counting:
+                self.clock.add("comm_wait_s", self._call_start, end)
+                self.clock.add("broadcast", self._call_start, end, step=self._step)
+            elif self.window is not None:
+                self.window.add("comm_wait_s", self._call_start, end)
             self._call_start = None
 
     # the timed loop --------------------------------------------------------------------
@@ -166,7 +179,7 @@ class StepBreakdown(L.Callback):
         if self._fetch_start is not None:
             self.fetched(self._fetch_start)
             self._fetch_start = None
-        self._call_start = self.clock.mark() if self._counting else None
+        self._call_start = self.clock.mark() if self._waits_to() is not None else None
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._grad_order is not None:  # the first backward: keep one hook from now on
@@ -184,6 +197,8 @@ class StepBreakdown(L.Callback):
                 self.clock.add("comm_wait_s", self._ready, end)
                 self.clock.add("gradient", self._ready, end, step=self._step)
             self._step += 1
+        elif self.window is not None and self._params and self._ready is not None:
+            self.window.add("comm_wait_s", self._ready, self.clock.mark())
         self._ready = None
 
     def _settle_last_gradient(self) -> None:

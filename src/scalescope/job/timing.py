@@ -15,7 +15,9 @@ Rules this module follows:
   boundary at or after the warm-up (``trainer.warmup_steps``: the first epoch by default, at
   most ``WARMUP_AUTO_MAX_STEPS`` steps). Training time after that stamp is the steady-state
   time the headline figures use; the first steps (allocator growth, cuDNN/autotuning,
-  lazy initialisation, DDP's first bucket rebuild) stay out of them.
+  lazy initialisation, DDP's first bucket rebuild) stay out of them. A profiler capture
+  (``trainer.profile``, :mod:`.profiling`) holds the warm-up open until its profiled steps
+  are done: they are warm-up, never steady state.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import lightning as L
 import torch
@@ -72,6 +74,16 @@ class Timings:
     """Training's and validation's peak device memory, apart (CUDA only)."""
 
 
+class WarmupHold(Protocol):
+    """What may keep the warm-up open past its target (the profiler's capture): told the
+    resolved target at train start, then asked at each step boundary. Its answer must be the
+    same on every rank at the same step, as the warm-up's end is."""
+
+    def resolve(self, trainer: L.Trainer, target: int | None) -> None: ...
+
+    def holds(self, step: int) -> bool: ...
+
+
 def resolve_warmup(
     setting: int | str, steps_per_epoch: int, max_steps: int | None = None
 ) -> int | None:
@@ -116,8 +128,11 @@ class TimingCallback(L.Callback):
         steps_per_epoch: Callable[[L.Trainer], int] | None = None,
         on_loss: Callable[[float, int, int], None] | None = None,
         on_epoch: Callable[[dict[str, float], int, int], None] | None = None,
+        hold: WarmupHold | None = None,
     ) -> None:
         self.t = Timings(process_start_unix=process_start)
+        self.hold = hold
+        """Keeps the warm-up open while it says so (see :class:`WarmupHold`)."""
         self.every = log_every_n_steps
         self.warmup_setting = warmup_steps
         self._steps_per_epoch = steps_per_epoch or loader_steps
@@ -134,6 +149,9 @@ class TimingCallback(L.Callback):
         self._sync: Callable[[], None] = lambda: None
 
     # -- helpers -------------------------------------------------------------------------
+    def _held(self, step: int) -> bool:
+        return self.hold is not None and self.hold.holds(step)
+
     def _now(self) -> float:
         self._sync()
         return time.perf_counter()
@@ -159,7 +177,9 @@ class TimingCallback(L.Callback):
         )
         self._warmup_by_epoch = target is None
         self._warmup_target = WARMUP_AUTO_MAX_STEPS if target is None else target
-        if self._warmup_target == 0:
+        if self.hold is not None:
+            self.hold.resolve(trainer, target)
+        if self._warmup_target == 0 and not self._held(0):
             self.t.warmup_steps, self.t.warmup_train_s = 0, 0.0
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -177,7 +197,7 @@ class TimingCallback(L.Callback):
         batch_idx: int,
     ) -> None:
         step = trainer.global_step
-        if self.t.warmup_steps is None and step >= self._warmup_target:
+        if self.t.warmup_steps is None and step >= self._warmup_target and not self._held(step):
             # Once per run and on every rank: a device sync, then the clock.
             done = sum(self.t.epoch_times_s)
             self.t.warmup_train_s = done + self._now() - self._epoch_start - self._epoch_val_s
@@ -225,8 +245,11 @@ class TimingCallback(L.Callback):
         steps = trainer.global_step - self._epoch_first_step
         self.t.epoch_steps.append(steps)
         if self.t.warmup_steps is None and self._warmup_by_epoch:  # the stream's first epoch
-            self.t.warmup_steps = trainer.global_step
-            self.t.warmup_train_s = math.fsum(self.t.epoch_times_s)
+            if self._held(trainer.global_step):  # ends at the first boundary once released
+                self._warmup_by_epoch, self._warmup_target = False, 0
+            else:
+                self.t.warmup_steps = trainer.global_step
+                self.t.warmup_train_s = math.fsum(self.t.epoch_times_s)
         if self.on_epoch is not None and trainer.global_rank == 0:
             metrics = {"epoch_time_s": epoch_s, "epoch_steps": float(steps)}
             history = getattr(pl_module, "val_history", [])

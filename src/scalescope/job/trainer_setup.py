@@ -59,7 +59,9 @@ def _check_accumulates(model: Any, accumulate: int, rank: int) -> None:
 def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -> Any:
     """This job's Trainer. Callbacks run in list order: what must not be timed (the
     diagnosis' baseline and sampler, the FLOPs probe, compilation) before the TimingCallback,
-    what reads its stamps after it, the stop at SIGTERM last."""
+    what reads its stamps after it, the stop at SIGTERM last. The profiler's capture comes
+    just before the TimingCallback: its trace is written before the warm-up may end at the
+    same step boundary."""
     from .compiling import CompileForward
     from .faults import fault_callbacks
 
@@ -74,6 +76,7 @@ def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -
             *(user.before_timing() if user else []),
             *([CompileForward(cfg.trainer.compile_backend)] if cfg.trainer.compile else []),
             *fault_callbacks(cfg.faults),
+            *([measures.profile] if measures.profile is not None else []),
             measures.timing,
             measures.compile_clock,
             *(user.after_timing() if user else []),

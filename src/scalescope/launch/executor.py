@@ -321,7 +321,7 @@ class Launcher:
 
     def _run(self, handle: JobHandle) -> SweepRun:
         # The plan travels into the job: which repeat this is (the cluster is in the config).
-        config = {**handle.plan.config_dict(), "repeat_index": handle.repeat}
+        config = {**handle.plan.config_dict(handle.repeat), "repeat_index": handle.repeat}
         return SweepRun(config, handle.label, handle.repeat, os.getcwd())
 
     def submit_slurm(self, handle: JobHandle, after: str | None = None) -> None:

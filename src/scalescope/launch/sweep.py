@@ -39,7 +39,7 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from .monitor import SweepWatch
-    from .sweep_config import SweepPlan
+    from .sweep_config import ShapePlan, SweepPlan
 
 # Nothing heavy at import time: `scalescope --help` builds every subcommand's parser.
 
@@ -190,6 +190,31 @@ def _same_order(plan: SweepPlan) -> str:
     return f"the seed comes from {plan.seed_source}: a submission uses the same"
 
 
+def _profiling(plan: SweepPlan) -> str | None:
+    """Which jobs capture a profile (``trainer.profile``), or None where none does."""
+    steps = {sp.config.trainer.profile.steps for sp in plan.shapes} - {0}
+    if not steps:
+        return None
+    what = f"trainer.profile.steps={'/'.join(str(s) for s in sorted(steps))}"
+    k = plan.profile_repeat
+    if k is None:
+        return f"every job profiles ({what})"
+    return (
+        f"repeat {k} of every shape (round {k + 1}) profiles ({what}); the other repeats run "
+        "with trainer.profile.steps=0"
+    )
+
+
+def _profiled_jobs(plan: SweepPlan, sp: ShapePlan) -> str:
+    """``, repeat 0 profiled``: which of a shape's jobs profile, where any does."""
+    repeats = [r for r in range(plan.repeats) if sp.profiles(r)]
+    if not repeats:
+        return ""
+    if len(repeats) == plan.repeats:
+        return ", every one profiled"
+    return f", repeat {', '.join(str(r) for r in repeats)} profiled"
+
+
 def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) -> list[str]:
     """What --dry-run prints: the sweep, then every shape's resources and sbatch script."""
     from .executor import local_parameters, render_sbatch
@@ -208,6 +233,9 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
     ]
     if plan.executor == "slurm" and max_parallel:
         lines.append(f"  at once       {max_parallel} job(s), by afterany dependencies")
+    profiling = _profiling(plan)
+    if profiling:
+        lines.append(f"  profile       {profiling}")
     for i, sp in enumerate(plan.shapes, 1):
         r = sp.resources
         t = sp.config.trainer
@@ -222,7 +250,8 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
                 if t.accumulate_grad_batches > 1
                 else ""
             )
-            + f", {plan.repeats} job(s)",
+            + f", {plan.repeats} job(s)"
+            + _profiled_jobs(plan, sp),
             f"  nodes {r.nodes}, tasks per node {r.tasks_per_node}, gpus per node "
             f"{r.gpus_per_node}, cpus per task {r.cpus_per_task}, "
             f"mem {f'{r.mem_gb} GB' if r.mem_gb is not None else 'site default'}, "
@@ -476,6 +505,7 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
                 "accumulate_grad_batches": h.plan.accumulate,
                 "repeat": h.repeat,
                 "round": h.repeat + 1,
+                "profiled": h.plan.profiles(h.repeat),
                 "order": order,
                 "cluster": plan.cluster,
                 "state": st.state,
@@ -493,6 +523,7 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
         "sweep_file": str(plan.sweep_file.resolve()),
         "train_config": str(plan.train_config_file.resolve()),
         "repeats": plan.repeats,
+        "profile_repeat": plan.profile_repeat,
         "order_seed": plan.order_seed,
         "cluster": plan.cluster,
         "shapes": [

@@ -14,6 +14,8 @@ and how often to repeat each::
                                       # config's trainer.precision
     accumulate_grad_batches: [1, 4]   # optional, likewise: micro-batches per optimizer step
     repeats: 3                    # runs per shape, submitted in rounds (see below)
+    profile_repeat: null          # optional: only this repeat (0-based) of every shape runs
+                                  # the trainer.profile overrides; the others run unprofiled
     timeout_min: 20               # per job; null = the cluster profile's timeout_min
     order_seed: null              # shuffles the shapes within each round; null = random
 
@@ -44,7 +46,7 @@ import random
 import re
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -61,7 +63,7 @@ from ..config import (
     resolve_batch,
 )
 from ..errors import ConfigError
-from ..schema import UnknownKeyError, build, option, positive, set_dotted
+from ..schema import UnknownKeyError, build, non_negative, option, positive, set_dotted
 from .resources import (
     GpuCounter,
     Resources,
@@ -133,6 +135,13 @@ class SweepConfig:
         3,
         help="runs per shape, submitted round by round (every shape once per round)",
         check=positive,
+    )
+    profile_repeat: int | None = option(
+        None,
+        help="profile this repeat (0-based) of every shape only: the trainer.profile "
+        "overrides apply to it, every other repeat runs with trainer.profile.steps=0, so "
+        "its timings stay clean; null = every repeat as the overrides say",
+        check=non_negative,
     )
     order_seed: int | None = option(
         None,
@@ -219,6 +228,8 @@ class ShapePlan:
     """Whether the sweep lists precisions: the label then names the precision too."""
     accumulate_axis: bool = False
     """Whether the sweep lists accumulate_grad_batches: the label then names it too."""
+    profile_repeat: int | None = None
+    """The one repeat that runs ``config``'s ``trainer.profile``; None: every repeat does."""
 
     @property
     def precision(self) -> str:
@@ -239,8 +250,23 @@ class ShapePlan:
             label += f"@acc{self.accumulate}"
         return label
 
-    def config_dict(self) -> dict[str, Any]:
-        return self.config.to_dict()
+    def profiles(self, repeat: int) -> bool:
+        """Whether that repeat of this entry captures a profile."""
+        on = self.config.trainer.profile.steps > 0
+        return on and (self.profile_repeat is None or repeat == self.profile_repeat)
+
+    def config_for(self, repeat: int) -> TrainConfig:
+        """The config of that repeat: ``config``, its profile off for the repeats that
+        ``profile_repeat`` leaves out."""
+        if self.profile_repeat is None or repeat == self.profile_repeat:
+            return self.config
+        trainer = self.config.trainer
+        off = replace(trainer, profile=replace(trainer.profile, steps=0))
+        return replace(self.config, trainer=off)
+
+    def config_dict(self, repeat: int | None = None) -> dict[str, Any]:
+        """The config as it travels to a run: that repeat's, or ``config`` itself."""
+        return (self.config if repeat is None else self.config_for(repeat)).to_dict()
 
 
 @dataclass(frozen=True)
@@ -263,6 +289,9 @@ class SweepPlan:
     """Seed of the shape order within each round (:meth:`submission_order`)."""
     project_nodes: tuple[int, ...] = ()
     """Node counts the summary projects to (none: no projection)."""
+    profile_repeat: int | None = None
+    """The repeat of every shape that captures a profile (``trainer.profile``); None: every
+    repeat runs as its config says."""
 
     @property
     def num_jobs(self) -> int:
@@ -353,6 +382,7 @@ def plan_sweep(
 
     base = load(overrides)
     _check_base_workload(base, train_path)
+    _check_profile_repeat(sweep, base, repeats if repeats is not None else sweep.repeats)
     sweep_dir = (Path(base.output_dir) / "sweeps" / sweep_id).absolute()
     plans = _ShapePlanner(
         sweep, executor, profile, overrides, sweep_id, sweep_dir, load, gpu_count
@@ -371,7 +401,25 @@ def plan_sweep(
         order_seed=seed,
         seed_source=seed_source,
         project_nodes=tuple(sweep.project_nodes or ()),
+        profile_repeat=sweep.profile_repeat,
     )
+
+
+def _check_profile_repeat(sweep: SweepConfig, base: TrainConfig, repeats: int) -> None:
+    """``profile_repeat`` names a repeat the sweep runs, and a profile to take in it."""
+    k = sweep.profile_repeat
+    if k is None:
+        return
+    if k >= repeats:
+        raise ConfigError(
+            f"profile_repeat: {k} names no repeat: the sweep runs {repeats} repeat(s) of every "
+            f"shape, numbered from 0 to {repeats - 1}"
+        )
+    if base.trainer.profile.steps <= 0:
+        raise ConfigError(
+            f"profile_repeat: {k}, but nothing asks for a profile: set trainer.profile.steps "
+            "(e.g. 5) in the overrides; profile_repeat keeps it to that one repeat"
+        )
 
 
 def _check_request(
@@ -500,6 +548,7 @@ class _ShapePlanner:
             resources=self._resources(shape, cfg, where),
             precision_axis=self.sweep.precisions is not None,
             accumulate_axis=self.sweep.accumulate_grad_batches is not None,
+            profile_repeat=self.sweep.profile_repeat,
         )
 
     def _run_overrides(
