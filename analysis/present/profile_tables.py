@@ -2,7 +2,7 @@
 
 A run with ``trainer.profile.steps`` carries, per profiled rank, the top operations of its
 trace (``profile.top_ops``: by self time on the device where there is one, else the CPU,
-communication labelled; scalescope.job.traces) and the trace's path in its run directory.
+communication labelled; scalescope.traces) and the trace's path in its run directory.
 Each series gets one table, from its largest scale that was profiled (where communication
 and stragglers matter most), from the first run profiled there.
 """
@@ -17,9 +17,9 @@ import pandas as pd
 
 from analysis.compute.groups import series_keys, series_labels
 from analysis.present.display import DisplayTable, pct, sig
-from scalescope.job.traces import short_name
+from scalescope.traces import short_name
 
-TOP_ROWS = 8
+TOP_ROWS = 10
 """Operations shown per profiled rank."""
 
 

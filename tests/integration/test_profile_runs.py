@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from core_helpers import TINY, TrainRun, run_train
 
-from scalescope.job.traces import is_communication, profiled_steps, read_trace, top_operations
 from scalescope.record import ResultRecord
+from scalescope.traces import is_communication, profiled_steps, read_trace, top_operations
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -65,6 +65,12 @@ def test_the_analysis_imports_nothing_of_the_training_side(path: Path) -> None:
     assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
+def test_the_trace_reader_imports_only_the_standard_library() -> None:
+    """scalescope.traces serves the job and the analysis alike: no torch, no numpy."""
+    roots = {m.split(".")[0] for m in imports_of(REPO / "src" / "scalescope" / "traces.py")}
+    assert roots <= {"__future__", "gzip", "json", "re", "collections", "pathlib", "typing"}
+
+
 def test_the_shared_formulas_import_no_framework() -> None:
     path = REPO / "src" / "scalescope" / "allreduce_model.py"
     roots = {m.split(".")[0] for m in imports_of(path)}

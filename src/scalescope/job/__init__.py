@@ -9,7 +9,8 @@
 * :mod:`.diagnosis` -- the step-time breakdown's callbacks and record section, over
   :mod:`.step_clock`, :mod:`.step_breakdown`, :mod:`.cross_rank`, :mod:`.calibration` and
   :mod:`.compute_split`;
-* :mod:`.traces` -- reading profiler traces: top operations, communication labelled;
+* :mod:`.profiling`, :mod:`.profile_plan` -- ``trainer.profile``: a trace of a few steps on
+  the ranks that matter (read by :mod:`scalescope.traces`, which the analysis shares);
 * :mod:`.allreduce` -- the all-reduce baseline on the job's own allocation;
 * :mod:`.sampling` -- the NVML sampler (one per node);
 * :mod:`.preemption` -- stop at SIGTERM on every rank at the same step;

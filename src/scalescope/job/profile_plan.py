@@ -256,7 +256,7 @@ def summary_phrase(profile: Mapping[str, Any], width: int = 40) -> str:
     """``profile rank 1: aten::mm 41%, aten::addmm 11%, gloo:all_reduce 4% (comm)``: the top
     three operations of the slowest profiled rank (else rank 0, else the first profiled), or
     why nothing was captured."""
-    from .traces import short_name
+    from ..traces import short_name
 
     if profile.get("status") != "captured":
         return f"profile not captured ({profile.get('reason')})"

@@ -21,7 +21,7 @@ boundaries (the ends of Lightning's training calls) every rank agrees on:
    annotations. Markers sit at call boundaries, outside every other annotation, so the
    trace's events nest (Perfetto drops events that overlap). Each profiled rank writes
    ``traces/rank<r>.json`` in the run directory (a Chrome trace: Perfetto and Holistic Trace
-   Analysis open it as it is) and summarises it (:func:`~.traces.top_operations`);
+   Analysis open it as it is) and summarises it (:func:`scalescope.traces.top_operations`);
 4. the steady state, from that boundary on: the capture stops and its trace is written
    before the TimingCallback ends the warm-up there (this callback comes first in the list).
 
@@ -344,7 +344,7 @@ class ProfileCapture(L.Callback):
     def _finish(self, last: int) -> None:
         """Stop the profiler, write this rank's trace and summarise it (still in the
         warm-up: whatever this costs is no timed figure's)."""
-        from .traces import read_trace, top_operations
+        from ..traces import read_trace, top_operations
 
         prof, self._prof = self._prof, None
         self._sync()

@@ -3,7 +3,8 @@
 Reads the Chrome trace ``torch.profiler`` exports (``export_chrome_trace``: a JSON object whose
 ``traceEvents`` are complete events, ``ph: "X"``, with a category, a name, a start and a
 duration in microseconds), the file Perfetto and Holistic Trace Analysis open. Nothing here
-imports torch: the job summarises the trace it just wrote, a test a recorded one.
+imports torch: the job summarises the trace it just wrote, the analysis names its operations,
+a test reads a recorded one.
 
 * **Where the time is counted.** On a GPU run, the device: every kernel, copy and memset
   (``kernel``, ``gpu_memcpy``, ``gpu_memset``), each kernel's time its own (kernels do not

@@ -1,4 +1,4 @@
-"""Reading profiler traces (scalescope.job.traces): top operations by self time, communication
+"""Reading profiler traces (scalescope.traces): top operations by self time, communication
 labelled whatever the backend calls it, on a real gloo trace and on an NCCL one."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from analysis_helpers import REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scalescope.job.traces import (
+from scalescope.traces import (
     is_communication,
     profiled_steps,
     read_trace,
