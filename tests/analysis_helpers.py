@@ -23,39 +23,16 @@ from typing import Any
 
 import record_factory
 
-from scalescope.record import Identity, ResultRecord, StartEvent, encode
+from scalescope.record import ResultRecord, StartEvent, encode
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "logs"
 GOLDEN = REPO / "tests" / "golden" / "analysis"
 
 
-def make_identity(
-    job_id: str = "1000",
-    *,
-    world: tuple[int, int] = (1, 1),
-    restart_count: int = 0,
-    scaling_mode: str = "strong",
-    precision: str = "32",
-    accelerator: str = "cpu",
-    config_name: str = "spiral",
-    global_batch_size: int = 256,
-    array: tuple[str, int] | None = None,
-    cluster: str | None = None,
-) -> Identity:
-    """A CPU spiral run of ``world`` (record_factory.identity with this module's defaults)."""
-    return record_factory.identity(
-        job_id,
-        world=world,
-        restart_count=restart_count,
-        scaling_mode=scaling_mode,
-        precision=precision,
-        accelerator=accelerator,
-        config_name=config_name,
-        global_batch_size=global_batch_size,
-        array=array,
-        cluster=cluster,
-    )
+make_identity = record_factory.identity
+"""A CPU spiral run of ``world`` (job ``1000``, 1x1, strong, fp32, global batch 256 unless
+told otherwise)."""
 
 
 def make_result(
