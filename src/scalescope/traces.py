@@ -12,7 +12,9 @@ a test reads a recorded one.
   ``user_annotation``) by *self* time, their duration less that of the events nested inside
   them on the same thread, so that a ``DistributedDataParallel.forward`` does not outrank
   the matmuls it calls. The profiler's own ``ProfilerStep#N`` markers count nothing; they
-  say which steps the trace holds.
+  say which steps the trace holds. Times add up over threads, as the profiler's own
+  ``key_averages()`` does: a gloo collective shows both as ``c10d::allreduce_`` on the
+  training thread and as ``gloo:all_reduce`` on gloo's, and both count.
 * **Communication**, whatever the backend calls it: NCCL's kernels (``ncclDevKernel_*`` in
   NCCL 2.19 and later, ``ncclKernel_*`` before, the name Holistic Trace Analysis still
   expects), the ``nccl:*`` and ``gloo:*`` annotations, c10d's operators (``c10d::allreduce_``)
