@@ -11,15 +11,21 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute.run_parts import OVERLAP_BELOW_ZERO
-from analysis.compute.waterfall import COMPONENTS, LABELS, NOT_RECORDED, Waterfall
+from analysis.compute.waterfall import (
+    COMPONENTS,
+    LABELS,
+    NOT_RECORDED,
+    PROFILE_OVERRIDE,
+    Waterfall,
+)
 
 MINOR_PTS = 1.0
 """Parts smaller than this (either sign) are named together, without advice."""
 LAUNCH_BOUND_SHARE = 0.2
 """A GPU idle for more than this share of compute is called launch-bound in the advice."""
 PROFILE_HINT = (
-    "to see which operations, rerun with trainer.profile.steps=5 (a sweep: "
-    "`scalescope sweep --config SWEEP trainer.profile.steps=5` with profile_repeat: 0 in "
+    f"to see which operations, rerun with {PROFILE_OVERRIDE} (a sweep: "
+    f"`scalescope sweep --config SWEEP {PROFILE_OVERRIDE}` with profile_repeat: 0 in "
     "the sweep file, so one repeat per shape is profiled)"
 )
 """What the compute advice ends with: the setting that shows the operations."""

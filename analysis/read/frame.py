@@ -226,7 +226,7 @@ def _run_row(run: Run) -> dict[str, Any]:
         device_name=r.device_name,
         node_names=",".join(r.node_names),
         peak_mem_gib_max=_max(r.peak_mem_gib),
-        val_peak_mem_gib_max=_max(getattr(r, "val_peak_mem_gib", None)),
+        val_peak_mem_gib_max=_max(r.val_peak_mem_gib),
         **_gpu_figures(r.diagnosis),
         peak_host_rss_gib_max=_max(r.peak_host_rss_gib),
         epoch_times_s=tuple(r.epoch_times_s),
@@ -234,7 +234,6 @@ def _run_row(run: Run) -> dict[str, Any]:
         warmup_share=warmup_share(r.train_time_s, r.steady_time_s),
         restart_reasons="; ".join(run.restart_reasons),
         sources=";".join(run.sources),
-        profile=getattr(r, "profile", None),
         sweep_command=None,  # the sweep's, from its manifest (runs_frame)
         comet_experiment_key=(
             r.tracking.get("experiment_key") if isinstance(r.tracking, dict) else None
