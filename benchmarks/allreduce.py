@@ -1,7 +1,8 @@
 """All-reduce baseline on this allocation: an nccl-tests-like table from scalescope's own sweep.
 
 The same measurement ``scalescope train`` records at the start of a multi-device job
-(``scalescope.job.allreduce.allreduce_baseline``): float32 all-reduces from 4 KiB doubling up to
+(``scalescope.job.diagnosis.allreduce.allreduce_baseline``): float32 all-reduces from 4 KiB
+doubling up to
 the gradient size or 8 MiB, whichever is larger (the gradient size among them), each size timed
 after a barrier and averaged over ranks as nccl-tests does; algbw = bytes / time and
 busbw = algbw * 2(n-1)/n in GB/s (1e9 B/s). Then the latency + bandwidth model fitted to the
@@ -43,8 +44,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from scalescope.allreduce_model import fit_time_s
-from scalescope.job.allreduce import allreduce_baseline
-from scalescope.job.topology import master_port_for
+from scalescope.job.diagnosis.allreduce import allreduce_baseline
+from scalescope.job.run.topology import master_port_for
 
 SUFFIXES = {"K": 2**10, "M": 2**20, "G": 2**30}
 

@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from scalescope.job.step_clock import clock_for as _clock_for
+from scalescope.job.diagnosis.step_clock import clock_for as _clock_for
 
 
 def _free_port() -> int:

@@ -10,7 +10,7 @@ For each mode (eager, and ``torch.compile``):
   already on the GPU, ``--warmup`` steps (compiling happens there) then ``--steps`` timed
   steps between two CUDA events. MFU = FLOPs per sequence (the workload's formula, checked
   against FlopCounterMode by benchmarks/gpt_flops.py) x sequences per second / the device's
-  datasheet peak (scalescope.job.hardware).
+  datasheet peak (scalescope.job.diagnosis.hardware).
 * ``scalescope``: ``python -m scalescope.train`` on the same preset, batch and precision
   (``trainer.compile`` for the compiled mode), two epochs of ``--steps`` steps each, the first
   the warm-up; its record's ``steady_mfu``.
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 from train_runs import train_record
 
-from scalescope.job.hardware import peak_flops
+from scalescope.job.diagnosis.hardware import peak_flops
 from scalescope.workloads import build_workload, validate_params
 
 

@@ -5,10 +5,10 @@ On one GPU. Run it on a GPU node before a sweep (``srun --gpus=1 python benchmar
     python benchmarks/gpu_smoke.py [--seconds 3] [--warmup-seconds 1] [--interval-s 0.2]
         [--size 4096]
 
-1. **Sampler.** Starts a :class:`scalescope.job.sampling.GpuSampler` on the PCI bus id of the
-   current CUDA device (the way a job picks its own GPUs), runs the warm-up (the first matmuls
-   bring cuBLAS's handle and workspace and the allocator's pool), marks the steady state, runs
-   ``--seconds`` of matmuls, stops and prints the section the record would carry as JSON:
+1. **Sampler.** Starts a :class:`scalescope.job.diagnosis.sampling.GpuSampler` on the PCI bus
+   id of the current CUDA device (the way a job picks its own GPUs), runs the warm-up (the first
+   matmuls bring cuBLAS's handle and workspace and the allocator's pool), marks the steady state,
+   runs ``--seconds`` of matmuls, stops and prints the section the record would carry as JSON:
    ``warmup_samples`` > 0 and ``samples`` about ``seconds / interval_s``, utilisation near 100 %.
 2. **Clocks.** The same matmuls timed two ways in one run, five rounds: a pair of
    ``torch.cuda.Event`` around them and ``time.perf_counter`` around them after a
@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from scalescope.job.sampling import GpuSampler, cuda_pci_bus_ids_or_reason
+from scalescope.job.diagnosis.sampling import GpuSampler, cuda_pci_bus_ids_or_reason
 
 NO_GPU_STATUS = 2
 

@@ -5,7 +5,8 @@ machine is noisy; interleaving spreads the noise over all three):
 
 * ``plain``      -- a plain PyTorch loop over in-memory index batches (the floor);
 * ``scalescope`` -- the Lightning Trainer exactly as ``scalescope train`` builds it
-  (``scalescope.job.trainer_setup.build_trainer``, the same module, data module and timing callback,
+  (``scalescope.job.run.trainer_setup.build_trainer``, the same module, data module and timing
+  callback,
   timed by that callback's own epoch clock);
 * ``tutorial``   -- the tutorial's way: a DataLoader over a TensorDataset and
   ``self.log(..., on_step=True, on_epoch=True, prog_bar=True)`` every step, with Lightning's
@@ -38,9 +39,9 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from scalescope.config import TrainerConfig
-from scalescope.job.timing import TimingCallback
-from scalescope.job.topology import Topology
-from scalescope.job.trainer_setup import build_trainer
+from scalescope.job.clocks.timing import TimingCallback
+from scalescope.job.run.topology import Topology
+from scalescope.job.run.trainer_setup import build_trainer
 from scalescope.workloads.params import SpiralParams
 from scalescope.workloads.spiral import SpiralDataModule, SpiralMLP, make_spirals
 

@@ -5,7 +5,7 @@ Both ways train ``examples/my_project`` (its own module, data module, DataLoader
 optimizer) for ``--epochs`` epochs on one CPU process, interleaved round by round in ONE
 process so that the machine's noise falls on both:
 
-* ``scalescope`` -- ``scalescope.job.entry.run_training`` with ``examples/my_project.yaml``: the
+* ``scalescope`` -- ``scalescope.job.run.entry.run_training`` with ``examples/my_project.yaml``: the
   job a user's ``scalescope train`` runs (topology, sample counting, the FLOPs probe before
   timing, the timing callback, the record), tracking off. Its figure is the record's
   ``steady_samples_per_s`` (epochs after the first; validation excluded).
@@ -43,7 +43,7 @@ import torch  # noqa: E402
 
 from examples.my_project.model import MyData, MyModel  # noqa: E402
 from scalescope.config import load_train_config  # noqa: E402
-from scalescope.job.entry import run_training  # noqa: E402
+from scalescope.job.run.entry import run_training  # noqa: E402
 
 CONFIG = REPO / "examples" / "my_project.yaml"
 

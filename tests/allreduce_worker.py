@@ -20,7 +20,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from scalescope.job.allreduce import allreduce_baseline
+from scalescope.job.diagnosis.allreduce import allreduce_baseline
 
 
 def main() -> None:

@@ -52,10 +52,10 @@ def _preload() -> None:
     import torch  # noqa: F401
 
     import scalescope.cli
-    import scalescope.job.diagnosis
-    import scalescope.job.entry
-    import scalescope.job.step_breakdown
-    import scalescope.job.timing
+    import scalescope.job.clocks.timing
+    import scalescope.job.diagnosis.section
+    import scalescope.job.diagnosis.step_breakdown
+    import scalescope.job.run.entry
     import scalescope.workloads.base  # noqa: F401
 
 

@@ -350,7 +350,7 @@ def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, 
             workspace=args.comet_workspace,
         )
     except Exception as exc:  # comet_ml or the server: the summary stands
-        from scalescope.job.tracking import KEY_ENV, redact
+        from scalescope.job.tracking.comet import KEY_ENV, redact
 
         why = redact(f"{type(exc).__name__}: {exc}", [os.environ.get(KEY_ENV, "")])
         print(f"{PROG}: warning: comet: {why}", file=sys.stderr)

@@ -25,7 +25,7 @@ name made by hand once in any project of the workspace is copied into this one w
 comet_ml's documented ``View.as_portable``; with none to copy, the line says how to make it.
 
 comet_ml is imported only here (and only with ``--comet``), through
-``scalescope.job.tracking``, which guards every call and redacts the key.
+``scalescope.job.tracking.comet``, which guards every call and redacts the key.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def log_scaling_summaries(
 ) -> list[str]:
     """One experiment per series (see the module doc); returns the lines to print."""
     from scalescope.config import TrackingConfig
-    from scalescope.job.tracking import start_tracking
+    from scalescope.job.tracking.comet import start_tracking
 
     lines: list[str] = []
     series_names = list(dict.fromkeys(r["series"] for r in doc["scaling"]))
@@ -251,7 +251,7 @@ def copy_workspace_view(
 def publish_scaling_view(*, project: str, workspace: str | None) -> tuple[bool, str]:
     """``--comet-view``: (made, the line to print). Never raises: a failure is a line."""
     from scalescope.config import TrackingConfig
-    from scalescope.job.tracking import KEY_ENV, redact, rest_api
+    from scalescope.job.tracking.comet import KEY_ENV, redact, rest_api
 
     view = build_scaling_view()
     secrets = [os.environ.get(KEY_ENV, "")]

@@ -16,10 +16,13 @@ from .errors import ScalescopeError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("scalescope.job.entry", "train one configuration (one job; under srun, one task)"),
+    "train": (
+        "scalescope.job.run.entry",
+        "train one configuration (one job; under srun, one task)",
+    ),
     "sweep": ("scalescope.launch.sweep", "submit a scaling sweep with submitit (Slurm or local)"),
     "bench-data": (
-        "scalescope.job.loader_bench_cli",
+        "scalescope.job.loader_bench.command",
         "time a workload's input pipeline alone over loader settings, against its step rate",
     ),
     "local-cluster": (

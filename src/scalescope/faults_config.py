@@ -1,6 +1,6 @@
 """The train config's ``faults`` section: deliberate faults, to test how jobs and the
 analysis behave (slow input, a slow or dying rank, a held-back all-reduce, a simulated
-network). The job side acts on them in :mod:`scalescope.job.faults`."""
+network). The job side acts on them in :mod:`scalescope.job.faults.injection`."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from scalescope.allreduce_model import fit_model, fit_time_s
-from scalescope.job.allreduce import sweep_sizes
+from scalescope.job.diagnosis.allreduce import sweep_sizes
 
 ROOT = Path(__file__).resolve().parents[2]
 

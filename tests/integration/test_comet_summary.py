@@ -31,7 +31,7 @@ from analysis.present.comet import (
     publish_view,
 )
 from scalescope.config import TrackingConfig
-from scalescope.job.tracking import read_offline_archive, rest_api
+from scalescope.job.tracking.comet import read_offline_archive, rest_api
 
 FIXTURE = REPO / "tests" / "fixtures" / "projection"
 SECRET = "fake-comet-key-4711-never-printed"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from core_helpers import slow_exit_env, two_rank_run
 
-from scalescope.job.fitting import EXIT_STOPPED
-from scalescope.job.timing import READY_LINE
+from scalescope.job.clocks.timing import READY_LINE
+from scalescope.job.run.fitting import EXIT_STOPPED
 from scalescope.record import read_result_json
 
 

@@ -1,5 +1,5 @@
 """Ranks 1..N-1 of a plain local run, started by rank 0 before it imports Lightning
-(scalescope.job.children.start_local_ranks), with real processes.
+(scalescope.job.run.children.start_local_ranks), with real processes.
 
 The adopted path (Lightning's launcher taking the started ranks) is what every 2-process
 run in this tier goes through; here: the variables each rank gets, and that ranks rank 0
@@ -19,7 +19,7 @@ from core_helpers import clean_env
 
 SCRIPT = """
 import json, os, sys, time
-from scalescope.job.children import start_local_ranks
+from scalescope.job.run.children import start_local_ranks
 
 out = sys.argv[1]
 if "LOCAL_RANK" in os.environ:  # a started rank: say what it got, then wait (a rendezvous)

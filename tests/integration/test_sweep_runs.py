@@ -18,7 +18,7 @@ from sweep_helpers import (
     write_sweep,
 )
 
-from scalescope.job.timing import READY_LINE
+from scalescope.job.clocks.timing import READY_LINE
 from scalescope.record import ResultRecord, decode_line
 
 

@@ -29,7 +29,7 @@ from tracking_helpers import (
 )
 
 from scalescope.config import TrackingConfig
-from scalescope.job import tracking
+from scalescope.job.tracking import comet as tracking
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -265,7 +265,7 @@ def test_other_ranks_never_start_an_experiment(tmp_path: Path) -> None:
 
 
 def test_importing_the_module_does_not_import_comet(tmp_path: Path) -> None:
-    code = "import sys, scalescope.job.tracking; print('comet_ml' in sys.modules)"
+    code = "import sys, scalescope.job.tracking.comet; print('comet_ml' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=_clean_env(tmp_path)
     )

@@ -25,8 +25,8 @@ from core_helpers import (
     two_rank_run,
 )
 
-from scalescope.job.hardware import peak_flops
-from scalescope.job.timing import READY_LINE
+from scalescope.job.clocks.timing import READY_LINE
+from scalescope.job.diagnosis.hardware import peak_flops
 from scalescope.record import ResultRecord, read_result_json
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from slurm_helpers import job_env, make_submit_dir, wait_for_job
 from tracking_helpers import archives, one_result
 
-from scalescope.job import tracking
+from scalescope.job.tracking import comet as tracking
 
 
 def test_two_node_slurm_job_offline_writes_one_archive(sbatch: Any, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from analysis_helpers import REPO
 
-FORBIDDEN_IN_ANALYSIS = ("torch", "lightning", "submitit", "scalescope.job.allreduce")
+FORBIDDEN_IN_ANALYSIS = ("torch", "lightning", "submitit", "scalescope.job.diagnosis.allreduce")
 
 
 def imports_of(path: Path) -> set[str]:

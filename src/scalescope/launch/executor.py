@@ -204,7 +204,7 @@ class SweepRun:
 
     def __call__(self) -> ResultRecord | None:
         from ..config import load_train_config
-        from ..job.entry import run_training
+        from ..job.run.entry import run_training
 
         if self.submit_dir is not None:
             from ..workloads.user_import import add_import_root

@@ -113,8 +113,8 @@ def test_waits_in_either_collective_are_never_read_as_communication(
     the typical rank's skew or rotating stragglers."""
     import numpy as np
 
-    from scalescope.job.cross_rank import step_wait_stats
-    from scalescope.job.diagnosis import assemble
+    from scalescope.job.diagnosis.cross_rank import step_wait_stats
+    from scalescope.job.diagnosis.section import assemble
 
     rng = np.random.default_rng(seed)
     loader = np.zeros((world, steps))

@@ -345,7 +345,7 @@ def test_records_whose_communication_comes_from_the_calibration_say_so(tmp_path:
 
 def _with_split(record: ResultRecord, idle: float, util: float) -> ResultRecord:
     """The record's breakdown as a GPU run records it: NVML's utilisation, and compute split
-    into GPU work and host overhead (scalescope.job.compute_split)."""
+    into GPU work and host overhead (scalescope.job.diagnosis.compute_split)."""
     d = dict(record.diagnosis or {})
     rows = [{"rank": r["rank"], "gpu_util_pct": util, "gpu_idle_share": idle} for r in d["ranks"]]
     d["compute_split"] = {

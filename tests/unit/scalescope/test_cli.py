@@ -11,7 +11,7 @@ from scalescope.errors import SameOnEveryRankError
 def test_an_error_every_rank_finds_is_printed_by_rank_zero_only(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import scalescope.job.entry as entry
+    import scalescope.job.run.entry as entry
 
     for rank, printed in ((1, ""), (0, "scalescope train: error: the stream has no end\n")):
 

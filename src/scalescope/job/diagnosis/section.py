@@ -1,0 +1,311 @@
+"""Where a step's time goes, on every rank, without a per-step device sync.
+
+Three measurements, each outside or beside what :mod:`.timing` measures and none of them
+changing what is trained:
+
+* **In the timed loop, per rank** (over the steady-state steps only,
+  :mod:`.step_breakdown`, with the clocks of :mod:`.step_clock`): *input wait*, the batch
+  fetch and the copy to the device; *communication wait*, from backward's last gradient to
+  ``backward`` returning (and DDP's broadcast of buffers before forward); *compute*, the rest
+  of the rank's own steady-state time.
+
+* **Calibration windows, after training** (outside every timed interval,
+  :mod:`.calibration`): with the last training batch, K forward+backward passes under DDP's
+  ``no_sync()`` and K with gradient sync, interleaved, the fastest window of each kind kept.
+  ``sync - no_sync`` per pass is the exposed all-reduce time without any skew between ranks.
+
+* **All-reduce baseline, before training** (:mod:`.allreduce`) and **GPU sampling**
+  (:mod:`.sampling`), for the comparison and the device view, started by
+  :class:`BeforeTiming` (here).
+
+Everything is gathered with the other end-of-run numbers in :func:`.timing.agree` (one
+gather, bounded by the process group's timeout; the per-step waits and the calibration are
+reduced across ranks in :mod:`.cross_rank`) and assembled into the record's ``diagnosis``
+section by :func:`assemble` on rank 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+
+from ...allreduce_model import estimate_bucket_bytes
+from ...config import DiagnosisConfig, FaultsConfig
+from ..clocks.timing import Timings
+from .compute_split import compute_split
+
+
+class BeforeTiming(L.Callback):
+    """Before the training clock starts (earlier in the list than the TimingCallback): the
+    all-reduce baseline on every rank, and the NVML sampler on each node's local rank 0.
+    When training ends, DDP's own gradient buckets replace the baseline's estimate of them.
+
+    ``timings`` (the TimingCallback's) tells when the warm-up ends: the sampler's figures
+    cover the steady state from then on. Without it every sample counts, as before."""
+
+    def __init__(
+        self,
+        cfg: DiagnosisConfig,
+        *,
+        local_rank: int,
+        node: str,
+        timings: Timings | None = None,
+        faults: FaultsConfig | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.local_rank = local_rank
+        self.node = node
+        self.timings = timings
+        self.faults = faults
+        """Its emulated network (``faults.network_alpha_s``) holds the sweep's ops back."""
+        self.allreduce: dict[str, Any] = {
+            "status": "skipped",
+            "reason": "training never started",
+        }
+        self.nvml: dict[str, Any] | None = None
+        self._sampler: Any = None
+        self._awaiting_steady = False  # a sampler runs and the warm-up has not ended yet
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        device = trainer.strategy.root_device
+        if self.local_rank != 0:
+            return
+        from .sampling import GpuSampler, cuda_pci_bus_ids_or_reason, nvml_section, off_section
+
+        interval = self.cfg.nvml_interval_s
+        if not self.cfg.nvml:
+            self.nvml = off_section("diagnosis.nvml=false", interval)
+        elif device.type != "cuda":
+            self.nvml = nvml_section("unavailable", "CPU run: no GPU to sample", interval)
+        else:
+            bus_ids, unknown = cuda_pci_bus_ids_or_reason()
+            self._sampler = GpuSampler(
+                interval_s=interval,
+                pci_bus_ids=bus_ids,
+                node=self.node,
+                unknown_reason=unknown,
+            )
+            if self.timings is None:
+                self._sampler.steady()  # no warm-up known: every sample counts
+            else:
+                self._awaiting_steady = True
+            self._sampler.start()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from . import allreduce as ar
+
+        if not self.cfg.allreduce_baseline:
+            self.allreduce = ar.off_section("diagnosis.allreduce_baseline=false")
+            return
+        device = trainer.strategy.root_device
+        caps = ar.ddp_bucket_caps(trainer.strategy.model)
+        self.allreduce = ar.allreduce_baseline(
+            gradient_bytes=ar.gradient_bytes(pl_module),
+            device=device,
+            budget_s=self.cfg.allreduce_budget_s,
+            bucket_bytes=estimate_bucket_bytes(ar.parameter_bytes(pl_module), *caps),
+            bucket_reason=f"{ar.NOT_READ_YET}; {ar.ESTIMATED_FROM_PARAMETERS}",
+            hold_s=self.faults.network_hold_s if self.faults is not None else None,
+        )
+        if device.type == "cuda":  # the record's peak memory is training's, not the sweep's
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        # One attribute test per batch (three until the warm-up ends). This callback runs before
+        # the TimingCallback, which sets warmup_steps at the batch end where the warm-up
+        # ends: the mark comes one training call later. That call's samples count as warm-up,
+        # never a warm-up sample as steady; the TimingCallback's device sync at the warm-up's
+        # end has already drained the warm-up's GPU work by then.
+        if self._awaiting_steady and self.timings is not None:
+            if self.timings.warmup_steps is not None:
+                self._sampler.steady()
+                self._awaiting_steady = False
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.stop_sampler()
+        self.read_ddp_buckets(trainer.strategy.model)
+
+    def read_ddp_buckets(self, model: Any) -> None:
+        """DDP's own buckets, built in its first iterations, in place of the estimate, and the
+        prediction redone for them. On every rank, from its own DDP's logging data: no
+        collective, under a millisecond. Where they cannot be read the estimate stays, with
+        the reason; this never raises into training."""
+        from . import allreduce as ar
+
+        if self.allreduce.get("status") != "measured":
+            return
+        buckets, why = ar.read_ddp_buckets(model)
+        if buckets is not None:
+            self.allreduce = ar.with_buckets(self.allreduce, buckets, "ddp", None)
+        else:
+            reason = f"{why}; {ar.ESTIMATED_FROM_PARAMETERS}"
+            self.allreduce = ar.with_buckets(
+                self.allreduce, self.allreduce["bucket_bytes"], "estimated", reason
+            )
+
+    def stop_sampler(self) -> None:
+        if self._sampler is not None:
+            self.nvml = self._sampler.stop()
+            self._sampler = None
+            self._awaiting_steady = False
+
+
+# -- rank 0: the record's section ---------------------------------------------------------
+def off(reason: str) -> dict[str, Any]:
+    """The section of a run measured without the breakdown: null fields and why."""
+    return {"status": "off", "reason": reason, "ranks": None}
+
+
+def assemble(
+    *,
+    per_rank: Sequence[Mapping[str, Any]],
+    steady_steps: int | None,
+    per_device_batch_size: int,
+    allreduce: Mapping[str, Any],
+    nvml: Mapping[str, Any],
+    calibration: Mapping[str, Any],
+    calibration_steps: int,
+) -> dict[str, Any]:
+    """The record's ``diagnosis`` section from every rank's gathered part (rank order)."""
+    ranks = [_rank_row(i, part, len(per_rank)) for i, part in enumerate(per_rank)]
+    parts = [p.get("diagnosis") or {} for p in per_rank]
+    clock = parts[0].get("clock", "wall") if parts else "wall"
+    out: dict[str, Any] = {
+        "status": "recorded",
+        "reason": None,
+        "clock": clock,
+        "steady_steps": steady_steps,
+        "per_device_batch_size": per_device_batch_size,
+        "ranks": ranks,
+        "slowest_rank": None,
+        "slowest_node": None,
+        "typical_rank": None,
+        "rank_skew": None,
+    }
+    syncs = [r["syncs_per_step"] for r in ranks if "syncs_per_step" in r]
+    # Gradient all-reduces per optimizer step: 1 (with accumulation too: only the last
+    # micro-batch's backward synchronises); more is communication an accumulation loop
+    # could avoid (no_sync).
+    out["syncs_per_step"] = max(syncs) if syncs else None
+    out.update(_skew(ranks))
+    out.update(_step_waits(parts))
+    out["calibration"] = dict(calibration)
+    if out["calibration"].get("steps") is None:
+        out["calibration"]["steps"] = calibration_steps
+    out["allreduce"] = dict(allreduce)
+    out["nvml"] = dict(nvml)
+    out["compute_split"] = compute_split(ranks, nvml, clock)
+    out["overhead_s"] = {
+        "calibration": out["calibration"].get("seconds"),
+        "allreduce_baseline": allreduce.get("seconds"),
+    }
+    return out
+
+
+def _rank_row(rank: int, part: Mapping[str, Any], world_size: int) -> dict[str, Any]:
+    """One rank's row: where it ran, its peaks and, where it has them, its parts per step."""
+    d = part.get("diagnosis") or {}
+    row: dict[str, Any] = {
+        "rank": rank,
+        "local_rank": part.get("local_rank"),
+        "node": part.get("node"),
+        "peak_mem_gib": part.get("peak_dev"),
+        "peak_host_rss_gib": part.get("rss"),
+    }
+    if "step_time_s" not in d:
+        return row
+    row.update({k: d[k] for k in ("step_time_s", "input_wait_s", "comm_wait_s", "compute_s")})
+    row["own_s"] = d["input_wait_s"] + d["compute_s"]
+    if "syncs_per_step" in d:
+        row["syncs_per_step"] = d["syncs_per_step"]
+    waits = d.get("step_waits")
+    if world_size == 1:  # one device: no all-reduce, nobody to wait for
+        row.update(wait_s=0.0, exposed_comm_s=d["comm_wait_s"], waits_steps=0)
+    elif waits:
+        # the gradient wait beyond the step's least over ranks is waiting for others;
+        # the rest of the communication wait (and any buffer broadcast) is exposed
+        row.update(
+            wait_s=waits["wait_s"],
+            exposed_comm_s=d["comm_wait_s"] - waits["wait_s"],
+            waits_steps=waits["steps"],
+        )
+    return row
+
+
+def _skew(ranks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The slowest and the typical rank and the skew between them, where every rank has its
+    own time; the reason, where none has."""
+    timed = [r for r in ranks if "own_s" in r]
+    if timed and len(timed) == len(ranks):
+        slowest = max(timed, key=lambda r: r["own_s"])
+        typical = _lower_median(timed)
+        return {
+            "slowest_rank": slowest["rank"],
+            "slowest_node": slowest["node"],
+            "typical_rank": typical["rank"],
+            "rank_skew": (
+                (slowest["own_s"] - typical["own_s"]) / typical["own_s"]
+                if typical["own_s"] > 0
+                else None
+            ),
+        }
+    if not timed:
+        return {"reason": "no complete epoch after the warm-up: nothing to break down"}
+    return {}
+
+
+def _step_waits(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several ranks: the exposed communication per step, the same on every rank, or why
+    there is none."""
+    waits: list[Any] = [p.get("step_waits") for p in parts]
+    if len(parts) > 1 and all(waits):
+        return {
+            "step_waits": {
+                "steps": min(w["steps"] for w in waits),
+                "exposed_s": waits[0]["exposed_s"],  # the same per-step minimum on every rank
+                "exposed_se_s": waits[0]["exposed_se_s"],
+            }
+        }
+    if len(parts) > 1:
+        return {
+            "step_waits": None,
+            "step_waits_reason": "no per-step gradient waits on every rank",
+        }
+    return {}
+
+
+def _lower_median(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The rank at the lower median of own time: in a 2-rank job, the faster one, so one
+    slow rank's whole excess counts as skew."""
+    ordered = sorted(rows, key=lambda r: (r["own_s"], r["rank"]))
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def merge_nvml(parts: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """One ``nvml`` section from each node's sampler result (local rank 0 of each node)."""
+    found = [p for p in parts if p]
+    sampled = [p for p in found if p.get("status") == "sampled"]
+    if not sampled:
+        first = found[0] if found else {"status": "unavailable", "reason": "no sampler ran"}
+        return {
+            "status": first.get("status"),
+            "reason": first.get("reason"),
+            "interval_s": first.get("interval_s"),
+            "gpus": None,
+        }
+    return {
+        "status": "sampled",
+        "reason": None,
+        "interval_s": sampled[0].get("interval_s"),
+        "gpus": [g for p in sampled for g in (p.get("gpus") or [])],
+    }

@@ -1,0 +1,175 @@
+"""Deliberate faults (config section ``faults``), injected through a Lightning callback.
+
+Each fault is off by default and recorded in the result's config. They exist to test how a
+job and the analysis behave when things go wrong, and to show that the diagnosis names the
+right cause:
+
+* ``step_sleep_s`` -- slow steps on every rank (preemption within the grace period);
+* ``input_sleep_s`` -- a slow input pipeline: the training input sleeps before each batch,
+  inside the fetch Lightning does between two training calls (where a slow data set would
+  block), so it is input wait, not compute;
+* ``slow_rank`` / ``slow_rank_sleep_s`` -- one straggler: that rank sleeps in every optimizer
+  step and the others wait for it in the next gradient all-reduce; ``slow_rank_at`` moves
+  the sleep into that rank's batch fetch (a slower loader: for a module with buffers its
+  peers wait in DDP's buffer broadcast) or into its module's forward;
+* ``rotating_sleep_s`` -- per-step stragglers: in each step one rank sleeps, a different one
+  each step (each rank once in every world-size steps, in a seeded random order), so no rank
+  is slower on average while the others wait in every step;
+* ``allreduce_delay_s`` -- a slow network of known size: a DDP communication hook runs DDP's
+  own all-reduce and holds each bucket's result back that long, so backward ends that much
+  later on every rank (exposed communication, none of it hidden);
+* ``overlap_burn_s`` -- communication that slows backward: the same kind of hook busy-loops
+  on the CPU for each bucket but backward's last, before its all-reduce, while backward
+  still has gradients to compute (overlapped, yet it costs backward that long);
+* ``network_alpha_s`` / ``network_busbw_gbps`` -- an emulated network whose cost grows with
+  the world size p: the same kind of hook holds each bucket back alpha log2(p) + bytes
+  2(p-1)/p / busbw, and the diagnosis' all-reduce sweep holds each of its ops back the same,
+  so the sweep fits the emulated network and the projection can be checked against a larger
+  scale (the mechanics, not the physics);
+* ``exit_rank`` / ``exit_at`` -- a rank that dies in the calibration windows or before the
+  end-of-run gather (see :mod:`.diagnosis` and :mod:`.entry`).
+
+A communication-heavy model is not a fault but a model: ``configs/diagnosis/comm_heavy.yaml``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import lightning as L
+
+from ...config import FaultsConfig
+
+
+class FaultInjection(L.Callback):
+    def __init__(self, faults: FaultsConfig) -> None:
+        self.faults = faults
+        self._sleep_s = 0.0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        f = self.faults
+        self._sleep_s = f.step_sleep_s
+        slow = f.slow_rank is not None and f.slow_rank == trainer.global_rank
+        if slow and f.slow_rank_at == "step":
+            self._sleep_s += f.slow_rank_sleep_s
+        fetch_s = f.input_sleep_s + (
+            f.slow_rank_sleep_s if slow and f.slow_rank_at == "input" else 0
+        )
+        if fetch_s > 0:
+            _slow_fetches(trainer, fetch_s)
+        if slow and f.slow_rank_at == "forward":
+            seconds = f.slow_rank_sleep_s
+            _slow_forward(trainer, seconds)
+        if f.allreduce_delay_s > 0 or f.overlap_burn_s > 0 or f.emulates_network:
+            _hook_allreduce(trainer, f)
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
+    ) -> None:
+        if self._sleep_s > 0:
+            time.sleep(self._sleep_s)
+        rotating = self.faults.rotating_sleep_s
+        if rotating > 0 and rotating_rank(trainer.global_step, trainer.world_size) == (
+            trainer.global_rank
+        ):
+            time.sleep(rotating)
+
+
+def rotating_rank(step: int, world_size: int, seed: int = 0) -> int:
+    """The rank that sleeps in ``step``: every block of ``world_size`` steps is a seeded
+    random permutation of the ranks, the same on every rank."""
+    order = list(range(world_size))
+    random.Random(seed * 1_000_003 + step // world_size).shuffle(order)
+    return order[step % world_size]
+
+
+def _slow_fetches(trainer: L.Trainer, seconds: float) -> None:
+    """Make every training batch fetch sleep first: the fit loop's data fetcher (which
+    Lightning calls between two training calls, and which calls the loader's iterator)
+    becomes a subclass whose ``__next__`` sleeps. A test-only fault; it names what it needs
+    if a Lightning version lacks it."""
+    fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+    if fetcher is None or not hasattr(type(fetcher), "__next__"):
+        raise RuntimeError(
+            "faults.input_sleep_s: this Lightning version has no fit_loop._data_fetcher to "
+            "slow down"
+        )
+    base = type(fetcher)
+
+    def __next__(self: Any) -> Any:
+        time.sleep(seconds)
+        return base.__next__(self)
+
+    fetcher.__class__ = type(f"Slow{base.__name__}", (base,), {"__next__": __next__})
+
+
+def _slow_forward(trainer: L.Trainer, seconds: float) -> None:
+    """Sleep at the start of every training call's forward, after DDP's buffer broadcast:
+    the module DDP wraps (Lightning's wrapper, which calls training_step) sleeps first. A
+    1-device run has no DDP wrapper: the LightningModule itself is hooked."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = trainer.strategy.model
+    inner = model.module if isinstance(model, DistributedDataParallel) else trainer.lightning_module
+    inner.register_forward_pre_hook(lambda _module, _args: time.sleep(seconds))
+
+
+def _hook_allreduce(trainer: L.Trainer, faults: FaultsConfig) -> None:
+    """Register a DDP communication hook that all-reduces each bucket as DDP would (PyTorch's
+    default hook: divide by the world size, then sum) and
+
+    * completes its future ``allreduce_delay_s`` later (plus what the emulated network holds
+      a bucket of its size back): DDP waits for every bucket's future before backward
+      returns, so each step's backward ends that much later (exposed);
+    * first busy-loops ``overlap_burn_s`` on the CPU for every bucket but the last one of backward
+      (DDP calls the hook in the autograd thread when a bucket is ready, so backward's
+      remaining gradients wait that long: overlapped communication that slows backward).
+
+    A 1-device run has no DDP wrapper and nothing to hook."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = getattr(trainer.strategy, "model", None)
+    if not isinstance(ddp, DistributedDataParallel):
+        return
+
+    # No annotations: DDP accepts only `dist.GradBucket` there, and this module's postponed
+    # annotations would be strings.
+    def hooked(state, bucket):  # type: ignore[no-untyped-def]
+        if faults.overlap_burn_s > 0 and not bucket.is_last():
+            until = time.perf_counter() + faults.overlap_burn_s
+            while time.perf_counter() < until:
+                pass
+        fut = default_hooks.allreduce_hook(state, bucket)
+        buf = bucket.buffer()
+        held = faults.allreduce_delay_s + faults.network_hold_s(
+            buf.numel() * buf.element_size(), world
+        )
+        if held <= 0:
+            return fut
+        # Held on a thread of its own: a callback chained with ``fut.then`` runs inline in
+        # the autograd thread when the all-reduce has already finished, and would hold
+        # backward itself (compute) instead of DDP's wait for the bucket at its end.
+        out: torch.futures.Future[Any] = torch.futures.Future()
+
+        def hold() -> None:
+            try:
+                value = fut.wait()
+                time.sleep(held)
+                out.set_result(value)
+            except BaseException as exc:  # the all-reduce failed: DDP sees its error
+                out.set_exception(exc)
+
+        threading.Thread(target=hold, name="scalescope-held-allreduce", daemon=True).start()
+        return out
+
+    world = trainer.world_size
+    ddp.register_comm_hook(None, hooked)
+
+
+def fault_callbacks(faults: FaultsConfig) -> list[L.Callback]:
+    return [FaultInjection(faults)] if faults.active else []

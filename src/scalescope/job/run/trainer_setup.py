@@ -1,0 +1,189 @@
+"""What a job trains and with what: the workload's module (:func:`build_module`) and the
+Lightning Trainer, with its strategy, plugins and every callback in its place
+(:func:`job_trainer`, on :func:`build_trainer`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...config import TrainConfig, TrainerConfig
+from ...errors import SameOnEveryRankError
+from .children import StartedRanks, adopting_ddp
+from .topology import Topology
+
+if TYPE_CHECKING:
+    from .measure import Measures
+    from .startup import Job
+
+STARTUP_TIMEOUT_S = 120.0
+"""The least the start-up rendezvous waits for every rank, whatever the collective timeout."""
+
+
+def build_module(cfg: TrainConfig, job: Job) -> tuple[Any, Any]:
+    """The workload's module and data module, seeded. A user's module that cannot accumulate
+    gradients the way it is asked to is refused here, before training."""
+    import lightning as L
+
+    from ...workloads import build_workload
+
+    L.seed_everything(cfg.trainer.seed, workers=False, verbose=False)
+    model, datamodule = build_workload(
+        cfg.workload_name,
+        job.params,
+        batch_size=job.batch.per_device_batch_size,
+        seed=cfg.trainer.seed,
+        steps_per_call=cfg.trainer.steps_per_call,
+        accumulate_grad_batches=job.batch.accumulate_grad_batches,
+    )
+    if job.user_workload and job.batch.accumulate_grad_batches > 1:
+        _check_accumulates(model, job.batch.accumulate_grad_batches, job.topo.global_rank)
+    return model, datamodule
+
+
+def _check_accumulates(model: Any, accumulate: int, rank: int) -> None:
+    """Lightning accumulates a user's module's gradients for automatic optimization only: say
+    so in one line, before training, instead of its traceback from inside ``fit``."""
+    if not model.automatic_optimization:
+        raise SameOnEveryRankError(
+            f"trainer.accumulate_grad_batches: {type(model).__name__} optimizes manually "
+            "(automatic_optimization = False), and Lightning accumulates gradients for "
+            "automatic optimization only; accumulate in its training_step and leave "
+            f"trainer.accumulate_grad_batches at 1 (got {accumulate})",
+            rank=rank,
+        )
+
+
+def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -> Any:
+    """This job's Trainer. Callbacks run in list order: what must not be timed (the
+    diagnosis' baseline and sampler, the FLOPs probe, compilation) before the TimingCallback,
+    what reads its stamps after it, the stop at SIGTERM last. The profiler's capture comes
+    just before the TimingCallback: its trace is written before the warm-up may end at the
+    same step boundary."""
+    from ..clocks.compiling import CompileForward
+    from ..faults.injection import fault_callbacks
+
+    diag, user = measures.diag, measures.user
+    return build_trainer(
+        cfg.trainer,
+        job.topo,
+        accelerator=job.accelerator,
+        run_dir=run_dir,
+        callbacks=[
+            *(diag.before_timing() if diag else []),
+            *(user.before_timing() if user else []),
+            *([CompileForward(cfg.trainer.compile_backend)] if cfg.trainer.compile else []),
+            *fault_callbacks(cfg.faults),
+            *([measures.profile] if measures.profile is not None else []),
+            measures.timing,
+            measures.compile_clock,
+            *(user.after_timing() if user else []),
+            *(diag.after_timing() if diag else []),
+            measures.stop,
+        ],
+        started=job.started,
+        # A user's module brings plain DataLoaders: Lightning gives each rank its shard,
+        # and accumulates its gradients (built-ins accumulate in their own step loop).
+        **(
+            {
+                "use_distributed_sampler": True,
+                "accumulate_grad_batches": job.batch.accumulate_grad_batches,
+            }
+            if job.user_workload
+            else {}
+        ),
+    )
+
+
+def build_trainer(
+    trainer_cfg: TrainerConfig,
+    topo: Topology,
+    *,
+    accelerator: str,
+    run_dir: Path,
+    callbacks: list[Any],
+    started: StartedRanks | None = None,
+    **overrides: Any,
+) -> Any:
+    """The Lightning Trainer scalescope trains with (also timed by benchmarks/overhead.py).
+
+    Everything that costs per step and measures nothing is off: logger, progress bar,
+    checkpointing, model summary, sanity validation, the distributed sampler (each rank's
+    slice comes from the data module).
+    """
+    import lightning as L
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    from ..clocks.preemption import StopOnSignal
+
+    # Requeue has one owner: submitit or the sbatch script, never Lightning's USR1 handler.
+    plugins: Any = [SLURMEnvironment(auto_requeue=False)] if topo.launcher == "slurm" else None
+    strategy, callbacks = _strategy(trainer_cfg, topo, callbacks, started)
+    if not any(isinstance(cb, StopOnSignal) for cb in callbacks):
+        callbacks = [*callbacks, StopOnSignal()]
+    precision = trainer_cfg.precision
+    kwargs: dict[str, Any] = {
+        "accelerator": accelerator,
+        "devices": topo.devices_per_node,
+        "num_nodes": topo.num_nodes,
+        "strategy": strategy,
+        "plugins": plugins,
+        "precision": "32-true" if precision == "32" else precision,
+        "max_epochs": trainer_cfg.max_epochs,
+        "max_steps": trainer_cfg.max_steps or -1,
+        "limit_train_batches": trainer_cfg.limit_train_batches,
+        "check_val_every_n_epoch": trainer_cfg.val_every_n_epochs,
+        "num_sanity_val_steps": 0,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "use_distributed_sampler": False,
+        "default_root_dir": str(run_dir),
+        "callbacks": callbacks,
+    }
+    kwargs.update(overrides)
+    return L.Trainer(**kwargs)
+
+
+def _strategy(
+    trainer_cfg: TrainerConfig,
+    topo: Topology,
+    callbacks: list[Any],
+    started: StartedRanks | None,
+) -> tuple[Any, list[Any]]:
+    """DDP on several processes (Lightning's "auto" on one), and ``callbacks`` with the one
+    that sets the process group's collective timeout once the group exists, where needed.
+
+    The process group's timeout bounds every collective (gloo and NCCL): a dead or hung
+    rank fails the others within it, not after 30 min. The start-up rendezvous waits at
+    least STARTUP_TIMEOUT_S (processes import torch slowly on a loaded node), then the
+    group's timeout is set to the collective one before training.
+    """
+    import lightning as L
+    from lightning.pytorch.strategies import DDPStrategy
+
+    collective = dt.timedelta(seconds=trainer_cfg.collective_timeout_s)
+    startup = max(collective, dt.timedelta(seconds=STARTUP_TIMEOUT_S))
+    ddp = {"gradient_as_bucket_view": True, "timeout": startup}
+    strategy: Any = "auto"
+    if started is not None:  # ranks 1..N-1 already running (children.start_local_ranks)
+        strategy = adopting_ddp(started, **ddp)
+    elif topo.world_size > 1:
+        strategy = DDPStrategy(**ddp)
+    if topo.world_size > 1 and startup != collective:
+
+        class CollectiveTimeout(L.Callback):
+            """The group's timeout set to the collective one once the group exists."""
+
+            def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+                import torch.distributed as dist
+                from torch.distributed import distributed_c10d
+
+                if dist.is_available() and dist.is_initialized():
+                    distributed_c10d._set_pg_timeout(collective)
+
+        callbacks = [CollectiveTimeout(), *callbacks]
+    return strategy, callbacks
