@@ -16,7 +16,7 @@ Rules this module follows:
   most ``WARMUP_AUTO_MAX_STEPS`` steps). Training time after that stamp is the steady-state
   time the headline figures use; the first steps (allocator growth, cuDNN/autotuning,
   lazy initialisation, DDP's first bucket rebuild) stay out of them. A profiler capture
-  (``trainer.profile``, :mod:`.profiling`) holds the warm-up open until its profiled steps
+  (``trainer.profile``, :mod:`..profile.capture`) holds the warm-up open until its profiled steps
   are done: they are warm-up, never steady state.
 """
 
@@ -287,7 +287,7 @@ def _thin_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:
     *every* training call when the world size is > 1: a collective plus a host-device sync
     per call, which stops the CPU from running ahead of the GPU and taxes exactly the
     multi-device runs this tool compares. Where the trainer carries a
-    :class:`~scalescope.job.preemption.StopOnSignal` callback, that callback checks on a time
+    :class:`~scalescope.job.clocks.preemption.StopOnSignal` callback, that callback checks on a time
     basis at steps all ranks agree on (see its module), so the broadcast goes entirely.
     Without one, the broadcast runs every ``every`` calls, which keeps graceful preemption
     (later). Other Lightning versions without this method are left alone.

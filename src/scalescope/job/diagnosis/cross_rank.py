@@ -6,7 +6,7 @@
 * the calibration windows: every rank's part combined into one cross-check of the exposed
   all-reduce (:func:`gather_calibration`).
 
-The rest of each rank's figures travels in the end-of-run gather of :func:`.timing.agree`.
+The rest of each rank's figures travels in the end-of-run gather of :func:`..clocks.timing.agree`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where a step's time goes, on every rank, without a per-step device sync.
 
-Three measurements, each outside or beside what :mod:`.timing` measures and none of them
+Three measurements, each outside or beside what :mod:`..clocks.timing` measures and none of them
 changing what is trained:
 
 * **In the timed loop, per rank** (over the steady-state steps only,
@@ -18,7 +18,7 @@ changing what is trained:
   (:mod:`.sampling`), for the comparison and the device view, started by
   :class:`BeforeTiming` (here).
 
-Everything is gathered with the other end-of-run numbers in :func:`.timing.agree` (one
+Everything is gathered with the other end-of-run numbers in :func:`..clocks.timing.agree` (one
 gather, bounded by the process group's timeout; the per-step waits and the calibration are
 reduced across ranks in :mod:`.cross_rank`) and assembled into the record's ``diagnosis``
 section by :func:`assemble` on rank 0.

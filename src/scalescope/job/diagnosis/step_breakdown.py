@@ -14,7 +14,7 @@ In the timed loop, per rank (over the steady-state steps only):
 
 The marks are taken with the clocks of :mod:`.step_clock`. At training's end the same
 callback runs the calibration windows (:mod:`.calibration`). Before the steady state, the
-profiler's rank choice (:mod:`.profiling`) may open a *window*: a second clock the same
+profiler's rank choice (:mod:`..profile.capture`) may open a *window*: a second clock the same
 communication waits go to for a few warm-up steps, without touching the breakdown's own.
 """
 
@@ -34,7 +34,7 @@ from .step_clock import COLLECTIVES, MAX_STEP_RECORDS, Clock, clock_for
 
 
 class StepBreakdown(L.Callback):
-    """The per-rank step-time breakdown (after :class:`~.timing.TimingCallback` in the
+    """The per-rank step-time breakdown (after :class:`~..clocks.timing.TimingCallback` in the
     callback list), and the calibration windows at the end of training.
 
     Marks, all cheap and none a sync:

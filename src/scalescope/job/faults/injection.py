@@ -27,7 +27,7 @@ right cause:
   so the sweep fits the emulated network and the projection can be checked against a larger
   scale (the mechanics, not the physics);
 * ``exit_rank`` / ``exit_at`` -- a rank that dies in the calibration windows or before the
-  end-of-run gather (see :mod:`.diagnosis` and :mod:`.entry`).
+  end-of-run gather (see :mod:`..diagnosis.section` and :mod:`..run.entry`).
 
 A communication-heavy model is not a fault but a model: ``configs/diagnosis/comm_heavy.yaml``.
 """

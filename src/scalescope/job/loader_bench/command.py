@@ -1,7 +1,7 @@
 """``scalescope bench-data``: the input pipeline alone, against the step it feeds.
 
-Command-line layer of :mod:`scalescope.job.loader_bench`: parses the grid, shows a live progress
-display, prints the table and writes ``bench-data.csv`` and ``bench-data.json`` atomically.
+Command-line layer of :mod:`.bench`: parses the grid, shows a live progress display,
+prints the table and writes ``bench-data.csv`` and ``bench-data.json`` atomically.
 """
 
 from __future__ import annotations

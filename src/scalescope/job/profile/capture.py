@@ -2,15 +2,16 @@
 
 The capture is part of the warm-up, so no timed figure (throughput, the breakdown, the steady
 state) holds a profiled step: :class:`ProfileCapture` holds the TimingCallback's warm-up open
-(:class:`~.timing.WarmupHold`) until the profiled steps are done. In order, at the step
+(:class:`~..clocks.timing.WarmupHold`) until the profiled steps are done. In order, at the step
 boundaries (the ends of Lightning's training calls) every rank agrees on:
 
 1. the warm-up as resolved (``trainer.warmup_steps``);
-2. with ``ranks: auto`` on several ranks, :data:`~.profile_plan.MEASURE_STEPS` steps in which
+2. with ``ranks: auto`` on several ranks, :data:`~.plan.MEASURE_STEPS` steps in which
    every rank measures the time it was busy, not waiting in a collective, with the
-   diagnosis' own hooks (a *window* of :class:`~.step_breakdown.StepBreakdown`); one small
-   gather then names the busiest rank (the slowest, the one that waits least), and rank 0
-   and it are profiled (:func:`~.profile_plan.choose_ranks`). Without the diagnosis the
+   diagnosis' own hooks (a *window* of
+   :class:`~..diagnosis.step_breakdown.StepBreakdown`); one small gather then names the
+   busiest rank (the slowest, the one that waits least), and rank 0 and it are profiled
+   (:func:`~.plan.choose_ranks`). Without the diagnosis the
    waits are not measured: every rank of the first node is profiled, and the record says so;
 3. at least ``trainer.profile.steps`` optimizer steps under the profiler on the chosen ranks,
    in whole training calls, from the next epoch's start where the current one has fewer
@@ -26,7 +27,7 @@ boundaries (the ends of Lightning's training calls) every rank agrees on:
    before the TimingCallback ends the warm-up there (this callback comes first in the list).
 
 A run too short for all of it trains as it would unprofiled, and its record says "not
-captured" and why (:func:`~.profile_plan.why_not`); a rank's failure to profile is its part's
+captured" and why (:func:`~.plan.why_not`); a rank's failure to profile is its part's
 reason, never the job's failure.
 """
 

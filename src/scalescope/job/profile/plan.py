@@ -1,4 +1,4 @@
-"""What the profiler capture (``trainer.profile``, :mod:`.profiling`) decides, as pure
+"""What the profiler capture (``trainer.profile``, :mod:`.capture`) decides, as pure
 functions: whether a capture fits the run at all, which ranks are profiled, the record's
 ``profile`` section and the words of the summary line.
 

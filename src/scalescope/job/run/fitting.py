@@ -1,5 +1,5 @@
 """Running a job's training and ending it: the fit (:func:`fit`), stopped at Slurm's SIGTERM
-on every rank at the same step (:mod:`.preemption`) or by Ctrl-C, and the end every rank
+on every rank at the same step (:mod:`..clocks.preemption`) or by Ctrl-C, and the end every rank
 meets (:func:`end_run`)."""
 
 from __future__ import annotations

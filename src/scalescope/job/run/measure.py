@@ -1,6 +1,6 @@
 """What a job's training is measured with (:class:`Measures`): the TimingCallback (the
-clock, :mod:`.timing`), the measures of a user's module, the diagnosis' callbacks, the
-compile clock, the profiler's capture (:mod:`.profiling`) and the stop at SIGTERM, and the
+clock, :mod:`..clocks.timing`), the measures of a user's module, the diagnosis' callbacks, the
+compile clock, the profiler's capture (:mod:`..profile.capture`) and the stop at SIGTERM, and the
 end-of-run gather of what they measured.
 """
 
@@ -49,7 +49,7 @@ class Measures:
         """The diagnosis' callbacks; None with ``diagnosis.enabled=false``."""
         self.compile_clock = compile_clock
         self.profile = profile
-        """The profiler's capture (a :class:`~.profiling.ProfileCapture`); None when
+        """The profiler's capture (a :class:`~..profile.capture.ProfileCapture`); None when
         ``trainer.profile.steps`` is 0."""
 
     @classmethod
@@ -181,7 +181,7 @@ class UserMeasures:
 
 
 class DiagnosisCallbacks:
-    """The diagnosis' callbacks (see :mod:`.diagnosis`): the all-reduce baseline and NVML
+    """The diagnosis' callbacks (see :mod:`..diagnosis.section`): the all-reduce baseline and NVML
     sampler before the training clock starts, the step-time breakdown after it."""
 
     def __init__(self, before: Any, breakdown: Any, cfg: TrainConfig) -> None:

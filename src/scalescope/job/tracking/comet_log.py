@@ -11,7 +11,7 @@
 
 Every call into comet_ml is guarded: an exception becomes one warning line and tracking turns
 off; training never fails because of tracking. How the experiment is made is
-:mod:`.tracking`'s.
+:mod:`.comet`'s.
 """
 
 from __future__ import annotations
