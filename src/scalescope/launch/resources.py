@@ -15,13 +15,31 @@ from typing import TYPE_CHECKING
 
 from ..config import TrainConfig
 from ..errors import ConfigError
+from ..schema import option, positive
 
 if TYPE_CHECKING:
     from .cluster import ClusterProfile
-    from .sweep_config import Shape, SweepConfig
 
 DEFAULT_LOCAL_TIMEOUT_MIN = 60
 """Local jobs without a timeout_min anywhere get this, not submitit's 2-minute default."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A job's size: nodes times tasks per node (the sweep lists them, ``shapes:``)."""
+
+    nodes: int = option(help="nodes of the job", check=positive)
+    devices_per_node: int = option(
+        help="tasks per node: GPUs, or CPU processes on a CPU cluster", check=positive
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodes}x{self.devices_per_node}"
 
 
 @dataclass(frozen=True)
@@ -55,8 +73,9 @@ def local_gpu_count() -> int:
 
 
 def slurm_resources(
-    sweep: SweepConfig, shape: Shape, cfg: TrainConfig, profile: ClusterProfile, where: str
+    timeout_min: int | None, shape: Shape, cfg: TrainConfig, profile: ClusterProfile, where: str
 ) -> Resources:
+    """``timeout_min``: the sweep's own, which wins over the profile's."""
     profile.check_shape(shape.nodes, shape.devices_per_node)
     accelerator = cfg.trainer.accelerator
     if accelerator == "gpu" and not profile.gpus_per_node:
@@ -72,7 +91,7 @@ def slurm_resources(
         gpus_per_node=gpus,
         cpus_per_task=profile.cpus_per_task,
         mem_gb=profile.mem_gb,
-        timeout_min=sweep.timeout_min or profile.timeout_min,
+        timeout_min=timeout_min or profile.timeout_min,
         partition=profile.partition,
         account=profile.account,
         qos=profile.qos,
@@ -87,7 +106,7 @@ def may_use_gpus(cfg: TrainConfig, profile: ClusterProfile | None) -> bool:
 
 
 def local_resources(
-    sweep: SweepConfig,
+    timeout_min: int | None,
     shape: Shape,
     cfg: TrainConfig,
     profile: ClusterProfile | None,
@@ -123,5 +142,5 @@ def local_resources(
         gpus_per_node=gpus,
         cpus_per_task=profile.cpus_per_task if profile else 1,
         mem_gb=None,
-        timeout_min=sweep.timeout_min or default_timeout,
+        timeout_min=timeout_min or default_timeout,
     )

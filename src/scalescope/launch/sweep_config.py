@@ -67,6 +67,7 @@ from ..schema import UnknownKeyError, build, non_negative, option, positive, set
 from .resources import (
     GpuCounter,
     Resources,
+    Shape,
     local_gpu_count,
     local_resources,
     may_use_gpus,
@@ -89,22 +90,6 @@ SWEEP_OWNED_KEYS = (
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class Shape:
-    nodes: int = option(help="nodes of the job", check=positive)
-    devices_per_node: int = option(
-        help="tasks per node: GPUs, or CPU processes on a CPU cluster", check=positive
-    )
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.devices_per_node
-
-    @property
-    def label(self) -> str:
-        return f"{self.nodes}x{self.devices_per_node}"
 
 
 @dataclass(frozen=True)
@@ -573,10 +558,12 @@ class _ShapePlanner:
     def _resources(self, shape: Shape, cfg: TrainConfig, where: str) -> Resources:
         if self.executor == "slurm":
             assert self.profile is not None
-            return slurm_resources(self.sweep, shape, cfg, self.profile, where)
+            return slurm_resources(self.sweep.timeout_min, shape, cfg, self.profile, where)
         if self.gpus_here is None and may_use_gpus(cfg, self.profile):
             self.gpus_here = self.gpu_count()
-        return local_resources(self.sweep, shape, cfg, self.profile, where, self.gpus_here or 0)
+        return local_resources(
+            self.sweep.timeout_min, shape, cfg, self.profile, where, self.gpus_here or 0
+        )
 
 
 def _order_seed(sweep: SweepConfig, order_seed: int | None) -> tuple[int, str]:
