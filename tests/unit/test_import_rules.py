@@ -6,6 +6,11 @@
 * the analysis package imports neither torch, lightning nor submitit, and none of the job's
   torch-side modules for its formulas: those live in ``scalescope.allreduce_model``, which
   both sides import and which itself imports nothing beyond the standard library and numpy.
+* src/scalescope/job/ is rooms by concern, lowest first: ``tracking`` -> ``faults`` ->
+  ``clocks`` -> ``diagnosis`` -> ``profile`` -> ``run`` -> ``loader_bench``; a module imports
+  only from its own room or the ones before it.
+* no module of src/ or analysis/ imports another that imports it back, at any distance; no
+  folder holds more than 15 modules.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 import pytest
 from analysis_helpers import REPO
 
-FORBIDDEN_IN_ANALYSIS = ("torch", "lightning", "submitit", "scalescope.job.diagnosis.allreduce")
+FORBIDDEN_IN_ANALYSIS = ("torch", "lightning", "submitit", "scalescope.job.diagnosis")
 
 
 def imports_of(path: Path) -> set[str]:
@@ -44,7 +49,8 @@ LAYERS = ("read", "compute", "analyze", "present", "commands", "front")
 
 
 def module_name(path: Path) -> str:
-    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+    dotted = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+    return dotted.removeprefix("src.")
 
 
 def layer_of(module: str) -> str:
@@ -110,10 +116,8 @@ def test_every_analysis_module_sits_in_a_layer() -> None:
     assert top == {"__init__.py", "analyze.py", "summarize.py", "project.py"}
 
 
-def test_the_analysis_modules_import_each_other_in_no_circle() -> None:
-    """Reading -> computing -> presenting -> commands: a module that one of its own imports
-    imports back is a circle (metrics and diagnosis were one)."""
-    graph = _module_graph()
+def circles_in(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle a depth-first walk meets (each as its modules, first one repeated)."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     circles: list[list[str]] = []
 
@@ -129,4 +133,79 @@ def test_the_analysis_modules_import_each_other_in_no_circle() -> None:
     for start in sorted(graph):
         if start not in state:
             visit(start, [start])
+    return circles
+
+
+def test_the_analysis_modules_import_each_other_in_no_circle() -> None:
+    """Reading -> computing -> presenting -> commands: a module that one of its own imports
+    imports back is a circle (metrics and diagnosis were one)."""
+    circles = circles_in(_module_graph())
     assert not circles, f"import circles: {[' -> '.join(c) for c in circles][:5]}"
+
+
+SRC_FILES = sorted((REPO / "src" / "scalescope").rglob("*.py"))
+
+
+def import_graph(files: list[Path]) -> dict[str, set[str]]:
+    """module -> the modules among ``files`` it imports, at any depth of its code (a function's
+    own import and one under TYPE_CHECKING count: either joins a circle). A package it sits in
+    is no edge: Python imports a module's packages before the module itself."""
+    mods = {module_name(p): p for p in files}
+    graph = {}
+    for name, path in mods.items():
+        own_packages = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        graph[name] = {m for m in imports_of(path) if m in mods and m != name} - own_packages
+    return graph
+
+
+def test_no_module_of_src_or_analysis_imports_itself_round_a_circle() -> None:
+    """The launch side, the job side, the shared modules and the analysis as one graph
+    (launch's resources and sweep_config were a circle)."""
+    circles = circles_in(import_graph(SRC_FILES + ANALYSIS_FILES))
+    assert not circles, f"import circles: {[' -> '.join(c) for c in circles][:5]}"
+
+
+JOB = REPO / "src" / "scalescope" / "job"
+JOB_ROOMS = ("tracking", "faults", "clocks", "diagnosis", "profile", "run", "loader_bench")
+"""src/scalescope/job/'s rooms, lowest first: Comet and the faults need nothing of the run;
+the clocks time it; the diagnosis reads the clocks; the profiler's capture rides on the
+diagnosis' step clock; the run assembles them all; the loader benchmark is a command of its
+own on top."""
+
+
+def job_room_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else "front"
+
+
+def test_the_job_rooms_import_only_downward() -> None:
+    """A room imports from itself and the rooms before it, never from one after it (the
+    package's own ``__init__`` is the front: it names the rooms and imports none)."""
+    order = (*JOB_ROOMS, "front")
+    graph = import_graph(SRC_FILES)
+    upward = [
+        f"{name} ({job_room_of(name)}) imports {dep} ({job_room_of(dep)})"
+        for name, deps in sorted(graph.items())
+        if name.startswith("scalescope.job.")
+        for dep in sorted(deps)
+        if dep.startswith("scalescope.job")
+        and order.index(job_room_of(dep)) > order.index(job_room_of(name))
+    ]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_every_job_module_sits_in_a_room() -> None:
+    """A new module goes into one of the rooms (or a new room named in JOB_ROOMS, in order)."""
+    assert {p.name for p in JOB.glob("*.py")} == {"__init__.py"}
+    rooms = {p.name for p in JOB.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms == set(JOB_ROOMS)
+
+
+@pytest.mark.parametrize(
+    "folder",
+    sorted({p.parent for p in SRC_FILES + ANALYSIS_FILES}),
+    ids=lambda p: str(p.relative_to(REPO)),
+)
+def test_no_folder_holds_more_than_15_modules(folder: Path) -> None:
+    modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+    assert len(modules) <= 15, f"{len(modules)} modules: split the folder by concern"
