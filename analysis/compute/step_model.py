@@ -58,8 +58,8 @@ from typing import Any
 
 import numpy as np
 
+from analysis.compute.collectives import NETWORK_TERM, link_bytes
 from analysis.compute.stats import finite_mean
-from scalescope.allreduce_model import bus_factor
 
 CARRIES = ("one-time", "network", "stragglers")
 """The structural explanations of the loss the parts leave at the anchor (``other``):
@@ -125,7 +125,7 @@ def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0)
     bw = level.busbw_gbps * bw_factor
     if not bw > 0:
         return math.nan
-    return level.alpha_s * scale + nbytes * bus_factor(world) / (bw * 1e9)
+    return level.alpha_s * scale + link_bytes(NETWORK_TERM, nbytes, world) / (bw * 1e9)
 
 
 def exposed_after_backward(

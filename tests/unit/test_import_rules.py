@@ -83,6 +83,16 @@ def test_the_shared_formulas_import_no_framework() -> None:
     assert roots <= {"__future__", "math", "collections", "typing", "numpy"}
 
 
+def test_the_collectives_registry_imports_only_the_shared_formulas() -> None:
+    """scalescope.collectives names a strategy's collectives for the job and the analysis
+    alike: the standard library and the all-reduce arithmetic, nothing more."""
+    found = imports_of(REPO / "src" / "scalescope" / "collectives.py")
+    shared = {m for m in found if m.startswith("scalescope")}
+    assert shared <= {"scalescope.allreduce_model", "scalescope.allreduce_model.bus_factor"}
+    roots = {m.split(".")[0] for m in found - shared}
+    assert roots <= {"__future__", "collections", "dataclasses", "typing"}
+
+
 def _module_graph() -> dict[str, set[str]]:
     """analysis.<...> -> the analysis modules it imports (at any depth of its code); a package
     imported by name (``from analysis.present import charts``) counts as its module."""

@@ -11,7 +11,9 @@ Lowest first; a module imports only from its own room or the ones before it
   every rank at the same step (:mod:`.clocks.preemption`);
 * :mod:`.diagnosis` -- where a step's time goes: the step clock and the per-collective waits,
   their reduction over ranks, the calibration, the collective baseline, the compute split,
-  the NVML sampler, peak FLOP/s for MFU and the record's ``diagnosis`` section;
+  the NVML sampler, peak FLOP/s for MFU and the record's ``diagnosis`` section; a strategy's
+  wait hooks and start-up sweep plug in through :mod:`.diagnosis.strategies` (its
+  collectives are named in :mod:`scalescope.collectives`);
 * :mod:`.profile` -- ``trainer.profile``: a trace of a few steps on the ranks that matter (read
   by :mod:`scalescope.traces`, which the analysis shares);
 * :mod:`.run` -- ``scalescope train``: config -> Lightning fit -> one result record, in named

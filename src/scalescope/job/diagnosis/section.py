@@ -30,12 +30,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning as L
-import torch
 
-from ...allreduce_model import estimate_bucket_bytes
 from ...config import DiagnosisConfig, FaultsConfig
 from ..clocks.timing import Timings
 from .compute_split import compute_split
+from .strategies import BASELINES
 
 
 class BeforeTiming(L.Callback):
@@ -61,10 +60,10 @@ class BeforeTiming(L.Callback):
         self.timings = timings
         self.faults = faults
         """Its emulated network (``faults.network_alpha_s``) holds the sweep's ops back."""
-        self.allreduce: dict[str, Any] = {
-            "status": "skipped",
-            "reason": "training never started",
+        self.baselines: dict[str, dict[str, Any]] = {
+            b.section: b.not_started() for b in BASELINES.values()
         }
+        """Each registered strategy's baseline (:mod:`.strategies`), by its record section."""
         self.nvml: dict[str, Any] | None = None
         self._sampler: Any = None
         self._awaiting_steady = False  # a sampler runs and the warm-up has not ended yet
@@ -94,24 +93,14 @@ class BeforeTiming(L.Callback):
                 self._awaiting_steady = True
             self._sampler.start()
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from . import allreduce as ar
+    @property
+    def allreduce(self) -> dict[str, Any]:
+        """DDP's all-reduce baseline: the record's ``diagnosis.allreduce``."""
+        return self.baselines["allreduce"]
 
-        if not self.cfg.allreduce_baseline:
-            self.allreduce = ar.off_section("diagnosis.allreduce_baseline=false")
-            return
-        device = trainer.strategy.root_device
-        caps = ar.ddp_bucket_caps(trainer.strategy.model)
-        self.allreduce = ar.allreduce_baseline(
-            gradient_bytes=ar.gradient_bytes(pl_module),
-            device=device,
-            budget_s=self.cfg.allreduce_budget_s,
-            bucket_bytes=estimate_bucket_bytes(ar.parameter_bytes(pl_module), *caps),
-            bucket_reason=f"{ar.NOT_READ_YET}; {ar.ESTIMATED_FROM_PARAMETERS}",
-            hold_s=self.faults.network_hold_s if self.faults is not None else None,
-        )
-        if device.type == "cuda":  # the record's peak memory is training's, not the sweep's
-            torch.cuda.reset_peak_memory_stats(device)
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for b in BASELINES.values():
+            self.baselines[b.section] = b.measure(trainer, pl_module, self.cfg, self.faults)
 
     def on_train_batch_end(
         self,
@@ -133,25 +122,9 @@ class BeforeTiming(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.stop_sampler()
-        self.read_ddp_buckets(trainer.strategy.model)
-
-    def read_ddp_buckets(self, model: Any) -> None:
-        """DDP's own buckets, built in its first iterations, in place of the estimate, and the
-        prediction redone for them. On every rank, from its own DDP's logging data: no
-        collective, under a millisecond. Where they cannot be read the estimate stays, with
-        the reason; this never raises into training."""
-        from . import allreduce as ar
-
-        if self.allreduce.get("status") != "measured":
-            return
-        buckets, why = ar.read_ddp_buckets(model)
-        if buckets is not None:
-            self.allreduce = ar.with_buckets(self.allreduce, buckets, "ddp", None)
-        else:
-            reason = f"{why}; {ar.ESTIMATED_FROM_PARAMETERS}"
-            self.allreduce = ar.with_buckets(
-                self.allreduce, self.allreduce["bucket_bytes"], "estimated", reason
-            )
+        model = trainer.strategy.model
+        for b in BASELINES.values():
+            self.baselines[b.section] = b.after_training(model, self.baselines[b.section])
 
     def stop_sampler(self) -> None:
         if self._sampler is not None:

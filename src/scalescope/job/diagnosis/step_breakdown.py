@@ -26,11 +26,13 @@ from typing import Any
 
 import lightning as L
 
+from ...collectives import DDP_BROADCAST, DDP_GRADIENT
 from ...config import DiagnosisConfig, FaultsConfig
 from ..clocks.timing import Timings
 from .calibration import calibrate, first_line, pass_estimate
 from .cross_rank import gather_calibration, reduce_step_waits
 from .step_clock import COLLECTIVES, MAX_STEP_RECORDS, Clock, clock_for
+from .strategies import attach_waits, wait_hooks
 
 
 class StepBreakdown(L.Callback):
@@ -112,24 +114,7 @@ class StepBreakdown(L.Callback):
         self.clock = clock_for(trainer.strategy.root_device, COLLECTIVES)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from torch.nn.parallel import DistributedDataParallel
-
-        model = trainer.strategy.model
-        if not isinstance(model, DistributedDataParallel):
-            return  # one device: no gradient all-reduce, no buffer broadcast
-        params = [p for p in pl_module.parameters() if p.requires_grad]
-        self._grad_order = []
-        order = self._grad_order
-        for i, p in enumerate(params):
-            self._grad_hooks.append(
-                p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i))
-            )
-        self._params = params
-        if model.broadcast_buffers and any(True for _ in pl_module.buffers()):
-            # On the module DDP wraps: its forward starts right after the broadcast, whatever
-            # the training step calls (Lightning's wrapper calls training_step, which need
-            # not call the module's own forward).
-            model.module.register_forward_pre_hook(self._forward_starts)
+        attach_waits(self, trainer, pl_module)  # one device: no collective, nothing to mark
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._direct_fetch = _time_fetches(trainer, self)
@@ -161,7 +146,7 @@ class StepBreakdown(L.Callback):
             end = self.clock.mark()
             if self._counting:
                 self.clock.add("comm_wait_s", self._call_start, end)
-                self.clock.add("broadcast", self._call_start, end, step=self._step)
+                self.clock.add(DDP_BROADCAST.key, self._call_start, end, step=self._step)
             elif self.window is not None:
                 self.window.add("comm_wait_s", self._call_start, end)
             self._call_start = None
@@ -195,7 +180,7 @@ class StepBreakdown(L.Callback):
             if self._ready is not None:  # else no gradient this step: its slot stays NaN
                 end = self.clock.mark()
                 self.clock.add("comm_wait_s", self._ready, end)
-                self.clock.add("gradient", self._ready, end, step=self._step)
+                self.clock.add(DDP_GRADIENT.key, self._ready, end, step=self._step)
             self._step += 1
         elif self.window is not None and self._params and self._ready is not None:
             self.window.add("comm_wait_s", self._ready, self.clock.mark())
@@ -314,6 +299,32 @@ class StepBreakdown(L.Callback):
         # found one pair of windows too long is a cost too).
         part["seconds"] = time.perf_counter() - started
         return part
+
+
+@wait_hooks("ddp")
+def ddp_waits(probe: StepBreakdown, trainer: L.Trainer, pl_module: L.LightningModule) -> bool:
+    """DDP's waits: one hook per trainable parameter learns, in the first backward, which
+    gradient comes last (:meth:`StepBreakdown.on_after_backward` keeps the one on it), and
+    for a module with buffers a forward pre-hook ends the buffer broadcast's wait."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = trainer.strategy.model
+    if not isinstance(model, DistributedDataParallel):
+        return False
+    params = [p for p in pl_module.parameters() if p.requires_grad]
+    probe._grad_order = []
+    order = probe._grad_order
+    for i, p in enumerate(params):
+        probe._grad_hooks.append(
+            p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i))
+        )
+    probe._params = params
+    if model.broadcast_buffers and any(True for _ in pl_module.buffers()):
+        # On the module DDP wraps: its forward starts right after the broadcast, whatever
+        # the training step calls (Lightning's wrapper calls training_step, which need
+        # not call the module's own forward).
+        model.module.register_forward_pre_hook(probe._forward_starts)
+    return True
 
 
 def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:

@@ -14,14 +14,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...collectives import series
+
 MAX_STEP_RECORDS = 1 << 16
 """Steady-state steps whose communication waits are kept one by one (8 bytes each and
 collective, preallocated); later steps still count in the totals."""
 
-COLLECTIVES = ("gradient", "broadcast")
-"""The collectives a training step waits in, each kept per step: DDP's gradient all-reduce
-(from backward's last gradient to ``backward`` returning) and, for modules with buffers, its
-broadcast of them before forward (from the training call's start to the module's forward)."""
+COLLECTIVES = series()
+"""The collectives a training step waits in, each kept per step, as
+:mod:`scalescope.collectives` registers them: DDP's gradient all-reduce (from backward's last
+gradient to ``backward`` returning) and, for modules with buffers, its broadcast of them
+before forward (from the training call's start to the module's forward)."""
 
 
 class Clock:

@@ -1,0 +1,96 @@
+"""A parallel strategy's collectives, named once for the job and the analysis (no torch).
+
+Each collective a training step waits in has one key. The job keeps a per-step series of its
+wait under that key (:data:`scalescope.job.diagnosis.step_clock.COLLECTIVES`, every
+registered key in order), the record's ``diagnosis`` names it in ``by_collective``, and the
+analysis' step model reads from here which of them it times and what one message costs on
+the links (:mod:`analysis.compute.collectives`).
+
+DDP is the first strategy: its gradient all-reduce (from backward's last gradient to
+``backward`` returning) and, for modules with buffers, its broadcast of them before forward.
+Another strategy -- FSDP's all-gather of parameters before forward and backward, its
+reduce-scatter of gradients -- registers its own with :func:`register` beside DDP's, which
+stay as they are; the job's marks of its waits and its start-up sweep plug in the same way
+(:mod:`scalescope.job.diagnosis.strategies`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .allreduce_model import bus_factor as _all_reduce_bus_factor
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a strategy's training step waits in."""
+
+    key: str
+    """Its per-step series on the job's step clock and its name in the record."""
+    strategy: str
+    operation: str
+    """torch.distributed's name of it: ``all_reduce``, ``broadcast`` (``all_gather``,
+    ``reduce_scatter``, ...)."""
+    bus_factor: Callable[[int], float]
+    """Bytes over the busiest link per byte of the message at N ranks (busbw / algbw, as
+    nccl-tests reports it): 2 (N - 1) / N for a ring all-reduce, (N - 1) / N for an
+    all-gather or a reduce-scatter, 1 for a broadcast."""
+    wait: str
+    """Where the job measures its wait, from which mark to which."""
+    modelled: bool
+    """Whether the step model times it from its bytes; the wait of one it does not stays in
+    what the anchor measured."""
+
+
+def _once(world_size: int) -> float:
+    """busbw / algbw of a broadcast: each byte crosses each link once (0 on one rank)."""
+    return 1.0 if world_size > 1 else 0.0
+
+
+STRATEGIES: dict[str, tuple[Collective, ...]] = {}
+"""strategy -> its collectives, in the order its step meets them; strategies in the order
+they were registered."""
+
+
+def register(*collectives: Collective) -> tuple[Collective, ...]:
+    """Add one strategy's collectives (all of the same strategy, keys not taken yet)."""
+    strategies = {c.strategy for c in collectives}
+    if len(strategies) != 1:
+        raise ValueError(f"one strategy at a time, not {sorted(strategies)}")
+    (strategy,) = strategies
+    taken = {c.key for c in every_collective()}
+    clash = [c.key for c in collectives if c.key in taken]
+    if strategy in STRATEGIES or clash:
+        raise ValueError(f"{strategy}: already registered ({clash or 'the strategy'})")
+    STRATEGIES[strategy] = tuple(collectives)
+    return STRATEGIES[strategy]
+
+
+def every_collective() -> tuple[Collective, ...]:
+    return tuple(c for group in STRATEGIES.values() for c in group)
+
+
+def series() -> tuple[str, ...]:
+    """Every registered collective's key: the step clock's per-step series, in order."""
+    return tuple(c.key for c in every_collective())
+
+
+DDP_GRADIENT, DDP_BROADCAST = register(
+    Collective(
+        key="gradient",
+        strategy="ddp",
+        operation="all_reduce",
+        bus_factor=_all_reduce_bus_factor,
+        wait="from backward's last gradient to backward returning",
+        modelled=True,
+    ),
+    Collective(
+        key="broadcast",
+        strategy="ddp",
+        operation="broadcast",
+        bus_factor=_once,
+        wait="for a module with buffers: from the training call's start to its forward",
+        modelled=False,
+    ),
+)
