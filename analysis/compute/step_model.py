@@ -58,8 +58,8 @@ from typing import Any
 
 import numpy as np
 
-from analysis.compute.collectives import NETWORK_TERM, link_bytes
 from analysis.compute.stats import finite_mean
+from scalescope.collectives import link_bytes, modelled
 
 CARRIES = ("one-time", "network", "stragglers")
 """The structural explanations of the loss the parts leave at the anchor (``other``):
@@ -70,6 +70,9 @@ CARRY_WORDS = {
     "network": "communication the model does not see, growing as the all-reduce does",
     "stragglers": "waiting for the slowest rank, growing with the number of ranks",
 }
+(NETWORK_TERM,) = modelled("ddp")
+"""The collective the network term times, by the registry (scalescope.collectives): DDP's
+gradient all-reduce; another strategy's modelled collectives come in beside it."""
 BACKWARD_SHARE = 2.0 / 3.0
 """Share of a micro-batch's compute that is backward (forward : backward about 1 : 2)."""
 

@@ -3,8 +3,8 @@
 Each collective a training step waits in has one key. The job keeps a per-step series of its
 wait under that key (:data:`scalescope.job.diagnosis.step_clock.COLLECTIVES`, every
 registered key in order), the record's ``diagnosis`` names it in ``by_collective``, and the
-analysis' step model reads from here which of them it times and what one message costs on
-the links (:mod:`analysis.compute.collectives`).
+analysis' step model reads from here which of them it times (:func:`modelled`) and the bytes
+one message puts on the busiest link (:func:`link_bytes`).
 
 DDP is the first strategy: its gradient all-reduce (from backward's last gradient to
 ``backward`` returning) and, for modules with buffers, its broadcast of them before forward.
@@ -74,6 +74,16 @@ def every_collective() -> tuple[Collective, ...]:
 def series() -> tuple[str, ...]:
     """Every registered collective's key: the step clock's per-step series, in order."""
     return tuple(c.key for c in every_collective())
+
+
+def modelled(strategy: str) -> tuple[Collective, ...]:
+    """The collectives of ``strategy`` that the step model times from their bytes."""
+    return tuple(c for c in STRATEGIES[strategy] if c.modelled)
+
+
+def link_bytes(collective: Collective, nbytes: float, world: int) -> float:
+    """Bytes over the busiest link for one message of ``nbytes`` at ``world`` ranks."""
+    return nbytes * collective.bus_factor(world)
 
 
 DDP_GRADIENT, DDP_BROADCAST = register(

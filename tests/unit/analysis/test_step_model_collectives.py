@@ -1,13 +1,12 @@
-"""The step model's view of a strategy's collectives (analysis.compute.collectives): what its
-network term times, and the bytes one message puts on the busiest link."""
+"""The step model's network term reads its collective from the registry
+(scalescope.collectives): what it times, and the bytes one message puts on the busiest link."""
 
 from __future__ import annotations
 
 import pytest
 
-from analysis.compute.collectives import NETWORK_TERM, link_bytes, modelled
-from analysis.compute.step_model import Level, allreduce_s
-from scalescope.collectives import DDP_GRADIENT
+from analysis.compute.step_model import NETWORK_TERM, Level, allreduce_s
+from scalescope.collectives import DDP_GRADIENT, link_bytes, modelled
 
 
 def test_the_network_term_is_ddps_gradient_all_reduce() -> None:
