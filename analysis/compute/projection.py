@@ -36,7 +36,7 @@ from analysis.compute.step_model import (
     network_from_points,
     network_from_profile,
 )
-from scalescope.allreduce_model import ddp_bucket_bytes
+from scalescope.allreduce_model import split_into_buckets
 
 DRAWS = 400
 INTERVAL = (2.5, 97.5)
@@ -52,7 +52,8 @@ class WhatIf:
     name: str
     batch_factor: float = 1.0
     accumulate: int | None = None
-    bucket_cap_bytes: float | None = None
+    bucket_cap_mb: float | None = None
+    """DDP's ``bucket_cap_mb`` (MiB): its first bucket takes the cap too."""
     grad_bytes_factor: float = 1.0
 
 
@@ -62,7 +63,7 @@ def what_ifs(model: StepModel, precision: str = "") -> list[WhatIf]:
     out.append(WhatIf("per-device batch x2", batch_factor=2.0))
     k = 4 if model.accumulate < 4 else 2 * model.accumulate
     out.append(WhatIf(f"accumulation {k}", accumulate=k))
-    out.append(WhatIf("DDP buckets of 100 MB", bucket_cap_bytes=100e6))
+    out.append(WhatIf("DDP bucket_cap_mb=100", bucket_cap_mb=100.0))
     if "bf16-true" not in precision and "16-true" not in precision:
         out.append(WhatIf("gradients in bf16", grad_bytes_factor=0.5))
     return out
@@ -77,8 +78,8 @@ def _apply(model: StepModel, w: WhatIf) -> dict[str, Any]:
         # k micro-batches of the measured size: k times the samples per optimizer step
         kw["batch"] = kw.get("batch", model.per_device_batch) * w.accumulate / model.accumulate
     buckets = model.bucket_bytes
-    if w.bucket_cap_bytes is not None:
-        buckets = tuple(ddp_bucket_bytes(int(sum(buckets)), int(w.bucket_cap_bytes)))
+    if w.bucket_cap_mb is not None:
+        buckets = tuple(split_into_buckets(int(sum(buckets)), "ddp", w.bucket_cap_mb))
     if w.grad_bytes_factor != 1.0:
         buckets = tuple(b * w.grad_bytes_factor for b in buckets)
     if buckets != model.bucket_bytes:

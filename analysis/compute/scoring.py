@@ -12,7 +12,9 @@ it from what it states, and the rest is an assumption, drawn over its band in th
 
 * compute per step: the 1-GPU point's step time when measured, else the 1-node step less the
   intra-node all-reduce the model exposes there;
-* all-reduce: the case's buckets (``bucket_mb``, or DDP's 25 MB) on a latency-bandwidth
+* all-reduce: the case's buckets as its method makes them (``scalescope.allreduce_model.
+  bucket_caps``: DDP's, Horovod's fusion buffers, or one message where the case says neither
+  method nor cap; ``bucket_mb`` the cap it sets, else the method's default) on a latency-bandwidth
   model with latency ``ALPHA_INTRA_S`` / ``ALPHA_INTER_S`` at 2 ranks and the case's bus
   bandwidths: inter-node within ``INTER_BAND`` of the stated link, or
   ``UNKNOWN_INTER_BAND`` of the intra-node one where the case states none;
@@ -44,7 +46,7 @@ from analysis.compute.model_error import load as load_error_model
 from analysis.compute.projection import DRAWS
 from analysis.compute.step_model import CARRIES, Level, Network, StepModel, expected_max
 from analysis.read.cases import Case, CaseError, Point, read_cases
-from scalescope.allreduce_model import ddp_bucket_bytes
+from scalescope.allreduce_model import split_into_buckets
 
 ALPHA_INTRA_S = 20e-6
 ALPHA_INTER_S = 50e-6
@@ -93,7 +95,7 @@ def _draft(case: Case, ref: Point, sigma_share: float, carry: str) -> StepModel:
     links, or assumed ones) and its reference point's step, anchored at one node."""
     d = case.devices_per_node
     b, k = case.per_device_batch, case.grad_accum
-    buckets = tuple(ddp_bucket_bytes(int(case.grad_bytes), int(case.bucket_mb * 1e6)))
+    buckets = tuple(split_into_buckets(int(case.grad_bytes), case.method, case.bucket_mb))
     intra_bw = case.intra_busbw_gbps or INTRA_DEFAULT_GBPS
     intra = Level(
         ALPHA_INTRA_S,
