@@ -100,12 +100,10 @@ def centre_of(
     return carry, dict(got)[carry]
 
 
-def run_noise(points: Sequence[ScalePoint], world: int) -> float:
+def run_noise(points: Sequence[ScalePoint], world: int, floor: float) -> float:
     """The run-to-run noise of one run (relative s.d. of the per-device throughput) at the
-    ``world``-rank point: its repeats' spread where there are two or more, never below the
-    default (two runs that happen to agree say little about a third)."""
-    from analysis.compute.model_error import NOISE_DEFAULT
-
+    ``world``-rank point: its repeats' spread where there are two or more, never below
+    ``floor``, the error model's (two runs that happen to agree say little about a third)."""
     runs = [
         1.0 / p.t_s
         for pt in points
@@ -114,10 +112,10 @@ def run_noise(points: Sequence[ScalePoint], world: int) -> float:
         if math.isfinite(p.t_s) and p.t_s > 0
     ]
     if len(runs) < 2:
-        return NOISE_DEFAULT
+        return floor
     mean = math.fsum(runs) / len(runs)
     sd = math.sqrt(math.fsum((r - mean) ** 2 for r in runs) / (len(runs) - 1))
-    return max(NOISE_DEFAULT, sd / mean) if mean > 0 else NOISE_DEFAULT
+    return max(floor, sd / mean) if mean > 0 else floor
 
 
 def resample(points: Sequence[ScalePoint], rng: np.random.Generator) -> list[ScalePoint]:
@@ -152,11 +150,14 @@ def project_points(
     measured scale's runs (the network's fit with them, unless ``profile`` gives it),
     takes the explanations in turn, a point of the network band and the error model's
     residual, with the run-to-run noise of one run (the anchor's repeats' spread where
-    there are two or more, never below :data:`~.model_error.NOISE_DEFAULT`)."""
+    there are two or more, never below the shipped model's, which the published cases chose)."""
     model = fit.model
     assert model is not None
     # the shipped error model with this sweep's run-to-run noise; one given is used as it is
-    em = error_model or replace(load_error_model(), noise=run_noise(points, model.anchor_world))
+    shipped = load_error_model()
+    em = error_model or replace(
+        shipped, noise=run_noise(points, model.anchor_world, floor=shipped.noise)
+    )
     ifs = what_ifs(model, precision)
     samples = _draw(points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed)
     rows = []

@@ -293,17 +293,21 @@ def _result(
     }
 
 
-def cross_validated(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> dict[str, Any]:
-    """Leave one source out: each source's points with the error model fitted on the
-    others' (model_error.cross_validate), in the backtest's layout."""
-    prepared = prepare(cases, draws, seed)
-    scored = cross_validate(prepared)
+def cross_validated(
+    cases: Sequence[Case], draws: int = DRAWS, seed: int = 0, prepared: Sequence[Scored] = ()
+) -> dict[str, Any]:
+    """Nested leave one source out: each source's points with the error model whose noise
+    and fit come from the other sources alone (model_error.cross_validate), in the
+    backtest's layout, with each fold's chosen settings under ``folds``. ``prepared``: the
+    cases' prepared points where already made (:func:`prepare`, the costly part)."""
+    prepared = list(prepared) or prepare(cases, draws, seed)
+    scored, folds = cross_validate(prepared)
     # cross_validate groups the points by source: put them back in the cases' order
     by_key: dict[str, list[dict[str, Any]]] = {}
     for s in scored:
         by_key.setdefault(str(s["case"]), []).append(s)
     ordered = [by_key[c.name].pop(0) for c in cases for _ in c.published]
-    return _result(cases, prepared, ordered)
+    return {**_result(cases, prepared, ordered), "folds": folds}
 
 
 __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cases
