@@ -40,8 +40,10 @@ def test_one_point_is_scored_as_worked_by_hand() -> None:
     low = lo_draw + 0.05 * (0.9 - lo_draw)
     high = 0.9 + 0.95 * (hi_draw - 0.9)
     assert low == pytest.approx(0.883070, abs=1e-6) and high == pytest.approx(0.917272, abs=1e-6)
-    draws = dict(base=[0.9, 0.9, 0.9], z_noise=[-1.0, 0.0, 1.0])
-    missed, hit = me.score([point(0.80, **draws), point(0.91, **draws)], em)
+    base, z_noise = [0.9, 0.9, 0.9], [-1.0, 0.0, 1.0]
+    missed, hit = me.score(
+        [point(0.80, base=base, z_noise=z_noise), point(0.91, base=base, z_noise=z_noise)], em
+    )
     assert missed["covered"] is False and hit["covered"] is True
     assert missed["error_pts"] == pytest.approx(10.0)  # 0.90 predicted, 0.80 published
     assert hit["error_pts"] == pytest.approx(-1.0)
