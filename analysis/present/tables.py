@@ -417,9 +417,15 @@ def precision_table(analysis: Analysis) -> DisplayTable | None:
 
 
 def failure_label(row: pd.Series) -> str:
-    """Like a series label, without what only a result knows (epochs, workload parameters)."""
+    """Like a series label, without what only a result knows (epochs, workload parameters);
+    for a job that printed no start event, its shape and repeat as sweep.json or its sbatch
+    log's first line give them."""
     if is_missing(row["config_name"]):
-        return "unknown (no start event)"
+        if is_missing(row.get("nodes")) or is_missing(row.get("devices_per_node")):
+            return "unknown (no start event)"
+        repeat = row.get("repeat_index")
+        again = "" if is_missing(repeat) else f" repeat {int(repeat)}"
+        return f"shape {int(row['nodes'])}x{int(row['devices_per_node'])}{again}"
     name = str(row["config_name"])
     if not is_missing(row["workload"]) and row["workload"] != row["config_name"]:
         name += f" [{row['workload']}]"

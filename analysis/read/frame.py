@@ -258,6 +258,7 @@ def _failure_row(failure: Failure) -> dict[str, Any]:
             devices_per_node=planned.devices_per_node,
             world_size=planned.world_size,
             sweep_id=planned.sweep_id,
+            repeat_index=planned.repeat,
         )
     d = failure.diagnosis
     row.update(
