@@ -42,6 +42,7 @@ import lightning as L
 from ..config import WARMUP_AUTO_MAX_STEPS, ProfileConfig
 from . import profile_plan as plan
 from .calibration import first_line
+from .stderr_filter import dropping_lines
 from .step_breakdown import StepBreakdown
 from .timing import loader_steps
 
@@ -309,7 +310,8 @@ class ProfileCapture(L.Callback):
             prof.step_num = self.first  # markers named after the optimizer steps they hold
             self._sync()
             self._t0 = time.perf_counter()
-            prof.start()
+            with dropping_lines():  # libkineto's USDT marker line
+                prof.start()
             self._prof = prof
         except Exception as exc:  # a profiler that cannot start: the part says why
             self.part = {"status": "failed", "reason": f"{type(exc).__name__}: {first_line(exc)}"}
@@ -348,7 +350,8 @@ class ProfileCapture(L.Callback):
         started = time.perf_counter()
         name = plan.trace_name(self._rank)
         try:
-            prof.stop()
+            with dropping_lines():
+                prof.stop()
             if last < self.first:
                 raise RuntimeError("no optimizer step ran in the capture")
             path = self.run_dir / name
