@@ -21,7 +21,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogLocator, NullLocator
 
-from analysis.compute.metrics import DEFAULT_LOSS_TOLERANCE, EFFICIENCY_REFERENCE, efficiency_column
+from analysis.compute.metrics import (
+    DEFAULT_LOSS_TOLERANCE,
+    EFFICIENCY_REFERENCE,
+    STEADY,
+    efficiency_column,
+)
 from analysis.present.display import devices_header
 
 _SIZE = (7.5, 4.8)
@@ -124,8 +129,9 @@ def _by_series(
 
 
 def speedup_chart(scaling: pd.DataFrame) -> Figure:
-    """Speedup vs devices per configuration with 95% CI error bars and the ideal line
-    (strong scaling: from train time; weak scaling: throughput speedup). Log2 axes."""
+    """Speedup vs devices per configuration with 95% CI error bars and the ideal line: the
+    scaling table's headline speedup, a ratio of steady-state throughputs (whole training
+    where a series has no steady state). Log2 axes."""
     fig, ax = _figure()
     series = _by_series(scaling, sort=("world_size",))
     worlds: list[float] = []
@@ -223,16 +229,28 @@ def efficiency_chart(scaling: pd.DataFrame) -> Figure:
     ax.set_xlabel(devices_header(scaling["accelerator"].tolist()))
     ax.set_ylabel("Efficiency (%)")
     modes = set(scaling["scaling_mode"])
+    basis = _basis(scaling)
     ax.set_title(
-        "Parallel efficiency (from train time)"
+        f"Parallel efficiency (from {basis})"
         if modes == {"strong"}
-        else "Weak-scaling efficiency (per-device throughput)"
+        else f"Weak-scaling efficiency (from per-device {basis})"
         if modes == {"weak"}
-        else "Efficiency (strong: from train time; weak: per-device throughput)"
+        else f"Efficiency (strong: parallel, weak: per device; from {basis})"
     )
     ax.grid(True, axis="y", alpha=0.3)
     _legend_below(ax, frame["series"].nunique() + 1)
     return fig
+
+
+def _basis(scaling: pd.DataFrame) -> str:
+    """What the headline ratios of these rows are made of, in words (the scaling table's
+    ``headline_basis``: the steady state unless a group or its baseline has none)."""
+    steady = scaling["headline_basis"] == STEADY
+    if steady.all():
+        return "steady-state throughput"
+    if not steady.any():
+        return "whole-training throughput"
+    return "steady-state throughput; whole training where there is none"
 
 
 def throughput_chart(groups: pd.DataFrame) -> Figure:
