@@ -161,7 +161,7 @@ def speedup_chart(scaling: pd.DataFrame) -> Figure:
     _log2_x(ax, worlds)
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}")
-    _label_log2(ax, scaling, "Speedup vs baseline (log2)", "Speedup")
+    _label_log2(ax, scaling, "Speedup vs baseline (log2)", f"Speedup (from {_basis(scaling)})")
     _legend(ax, len(series) + 1)
     return fig
 
@@ -261,11 +261,12 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
     series = _by_series(groups)
     worlds: list[float] = []
     values: list[float] = []
+    whole = False
     for color, name, part in series:
         x = part["world_size"].astype(float)
         col = "steady_samples_per_s"
         if not part[f"{col}_mean"].notna().all():
-            col, name = "samples_per_s", f"{name} (whole training)"
+            col, name, whole = "samples_per_s", f"{name} (whole training)", True
         y = part[f"{col}_mean"].astype(float)
         ax.errorbar(
             x,
@@ -289,7 +290,8 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.0f}" if v >= 10 else f"{v:g}")
-    _label_log2(ax, groups, "Throughput (samples/s, log scale)", "Training throughput")
+    title = "steady state" + ("; whole training where marked" if whole else "")
+    _label_log2(ax, groups, "Throughput (samples/s, log scale)", f"Training throughput ({title})")
     _legend(ax, len(series) + 1)
     return fig
 
