@@ -103,7 +103,7 @@ def _drawn(fig: object) -> list[float]:
 
 
 def test_every_chart_title_names_what_it_draws(summary: tuple[Loaded, Analysis]) -> None:
-    loaded, analysis = summary
+    _, analysis = summary
     charts = [(CHARTS[n][0], CHARTS[n][1](getattr(analysis, CHARTS[n][0]))) for n in CHARTS]
     series = analysis.waterfall.table["series"].iloc[0]
     charts.append(("diagnosis", step_parts_chart(analysis.waterfall.table, series)))
