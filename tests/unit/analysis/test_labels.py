@@ -110,8 +110,8 @@ def test_every_chart_title_names_what_it_draws(summary: tuple[Loaded, Analysis])
     wrong, named = [], 0
     for frame_name, fig in charts:
         title = fig.axes[0].get_title()
-        frame = analysis.waterfall.table if frame_name == "diagnosis" else getattr(
-            analysis, frame_name
+        frame = (
+            analysis.waterfall.table if frame_name == "diagnosis" else getattr(analysis, frame_name)
         )
         matched = _matches(_drawn(fig), {frame_name: frame}, rel=1e-6)
         wrong += _check(title, matched)
