@@ -46,12 +46,16 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _section(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = mapping.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def run_length(row: Mapping[str, Any]) -> RunLength | None:
     """A run's length as its record gives it, the way the job reads its own (None where the
     epoch's length was not known before it ran: the job does not check those either)."""
-    config = row.get("config")
-    config = config if isinstance(config, dict) else {}
-    trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
+    config = _section(row, "config")
+    trainer = _section(config, "trainer")
     per_epoch = row.get("steps_per_epoch")
     if per_epoch is None or per_epoch is pd.NA or int(per_epoch) <= 0 or not trainer:
         return None
@@ -61,10 +65,8 @@ def run_length(row: Mapping[str, Any]) -> RunLength | None:
     warmup = resolve_warmup(trainer.get("warmup_steps", "auto"), per_epoch, max_steps)
     if warmup is None:
         return None
-    workload = config.get("workload") if isinstance(config.get("workload"), dict) else {}
-    user_module = ":" in str(workload.get("name", ""))  # a built-in loader groups its steps
-    profile = trainer.get("profile") if isinstance(trainer.get("profile"), dict) else {}
-    diagnosis = config.get("diagnosis") if isinstance(config.get("diagnosis"), dict) else {}
+    user_module = ":" in str(_section(config, "workload").get("name", ""))  # else grouped
+    profile, diagnosis = _section(trainer, "profile"), _section(config, "diagnosis")
     world = row.get("world_size")
     several = world is not None and world is not pd.NA and int(world) > 1
     return RunLength(
