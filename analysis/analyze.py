@@ -7,6 +7,7 @@ circle.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,7 +141,7 @@ def _scale_notes(scaling: pd.DataFrame, cv_threshold: float) -> list[str]:
     for _, row in scaling[scaling["parity"].str.startswith("worse")].iterrows():
         notes.append(
             f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: {row['parity']} than "
-            "the baseline beyond tolerance; faster but worse is not a speedup."
+            f"the baseline beyond tolerance; {_worse_and(row['speedup'])}"
         )
     superlinear = scaling[
         (scaling["scaling_mode"] != "weak")
@@ -155,6 +156,15 @@ def _scale_notes(scaling: pd.DataFrame, cv_threshold: float) -> list[str]:
             "problem that now fits in cache: check before quoting."
         )
     return notes
+
+
+def _worse_and(speedup: float) -> str:
+    """What a worse validation result adds to the run's speed, which it qualifies."""
+    if math.isfinite(speedup) and speedup > 1:
+        return f"faster but worse is not a speedup ({speedup:.2f}x)."
+    if math.isfinite(speedup) and speedup < 1:
+        return f"and slower too ({speedup:.2f}x)."
+    return "check the run before quoting its figures."
 
 
 def _repeat_notes(groups: pd.DataFrame) -> list[str]:

@@ -17,7 +17,14 @@ from analysis.commands.common import (
     emit,
     warn,
 )
-from analysis.compute.compare import COMPARABLE, DEFAULT_ALPHA, DEFAULT_TOLERANCE, compare_runs
+from analysis.compute.compare import (
+    COMPARABLE,
+    DEFAULT_ALPHA,
+    DEFAULT_METRIC,
+    DEFAULT_TOLERANCE,
+    METRIC_NAMES,
+    compare_runs,
+)
 from analysis.present.display import MISSING, DisplayTable, devices_header, sig
 from analysis.read.frame import load_all
 
@@ -31,7 +38,13 @@ def build_compare_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("a", metavar="A", help="reference results (folder or file)")
     p.add_argument("b", metavar="B", help="results compared with A")
-    p.add_argument("--metric", choices=COMPARABLE, default="train_time_s")
+    p.add_argument(
+        "--metric",
+        choices=COMPARABLE,
+        default=DEFAULT_METRIC,
+        help=f"the quantity compared (default {DEFAULT_METRIC}: the headline's steady-state "
+        "throughput per device; train_time_s: the whole training, warm-up included)",
+    )
     p.add_argument(
         "--tolerance",
         type=_fraction,
@@ -85,7 +98,7 @@ def _compare_table(
     ]
     return DisplayTable(
         "compare",
-        f"Comparison of {metric}: B against A",
+        f"B against A on {metric}: {METRIC_NAMES[metric]}",
         pd.DataFrame(rows, columns=cols, dtype="object"),
         caption=[
             f"Marked better/worse only when |change| > {tolerance:.0%} and Welch's t-test "
@@ -118,6 +131,7 @@ def compare(args: argparse.Namespace) -> int:
             "a": args.a,
             "b": args.b,
             "metric": args.metric,
+            "metric_name": METRIC_NAMES[args.metric],
             "tolerance": args.tolerance,
             "alpha": args.alpha,
             "test": "Welch's unequal-variances t-test, two-sided",

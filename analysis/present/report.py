@@ -199,7 +199,7 @@ def document(
         "methods": METHODS,
         "environment": environment(runs),
         "notes": analysis.notes,
-        "runs": records(runs, drop=("versions", "diagnosis", "profile")),
+        "runs": records(runs, drop=("versions", "diagnosis", "profile", "config")),
         "groups": records(analysis.groups),
         "scaling": records(analysis.scaling),
         "amdahl": records(analysis.amdahl),

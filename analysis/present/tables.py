@@ -60,7 +60,7 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         "Nodes",
         "Train time (s)",
         "Time/epoch (s)",
-        "Throughput (samples/s)",
+        "Steady throughput (samples/s)",
         "Val loss",
         "Val acc",
     ]
@@ -81,7 +81,7 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
             str(c["nodes"][i]),
             num(c["train_time_s"][i]),
             num(c["mean_epoch_time_s"][i], 3),
-            sig(c["samples_per_s"][i]),
+            _run_throughput(c["steady_samples_per_s"][i], c["samples_per_s"][i]),
             num(c["val_loss_final"][i], 4),
             num(c["val_acc_final"][i], 4),
         ]
@@ -100,12 +100,18 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         frame,
         caption=[
             "Train time: training part of all epochs, validation excluded (max over ranks); "
-            "Time/epoch: its mean per epoch; Val loss/acc: final epoch's."
-            + (GPU_CAPTION if gpu else "")
+            "Time/epoch: its mean per epoch; Steady throughput: samples/s after the warm-up, "
+            "the headline's quantity (a run without a steady state: its whole training, marked "
+            "'whole'); Val loss/acc: final epoch's." + (GPU_CAPTION if gpu else "")
         ],
         right=set(numbers),
     )
     return _truncate(table, max_rows, "runs.csv and summary.json")
+
+
+def _run_throughput(steady: Any, whole: Any) -> str:
+    """A run's steady-state throughput; its whole-training one, so marked, without one."""
+    return sig(steady) if not is_missing(steady) else f"{sig(whole)} (whole)"
 
 
 def variability_table(analysis: Analysis) -> DisplayTable:
@@ -417,9 +423,15 @@ def precision_table(analysis: Analysis) -> DisplayTable | None:
 
 
 def failure_label(row: pd.Series) -> str:
-    """Like a series label, without what only a result knows (epochs, workload parameters)."""
+    """Like a series label, without what only a result knows (epochs, workload parameters);
+    for a job that printed no start event, its shape and repeat as sweep.json or its sbatch
+    log's first line give them."""
     if is_missing(row["config_name"]):
-        return "unknown (no start event)"
+        if is_missing(row.get("nodes")) or is_missing(row.get("devices_per_node")):
+            return "unknown (no start event)"
+        repeat = row.get("repeat_index")
+        again = "" if is_missing(repeat) else f" repeat {int(repeat)}"
+        return f"shape {int(row['nodes'])}x{int(row['devices_per_node'])}{again}"
     name = str(row["config_name"])
     if not is_missing(row["workload"]) and row["workload"] != row["config_name"]:
         name += f" [{row['workload']}]"

@@ -33,8 +33,8 @@ import lightning as L
 import torch
 import torch.distributed as dist
 
-from ..config import WARMUP_AUTO_MAX_STEPS
 from ..procinfo import peak_host_rss_gib, process_start_unix
+from ..run_length import WARMUP_AUTO_MAX_STEPS, resolve_warmup
 from .peak_memory import DevicePeaks
 
 __all__ = [
@@ -82,22 +82,6 @@ class WarmupHold(Protocol):
     def resolve(self, trainer: L.Trainer, target: int | None) -> None: ...
 
     def holds(self, step: int) -> bool: ...
-
-
-def resolve_warmup(
-    setting: int | str, steps_per_epoch: int, max_steps: int | None = None
-) -> int | None:
-    """``trainer.warmup_steps``: ``auto`` is the first epoch, capped for long epochs; where
-    the epoch's length is not known before it runs (a loader without a length), the first
-    half of ``max_steps`` where that bounds the run, else None: the first epoch, ended when
-    its stream ends (or at the cap, whichever comes first)."""
-    if setting == "auto":
-        if steps_per_epoch > 0:
-            return min(steps_per_epoch, WARMUP_AUTO_MAX_STEPS)
-        if max_steps:
-            return min(max_steps // 2, WARMUP_AUTO_MAX_STEPS)
-        return None
-    return int(setting)
 
 
 STREAM_NOTE = (
