@@ -292,6 +292,7 @@ def _allreduce(allreduce: Mapping[str, Any]) -> dict[str, Any]:
 
 OVERLAP_WITHIN_NOISE = "within noise"
 OVERLAP_BELOW_ZERO = "below zero beyond its noise"
+OVERLAP_ONE_PAIR = "one pair: not enough to tell"
 
 
 def overlap_slowdown(calibration: Mapping[str, Any], world_size: int) -> tuple[float, str]:
@@ -302,7 +303,9 @@ def overlap_slowdown(calibration: Mapping[str, Any], world_size: int) -> tuple[f
     time to the last gradient), so it is only taken out where its Student-t 95% interval over
     the pairs lies above 0. An interval that includes 0 is noise, not a slowdown; one below 0
     would say the all-reduce beside backward sped it up, which is a disagreement between the
-    windows, not a gain: neither is subtracted from anything. One pair: no interval, kept."""
+    windows, not a gain: neither is subtracted from anything. One pair gives no interval (what
+    the default budget affords for passes of about 0.75 to 1.5 s): whatever its sign, it is
+    not enough to tell a slowdown from noise, and it stays inside compute too."""
     if world_size <= 1:
         return 0.0, ""
     if calibration.get("status") != "measured":
@@ -312,7 +315,12 @@ def overlap_slowdown(calibration: Mapping[str, Any], world_size: int) -> tuple[f
     if math.isnan(value) or not isinstance(diffs, list):
         return value, ""
     s = summarize([d for d in diffs if finite_number(d) is not None])
-    if s.n < 2 or s.ci_low > 0:
+    if s.n < 2:
+        return math.nan, (
+            f"{OVERLAP_ONE_PAIR} ({1e3 * value:.2g} ms from a single pair of windows, no "
+            "interval): left inside compute"
+        )
+    if s.ci_low > 0:
         return value, ""
     span = f"{1e3 * s.mean:.2g} ms [{1e3 * s.ci_low:.2g}, {1e3 * s.ci_high:.2g}] over {s.n} pairs"
     if s.ci_high < 0:
