@@ -71,6 +71,10 @@ class RunParts:
     where the compute split is not recorded (CPU runs, no NVML, older records)."""
     gpu_util_pct: float = math.nan
     """The typical rank's GPU utilisation over the steady state (NVML); NaN without it."""
+    gpu_comm_alone_s: float = math.nan
+    """Seconds per step the typical rank's collectives' kernels ran with no other kernel
+    beside them, taken out of NVML's busy time by the split (0 on one device); NaN where not
+    recorded, and in records made before it was measured."""
     compute_split_reason: str = ""
     """Why the compute split is not recorded ('' when it is)."""
 
@@ -226,7 +230,8 @@ def _compute_split(diagnosis: Mapping[str, Any], typical: int) -> dict[str, Any]
     if math.isnan(share):
         share = number_at(split, "gpu_idle_share")
     util = number_at(mine[0], "gpu_util_pct") if mine else math.nan
-    return dict(gpu_idle_share=share, gpu_util_pct=util)
+    alone = number_at(mine[0], "comm_alone_s") if mine else math.nan
+    return dict(gpu_idle_share=share, gpu_util_pct=util, gpu_comm_alone_s=alone)
 
 
 def _communication(

@@ -34,6 +34,7 @@ from analysis.analyze import analyze
 from analysis.compute.findings import finding, findings
 from analysis.compute.run_parts import run_parts
 from analysis.compute.waterfall import NOT_RECORDED, PARTS, attribute, chart_slugs
+from analysis.present.display import MISSING
 from analysis.present.tables import diagnosis_table
 from scalescope.record import ResultRecord, decode_line, encode
 
@@ -343,11 +344,17 @@ def test_records_whose_communication_comes_from_the_calibration_say_so(tmp_path:
 # --- compute split: GPU work and host overhead ------------------------------------------------
 
 
-def _with_split(record: ResultRecord, idle: float, util: float) -> ResultRecord:
+def _with_split(
+    record: ResultRecord, idle: float, util: float, alone: float | None = None
+) -> ResultRecord:
     """The record's breakdown as a GPU run records it: NVML's utilisation, and compute split
-    into GPU work and host overhead (scalescope.job.compute_split)."""
+    into GPU work and host overhead (scalescope.job.compute_split); ``alone``: the time per
+    step the collectives' kernels ran alone (absent in records made before it was)."""
     d = dict(record.diagnosis or {})
     rows = [{"rank": r["rank"], "gpu_util_pct": util, "gpu_idle_share": idle} for r in d["ranks"]]
+    if alone is not None:
+        for row in rows:
+            row["comm_alone_s"] = alone
     d["compute_split"] = {
         "status": "recorded",
         "reason": None,
@@ -365,7 +372,7 @@ def test_a_launch_bound_gpu_is_named_in_the_compute_advice(tmp_path: Path) -> No
     for i, j in enumerate(JITTER):
         records.append(diag_record(f"1{i}", 1, input_s=0.001, compute_s=0.05, jitter=j))
         slow = diag_record(f"2{i}", 2, input_s=0.001, compute_s=0.05, jitter=j)
-        records.append(_with_split(slow, idle=0.56, util=44.0))
+        records.append(_with_split(slow, idle=0.56, util=44.0, alone=0.0032 * j))
     analysis = analyze(runs_of(tmp_path, records))
     assert analysis.waterfall is not None
     row = scaled_row(analysis.waterfall.table)
@@ -377,7 +384,14 @@ def test_a_launch_bound_gpu_is_named_in_the_compute_advice(tmp_path: Path) -> No
     assert "trainer.profile.steps=5" in item["text"]
     table = diagnosis_table(analysis)
     assert table is not None
-    assert list(table.frame.iloc[0][["GPU busy (NVML)", "GPU idle in compute"]]) == ["44%", "56%"]
+    assert row["gpu_comm_alone_s_mean"] == pytest.approx(0.0032)
+    cells = ["GPU busy (NVML)", "Collectives alone (ms/step)", "GPU idle in compute"]
+    assert list(table.frame.iloc[0][cells]) == ["44%", "3.2", "56%"]
+    # a record made before the collectives' lone time was: the split, without that cell
+    older = [_with_split(r, 0.56, 44.0) if r.identity.world_size == 2 else r for r in records]
+    older_table = diagnosis_table(analyze(runs_of(tmp_path / "older", older)))
+    assert older_table is not None
+    assert list(older_table.frame.iloc[0][cells]) == ["44%", MISSING, "56%"]
 
 
 def test_a_cpu_run_has_no_split_column_and_no_launch_bound_advice(tmp_path: Path) -> None:
