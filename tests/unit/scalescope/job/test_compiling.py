@@ -3,8 +3,6 @@ set as the callback would have taken them)."""
 
 from __future__ import annotations
 
-import pytest
-
 from scalescope.job.compiling import CompileClock, compile_seconds
 from scalescope.job.timing import Timings
 
