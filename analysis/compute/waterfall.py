@@ -167,6 +167,7 @@ WATERFALL_COLUMNS = [
     "slowest_seen",
     "gpu_util_pct_mean",
     "gpu_idle_share_mean",
+    "gpu_comm_alone_s_mean",
     "compute_split_note",
     "profile_command",
     "profile_note",
@@ -395,6 +396,7 @@ def _measured(recorded: Sequence[RunParts], confidence: float) -> dict[str, Any]
         rank_skew_mean=finite_mean([p.rank_skew for p in recorded]),
         gpu_util_pct_mean=finite_mean([p.gpu_util_pct for p in recorded]),
         gpu_idle_share_mean=finite_mean([p.gpu_idle_share for p in recorded]),
+        gpu_comm_alone_s_mean=finite_mean([p.gpu_comm_alone_s for p in recorded]),
     )
     out["compute_split_note"] = (
         _first([p.compute_split_reason for p in recorded])

@@ -41,9 +41,12 @@ __all__ = [
     "STREAM_NOTE",
     "TimingCallback",
     "agree",
+    "combine",
     "loader_steps",
     "median_step_time",
     "process_start_unix",
+    "rank_part",
+    "rank_steady_s",
     "resolve_warmup",
     "unbounded_stream",
 ]
@@ -332,12 +335,26 @@ def agree(
 ) -> Agreed:
     """Reduce this rank's timings with every other rank's (call on all ranks).
 
-    One gather of a small dict per rank, bounded by the process group's timeout
-    (``trainer.collective_timeout_s``): a rank that died makes the others fail within it.
-    ``extra`` (the diagnosis' per-rank part) travels in the same gather.
+    One gather of a small dict per rank (:func:`rank_part`), bounded by the process group's
+    timeout (``trainer.collective_timeout_s``): a rank that died makes the others fail
+    within it. ``extra`` (the diagnosis' per-rank part) travels in the same gather. The
+    gathered parts are reduced by :func:`combine`.
     """
+    mine = rank_part(t, node_name, trainer.local_rank, extra)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+    else:
+        everyone = [mine]
+    return combine(everyone)
+
+
+def rank_part(
+    t: Timings, node_name: str, local_rank: int, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """What one rank sends in :func:`agree`'s gather."""
     peaks = t.peaks
-    mine = {
+    return {
         "start": t.process_start_unix,
         "train_start": t.train_start_unix,
         "end": t.train_end_unix,
@@ -350,14 +367,15 @@ def agree(
         "rss": peak_host_rss_gib(),
         "warmup_steps": t.warmup_steps,
         "steady": rank_steady_s(t),
-        "local_rank": trainer.local_rank,
+        "local_rank": local_rank,
         **(dict(extra) if extra else {}),
     }
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        everyone: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, mine)
-    else:
-        everyone = [mine]
+
+
+def combine(everyone: list[dict[str, Any]]) -> Agreed:
+    """Every rank's part (rank order) reduced: the job is as slow as its slowest rank, so
+    each interval is the max over ranks (the setup ends when the last rank starts training),
+    and the steady time is the slowest rank's own."""
     start = min(r["start"] for r in everyone)
     train_start = max(r["train_start"] for r in everyone)
     end = max(r["end"] for r in everyone)

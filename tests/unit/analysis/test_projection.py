@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from projection_helpers import parts, series
 
-from analysis.compute.projection import project_points
+from analysis.compute.projection import _apply, project_points, what_ifs
 from analysis.compute.step_model import (
     ScalePoint,
     fit_series,
@@ -43,6 +43,28 @@ def test_what_ifs_move_the_projection_the_right_way() -> None:
     assert rows["per-device batch x2"]["efficiency"] > plain
     assert rows["gradients in bf16"]["efficiency"] > plain  # half the bytes
     assert rows["accumulation 4"]["accumulate_grad_batches"] == 4
+
+
+def test_each_what_if_changes_its_setting_by_its_amount() -> None:
+    """Amounts, not directions, worked by hand on a 32-sample anchor with 1 MiB + 4 x 25 MiB
+    of fp32 gradients: the batch what-if doubles the per-device batch (64 samples, in the
+    settings and in the projected row), accumulation 4 runs 4 micro-batches of 32 (128
+    samples a step), bf16 gradients halve every bucket (512 KiB + 4 x 12.5 MiB)."""
+    buckets = (1 << 20,) + (25 << 20,) * 4
+    pts, base = series(comm=0.008, busbw=0.5, buckets=buckets)
+    fit = fit_series(pts, base, "weak")
+    model = fit.model
+    assert model is not None and model.per_device_batch == 32
+    settings = {w.name: _apply(model, w) for w in what_ifs(model, "32-true")}
+    assert settings["as measured"] == {}
+    assert settings["per-device batch x2"] == {"batch": 64.0}
+    assert settings["accumulation 4"] == {"k": 4, "batch": 128.0}
+    assert settings["gradients in bf16"] == {"buckets": ((1 << 19),) + (25 << 19,) * 4}
+    assert "gradients in bf16" not in {w.name for w in what_ifs(model, "bf16-true")}
+    rows = {r["what_if"]: r for r in project_points(fit, pts, base, "weak", [(16, 8)], draws=5)}
+    assert rows["as measured"]["per_device_batch_size"] == 32
+    assert rows["per-device batch x2"]["per_device_batch_size"] == 64
+    assert rows["accumulation 4"]["per_device_batch_size"] == 128
 
 
 # --- the reviewed defects, each against a truth computed here ---------------------------------
