@@ -1,0 +1,138 @@
+"""Runs that shared a node while timed (analysis.compute.overlap): found from the records'
+timed-interval bounds and node names, said in the summary's "Read this first" and runs
+table, and by compare and check, through their main in this process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import record_factory
+from analysis_helpers import start_of, summarize_main, write_log
+
+from analysis.compute.overlap import node_overlaps
+from analysis.read.frame import load
+from scalescope.record import ResultRecord
+
+T0 = 1_700_000_000.0
+
+
+def _run(
+    job: str, world: tuple[int, int], nodes: list[str], start: float | None, end: float | None
+) -> ResultRecord:
+    ident = record_factory.identity(job, world=world)
+    bounds: dict[str, Any] = {}
+    if start is not None:
+        bounds = {"train_start_unix": T0 + start, "train_end_unix": T0 + end}
+    return record_factory.record(
+        ident,
+        epoch_times_s=[4.0, 3.0, 3.0],
+        node_names=[n for n in nodes for _ in range(world[1])],
+        **bounds,
+    )
+
+
+def _write(folder: Path, *records: ResultRecord) -> Path:
+    for r in records:
+        write_log(folder / f"slurm-{r.identity.job_id}.out", start_of(r), r)
+    return folder
+
+
+def _shared_sweep(folder: Path) -> Path:
+    """Job 11 (1x1 on node1) timed from 0 to 30 s; job 12 (2x1 on node1 and node2) from
+    22.5 to 60 s: 7.5 s together on node1. Job 13 ran at the same time on node3 only, job
+    14 on node1 after job 11 ended and as job 12 did: neither shared anything."""
+    return _write(
+        folder,
+        _run("11", (1, 1), ["node1"], 0.0, 30.0),
+        _run("12", (2, 1), ["node1", "node2"], 22.5, 60.0),
+        _run("13", (1, 1), ["node3"], 0.0, 60.0),
+        _run("14", (1, 1), ["node1"], 60.0, 90.0),
+    )
+
+
+def test_the_summary_reports_the_seconds_two_runs_shared_a_node(tmp_path: Path) -> None:
+    folder = _shared_sweep(tmp_path / "logs")
+    proc = summarize_main(folder, "--no-write", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("## Read this first", 1)[1]
+    shared = [line for line in notes.splitlines() if "shared a node" in line]
+    assert len(shared) == 1, notes
+    assert "2 run(s) shared a node" in shared[0]
+    assert "job 11 (1x1) and job 12 (2x1) on node1 for 7.5 s" in shared[0]
+    assert "job 13" not in shared[0] and "job 14" not in shared[0]
+    assert "--max-parallel 1" in shared[0]
+    rows = {
+        cells[1].strip(): cells
+        for line in proc.stdout.splitlines()
+        if line.startswith("| 1") and len(cells := line.split("|")) > 3
+    }
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("| Job ID"))
+    column = [c.strip() for c in header.split("|")].index("Shared node")
+    assert rows["11"][column].strip() == "node1 7.5 s with job 12"
+    assert rows["12"][column].strip() == "node1 7.5 s with job 11"
+    assert rows["13"][column].strip() == rows["14"][column].strip() == ""
+
+
+def test_the_summary_json_lists_the_pair(tmp_path: Path) -> None:
+    folder = _shared_sweep(tmp_path / "logs")
+    proc = summarize_main(folder, "--no-write", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    (pair,) = json.loads(proc.stdout)["shared_nodes"]
+    assert (pair["job_a"], pair["job_b"], pair["nodes"]) == ("11", "12", "node1")
+    assert pair["overlap_s"] == 7.5
+
+
+def test_records_without_bounds_are_not_checked(tmp_path: Path) -> None:
+    """Older records carry no timed-interval bounds: nothing is guessed from their start."""
+    folder = _write(
+        tmp_path / "logs",
+        _run("11", (1, 1), ["node1"], None, None),
+        _run("12", (1, 1), ["node1"], None, None),
+    )
+    proc = summarize_main(folder, "--no-write", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    assert "shared a node" not in proc.stdout and "Shared node" not in proc.stdout
+
+
+def test_overlaps_pair_every_run_once_per_pair_and_skip_touching_intervals(
+    tmp_path: Path,
+) -> None:
+    folder = _write(
+        tmp_path / "logs",
+        _run("21", (2, 1), ["node1", "node2"], 0.0, 100.0),
+        _run("22", (2, 1), ["node1", "node2"], 40.0, 70.0),  # inside 21, on both nodes
+        _run("23", (1, 1), ["node2"], 100.0, 130.0),  # starts as 21 ends
+        _run("24", (1, 1), ["node1"], 99.5, 120.0),  # half a second with 21: not reported
+        _run("25", (1, 1), ["node2"], 125.0, 140.0),  # 5 s with 23
+    )
+    pairs = node_overlaps(load(folder))
+    got = {(r.job_a, r.job_b): (r.nodes, r.overlap_s) for r in pairs.itertuples()}
+    assert got == {("21", "22"): ("node1,node2", 30.0), ("23", "25"): ("node2", 5.0)}
+    assert pairs["job_a"].tolist() == ["21", "23"]  # the longest overlap first
+
+
+def test_compare_and_check_say_which_side_shared_a_node(tmp_path: Path) -> None:
+    shared = _shared_sweep(tmp_path / "shared")
+    alone = _write(
+        tmp_path / "alone",
+        _run("31", (1, 1), ["node1"], 0.0, 30.0),
+        _run("32", (2, 1), ["node1", "node2"], 30.0, 60.0),
+    )
+    proc = summarize_main("compare", alone, shared, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if "shared a node" in line]
+    assert len(notes) == 1 and f"B ({shared})" in notes[0], proc.stderr
+    assert "job 11 (1x1) and job 12 (2x1) on node1 for 7.5 s" in notes[0]
+    doc = json.loads(proc.stdout)
+    assert doc["shared_nodes"]["A"] == [] and len(doc["shared_nodes"]["B"]) == 1
+
+    reference = tmp_path / "ref.yaml"
+    wrote = summarize_main("check", shared, "--write-reference", reference)
+    assert wrote.returncode == 0 and "shared a node" in wrote.stderr
+    checked = summarize_main("check", alone, "--reference", reference, "--format", "json")
+    assert "shared a node" not in checked.stderr
+    checked = summarize_main("check", shared, "--reference", reference, "--format", "json")
+    assert "shared a node" in checked.stderr
+    assert json.loads(checked.stdout)["shared_nodes"][0]["overlap_s"] == 7.5
