@@ -52,7 +52,7 @@ class Analysis:
     projection: Any = None
     """The projection to scales not run (:func:`~analysis.compute.projection.project`), if asked."""
     overlaps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OVERLAP_COLUMNS))
-    """Pairs of runs that shared a node while timed (:func:`node_overlaps`); empty if none."""
+    """Runs timed while another job ran on their node (:func:`node_overlaps`); empty if none."""
 
 
 def analyze(

@@ -89,15 +89,15 @@ def warn(problems: Sequence[Problem]) -> None:
 
 
 def say_shared_nodes(command: str, name: str, runs: pd.DataFrame) -> list[dict[str, Any]]:
-    """One line on stderr when ``runs`` (named ``name``) hold runs that shared a node while
-    timed; the pairs, as the JSON output carries them (empty when none)."""
+    """One line on stderr when ``runs`` (named ``name``) hold runs timed beside another job
+    on their node; the overlaps, as the JSON output carries them (empty when none)."""
     from analysis.present.report import records
 
     overlaps = node_overlaps(runs)
     line = side_note(name, overlaps)
     if line is not None:
         print(f"{PROG} {command}: note: {line}", file=sys.stderr)
-    return records(overlaps, drop=("row_a", "row_b"))
+    return records(overlaps, drop=("row", "other_row"))
 
 
 def emit(

@@ -1,48 +1,64 @@
-"""Runs that shared a node while they were timed.
+"""Runs timed while another job ran on their node.
 
 Two jobs on one node share its cores, memory bandwidth and network link: each is timed as if
 alone and is not. Slurm puts jobs of a partition that shares nodes side by side unless they
 ask for ``--exclusive``, and a sweep that submits every job at once does the same on one
-machine. From each run's timed interval (``train_start_unix`` to ``train_end_unix``, the
-record's wall-clock bounds) and its node names, this finds every pair of runs whose intervals
-overlapped on a node they both used. Records written before the bounds existed are not
-checked: nothing here guesses their interval.
+machine. A run's figures come from its timed interval (``train_start_unix`` to
+``train_end_unix``, the record's wall-clock bounds); another job loads the node from its
+process start (``train_start_unix - setup_time_s``: importing, building, meeting its ranks)
+to its end. For every run and every other run on a node both used, this measures how many
+seconds of the first one's timed interval the second one was there. Records written before
+the bounds existed are not checked: nothing here guesses their interval.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-MIN_OVERLAP_S = 1.0
-"""Overlaps shorter than this are not reported: the clocks of two processes on one node
-agree to far better than a second, but a second of sharing does not move a run's figures."""
+MIN_SHARE = 0.01
+"""Overlaps under this share of a run's timed interval are not reported: they cannot move its
+figures by more than that. (Two processes on one node read the same clock.)"""
 
 OVERLAP_COLUMNS = [
+    "job",
+    "shape",
+    "other_job",
+    "other_shape",
     "nodes",
     "overlap_s",
-    "run_a",
-    "job_a",
-    "shape_a",
-    "run_b",
-    "job_b",
-    "shape_b",
-    "row_a",
-    "row_b",
+    "share",
+    "run_id",
+    "other_run_id",
+    "row",
+    "other_row",
 ]
-"""One row per pair of runs: the nodes they shared (comma-separated), the seconds their timed
-intervals overlapped, each run's id, job id and shape (nodes x devices per node), and each
-run's row label in the runs frame."""
+"""One row per (run, other run): the run's job id and shape (nodes x devices per node), the
+other's, the nodes they shared (comma-separated), the seconds of the run's timed interval the
+other job was on them, that as a share of the interval, both run ids, and both runs' row
+labels in the runs frame."""
 
-NOTE_PAIRS = 6
-"""Pairs named in the note; the runs table names every one."""
+NOTE_ROWS = 6
+"""Overlaps named in the note; the runs table names every one."""
 
 ADVICE = (
-    "their times include another job's load on the node, not one job alone: rerun them one "
-    "job at a time (`scalescope sweep --max-parallel 1`), or on nodes of their own (the "
-    "cluster profile's `exclusive: true`)"
+    "their figures include another job's load, not one job alone: rerun them one job at a "
+    "time (`scalescope sweep --max-parallel 1`), or on nodes of their own (the cluster "
+    "profile's `exclusive: true`)"
 )
+
+
+@dataclass(frozen=True)
+class _Run:
+    row: Any
+    timed: tuple[float, float]
+    """The run's timed interval (Unix seconds)."""
+    present: tuple[float, float]
+    """When its job loaded the node: process start to the end of training."""
 
 
 def _shape(nodes: Any, devices: Any) -> str:
@@ -51,118 +67,134 @@ def _shape(nodes: Any, devices: Any) -> str:
     return f"{int(nodes)}x{int(devices)}"
 
 
-def _intervals(runs: pd.DataFrame) -> dict[str, list[tuple[float, float, Any]]]:
-    """Per node name: (start, end, row label) of every run with both bounds recorded."""
-    needed = {"train_start_unix", "train_end_unix", "node_names"}
-    by_node: dict[str, list[tuple[float, float, Any]]] = {}
+def _runs_by_node(runs: pd.DataFrame) -> dict[str, list[_Run]]:
+    """Per node name, every run with both bounds recorded."""
+    needed = {"train_start_unix", "train_end_unix", "setup_time_s", "node_names"}
+    by_node: dict[str, list[_Run]] = {}
     if runs.empty or not needed <= set(runs.columns):
         return by_node
     columns = zip(
         runs.index,
         runs["train_start_unix"],
         runs["train_end_unix"],
+        runs["setup_time_s"],
         runs["node_names"],
         strict=True,
     )
-    for label, start, end, names in columns:
+    for label, start, end, setup, names in columns:
         if pd.isna(start) or pd.isna(end) or pd.isna(names) or not end > start:
             continue
+        first = float(start) - (float(setup) if not pd.isna(setup) and setup > 0 else 0.0)
+        run = _Run(label, (float(start), float(end)), (first, float(end)))
         for node in {n for n in str(names).split(",") if n}:
-            by_node.setdefault(node, []).append((float(start), float(end), label))
+            by_node.setdefault(node, []).append(run)
     return by_node
 
 
-def node_overlaps(runs: pd.DataFrame, min_overlap_s: float = MIN_OVERLAP_S) -> pd.DataFrame:
-    """Every pair of runs whose timed intervals overlapped by at least ``min_overlap_s`` on a
-    node both used (:data:`OVERLAP_COLUMNS`), the longest overlap first. Runs without
-    recorded bounds are left out."""
-    shared: dict[tuple[Any, Any], tuple[list[str], float]] = {}
-    for node, items in _intervals(runs).items():
-        items.sort(key=lambda x: (x[0], x[1]))
-        for i, (_, end, a) in enumerate(items):
-            for start_b, end_b, b in items[i + 1 :]:
-                if start_b >= end:  # sorted by start: no later one overlaps this run
-                    break
-                seconds = min(end, end_b) - start_b
-                if seconds < min_overlap_s or a == b:
-                    continue
-                pair = (a, b) if str(a) <= str(b) else (b, a)
-                nodes, _ = shared.get(pair, ([], 0.0))
-                shared[pair] = (sorted({*nodes, node}), seconds)
+def _beside(items: list[_Run], min_share: float) -> dict[tuple[Any, Any], float]:
+    """{(run, other run): seconds of the run's timed interval the other was present} on one
+    node. Sorted by arrival, with the latest departure so far: the scan for a run stops at
+    the first arrival after its interval, and goes back only while an earlier job may still
+    be there, so runs that followed each other cost a step or two each."""
+    order = sorted(items, key=lambda r: r.present)
+    arrivals = [r.present[0] for r in order]
+    left_by = list(itertools.accumulate((r.present[1] for r in order), max))
+    found: dict[tuple[Any, Any], float] = {}
+    for run in items:
+        start, end = run.timed
+        j = bisect.bisect_left(arrivals, end) - 1
+        while j >= 0 and left_by[j] > start:
+            other = order[j]
+            j -= 1
+            if other.row == run.row:
+                continue
+            seconds = min(end, other.present[1]) - max(start, other.present[0])
+            if seconds > 0 and seconds >= min_share * (end - start):
+                found[(run.row, other.row)] = seconds
+    return found
+
+
+def node_overlaps(runs: pd.DataFrame, min_share: float = MIN_SHARE) -> pd.DataFrame:
+    """Every run timed while another job ran on a node both used (:data:`OVERLAP_COLUMNS`),
+    the longest overlap first. Runs without recorded bounds are left out."""
+    nodes: dict[tuple[Any, Any], list[str]] = {}
+    seconds: dict[tuple[Any, Any], float] = {}
+    for node, items in _runs_by_node(runs).items():
+        for pair, value in _beside(items, min_share).items():
+            nodes.setdefault(pair, []).append(node)
+            seconds[pair] = value
     rows = []
-    for (a, b), (nodes, seconds) in shared.items():
+    for (a, b), value in seconds.items():
         ra, rb = runs.loc[a], runs.loc[b]
-        first, second = sorted((ra, rb), key=lambda r: r["train_start_unix"])
         rows.append(
             {
-                "nodes": ",".join(nodes),
-                "overlap_s": seconds,
-                "run_a": first["run_id"],
-                "job_a": first["job_id"],
-                "shape_a": _shape(first["nodes"], first["devices_per_node"]),
-                "run_b": second["run_id"],
-                "job_b": second["job_id"],
-                "shape_b": _shape(second["nodes"], second["devices_per_node"]),
-                "row_a": first.name,
-                "row_b": second.name,
+                "job": ra["job_id"],
+                "shape": _shape(ra["nodes"], ra["devices_per_node"]),
+                "other_job": rb["job_id"],
+                "other_shape": _shape(rb["nodes"], rb["devices_per_node"]),
+                "nodes": ",".join(sorted(nodes[(a, b)])),
+                "overlap_s": value,
+                "share": value / (ra["train_end_unix"] - ra["train_start_unix"]),
+                "run_id": ra["run_id"],
+                "other_run_id": rb["run_id"],
+                "row": a,
+                "other_row": b,
             }
         )
     frame = pd.DataFrame(rows, columns=OVERLAP_COLUMNS)
     if len(frame):
         frame = frame.sort_values(
-            ["overlap_s", "job_a", "job_b"], ascending=[False, True, True], kind="stable"
+            ["overlap_s", "job", "other_job"], ascending=[False, True, True], kind="stable"
         ).reset_index(drop=True)
     return frame
 
 
-def _seconds(value: float) -> str:
-    return f"{value:,.1f} s"
+def _seconds(row: Any) -> str:
+    return f"{row['overlap_s']:,.1f} s ({row['share']:.0%})"
 
 
-def pair_phrase(row: Any) -> str:
-    """``job 12 (1x1) and job 13 (2x1) on node1 for 9.0 s``."""
+def overlap_phrase(row: Any) -> str:
+    """``job 11 (1x1) was timed beside job 12 (2x1) on node1 for 12.5 s (42%)``."""
     nodes = str(row["nodes"]).replace(",", ", ")
     return (
-        f"job {row['job_a']} ({row['shape_a']}) and job {row['job_b']} ({row['shape_b']}) "
-        f"on {nodes} for {_seconds(row['overlap_s'])}"
+        f"job {row['job']} ({row['shape']}) was timed beside job {row['other_job']} "
+        f"({row['other_shape']}) on {nodes} for {_seconds(row)}"
     )
 
 
-def overlap_notes(overlaps: pd.DataFrame, limit: int = NOTE_PAIRS) -> list[str]:
-    """The "Read this first" sentence: which runs shared which node and for how long, and
-    what to do about it; none without overlaps."""
+def overlap_notes(overlaps: pd.DataFrame, limit: int = NOTE_ROWS) -> list[str]:
+    """The "Read this first" sentence: which runs were timed beside which job, on which node
+    and for how long (the share of their timed interval), and what to do about it; none
+    without overlaps."""
     if overlaps.empty:
         return []
-    pairs = [pair_phrase(r) for _, r in overlaps.head(limit).iterrows()]
-    more = len(overlaps) - len(pairs)
+    said = [overlap_phrase(r) for _, r in overlaps.head(limit).iterrows()]
+    more = len(overlaps) - len(said)
     if more > 0:
-        pairs.append(f"and {more} more pair(s) (the runs table's Shared node column)")
-    runs = len({*overlaps["row_a"], *overlaps["row_b"]})
+        said.append(f"and {more} more (the runs table's Shared node column)")
+    runs = overlaps["row"].nunique()
     return [
-        f"{runs} run(s) shared a node with another run while timed: {'; '.join(pairs)}. "
+        f"{runs} run(s) shared a node with another job while timed: {'; '.join(said)}. "
         f"{ADVICE[0].upper()}{ADVICE[1:]}."
     ]
 
 
-def run_cells(runs: pd.DataFrame, overlaps: pd.DataFrame) -> dict[Any, str]:
-    """Per runs-frame row that shared a node: ``node1 9.0 s with job 13`` (one entry per
-    other run, the longest first)."""
+def run_cells(overlaps: pd.DataFrame) -> dict[Any, str]:
+    """Per runs-frame row timed beside another job: ``node1 12.5 s (42%) beside job 12``,
+    one entry per other job, the longest first."""
     cells: dict[Any, list[str]] = {}
     for _, r in overlaps.iterrows():
-        nodes, seconds = str(r["nodes"]).replace(",", ", "), _seconds(r["overlap_s"])
-        cells.setdefault(r["row_a"], []).append(f"{nodes} {seconds} with job {r['job_b']}")
-        cells.setdefault(r["row_b"], []).append(f"{nodes} {seconds} with job {r['job_a']}")
+        nodes = str(r["nodes"]).replace(",", ", ")
+        cells.setdefault(r["row"], []).append(f"{nodes} {_seconds(r)} beside job {r['other_job']}")
     return {row: "; ".join(parts) for row, parts in cells.items()}
 
 
 def side_note(name: str, overlaps: pd.DataFrame) -> str | None:
-    """A line for a command that reads results and compares them (compare, check): ``name``
-    holds runs that shared a node, so its figures are not those of jobs alone."""
+    """A line for a command that compares results (compare, check): ``name`` holds runs timed
+    beside another job, so their figures are not those of jobs alone."""
     if overlaps.empty:
         return None
-    runs = len({*overlaps["row_a"], *overlaps["row_b"]})
-    worst = overlaps.iloc[0]
     return (
-        f"{name} holds {runs} run(s) that shared a node with another run while timed "
-        f"({len(overlaps)} pair(s); the longest: {pair_phrase(worst)}): {ADVICE}"
+        f"{name} holds {overlaps['row'].nunique()} run(s) that shared a node with another "
+        f"job while timed (the longest: {overlap_phrase(overlaps.iloc[0])}): {ADVICE}"
     )

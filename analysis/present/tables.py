@@ -73,7 +73,7 @@ def summary_table(
     columns = ["Job ID", "Configuration", *numbers]
     if restarts:
         columns.append("Restarts")
-    shared = run_cells(runs, overlaps) if overlaps is not None and len(overlaps) else {}
+    shared = run_cells(overlaps) if overlaps is not None and len(overlaps) else {}
     if shared:
         columns.append(SHARED_COLUMN)
     keys = series_keys(runs)
@@ -120,8 +120,8 @@ def summary_table(
 
 SHARED_COLUMN = "Shared node"
 SHARED_CAPTION = (
-    f"{SHARED_COLUMN}: another run was timed on the same node at the same time, for the "
-    "seconds given: both runs' figures include the other's load."
+    f"{SHARED_COLUMN}: another job ran on this run's node for the seconds given (and that "
+    "share) of its timed interval: its figures include that job's load."
 )
 
 

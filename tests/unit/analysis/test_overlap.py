@@ -1,6 +1,6 @@
-"""Runs that shared a node while timed (analysis.compute.overlap): found from the records'
-timed-interval bounds and node names, said in the summary's "Read this first" and runs
-table, and by compare and check, through their main in this process."""
+"""Runs timed while another job ran on their node (analysis.compute.overlap): found from the
+records' timed-interval bounds, start-up times and node names, said in the summary's "Read
+this first" and runs table, and by compare and check, through their main in this process."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ T0 = 1_700_000_000.0
 def _run(
     job: str, world: tuple[int, int], nodes: list[str], start: float | None, end: float | None
 ) -> ResultRecord:
+    """A run on ``nodes`` timed from ``start`` to ``end`` (seconds after T0), its process
+    started 5 s before (``setup_time_s``)."""
     ident = record_factory.identity(job, world=world)
     bounds: dict[str, Any] = {}
     if start is not None:
@@ -28,6 +30,7 @@ def _run(
     return record_factory.record(
         ident,
         epoch_times_s=[4.0, 3.0, 3.0],
+        setup_time_s=5.0,
         node_names=[n for n in nodes for _ in range(world[1])],
         **bounds,
     )
@@ -40,15 +43,17 @@ def _write(folder: Path, *records: ResultRecord) -> Path:
 
 
 def _shared_sweep(folder: Path) -> Path:
-    """Job 11 (1x1 on node1) timed from 0 to 30 s; job 12 (2x1 on node1 and node2) from
-    22.5 to 60 s: 7.5 s together on node1. Job 13 ran at the same time on node3 only, job
-    14 on node1 after job 11 ended and as job 12 did: neither shared anything."""
+    """Job 11 (1x1 on node1) timed from 0 to 30 s; job 12 (2x1 on node1 and node2) started
+    at 17.5 s and timed from 22.5 to 60 s. Job 11 was timed 12.5 s beside job 12 (from 17.5
+    to 30 s: 42% of its 30 s), job 12 7.5 s beside job 11 (from 22.5 to 30 s: 20% of its
+    37.5 s). Job 13 ran at the same time on node3 only, job 14 on node1 after both ended:
+    neither shared anything."""
     return _write(
         folder,
         _run("11", (1, 1), ["node1"], 0.0, 30.0),
         _run("12", (2, 1), ["node1", "node2"], 22.5, 60.0),
         _run("13", (1, 1), ["node3"], 0.0, 60.0),
-        _run("14", (1, 1), ["node1"], 60.0, 90.0),
+        _run("14", (1, 1), ["node1"], 65.0, 90.0),
     )
 
 
@@ -59,8 +64,11 @@ def test_the_summary_reports_the_seconds_two_runs_shared_a_node(tmp_path: Path) 
     notes = proc.stdout.split("## Read this first", 1)[1]
     shared = [line for line in notes.splitlines() if "shared a node" in line]
     assert len(shared) == 1, notes
-    assert "2 run(s) shared a node" in shared[0]
-    assert "job 11 (1x1) and job 12 (2x1) on node1 for 7.5 s" in shared[0]
+    assert "2 run(s) shared a node with another job while timed: " in shared[0]
+    assert (
+        "job 11 (1x1) was timed beside job 12 (2x1) on node1 for 12.5 s (42%); "
+        "job 12 (2x1) was timed beside job 11 (1x1) on node1 for 7.5 s (20%)."
+    ) in shared[0]
     assert "job 13" not in shared[0] and "job 14" not in shared[0]
     assert "--max-parallel 1" in shared[0]
     rows = {
@@ -70,8 +78,8 @@ def test_the_summary_reports_the_seconds_two_runs_shared_a_node(tmp_path: Path) 
     }
     header = next(line for line in proc.stdout.splitlines() if line.startswith("| Job ID"))
     column = [c.strip() for c in header.split("|")].index("Shared node")
-    assert rows["11"][column].strip() == "node1 7.5 s with job 12"
-    assert rows["12"][column].strip() == "node1 7.5 s with job 11"
+    assert rows["11"][column].strip() == "node1 12.5 s (42%) beside job 12"
+    assert rows["12"][column].strip() == "node1 7.5 s (20%) beside job 11"
     assert rows["13"][column].strip() == rows["14"][column].strip() == ""
 
 
@@ -79,9 +87,10 @@ def test_the_summary_json_lists_the_pair(tmp_path: Path) -> None:
     folder = _shared_sweep(tmp_path / "logs")
     proc = summarize_main(folder, "--no-write", "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    (pair,) = json.loads(proc.stdout)["shared_nodes"]
-    assert (pair["job_a"], pair["job_b"], pair["nodes"]) == ("11", "12", "node1")
-    assert pair["overlap_s"] == 7.5
+    first, second = json.loads(proc.stdout)["shared_nodes"]
+    assert (first["job"], first["other_job"], first["nodes"]) == ("11", "12", "node1")
+    assert (first["overlap_s"], second["overlap_s"]) == (12.5, 7.5)
+    assert second["share"] == 0.2
 
 
 def test_records_without_bounds_are_not_checked(tmp_path: Path) -> None:
@@ -96,21 +105,27 @@ def test_records_without_bounds_are_not_checked(tmp_path: Path) -> None:
     assert "shared a node" not in proc.stdout and "Shared node" not in proc.stdout
 
 
-def test_overlaps_pair_every_run_once_per_pair_and_skip_touching_intervals(
+def test_each_run_counts_the_seconds_another_job_was_there_while_it_was_timed(
     tmp_path: Path,
 ) -> None:
     folder = _write(
         tmp_path / "logs",
-        _run("21", (2, 1), ["node1", "node2"], 0.0, 100.0),
-        _run("22", (2, 1), ["node1", "node2"], 40.0, 70.0),  # inside 21, on both nodes
-        _run("23", (1, 1), ["node2"], 100.0, 130.0),  # starts as 21 ends
-        _run("24", (1, 1), ["node1"], 99.5, 120.0),  # half a second with 21: not reported
-        _run("25", (1, 1), ["node2"], 125.0, 140.0),  # 5 s with 23
+        _run("21", (2, 1), ["node1", "node2"], 0.0, 100.0),  # there from -5 s
+        _run("22", (2, 1), ["node1", "node2"], 40.0, 70.0),  # there from 35 s: inside 21
+        _run("23", (1, 1), ["node2"], 105.0, 130.0),  # arrives as 21 ends
+        _run("24", (1, 1), ["node1"], 104.5, 120.0),  # 0.5 s of 21's 100: under 1%
+        _run("25", (1, 1), ["node2"], 125.0, 140.0),  # arrives at 120 s, 23 still timed
     )
-    pairs = node_overlaps(load(folder))
-    got = {(r.job_a, r.job_b): (r.nodes, r.overlap_s) for r in pairs.itertuples()}
-    assert got == {("21", "22"): ("node1,node2", 30.0), ("23", "25"): ("node2", 5.0)}
-    assert pairs["job_a"].tolist() == ["21", "23"]  # the longest overlap first
+    found = node_overlaps(load(folder))
+    got = {(r.job, r.other_job): (r.nodes, r.overlap_s) for r in found.itertuples()}
+    assert got == {
+        ("21", "22"): ("node1,node2", 35.0),
+        ("22", "21"): ("node1,node2", 30.0),
+        ("23", "25"): ("node2", 10.0),
+        ("25", "23"): ("node2", 5.0),
+    }
+    assert found["job"].tolist() == ["21", "22", "23", "25"]  # the longest first
+    assert found["share"].tolist() == [0.35, 1.0, 0.4, 5.0 / 15.0]
 
 
 def test_compare_and_check_say_which_side_shared_a_node(tmp_path: Path) -> None:
@@ -118,15 +133,15 @@ def test_compare_and_check_say_which_side_shared_a_node(tmp_path: Path) -> None:
     alone = _write(
         tmp_path / "alone",
         _run("31", (1, 1), ["node1"], 0.0, 30.0),
-        _run("32", (2, 1), ["node1", "node2"], 30.0, 60.0),
+        _run("32", (2, 1), ["node1", "node2"], 35.0, 60.0),  # its process starts at 30 s
     )
     proc = summarize_main("compare", alone, shared, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     notes = [line for line in proc.stderr.splitlines() if "shared a node" in line]
     assert len(notes) == 1 and f"B ({shared})" in notes[0], proc.stderr
-    assert "job 11 (1x1) and job 12 (2x1) on node1 for 7.5 s" in notes[0]
+    assert "the longest: job 11 (1x1) was timed beside job 12 (2x1) on node1 for 12.5 s" in notes[0]
     doc = json.loads(proc.stdout)
-    assert doc["shared_nodes"]["A"] == [] and len(doc["shared_nodes"]["B"]) == 1
+    assert doc["shared_nodes"]["A"] == [] and len(doc["shared_nodes"]["B"]) == 2
 
     reference = tmp_path / "ref.yaml"
     wrote = summarize_main("check", shared, "--write-reference", reference)
@@ -135,4 +150,4 @@ def test_compare_and_check_say_which_side_shared_a_node(tmp_path: Path) -> None:
     assert "shared a node" not in checked.stderr
     checked = summarize_main("check", shared, "--reference", reference, "--format", "json")
     assert "shared a node" in checked.stderr
-    assert json.loads(checked.stdout)["shared_nodes"][0]["overlap_s"] == 7.5
+    assert json.loads(checked.stdout)["shared_nodes"][0]["overlap_s"] == 12.5
