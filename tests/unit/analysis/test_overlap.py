@@ -128,6 +128,21 @@ def test_each_run_counts_the_seconds_another_job_was_there_while_it_was_timed(
     assert found["share"].tolist() == [0.35, 1.0, 0.4, 5.0 / 15.0]
 
 
+def test_a_long_job_is_found_behind_short_ones_that_ended(tmp_path: Path) -> None:
+    """A job there from 0 to 200 s, a short one from 10 to 20 s, then a run timed from 50 to
+    60 s: the run was timed beside the long job, which arrived before the short one and
+    outlasted it."""
+    folder = _write(
+        tmp_path / "logs",
+        _run("31", (1, 1), ["node3"], 5.0, 200.0),
+        _run("32", (1, 1), ["node3"], 15.0, 20.0),
+        _run("33", (1, 1), ["node3"], 50.0, 60.0),
+    )
+    found = node_overlaps(load(folder))
+    got = {(r.job, r.other_job): r.overlap_s for r in found.itertuples()}
+    assert got == {("31", "32"): 10.0, ("32", "31"): 5.0, ("31", "33"): 15.0, ("33", "31"): 10.0}
+
+
 def test_compare_and_check_say_which_side_shared_a_node(tmp_path: Path) -> None:
     shared = _shared_sweep(tmp_path / "shared")
     alone = _write(
