@@ -114,6 +114,25 @@ def _beside(items: list[_Run], min_share: float) -> dict[tuple[Any, Any], float]
     return found
 
 
+def _about(runs: pd.DataFrame, labels: set[Any]) -> dict[Any, tuple[str, str, str, float]]:
+    """Per row label: job id, shape, run id and the timed interval's length (read column by
+    column: thousands of overlaps cost no row lookups)."""
+    part = runs.loc[sorted(labels, key=str)]
+    cols = zip(
+        part.index,
+        part["job_id"],
+        part["nodes"],
+        part["devices_per_node"],
+        part["run_id"],
+        part["train_end_unix"] - part["train_start_unix"],
+        strict=True,
+    )
+    return {
+        label: (str(job), _shape(nodes, devices), str(run_id), float(length))
+        for label, job, nodes, devices, run_id, length in cols
+    }
+
+
 def node_overlaps(runs: pd.DataFrame, min_share: float = MIN_SHARE) -> pd.DataFrame:
     """Every run timed while another job ran on a node both used (:data:`OVERLAP_COLUMNS`),
     the longest overlap first. Runs without recorded bounds are left out."""
@@ -123,23 +142,26 @@ def node_overlaps(runs: pd.DataFrame, min_share: float = MIN_SHARE) -> pd.DataFr
         for pair, value in _beside(items, min_share).items():
             nodes.setdefault(pair, []).append(node)
             seconds[pair] = value
+    if not seconds:
+        return pd.DataFrame(columns=OVERLAP_COLUMNS)
+    about = _about(runs, {row for pair in seconds for row in pair})
     rows = []
     for (a, b), value in seconds.items():
-        ra, rb = runs.loc[a], runs.loc[b]
+        (job, shape, run_id, timed_s), (other_job, other_shape, other_run, _) = about[a], about[b]
         rows.append(
-            {
-                "job": ra["job_id"],
-                "shape": _shape(ra["nodes"], ra["devices_per_node"]),
-                "other_job": rb["job_id"],
-                "other_shape": _shape(rb["nodes"], rb["devices_per_node"]),
-                "nodes": ",".join(sorted(nodes[(a, b)])),
-                "overlap_s": value,
-                "share": value / (ra["train_end_unix"] - ra["train_start_unix"]),
-                "run_id": ra["run_id"],
-                "other_run_id": rb["run_id"],
-                "row": a,
-                "other_row": b,
-            }
+            (
+                job,
+                shape,
+                other_job,
+                other_shape,
+                ",".join(sorted(nodes[(a, b)])),
+                value,
+                value / timed_s,
+                run_id,
+                other_run,
+                a,
+                b,
+            )
         )
     frame = pd.DataFrame(rows, columns=OVERLAP_COLUMNS)
     if len(frame):
@@ -179,14 +201,23 @@ def overlap_notes(overlaps: pd.DataFrame, limit: int = NOTE_ROWS) -> list[str]:
     ]
 
 
+CELL_ENTRIES = 3
+"""Other jobs named in one run's cell of the runs table; the rest are counted."""
+
+
 def run_cells(overlaps: pd.DataFrame) -> dict[Any, str]:
     """Per runs-frame row timed beside another job: ``node1 12.5 s (42%) beside job 12``,
-    one entry per other job, the longest first."""
+    the longest first, at most :data:`CELL_ENTRIES` of them and a count of the others."""
     cells: dict[Any, list[str]] = {}
-    for _, r in overlaps.iterrows():
+    for r in overlaps.to_dict("records"):
         nodes = str(r["nodes"]).replace(",", ", ")
         cells.setdefault(r["row"], []).append(f"{nodes} {_seconds(r)} beside job {r['other_job']}")
-    return {row: "; ".join(parts) for row, parts in cells.items()}
+    out = {}
+    for row, parts in cells.items():
+        more = len(parts) - CELL_ENTRIES
+        shown = parts[:CELL_ENTRIES] + ([f"and {more} other job(s)"] if more > 0 else [])
+        out[row] = "; ".join(shown)
+    return out
 
 
 def side_note(name: str, overlaps: pd.DataFrame) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 import record_factory
 from analysis_helpers import start_of, summarize_main, write_log
 
-from analysis.compute.overlap import node_overlaps
+from analysis.compute.overlap import node_overlaps, run_cells
 from analysis.read.frame import load
 from scalescope.record import ResultRecord
 
@@ -141,6 +141,21 @@ def test_a_long_job_is_found_behind_short_ones_that_ended(tmp_path: Path) -> Non
     found = node_overlaps(load(folder))
     got = {(r.job, r.other_job): r.overlap_s for r in found.itertuples()}
     assert got == {("31", "32"): 10.0, ("32", "31"): 5.0, ("31", "33"): 15.0, ("33", "31"): 10.0}
+
+
+def test_a_runs_cell_names_three_jobs_and_counts_the_others(tmp_path: Path) -> None:
+    folder = _write(
+        tmp_path / "logs",
+        *(_run(str(40 + i), (1, 1), ["node1"], float(i), 100.0) for i in range(5)),
+    )
+    runs = load(folder)
+    cells = run_cells(node_overlaps(runs))
+    assert len(cells) == 5
+    (first,) = runs.index[runs["job_id"] == "40"]  # timed from 0 to 100 s, the others arrived
+    assert cells[first] == (
+        "node1 100.0 s (100%) beside job 41; node1 100.0 s (100%) beside job 42; "
+        "node1 100.0 s (100%) beside job 43; and 1 other job(s)"
+    )
 
 
 def test_compare_and_check_say_which_side_shared_a_node(tmp_path: Path) -> None:
