@@ -26,6 +26,7 @@ from analysis.compute.metrics import (
     BaselineSpec,
     scaling_table,
 )
+from analysis.compute.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes
 from analysis.compute.precision import PRECISION_COLUMNS, precision_table
 from analysis.compute.waterfall import Waterfall, waterfall
 
@@ -51,6 +52,8 @@ class Analysis:
     """Where each scale point lost its efficiency (:func:`analysis.compute.waterfall.waterfall`)."""
     projection: Any = None
     """The projection to scales not run (:func:`~analysis.compute.projection.project`), if asked."""
+    overlaps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OVERLAP_COLUMNS))
+    """Runs timed while another job ran on their node (:func:`node_overlaps`); empty if none."""
 
 
 def analyze(
@@ -76,7 +79,9 @@ def analyze(
         acc_tolerance=acc_tolerance,
     )
     amdahl = amdahl_table(scaling, confidence=confidence)
+    overlaps = node_overlaps(runs)
     notes = [
+        *overlap_notes(overlaps),
         *_series_notes(scaling),
         *_scale_notes(scaling, cv_threshold),
         *serial_fraction_notes(scaling, amdahl),
@@ -85,7 +90,7 @@ def analyze(
     precision = precision_table(runs, confidence=confidence)
     falls = waterfall(runs, baseline=baseline, confidence=confidence)
     notes += diagnosis_notes(falls)
-    result = Analysis(groups, scaling, amdahl, notes, precision, falls)
+    result = Analysis(groups, scaling, amdahl, notes, precision, falls, overlaps=overlaps)
     if project is not None:
         result.projection = projection.project(
             runs,

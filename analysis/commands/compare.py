@@ -15,6 +15,7 @@ from analysis.commands.common import (
     _fraction,
     add_jobs,
     emit,
+    say_shared_nodes,
     warn,
 )
 from analysis.compute.compare import (
@@ -110,13 +111,15 @@ def _compare_table(
 
 def compare(args: argparse.Namespace) -> int:
     sides = []
-    for path in (args.a, args.b):
+    shared: dict[str, list[dict[str, object]]] = {}
+    for side, path in (("A", args.a), ("B", args.b)):
         loaded = load_all(path, jobs=args.jobs)
         warn(loaded.problems)
         if loaded.runs.empty:
             print(f"{PROG} compare: no finished run in {path}; {LOOKED_FOR}.", file=sys.stderr)
             return 1
         sides.append(loaded.runs)
+        shared[side] = say_shared_nodes("compare", f"{side} ({path})", loaded.runs)
     frame = compare_runs(
         sides[0], sides[1], metric=args.metric, tolerance=args.tolerance, alpha=args.alpha
     )
@@ -135,6 +138,7 @@ def compare(args: argparse.Namespace) -> int:
             "tolerance": args.tolerance,
             "alpha": args.alpha,
             "test": "Welch's unequal-variances t-test, two-sided",
+            "shared_nodes": shared,
         },
     )
     return 0

@@ -200,6 +200,7 @@ def document(
         "environment": environment(runs),
         "notes": analysis.notes,
         "runs": records(runs, drop=("versions", "diagnosis", "profile", "config")),
+        "shared_nodes": records(analysis.overlaps),
         "groups": records(analysis.groups),
         "scaling": records(analysis.scaling),
         "amdahl": records(analysis.amdahl),

@@ -22,6 +22,7 @@ from analysis.compute.metrics import (
     series_keys,
     series_labels,
 )
+from analysis.compute.overlap import run_cells
 from analysis.present.diagnosis_tables import diagnosis_table
 from analysis.present.display import (
     MISSING,
@@ -51,8 +52,11 @@ def _truncate(table: DisplayTable, max_rows: int, where: str) -> DisplayTable:
     return table
 
 
-def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
-    """One row per job, in series / scale / job-id order (the first ``max_rows``; 0 = all)."""
+def summary_table(
+    runs: pd.DataFrame, max_rows: int = 0, overlaps: pd.DataFrame | None = None
+) -> DisplayTable:
+    """One row per job, in series / scale / job-id order (the first ``max_rows``; 0 = all);
+    a Shared node column where runs shared a node while timed (``overlaps``)."""
     dev = devices_header(runs["accelerator"].tolist() if len(runs) else [])
     restarts = bool(len(runs)) and bool((runs["restart_count"].fillna(0) > 0).any())
     numbers = [
@@ -69,6 +73,9 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
     columns = ["Job ID", "Configuration", *numbers]
     if restarts:
         columns.append("Restarts")
+    shared = run_cells(overlaps) if overlaps is not None and len(overlaps) else {}
+    if shared:
+        columns.append(SHARED_COLUMN)
     keys = series_keys(runs)
     labels = series_labels(list(dict.fromkeys(keys)))
     c = {col: runs[col].tolist() for col in runs.columns}  # column-wise: 10,000 rows are cheap
@@ -89,6 +96,8 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         if restarts:
             reasons = c["restart_reasons"][i] if not is_missing(c["restart_reasons"][i]) else ""
             row.append(f"{c['restart_count'][i]}" + (f" ({reasons})" if reasons else ""))
+        if shared:
+            row.append(shared.get(runs.index[i], ""))
         world = c["world_size"][i]
         order = (labels[key], 0 if is_missing(world) else world, natural_key(c["job_id"][i]))
         rows.append((order, row))
@@ -103,10 +112,18 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
             "Time/epoch: its mean per epoch; Steady throughput: samples/s after the warm-up, "
             "the headline's quantity (a run without a steady state: its whole training, marked "
             "'whole'); Val loss/acc: final epoch's." + (GPU_CAPTION if gpu else "")
-        ],
+        ]
+        + ([SHARED_CAPTION] if shared else []),
         right=set(numbers),
     )
     return _truncate(table, max_rows, "runs.csv and summary.json")
+
+
+SHARED_COLUMN = "Shared node"
+SHARED_CAPTION = (
+    f"{SHARED_COLUMN}: another job ran on this run's node for the seconds given (and that "
+    "share) of its timed interval: its figures include that job's load."
+)
 
 
 def _run_throughput(steady: Any, whole: Any) -> str:
@@ -512,7 +529,7 @@ def all_tables(
     """Every table in reading order; empty ones left out."""
     tables: list[DisplayTable] = []
     if len(runs):
-        tables.append(summary_table(runs, max_rows))
+        tables.append(summary_table(runs, max_rows, analysis.overlaps))
         tables.extend(speedup_tables(analysis))
         if analysis.projection is not None:
             for table in (

@@ -99,6 +99,8 @@ RUN_COLUMNS: dict[str, str] = {
     "train_time_s": "float64",
     "val_time_s": "float64",
     "job_time_s": "float64",
+    "train_start_unix": "float64",
+    "train_end_unix": "float64",
     "mean_epoch_time_s": "float64",
     "mean_epoch_time_excl_first_s": "float64",
     "step_time_s": "float64",

@@ -215,6 +215,14 @@ class ResultRecord:
     ``overhead_s`` (writing and reading the traces) and ``top_ops`` (by rank: the top
     operations by self time, on the device where there is one, communication labelled).
     None when off and in older records."""
+    train_start_unix: float | None = None
+    """Wall clock (Unix seconds) when the timed interval began, on the last rank to reach it
+    (every rank meets at a barrier first); with ``train_end_unix`` it bounds the interval
+    every training time is measured in, validation included. The summary finds runs that
+    shared a node within it. None in records written before it existed."""
+    train_end_unix: float | None = None
+    """Wall clock (Unix seconds) when training ended, on the last rank; None in older
+    records."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 

@@ -288,6 +288,8 @@ def build_result(
         setup_time_s=agreed.setup_time_s,
         val_time_s=agreed.val_time_s,
         job_time_s=agreed.job_time_s,
+        train_start_unix=agreed.train_start_unix,
+        train_end_unix=agreed.train_end_unix,
         peak_mem_gib=agreed.peak_mem_gib,
         val_peak_mem_gib=agreed.val_peak_mem_gib,
         peak_host_rss_gib=agreed.peak_host_rss_gib,

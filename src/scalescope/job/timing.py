@@ -318,6 +318,11 @@ class Agreed:
     """Steps left out as warm-up (the same on every rank); None if training ended in it."""
     steady_time_s: float | None
     """Training time after the warm-up, max over ranks; None without a steady state."""
+    train_start_unix: float = float("nan")
+    """Wall clock (Unix seconds) when the timed interval began: the last rank's, after the
+    barrier every rank meets at train start."""
+    train_end_unix: float = float("nan")
+    """Wall clock (Unix seconds) when training ended on the last rank."""
     per_rank: list[dict[str, Any]] = field(default_factory=list)
     """What each rank sent, in rank order (node, local rank, peaks, and ``extra``)."""
 
@@ -398,6 +403,8 @@ def combine(everyone: list[dict[str, Any]]) -> Agreed:
         peak_host_rss_gib=[r["rss"] for r in everyone],
         warmup_steps=warmup,
         steady_time_s=max(steady) if has_steady else None,
+        train_start_unix=train_start,
+        train_end_unix=end,
         per_rank=everyone,
     )
 

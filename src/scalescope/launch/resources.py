@@ -40,6 +40,8 @@ class Resources:
     constraint: str | None = None
     setup: tuple[str, ...] = ()
     sbatch_extra: tuple[str, ...] = ()
+    exclusive: bool = False
+    """Whole nodes (``--exclusive``): no other job shares them."""
 
 
 GpuCounter = Callable[[], int]
@@ -79,6 +81,7 @@ def slurm_resources(
         constraint=profile.constraint,
         setup=tuple(line for line in profile.setup.splitlines() if line.strip()),
         sbatch_extra=tuple(profile.sbatch_extra),
+        exclusive=profile.exclusive,
     )
 
 
