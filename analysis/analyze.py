@@ -7,6 +7,7 @@ circle.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from analysis.compute.metrics import (
     BaselineSpec,
     scaling_table,
 )
+from analysis.compute.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes
 from analysis.compute.precision import PRECISION_COLUMNS, precision_table
 from analysis.compute.waterfall import Waterfall, waterfall
 
@@ -50,6 +52,8 @@ class Analysis:
     """Where each scale point lost its efficiency (:func:`analysis.compute.waterfall.waterfall`)."""
     projection: Any = None
     """The projection to scales not run (:func:`~analysis.compute.projection.project`), if asked."""
+    overlaps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OVERLAP_COLUMNS))
+    """Runs timed while another job ran on their node (:func:`node_overlaps`); empty if none."""
 
 
 def analyze(
@@ -75,7 +79,9 @@ def analyze(
         acc_tolerance=acc_tolerance,
     )
     amdahl = amdahl_table(scaling, confidence=confidence)
+    overlaps = node_overlaps(runs)
     notes = [
+        *overlap_notes(overlaps),
         *_series_notes(scaling),
         *_scale_notes(scaling, cv_threshold),
         *serial_fraction_notes(scaling, amdahl),
@@ -84,7 +90,7 @@ def analyze(
     precision = precision_table(runs, confidence=confidence)
     falls = waterfall(runs, baseline=baseline, confidence=confidence)
     notes += diagnosis_notes(falls)
-    result = Analysis(groups, scaling, amdahl, notes, precision, falls)
+    result = Analysis(groups, scaling, amdahl, notes, precision, falls, overlaps=overlaps)
     if project is not None:
         result.projection = projection.project(
             runs,
@@ -140,7 +146,7 @@ def _scale_notes(scaling: pd.DataFrame, cv_threshold: float) -> list[str]:
     for _, row in scaling[scaling["parity"].str.startswith("worse")].iterrows():
         notes.append(
             f"{row['series']} at {row['nodes']}x{row['devices_per_node']}: {row['parity']} than "
-            "the baseline beyond tolerance; faster but worse is not a speedup."
+            f"the baseline beyond tolerance; {_worse_and(row['speedup'])}"
         )
     superlinear = scaling[
         (scaling["scaling_mode"] != "weak")
@@ -155,6 +161,15 @@ def _scale_notes(scaling: pd.DataFrame, cv_threshold: float) -> list[str]:
             "problem that now fits in cache: check before quoting."
         )
     return notes
+
+
+def _worse_and(speedup: float) -> str:
+    """What a worse validation result adds to the run's speed, which it qualifies."""
+    if math.isfinite(speedup) and speedup > 1:
+        return f"faster but worse is not a speedup ({speedup:.2f}x)."
+    if math.isfinite(speedup) and speedup < 1:
+        return f"and slower too ({speedup:.2f}x)."
+    return "check the run before quoting its figures."
 
 
 def _repeat_notes(groups: pd.DataFrame) -> list[str]:

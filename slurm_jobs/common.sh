@@ -11,7 +11,9 @@
 # Arguments after the script name are more key=value overrides.
 # Partition, account, time, nodes, tasks and GPUs per node are sbatch options (-p, -A, -t,
 # -N, --ntasks-per-node, --gpus-per-node) or SBATCH_PARTITION / SBATCH_ACCOUNT /
-# SBATCH_TIMELIMIT.
+# SBATCH_TIMELIMIT. So are whole nodes: where a partition shares nodes between jobs, pass
+# --exclusive (or SBATCH_EXCLUSIVE=1), as a sweep does for a profile with `exclusive: true`;
+# another job on a run's node is in its timings (docs/cluster.md).
 
 scalescope_fail() {
     echo "scalescope job: error: $*" >&2

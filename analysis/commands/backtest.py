@@ -2,8 +2,10 @@
 
 ``backtest CASES.yaml`` predicts every published point of the cases from their measured points
 and prints, per point and in total, the error and whether the interval covered the published
-value (``--cross-validate``: with the error model fitted on the other sources);
-``fit-error CASES.yaml`` fits the projection's error model on them and writes the shipped one.
+value (``--cross-validate``: nested, with the error model whose noise and fit come from the
+other sources alone; ``--json`` records each fold's choice under ``folds``);
+``fit-error CASES.yaml`` fits the projection's error model on them, its noise level chosen by
+a leave-one-source-out over them, and writes the shipped one with its selection.
 The work is :mod:`analysis.compute.scoring`'s; this module is the command line.
 """
 
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.compute.model_error import SHIPPED_PATH, fit
+from analysis.compute.model_error import SHIPPED_PATH, fit_selected
 from analysis.compute.model_error import write as write_error_model
 from analysis.compute.projection import DRAWS
 from analysis.compute.scoring import CaseError, backtest, cross_validated, prepare, read_cases
@@ -63,6 +65,17 @@ def _print(result: dict[str, Any], how: str = "") -> None:
     )
 
 
+def _nested_words(result: dict[str, Any]) -> str:
+    """How the cross-validated figures were made, and what the folds chose."""
+    chosen = [f"{100 * f['noise']:g}%" for f in result["folds"]]
+    counts = {c: chosen.count(c) for c in sorted(set(chosen), key=lambda c: float(c[:-1]))}
+    picks = ", ".join(f"{c} in {n}" for c, n in counts.items())
+    return (
+        f"nested leave one source out: each of {len(chosen)} folds chose its noise level "
+        f"from the other sources alone: {picks}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,8 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bt.add_argument(
         "--cross-validate",
         action="store_true",
-        help="score each source's points with the error model fitted on the other sources "
-        "(leave one source out) instead of the shipped one",
+        help="score each source's points with the error model whose noise and fit come from "
+        "the other sources alone (nested leave one source out) instead of the shipped one",
     )
     bt.add_argument("--draws", type=int, default=DRAWS, help=argparse.SUPPRESS)
     fe = sub.add_parser(
@@ -93,15 +106,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "fit-error":
         prepared = prepare(cases, draws=args.draws)
         n = len(prepared)
-        em = fit(prepared, f"{Path(args.cases).name}: {len(cases)} cases, {n} points")
-        write_error_model(em, Path(args.out))
+        em, selection = fit_selected(
+            prepared, f"{Path(args.cases).name}: {len(cases)} cases, {n} points"
+        )
+        write_error_model(em, Path(args.out), selection)
         print(f"{PROG}: wrote {args.out}: {em}")
         return 0
     if args.cross_validate:
         result = cross_validated(cases, draws=args.draws)
     else:
         result = backtest(cases, draws=args.draws)
-    _print(result, "leave one source out" if args.cross_validate else "")
+    _print(result, _nested_words(result) if args.cross_validate else "")
     if args.json:
         from scalescope.atomic import write_text_atomic
 

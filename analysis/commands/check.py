@@ -14,7 +14,15 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.commands.common import PROG, _fraction, add_jobs, add_paths, emit, finished_runs
+from analysis.commands.common import (
+    PROG,
+    _fraction,
+    add_jobs,
+    add_paths,
+    emit,
+    finished_runs,
+    say_shared_nodes,
+)
 from analysis.compute.gate import DEFAULT_ALPHA as GATE_ALPHA
 from analysis.compute.gate import DEFAULT_TOLERANCE as GATE_TOLERANCE
 from analysis.compute.gate import (
@@ -152,6 +160,7 @@ def gate(args: argparse.Namespace) -> int:
     loaded = finished_runs(args, "check", "nothing to check")
     if loaded is None:
         return 1
+    shared = say_shared_nodes("check", ", ".join(args.paths), loaded.runs)
     if args.write_reference:
         doc = reference_document(loaded.runs, args.tolerance)
         try:
@@ -168,7 +177,12 @@ def gate(args: argparse.Namespace) -> int:
     frame = check(loaded.runs, expected, args.alpha)
     n_unchecked = len(unreferenced(loaded.runs, expected))
     table = _check_table(frame, args.alpha, n_unchecked)
-    head = {"kind": "scalescope-check", "reference": args.reference, "alpha": args.alpha}
+    head = {
+        "kind": "scalescope-check",
+        "reference": args.reference,
+        "alpha": args.alpha,
+        "shared_nodes": shared,
+    }
     emit(args.format, table, frame, "checks", head)
     regressions = int((frame["verdict"] == REGRESSION).sum())
     missing = int((frame["verdict"] == GATE_MISSING).sum())

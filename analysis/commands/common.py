@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.compute.overlap import node_overlaps, side_note
 from analysis.present.display import DisplayTable
 from analysis.present.outdir import OutputError
 from analysis.present.tables import markdown, rich_table
@@ -85,6 +86,18 @@ def warn(problems: Sequence[Problem]) -> None:
     for p in problems:
         word = "warning" if p.severity == "warning" else "note"
         print(f"{PROG}: {word}: {p.file}: {p.message}", file=sys.stderr)
+
+
+def say_shared_nodes(command: str, name: str, runs: pd.DataFrame) -> list[dict[str, Any]]:
+    """One line on stderr when ``runs`` (named ``name``) hold runs timed beside another job
+    on their node; the overlaps, as the JSON output carries them (empty when none)."""
+    from analysis.present.report import records
+
+    overlaps = node_overlaps(runs)
+    line = side_note(name, overlaps)
+    if line is not None:
+        print(f"{PROG} {command}: note: {line}", file=sys.stderr)
+    return records(overlaps, drop=("row", "other_row"))
 
 
 def emit(

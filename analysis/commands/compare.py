@@ -15,9 +15,17 @@ from analysis.commands.common import (
     _fraction,
     add_jobs,
     emit,
+    say_shared_nodes,
     warn,
 )
-from analysis.compute.compare import COMPARABLE, DEFAULT_ALPHA, DEFAULT_TOLERANCE, compare_runs
+from analysis.compute.compare import (
+    COMPARABLE,
+    DEFAULT_ALPHA,
+    DEFAULT_METRIC,
+    DEFAULT_TOLERANCE,
+    METRIC_NAMES,
+    compare_runs,
+)
 from analysis.present.display import MISSING, DisplayTable, devices_header, sig
 from analysis.read.frame import load_all
 
@@ -31,7 +39,13 @@ def build_compare_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("a", metavar="A", help="reference results (folder or file)")
     p.add_argument("b", metavar="B", help="results compared with A")
-    p.add_argument("--metric", choices=COMPARABLE, default="train_time_s")
+    p.add_argument(
+        "--metric",
+        choices=COMPARABLE,
+        default=DEFAULT_METRIC,
+        help=f"the quantity compared (default {DEFAULT_METRIC}: the headline's steady-state "
+        "throughput per device; train_time_s: the whole training, warm-up included)",
+    )
     p.add_argument(
         "--tolerance",
         type=_fraction,
@@ -85,7 +99,7 @@ def _compare_table(
     ]
     return DisplayTable(
         "compare",
-        f"Comparison of {metric}: B against A",
+        f"B against A on {metric}: {METRIC_NAMES[metric]}",
         pd.DataFrame(rows, columns=cols, dtype="object"),
         caption=[
             f"Marked better/worse only when |change| > {tolerance:.0%} and Welch's t-test "
@@ -97,13 +111,15 @@ def _compare_table(
 
 def compare(args: argparse.Namespace) -> int:
     sides = []
-    for path in (args.a, args.b):
+    shared: dict[str, list[dict[str, object]]] = {}
+    for side, path in (("A", args.a), ("B", args.b)):
         loaded = load_all(path, jobs=args.jobs)
         warn(loaded.problems)
         if loaded.runs.empty:
             print(f"{PROG} compare: no finished run in {path}; {LOOKED_FOR}.", file=sys.stderr)
             return 1
         sides.append(loaded.runs)
+        shared[side] = say_shared_nodes("compare", f"{side} ({path})", loaded.runs)
     frame = compare_runs(
         sides[0], sides[1], metric=args.metric, tolerance=args.tolerance, alpha=args.alpha
     )
@@ -118,9 +134,11 @@ def compare(args: argparse.Namespace) -> int:
             "a": args.a,
             "b": args.b,
             "metric": args.metric,
+            "metric_name": METRIC_NAMES[args.metric],
             "tolerance": args.tolerance,
             "alpha": args.alpha,
             "test": "Welch's unequal-variances t-test, two-sided",
+            "shared_nodes": shared,
         },
     )
     return 0

@@ -378,9 +378,10 @@ def _report_written(
 ) -> None:
     """Where the summary went, on stderr; Comet where asked; the report's path on stdout
     under the headline view."""
+    # The folder on a line of its own, as on stdout: it can be as long as the output folder's.
     print(
-        f"{PROG}: wrote {written} (report.md, report.html, summary.json, CSV tables"
-        f"{', charts' if not args.no_charts and len(loaded.runs) else ''})",
+        f"{PROG}: wrote report.md, report.html, summary.json, CSV tables"
+        f"{', charts' if not args.no_charts and len(loaded.runs) else ''} in\n  {written}",
         file=sys.stderr,
     )
     if args.comet is not None:

@@ -1,5 +1,9 @@
 """Compare two result folders configuration by configuration.
 
+By default on the headline's quantity, the steady-state throughput per device
+(``steady_samples_per_s_per_device``: after the warm-up, as the speedup and efficiency tables
+use it); any of :data:`COMPARABLE` on request, the whole-training time among them.
+
 A difference is reported only when it is both larger than a tolerance (default 5 % of A's
 mean) and statistically significant by Welch's unequal-variances t-test (default
 alpha 0.05) -- the rule asv and pyperf use. With fewer than two repeats on a side there is
@@ -27,7 +31,32 @@ LOWER_IS_BETTER = (
     "val_loss_final",
     "step_time_s",
 )
-COMPARABLE = (*LOWER_IS_BETTER, "samples_per_s", "samples_per_s_per_device", "val_acc_final")
+DEFAULT_METRIC = "steady_samples_per_s_per_device"
+"""The headline's quantity: what ``compare`` compares unless told otherwise."""
+COMPARABLE = (
+    DEFAULT_METRIC,
+    "steady_samples_per_s",
+    *LOWER_IS_BETTER,
+    "samples_per_s",
+    "samples_per_s_per_device",
+    "val_acc_final",
+)
+METRIC_NAMES = {
+    "steady_samples_per_s_per_device": "steady-state throughput per device (samples/s, "
+    "after the warm-up)",
+    "steady_samples_per_s": "steady-state throughput (samples/s, after the warm-up)",
+    "train_time_s": "whole-training time (s, warm-up included, validation excluded)",
+    "job_time_s": "job time (s, process start to the end of training)",
+    "mean_epoch_time_s": "mean epoch time (s, warm-up included)",
+    "setup_time_s": "set-up time (s)",
+    "val_loss_final": "final validation loss",
+    "step_time_s": "median step time (s, after the warm-up)",
+    "samples_per_s": "whole-training throughput (samples/s, warm-up included)",
+    "samples_per_s_per_device": "whole-training throughput per device (samples/s, warm-up "
+    "included)",
+    "val_acc_final": "final validation accuracy",
+}
+"""What each comparable column measures, in words: the compare output names it."""
 
 COLUMNS = [
     "series",
@@ -60,7 +89,7 @@ def compare_runs(
     runs_a: pd.DataFrame,
     runs_b: pd.DataFrame,
     *,
-    metric: str = "train_time_s",
+    metric: str = DEFAULT_METRIC,
     tolerance: float = DEFAULT_TOLERANCE,
     alpha: float = DEFAULT_ALPHA,
 ) -> pd.DataFrame:

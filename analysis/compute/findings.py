@@ -10,14 +10,9 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.compute.profile_advice import PROFILE_OVERRIDE
 from analysis.compute.run_parts import OVERLAP_BELOW_ZERO
-from analysis.compute.waterfall import (
-    COMPONENTS,
-    LABELS,
-    NOT_RECORDED,
-    PROFILE_OVERRIDE,
-    Waterfall,
-)
+from analysis.compute.waterfall import COMPONENTS, LABELS, NOT_RECORDED, Waterfall
 
 MINOR_PTS = 1.0
 """Parts smaller than this (either sign) are named together, without advice."""
@@ -73,14 +68,17 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
 
 
 def _profile_hint(r: Mapping[str, Any]) -> str:
-    """The exact command that profiles this sweep again, where its manifest recorded how it
-    was submitted; the setting alone otherwise."""
-    command = r.get("profile_command")
+    """The exact command that profiles this sweep again and captures (long enough for the
+    capture to leave a steady state), where its manifest recorded how it was submitted; why
+    these runs are too short to profile where no length fits; the setting alone otherwise."""
+    command, note = r.get("profile_command"), r.get("profile_note")
     if isinstance(command, str) and command:
         return (
             f"to see which operations, run `{command}` with profile_repeat: 0 in the sweep "
             "file (one repeat per shape profiled)"
         )
+    if isinstance(note, str) and note:
+        return f"no profile suggested: {note}"
     return PROFILE_HINT
 
 

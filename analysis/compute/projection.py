@@ -36,7 +36,7 @@ from analysis.compute.step_model import (
     network_from_points,
     network_from_profile,
 )
-from scalescope.allreduce_model import ddp_bucket_bytes
+from scalescope.allreduce_model import split_into_buckets
 
 DRAWS = 400
 INTERVAL = (2.5, 97.5)
@@ -52,7 +52,8 @@ class WhatIf:
     name: str
     batch_factor: float = 1.0
     accumulate: int | None = None
-    bucket_cap_bytes: float | None = None
+    bucket_cap_mb: float | None = None
+    """DDP's ``bucket_cap_mb`` (MiB): its first bucket takes the cap too."""
     grad_bytes_factor: float = 1.0
 
 
@@ -62,7 +63,7 @@ def what_ifs(model: StepModel, precision: str = "") -> list[WhatIf]:
     out.append(WhatIf("per-device batch x2", batch_factor=2.0))
     k = 4 if model.accumulate < 4 else 2 * model.accumulate
     out.append(WhatIf(f"accumulation {k}", accumulate=k))
-    out.append(WhatIf("DDP buckets of 100 MB", bucket_cap_bytes=100e6))
+    out.append(WhatIf("DDP bucket_cap_mb=100", bucket_cap_mb=100.0))
     if "bf16-true" not in precision and "16-true" not in precision:
         out.append(WhatIf("gradients in bf16", grad_bytes_factor=0.5))
     return out
@@ -77,8 +78,8 @@ def _apply(model: StepModel, w: WhatIf) -> dict[str, Any]:
         # k micro-batches of the measured size: k times the samples per optimizer step
         kw["batch"] = kw.get("batch", model.per_device_batch) * w.accumulate / model.accumulate
     buckets = model.bucket_bytes
-    if w.bucket_cap_bytes is not None:
-        buckets = tuple(ddp_bucket_bytes(int(sum(buckets)), int(w.bucket_cap_bytes)))
+    if w.bucket_cap_mb is not None:
+        buckets = tuple(split_into_buckets(int(sum(buckets)), "ddp", w.bucket_cap_mb))
     if w.grad_bytes_factor != 1.0:
         buckets = tuple(b * w.grad_bytes_factor for b in buckets)
     if buckets != model.bucket_bytes:
@@ -99,12 +100,10 @@ def centre_of(
     return carry, dict(got)[carry]
 
 
-def run_noise(points: Sequence[ScalePoint], world: int) -> float:
+def run_noise(points: Sequence[ScalePoint], world: int, floor: float) -> float:
     """The run-to-run noise of one run (relative s.d. of the per-device throughput) at the
-    ``world``-rank point: its repeats' spread where there are two or more, never below the
-    default (two runs that happen to agree say little about a third)."""
-    from analysis.compute.model_error import NOISE_DEFAULT
-
+    ``world``-rank point: its repeats' spread where there are two or more, never below
+    ``floor``, the error model's (two runs that happen to agree say little about a third)."""
     runs = [
         1.0 / p.t_s
         for pt in points
@@ -113,10 +112,10 @@ def run_noise(points: Sequence[ScalePoint], world: int) -> float:
         if math.isfinite(p.t_s) and p.t_s > 0
     ]
     if len(runs) < 2:
-        return NOISE_DEFAULT
+        return floor
     mean = math.fsum(runs) / len(runs)
     sd = math.sqrt(math.fsum((r - mean) ** 2 for r in runs) / (len(runs) - 1))
-    return max(NOISE_DEFAULT, sd / mean) if mean > 0 else NOISE_DEFAULT
+    return max(floor, sd / mean) if mean > 0 else floor
 
 
 def resample(points: Sequence[ScalePoint], rng: np.random.Generator) -> list[ScalePoint]:
@@ -151,11 +150,14 @@ def project_points(
     measured scale's runs (the network's fit with them, unless ``profile`` gives it),
     takes the explanations in turn, a point of the network band and the error model's
     residual, with the run-to-run noise of one run (the anchor's repeats' spread where
-    there are two or more, never below :data:`~.model_error.NOISE_DEFAULT`)."""
+    there are two or more, never below the shipped model's, which the published cases chose)."""
     model = fit.model
     assert model is not None
     # the shipped error model with this sweep's run-to-run noise; one given is used as it is
-    em = error_model or replace(load_error_model(), noise=run_noise(points, model.anchor_world))
+    shipped = load_error_model()
+    em = error_model or replace(
+        shipped, noise=run_noise(points, model.anchor_world, floor=shipped.noise)
+    )
     ifs = what_ifs(model, precision)
     samples = _draw(points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed)
     rows = []

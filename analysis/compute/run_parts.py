@@ -71,6 +71,10 @@ class RunParts:
     where the compute split is not recorded (CPU runs, no NVML, older records)."""
     gpu_util_pct: float = math.nan
     """The typical rank's GPU utilisation over the steady state (NVML); NaN without it."""
+    gpu_comm_alone_s: float = math.nan
+    """Seconds per step the typical rank's collectives' kernels ran with no other kernel
+    beside them, taken out of NVML's busy time by the split (0 on one device); NaN where not
+    recorded, and in records made before it was measured."""
     compute_split_reason: str = ""
     """Why the compute split is not recorded ('' when it is)."""
 
@@ -226,7 +230,8 @@ def _compute_split(diagnosis: Mapping[str, Any], typical: int) -> dict[str, Any]
     if math.isnan(share):
         share = number_at(split, "gpu_idle_share")
     util = number_at(mine[0], "gpu_util_pct") if mine else math.nan
-    return dict(gpu_idle_share=share, gpu_util_pct=util)
+    alone = number_at(mine[0], "comm_alone_s") if mine else math.nan
+    return dict(gpu_idle_share=share, gpu_util_pct=util, gpu_comm_alone_s=alone)
 
 
 def _communication(
@@ -292,6 +297,7 @@ def _allreduce(allreduce: Mapping[str, Any]) -> dict[str, Any]:
 
 OVERLAP_WITHIN_NOISE = "within noise"
 OVERLAP_BELOW_ZERO = "below zero beyond its noise"
+OVERLAP_ONE_PAIR = "one pair: not enough to tell"
 
 
 def overlap_slowdown(calibration: Mapping[str, Any], world_size: int) -> tuple[float, str]:
@@ -302,7 +308,9 @@ def overlap_slowdown(calibration: Mapping[str, Any], world_size: int) -> tuple[f
     time to the last gradient), so it is only taken out where its Student-t 95% interval over
     the pairs lies above 0. An interval that includes 0 is noise, not a slowdown; one below 0
     would say the all-reduce beside backward sped it up, which is a disagreement between the
-    windows, not a gain: neither is subtracted from anything. One pair: no interval, kept."""
+    windows, not a gain: neither is subtracted from anything. One pair gives no interval (what
+    the default budget affords for passes of about 0.75 to 1.5 s): whatever its sign, it is
+    not enough to tell a slowdown from noise, and it stays inside compute too."""
     if world_size <= 1:
         return 0.0, ""
     if calibration.get("status") != "measured":
@@ -312,7 +320,12 @@ def overlap_slowdown(calibration: Mapping[str, Any], world_size: int) -> tuple[f
     if math.isnan(value) or not isinstance(diffs, list):
         return value, ""
     s = summarize([d for d in diffs if finite_number(d) is not None])
-    if s.n < 2 or s.ci_low > 0:
+    if s.n < 2:
+        return math.nan, (
+            f"{OVERLAP_ONE_PAIR} ({1e3 * value:.2g} ms from a single pair of windows, no "
+            "interval): left inside compute"
+        )
+    if s.ci_low > 0:
         return value, ""
     span = f"{1e3 * s.mean:.2g} ms [{1e3 * s.ci_low:.2g}, {1e3 * s.ci_high:.2g}] over {s.n} pairs"
     if s.ci_high < 0:

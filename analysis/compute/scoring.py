@@ -12,10 +12,15 @@ it from what it states, and the rest is an assumption, drawn over its band in th
 
 * compute per step: the 1-GPU point's step time when measured, else the 1-node step less the
   intra-node all-reduce the model exposes there;
-* all-reduce: the case's buckets (``bucket_mb``, or DDP's 25 MB) on a latency-bandwidth
+* all-reduce: the case's buckets as its method makes them (``scalescope.allreduce_model.
+  bucket_caps``: DDP's, Horovod's fusion buffers, or one message where the case says neither
+  method nor cap; ``bucket_mb`` the cap it sets, else the method's default) on a latency-bandwidth
   model with latency ``ALPHA_INTRA_S`` / ``ALPHA_INTER_S`` at 2 ranks and the case's bus
   bandwidths: inter-node within ``INTER_BAND`` of the stated link, or
-  ``UNKNOWN_INTER_BAND`` of the intra-node one where the case states none;
+  ``UNKNOWN_INTER_BAND`` of the intra-node one where the case states none. No case measures
+  its inter-node bandwidth (a stated link is a line rate), so one draw from the band holds
+  from the anchor to every target: a multi-node anchor's level is drawn too, never taken as
+  measured, and no step appears between the anchor's nodes and more;
 * stragglers: sigma = ``SIGMA_SHARE`` of the step's compute (drawn from 0 to twice that);
 * the rest of the anchor's step (the whole loss, since a table has no parts) carried by each
   of the projection's explanations in turn (:data:`analysis.compute.step_model.CARRIES`);
@@ -44,7 +49,7 @@ from analysis.compute.model_error import load as load_error_model
 from analysis.compute.projection import DRAWS
 from analysis.compute.step_model import CARRIES, Level, Network, StepModel, expected_max
 from analysis.read.cases import Case, CaseError, Point, read_cases
-from scalescope.allreduce_model import ddp_bucket_bytes
+from scalescope.allreduce_model import split_into_buckets
 
 ALPHA_INTRA_S = 20e-6
 ALPHA_INTER_S = 50e-6
@@ -70,17 +75,19 @@ def reference(case: Case) -> tuple[Point, str]:
 
 
 def case_model(
-    case: Case, *, sigma_share: float = SIGMA_SHARE, carry: str = "one-time"
+    case: Case, *, sigma_share: float = SIGMA_SHARE, carry: str = "one-time", band_u: float = 0.5
 ) -> StepModel:
     """The step model a case's measured points give (see the module doc), with what it
-    leaves of the anchor's step carried as ``carry`` says (:data:`~.step_model.CARRIES`)."""
+    leaves of the anchor's step carried as ``carry`` says (:data:`~.step_model.CARRIES`),
+    and its inter-node bus bandwidth at the point ``band_u`` in [0, 1] of its band (log
+    scale; 0.5 its middle), the same at the anchor and every target."""
     d = case.devices_per_node
     b = case.per_device_batch
     ref, _ = reference(case)
     one_node = next((p for p in case.measured if p.nodes == 1 and p.devices_per_node == d), None)
     one_gpu = next((p for p in case.measured if p.nodes * p.devices_per_node == 1), None)
     t_node = b / (one_node or ref).throughput_per_device
-    draft = _draft(case, ref, sigma_share, carry)
+    draft = _draft(case, ref, sigma_share, carry, band_u)
     compute = _compute_step(case, draft, one_gpu, t_node)
     model = replace(draft, compute_per_sample_s=compute / b)
     if one_node is None:  # only 1 GPU measured: it is the anchor, nothing to offset
@@ -88,12 +95,13 @@ def case_model(
     return _anchored(case, model, t_node)
 
 
-def _draft(case: Case, ref: Point, sigma_share: float, carry: str) -> StepModel:
+def _draft(case: Case, ref: Point, sigma_share: float, carry: str, band_u: float) -> StepModel:
     """The case's model before its compute is known: its buckets, its network (the stated
-    links, or assumed ones) and its reference point's step, anchored at one node."""
+    links, or assumed ones, the inter-node one at ``band_u`` of its band) and its reference
+    point's step, anchored at one node."""
     d = case.devices_per_node
     b, k = case.per_device_batch, case.grad_accum
-    buckets = tuple(ddp_bucket_bytes(int(case.grad_bytes), int(case.bucket_mb * 1e6)))
+    buckets = tuple(split_into_buckets(int(case.grad_bytes), case.method, case.bucket_mb))
     intra_bw = case.intra_busbw_gbps or INTRA_DEFAULT_GBPS
     intra = Level(
         ALPHA_INTRA_S,
@@ -107,7 +115,10 @@ def _draft(case: Case, ref: Point, sigma_share: float, carry: str) -> StepModel:
     else:
         inter = Level(ALPHA_INTER_S, intra_bw * UNKNOWN_INTER_SHARE, 2, "inter-node: assumed")
         band = UNKNOWN_INTER_BAND
-    net = Network(intra, inter, band, "", measured_nodes=1)
+    # one bandwidth from the anchor to the targets: the band's draw fixed in the level
+    drawn = Network(None, None, band).factor(2, band_u)
+    inter = replace(inter, busbw_gbps=inter.busbw_gbps * drawn)
+    net = Network(intra, inter, (1.0, 1.0), "", measured_nodes=1)
     strong = case.scaling == "strong"
     ref_world = ref.nodes * ref.devices_per_node
     return StepModel(
@@ -163,12 +174,10 @@ def _anchored(case: Case, model: StepModel, t_node: float) -> StepModel:
         # its accumulation shrinking first (the micro-batch kept)
         b_a = b * d / world if strong else b
         k_a = max(1, math.floor(k * d / world + 1e-9)) if strong else k
-        net = replace(model.network, measured_nodes=top.nodes)
         model = replace(
             model,
             per_device_batch=b_a,
             accumulate=k_a,
-            network=net,
             anchor_world=world,
             anchor_nodes=top.nodes,
         )
@@ -198,7 +207,7 @@ def centre_carry(case: Case, p: Point) -> tuple[str, float]:
 def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Scored]:
     """Every published point with its centre and structural draws (see model_error.Scored):
     each draw takes one of the explanations in turn, a straggler spread within 0-2x
-    SIGMA_SHARE and an inter-node bandwidth within the band."""
+    SIGMA_SHARE and an inter-node bandwidth within the band, the anchor's and the target's."""
     rng = np.random.default_rng(seed)
     out = []
     for case in cases:
@@ -209,8 +218,9 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
             base = np.empty(draws)
             for i in range(draws):
                 sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
-                m = case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)])
-                base[i] = _predict(m, p, m.network.factor(p.nodes, float(rng.uniform())))
+                u = float(rng.uniform())
+                m = case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u)
+                base[i] = _predict(m, p, None)
             d, s = features(
                 p.nodes * p.devices_per_node, p.nodes, anchor.anchor_world, anchor.anchor_nodes
             )
@@ -283,17 +293,21 @@ def _result(
     }
 
 
-def cross_validated(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> dict[str, Any]:
-    """Leave one source out: each source's points with the error model fitted on the
-    others' (model_error.cross_validate), in the backtest's layout."""
-    prepared = prepare(cases, draws, seed)
-    scored = cross_validate(prepared)
+def cross_validated(
+    cases: Sequence[Case], draws: int = DRAWS, seed: int = 0, prepared: Sequence[Scored] = ()
+) -> dict[str, Any]:
+    """Nested leave one source out: each source's points with the error model whose noise
+    and fit come from the other sources alone (model_error.cross_validate), in the
+    backtest's layout, with each fold's chosen settings under ``folds``. ``prepared``: the
+    cases' prepared points where already made (:func:`prepare`, the costly part)."""
+    prepared = list(prepared) or prepare(cases, draws, seed)
+    scored, folds = cross_validate(prepared)
     # cross_validate groups the points by source: put them back in the cases' order
     by_key: dict[str, list[dict[str, Any]]] = {}
     for s in scored:
         by_key.setdefault(str(s["case"]), []).append(s)
     ordered = [by_key[c.name].pop(0) for c in cases for _ in c.published]
-    return _result(cases, prepared, ordered)
+    return {**_result(cases, prepared, ordered), "folds": folds}
 
 
 __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cases

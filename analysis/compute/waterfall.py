@@ -66,6 +66,7 @@ from analysis.compute.groups import (
     series_scale_groups,
 )
 from analysis.compute.metrics import BaselineSpec, pick_baseline
+from analysis.compute.profile_advice import advice_for, sweep_advice
 from analysis.compute.run_parts import RunParts, group_parts
 from analysis.compute.stats import finite_mean, number_at, ratio_ci, summarize
 from analysis.read.frame import SERIES_KEYS
@@ -166,8 +167,10 @@ WATERFALL_COLUMNS = [
     "slowest_seen",
     "gpu_util_pct_mean",
     "gpu_idle_share_mean",
+    "gpu_comm_alone_s_mean",
     "compute_split_note",
     "profile_command",
+    "profile_note",
 ]
 """Columns of :attr:`Waterfall.table` (``diagnosis.csv``): points (``_pts``) are points of
 efficiency; ``_s`` seconds per sample per device; ``_step_s`` seconds per step."""
@@ -201,17 +204,6 @@ class Waterfall:
     """(series, world size, run id, parts, attribution) per run, for notebooks."""
 
 
-PROFILE_OVERRIDE = "trainer.profile.steps=5"
-"""What the advice adds to a sweep's command line to see a scale's operations."""
-
-
-def _profile_command(rows: pd.DataFrame) -> str:
-    """The group's sweep command line with the profile setting added ('' where no manifest
-    recorded how the sweep was submitted)."""
-    commands = [c for c in rows.get("sweep_command", pd.Series(dtype=object)) if isinstance(c, str)]
-    return f"{commands[0]} {PROFILE_OVERRIDE}" if commands else ""
-
-
 def _num_workers(params: Sequence[Any]) -> str:
     seen = []
     for text in params:
@@ -240,6 +232,7 @@ def waterfall(
     rows: list[dict[str, Any]] = []
     rank_rows: list[dict[str, Any]] = []
     per_run: list[tuple[str, int, str, RunParts, dict[str, float]]] = []
+    profiling = sweep_advice(runs)
     for _key, label, members in series_scale_groups(runs, confidence):
         base, _note = pick_baseline(members, baseline)
         against = _Against.of(base)
@@ -247,6 +240,8 @@ def waterfall(
         for g in members:
             these = group_parts(g)
             row, attributed = _point(label, g, these, against, confidence)
+            advice = advice_for(g.rows, profiling)
+            row.update(profile_command=advice.command, profile_note=advice.note)
             rows.append(row)
             per_run += attributed
             with_ranks = [(r, p) for r, p in these if p.recorded]
@@ -303,7 +298,6 @@ def _point(
         per_device_batch_size=_batch(g.rows),
         baseline_per_device_batch_size=_batch(base.rows),
         num_workers=_num_workers(g.rows["workload_params"].tolist()),
-        profile_command=_profile_command(g.rows),
         status=_status(basis, these, against.parts, is_base),
     )
     # One set of runs for the loss and its parts: those with a breakdown (all runs where
@@ -402,6 +396,7 @@ def _measured(recorded: Sequence[RunParts], confidence: float) -> dict[str, Any]
         rank_skew_mean=finite_mean([p.rank_skew for p in recorded]),
         gpu_util_pct_mean=finite_mean([p.gpu_util_pct for p in recorded]),
         gpu_idle_share_mean=finite_mean([p.gpu_idle_share for p in recorded]),
+        gpu_comm_alone_s_mean=finite_mean([p.gpu_comm_alone_s for p in recorded]),
     )
     out["compute_split_note"] = (
         _first([p.compute_split_reason for p in recorded])

@@ -21,7 +21,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogLocator, NullLocator
 
-from analysis.compute.metrics import DEFAULT_LOSS_TOLERANCE, EFFICIENCY_REFERENCE, efficiency_column
+from analysis.compute.metrics import (
+    DEFAULT_LOSS_TOLERANCE,
+    EFFICIENCY_REFERENCE,
+    STEADY,
+    efficiency_column,
+)
 from analysis.present.display import devices_header
 
 _SIZE = (7.5, 4.8)
@@ -124,8 +129,9 @@ def _by_series(
 
 
 def speedup_chart(scaling: pd.DataFrame) -> Figure:
-    """Speedup vs devices per configuration with 95% CI error bars and the ideal line
-    (strong scaling: from train time; weak scaling: throughput speedup). Log2 axes."""
+    """Speedup vs devices per configuration with 95% CI error bars and the ideal line: the
+    scaling table's headline speedup, a ratio of steady-state throughputs (whole training
+    where a series has no steady state). Log2 axes."""
     fig, ax = _figure()
     series = _by_series(scaling, sort=("world_size",))
     worlds: list[float] = []
@@ -155,7 +161,7 @@ def speedup_chart(scaling: pd.DataFrame) -> Figure:
     _log2_x(ax, worlds)
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}")
-    _label_log2(ax, scaling, "Speedup vs baseline (log2)", "Speedup")
+    _label_log2(ax, scaling, "Speedup vs baseline (log2)", f"Speedup (from {_basis(scaling)})")
     _legend(ax, len(series) + 1)
     return fig
 
@@ -223,16 +229,28 @@ def efficiency_chart(scaling: pd.DataFrame) -> Figure:
     ax.set_xlabel(devices_header(scaling["accelerator"].tolist()))
     ax.set_ylabel("Efficiency (%)")
     modes = set(scaling["scaling_mode"])
+    basis = _basis(scaling)
     ax.set_title(
-        "Parallel efficiency (from train time)"
+        f"Parallel efficiency (from {basis})"
         if modes == {"strong"}
-        else "Weak-scaling efficiency (per-device throughput)"
+        else f"Weak-scaling efficiency (from per-device {basis})"
         if modes == {"weak"}
-        else "Efficiency (strong: from train time; weak: per-device throughput)"
+        else f"Efficiency (strong: parallel, weak: per device; from {basis})"
     )
     ax.grid(True, axis="y", alpha=0.3)
     _legend_below(ax, frame["series"].nunique() + 1)
     return fig
+
+
+def _basis(scaling: pd.DataFrame) -> str:
+    """What the headline ratios of these rows are made of, in words (the scaling table's
+    ``headline_basis``: the steady state unless a group or its baseline has none)."""
+    steady = scaling["headline_basis"] == STEADY
+    if steady.all():
+        return "steady-state throughput"
+    if not steady.any():
+        return "whole-training throughput"
+    return "steady-state throughput; whole training where there is none"
 
 
 def throughput_chart(groups: pd.DataFrame) -> Figure:
@@ -243,11 +261,12 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
     series = _by_series(groups)
     worlds: list[float] = []
     values: list[float] = []
+    whole = False
     for color, name, part in series:
         x = part["world_size"].astype(float)
         col = "steady_samples_per_s"
         if not part[f"{col}_mean"].notna().all():
-            col, name = "samples_per_s", f"{name} (whole training)"
+            col, name, whole = "samples_per_s", f"{name} (whole training)", True
         y = part[f"{col}_mean"].astype(float)
         ax.errorbar(
             x,
@@ -271,7 +290,8 @@ def throughput_chart(groups: pd.DataFrame) -> Figure:
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.0f}" if v >= 10 else f"{v:g}")
-    _label_log2(ax, groups, "Throughput (samples/s, log scale)", "Training throughput")
+    title = "steady state" + ("; whole training where marked" if whole else "")
+    _label_log2(ax, groups, "Throughput (samples/s, log scale)", f"Training throughput ({title})")
     _legend(ax, len(series) + 1)
     return fig
 

@@ -62,7 +62,7 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
     ]
     split = bool(t["gpu_idle_share_mean"].notna().any()) if "gpu_idle_share_mean" in t else False
     if split:
-        columns += ["GPU busy (NVML)", "GPU idle in compute"]
+        columns += ["GPU busy (NVML)", "Collectives alone (ms/step)", "GPU idle in compute"]
     rows = []
     for _, r in t.iterrows():
         recorded = r["status"] == "recorded"
@@ -100,8 +100,13 @@ def _split_cells(r: pd.Series) -> list[str]:
 
     util, idle = r["gpu_util_pct_mean"], r["gpu_idle_share_mean"]
     if is_missing(idle):
-        return [MISSING, f"{NOT_RECORDED} ({r['compute_split_note']})"]
-    return [f"{util:.0f}%" if not is_missing(util) else MISSING, pct(idle, 0)]
+        return [MISSING, MISSING, f"{NOT_RECORDED} ({r['compute_split_note']})"]
+    alone = r.get("gpu_comm_alone_s_mean")
+    return [
+        f"{util:.0f}%" if not is_missing(util) else MISSING,
+        sig(1e3 * alone, 2) if not is_missing(alone) else MISSING,
+        pct(idle, 0),
+    ]
 
 
 def _diagnosis_caption(t: pd.DataFrame, split: bool) -> list[str]:
@@ -128,9 +133,12 @@ def _diagnosis_caption(t: pd.DataFrame, split: bool) -> list[str]:
     ]
     if split:
         caption.append(
-            "GPU busy: NVML's utilisation of the typical rank's GPU over the steady state; GPU "
+            "GPU busy: NVML's utilisation of the typical rank's GPU over the steady state, "
+            "which counts the collectives' kernels too; collectives alone: the time per step "
+            "their kernels ran with no other kernel beside them (a profiler window of synced "
+            "passes after training, plus the wait for slower ranks; 0 on one device); GPU "
             "idle in compute: the share of compute the GPU ran no kernel (host overhead: "
-            "launches), from that utilisation times the step less the communication wait."
+            "launches), from that utilisation times the step less the collectives alone."
         )
     missing = sorted({s for s in t["status"] if s != "recorded"})
     caption += [f"Not recorded: {m.removeprefix(NOT_RECORDED).strip(' ()')}." for m in missing]

@@ -65,6 +65,7 @@ tbody tr:last-child td { border-bottom: none; }
 td { overflow-wrap: break-word; }
 .num { text-align: right; }
 .nw { white-space: nowrap; }
+td.ci { white-space: normal; }
 td.long { min-width: 13em; }
 th.long { min-width: 5em; }
 .caption { font-size: .85em; color: var(--muted); margin: .2em 0 0; }
@@ -104,6 +105,10 @@ _HREF = re.compile(r'\b((?:xlink:)?href)="#([^"]+)"')
 _URL = re.compile(r"url\(#([^)]+)\)")
 _SHORT = 30
 """Cells up to this many characters stay on one line; longer ones wrap."""
+_INTERVAL = re.compile(r"^(?P<value>[^\s\[\]]+(?: [^\s\[\]]+)?) (?P<ci>\[[^\[\]]+\])$")
+"""``2.5 [-2.7, 7.3]``, ``1.95x [1.85, 2.05]``: a figure and its interval."""
+_WORD_SLASH = re.compile(r"(?<=[A-Za-z]{4})/(?=[A-Za-z]{4})")
+"""A slash between two words (``Compute/sample``), not inside a unit (``GB/s``)."""
 
 
 def figure_svg(fig: Any) -> str:
@@ -196,9 +201,19 @@ def html_table(table: DisplayTable) -> str:
     def cell(tag: str, col: Any, value: Any, short: int) -> str:
         text = str(value)
         names = ["num"] if col in table.right else []
-        names.append("nw" if len(text) <= short else "long")
+        interval = _INTERVAL.match(text) if tag == "td" else None
+        if interval:
+            # a figure and its interval: the interval may go under the figure, so a table of
+            # many such columns fits the page instead of scrolling sideways
+            names.append("ci")
+            inner = f'{_e(interval["value"])} <span class="nw">{_e(interval["ci"])}</span>'
+        else:
+            names.append("nw" if len(text) <= short else "long")
+            inner = _e(text)
+            if tag == "th":  # "Compute/sample": a heading may break after its slash
+                inner = _WORD_SLASH.sub("/<wbr>", inner)
         scope = ' scope="col"' if tag == "th" else ""
-        return f'<{tag} class="{" ".join(names)}"{scope}>{_e(text)}</{tag}>'
+        return f'<{tag} class="{" ".join(names)}"{scope}>{inner}</{tag}>'
 
     head = "".join(cell("th", c, c, 10) for c in cols)  # longer headings wrap
     body = "\n".join(

@@ -22,6 +22,7 @@ from analysis.compute.metrics import (
     series_keys,
     series_labels,
 )
+from analysis.compute.overlap import run_cells
 from analysis.present.diagnosis_tables import diagnosis_table
 from analysis.present.display import (
     MISSING,
@@ -51,8 +52,11 @@ def _truncate(table: DisplayTable, max_rows: int, where: str) -> DisplayTable:
     return table
 
 
-def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
-    """One row per job, in series / scale / job-id order (the first ``max_rows``; 0 = all)."""
+def summary_table(
+    runs: pd.DataFrame, max_rows: int = 0, overlaps: pd.DataFrame | None = None
+) -> DisplayTable:
+    """One row per job, in series / scale / job-id order (the first ``max_rows``; 0 = all);
+    a Shared node column where runs shared a node while timed (``overlaps``)."""
     dev = devices_header(runs["accelerator"].tolist() if len(runs) else [])
     restarts = bool(len(runs)) and bool((runs["restart_count"].fillna(0) > 0).any())
     numbers = [
@@ -60,7 +64,7 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         "Nodes",
         "Train time (s)",
         "Time/epoch (s)",
-        "Throughput (samples/s)",
+        "Steady throughput (samples/s)",
         "Val loss",
         "Val acc",
     ]
@@ -69,6 +73,9 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
     columns = ["Job ID", "Configuration", *numbers]
     if restarts:
         columns.append("Restarts")
+    shared = run_cells(overlaps) if overlaps is not None and len(overlaps) else {}
+    if shared:
+        columns.append(SHARED_COLUMN)
     keys = series_keys(runs)
     labels = series_labels(list(dict.fromkeys(keys)))
     c = {col: runs[col].tolist() for col in runs.columns}  # column-wise: 10,000 rows are cheap
@@ -81,7 +88,7 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
             str(c["nodes"][i]),
             num(c["train_time_s"][i]),
             num(c["mean_epoch_time_s"][i], 3),
-            sig(c["samples_per_s"][i]),
+            _run_throughput(c["steady_samples_per_s"][i], c["samples_per_s"][i]),
             num(c["val_loss_final"][i], 4),
             num(c["val_acc_final"][i], 4),
         ]
@@ -89,6 +96,8 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         if restarts:
             reasons = c["restart_reasons"][i] if not is_missing(c["restart_reasons"][i]) else ""
             row.append(f"{c['restart_count'][i]}" + (f" ({reasons})" if reasons else ""))
+        if shared:
+            row.append(shared.get(runs.index[i], ""))
         world = c["world_size"][i]
         order = (labels[key], 0 if is_missing(world) else world, natural_key(c["job_id"][i]))
         rows.append((order, row))
@@ -100,12 +109,26 @@ def summary_table(runs: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         frame,
         caption=[
             "Train time: training part of all epochs, validation excluded (max over ranks); "
-            "Time/epoch: its mean per epoch; Val loss/acc: final epoch's."
-            + (GPU_CAPTION if gpu else "")
-        ],
+            "Time/epoch: its mean per epoch; Steady throughput: samples/s after the warm-up, "
+            "the headline's quantity (a run without a steady state: its whole training, marked "
+            "'whole'); Val loss/acc: final epoch's." + (GPU_CAPTION if gpu else "")
+        ]
+        + ([SHARED_CAPTION] if shared else []),
         right=set(numbers),
     )
     return _truncate(table, max_rows, "runs.csv and summary.json")
+
+
+SHARED_COLUMN = "Shared node"
+SHARED_CAPTION = (
+    f"{SHARED_COLUMN}: another job ran on this run's node for the seconds given (and that "
+    "share) of its timed interval: its figures include that job's load."
+)
+
+
+def _run_throughput(steady: Any, whole: Any) -> str:
+    """A run's steady-state throughput; its whole-training one, so marked, without one."""
+    return sig(steady) if not is_missing(steady) else f"{sig(whole)} (whole)"
 
 
 def variability_table(analysis: Analysis) -> DisplayTable:
@@ -417,9 +440,15 @@ def precision_table(analysis: Analysis) -> DisplayTable | None:
 
 
 def failure_label(row: pd.Series) -> str:
-    """Like a series label, without what only a result knows (epochs, workload parameters)."""
+    """Like a series label, without what only a result knows (epochs, workload parameters);
+    for a job that printed no start event, its shape and repeat as sweep.json or its sbatch
+    log's first line give them."""
     if is_missing(row["config_name"]):
-        return "unknown (no start event)"
+        if is_missing(row.get("nodes")) or is_missing(row.get("devices_per_node")):
+            return "unknown (no start event)"
+        repeat = row.get("repeat_index")
+        again = "" if is_missing(repeat) else f" repeat {int(repeat)}"
+        return f"shape {int(row['nodes'])}x{int(row['devices_per_node'])}{again}"
     name = str(row["config_name"])
     if not is_missing(row["workload"]) and row["workload"] != row["config_name"]:
         name += f" [{row['workload']}]"
@@ -500,7 +529,7 @@ def all_tables(
     """Every table in reading order; empty ones left out."""
     tables: list[DisplayTable] = []
     if len(runs):
-        tables.append(summary_table(runs, max_rows))
+        tables.append(summary_table(runs, max_rows, analysis.overlaps))
         tables.extend(speedup_tables(analysis))
         if analysis.projection is not None:
             for table in (

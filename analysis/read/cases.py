@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DDP_BUCKET_MB = 25.0
+METHODS = {"ddp": "ddp", "horovod": "horovod"}
+"""How a case's ``model.method`` names the frameworks whose bucket rule is known (a name
+that starts with a key, e.g. ``horovod-allreduce``); any other method is kept as written."""
 
 
 class CaseError(ValueError):
@@ -31,7 +33,9 @@ class Case:
     name: str
     devices_per_node: int
     grad_bytes: float
-    bucket_mb: float
+    bucket_mb: float | None
+    """The bucket cap the source sets (DDP's ``bucket_cap_mb``, Horovod's fusion threshold;
+    MiB, as the frameworks take it), or None where it sets none: the method's default."""
     scaling: str
     per_device_batch: float
     grad_accum: int
@@ -39,6 +43,8 @@ class Case:
     inter_busbw_gbps: float | None
     measured: tuple[Point, ...]
     published: tuple[Point, ...]
+    method: str = ""
+    """``ddp``, ``horovod``, another method as written, or '' where the case does not say."""
     group: str = ""
     """The source the case comes from (``source_group``, else its name): cross-validation
     leaves one source out at a time, since cases of one source share its methods."""
@@ -95,9 +101,7 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
         name=name,
         devices_per_node=dpn,
         grad_bytes=_required(name, "model.grad_bytes", model.get("grad_bytes")),
-        bucket_mb=float(
-            _number(name, "model.bucket_mb", model.get("bucket_mb"), optional=True) or DDP_BUCKET_MB
-        ),
+        bucket_mb=_number(name, "model.bucket_mb", model.get("bucket_mb"), optional=True),
         scaling=scaling,
         per_device_batch=_required(name, "per_device_batch", raw.get("per_device_batch")),
         grad_accum=int(raw.get("grad_accum") or 1),
@@ -109,8 +113,15 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
         ),
         measured=measured,
         published=published,
+        method=_method(model.get("method")),
         group=str(raw.get("source_group") or name),
     )
+
+
+def _method(raw: Any) -> str:
+    """A case's ``model.method``: the framework's short name where its bucket rule is known."""
+    text = str(raw or "").strip()
+    return next((short for key, short in METHODS.items() if text.startswith(key)), text)
 
 
 def _points(name: str, raw: dict[str, Any], key: str) -> tuple[Point, ...]:

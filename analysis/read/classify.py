@@ -31,6 +31,7 @@ REASONS: dict[str, str] = {
     "collective_timeout": "NCCL/collective timeout",
     "collective_error": "NCCL/collective error (peer exited or network)",
     "exception": "Python exception",
+    "interrupted": "interrupted",
     "exit_code": "task exit code",
     "never_started": "never started",
     "log_missing": "log missing",
@@ -43,6 +44,8 @@ CAUSAL_ORDER = (
     "node_failure",
     "preemption",
     "requeue",
+    # a user's Ctrl-C (SIGINT): what other ranks print after it follows from it
+    "interrupted",
     # the job's own errors
     "config_error",
     "rendezvous_error",
@@ -148,6 +151,10 @@ _COLLECTIVE_ERROR = re.compile(
 _NCCL_CODE = re.compile(r"\b(?P<code>nccl(?:Remote|System|Internal)Error)\b")
 _NCCL_WHAT = re.compile(r"NCCL error(?: in: [^,]*)?[,:]\s*(?P<what>[^,]+?)(?:,\s*NCCL version|$)")
 _NCCL_GENERIC = "NCCL operations failed or timed out; the process is taken down"
+_INTERRUPTED = re.compile(r"^scalescope [\w-]+: interrupted$")
+"""What ``scalescope train`` prints on a KeyboardInterrupt (Ctrl-C, SIGINT) instead of a
+traceback."""
+_INTERRUPT_DETAIL = "KeyboardInterrupt: Ctrl-C or SIGINT"
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _EXCEPTION = re.compile(
@@ -156,7 +163,7 @@ _EXCEPTION = re.compile(
 )
 
 KEYWORDS = re.compile(
-    rb"CANCELLED|Cancelled|Traceback|rror|xception|Interrupt|Exit|Failure|Timeout"
+    rb"CANCELLED|Cancelled|Traceback|rror|xception|Interrupt|interrupted|Exit|Failure|Timeout"
     rb"|Out Of Memory|out of memory|oom|Watchdog|timed out|Timed out|timing out|this job is"
     rb"|Requeued|memory limit|srun: error|by peer|by remote peer|completion from peer"
 )
@@ -196,6 +203,8 @@ def _trim(text: str) -> str:
 def classify_line(line: str) -> list[tuple[str, str]]:
     """Every (reason code, detail) the line shows, exceptions excepted (they need context)."""
     found: list[tuple[str, str]] = []
+    if _INTERRUPTED.match(line.strip()):
+        found.append(("interrupted", _INTERRUPT_DETAIL))
     m = _CANCELLED.search(line)
     if m:
         why = (m.group("why") or "").upper()
@@ -326,8 +335,14 @@ class EvidenceCollector:
         if self.traceback_seen and not self.first_traceback_done:
             m = _EXCEPTION.match(line.rstrip())
             if m:
+                interrupt = m.group("name").rsplit(".", 1)[-1] == "KeyboardInterrupt"
                 self.last_exception = Evidence(
-                    "exception", _trim(line), _trim(raw), self.file, line_no, offset
+                    "interrupted" if interrupt else "exception",
+                    _INTERRUPT_DETAIL if interrupt else _trim(line),
+                    _trim(raw),
+                    self.file,
+                    line_no,
+                    offset,
                 )
                 self.chained = False
 

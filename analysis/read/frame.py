@@ -99,6 +99,8 @@ RUN_COLUMNS: dict[str, str] = {
     "train_time_s": "float64",
     "val_time_s": "float64",
     "job_time_s": "float64",
+    "train_start_unix": "float64",
+    "train_end_unix": "float64",
     "mean_epoch_time_s": "float64",
     "mean_epoch_time_excl_first_s": "float64",
     "step_time_s": "float64",
@@ -127,6 +129,7 @@ RUN_COLUMNS: dict[str, str] = {
     "versions": "object",
     "diagnosis": "object",
     "profile": "object",
+    "config": "object",
     "sweep_command": "str",
     "restart_reasons": "str",
     "sources": "str",
@@ -231,6 +234,7 @@ def _run_row(run: Run) -> dict[str, Any]:
         peak_host_rss_gib_max=_max(r.peak_host_rss_gib),
         epoch_times_s=tuple(r.epoch_times_s),
         versions=dict(r.versions),
+        config=dict(r.config) if isinstance(r.config, dict) else {},
         warmup_share=warmup_share(r.train_time_s, r.steady_time_s),
         restart_reasons="; ".join(run.restart_reasons),
         sources=";".join(run.sources),
@@ -256,6 +260,7 @@ def _failure_row(failure: Failure) -> dict[str, Any]:
             devices_per_node=planned.devices_per_node,
             world_size=planned.world_size,
             sweep_id=planned.sweep_id,
+            repeat_index=planned.repeat,
         )
     d = failure.diagnosis
     row.update(

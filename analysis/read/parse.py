@@ -96,6 +96,8 @@ class _Assembler:
         self.hinted: list[FileScan] = []
         self.broken_files: set[str] = set()
         self.planned: list[PlannedJob] = []
+        self.shapes: dict[str, PlannedJob] = {}
+        """What an sbatch job's first line says it was, by job."""
         self.unplanned: list[Failure] = []
         """Jobs a sweep manifest lists that left no record and no failure message."""
 
@@ -166,6 +168,20 @@ class _Assembler:
     def add_evidence(self, scan: FileScan) -> None:
         self.problems.extend(p for p in scan.problems if p not in self.problems)
         key = self.alias.get(scan.hint or "", scan.hint or "")
+        if scan.shape is not None:
+            nodes, tasks = scan.shape
+            self.shapes[key] = PlannedJob(
+                scan.display,
+                key,
+                f"{nodes}x{tasks}",
+                None,
+                None,
+                (scan.display,),
+                None,
+                nodes,
+                tasks,
+                nodes * tasks,
+            )
         self.job_files[key].add(scan.display)
         self.evidence[key].extend(scan.evidence)
         if not scan.evidence and key not in self.starts:
@@ -195,9 +211,9 @@ class _Assembler:
             if ident in seen or (job.job_id is not None and self.known(job.job_id)):
                 continue
             seen.add(ident)
-            state = f"; sweep.json says {job.state}" if job.state else ""
+            state = f"sweep.json says {job.state}" if job.state else ""
             if job.job_id is None:
-                code, detail = "never_started", "never started: not submitted"
+                code, detail = "never_started", "the sweep ended before its turn"
             else:
                 read = [log for log in job.logs if os.path.basename(log) in read_names]
                 elsewhere = [log for log in job.logs if log not in read and os.path.isfile(log)]
@@ -206,15 +222,17 @@ class _Assembler:
                     continue
                 if read or elsewhere:
                     code = "never_started"
-                    detail = f"never started: no start event in {(read or elsewhere)[0]}"
+                    detail = f"no start event in {(read or elsewhere)[0]}"
                 elif not job.logs or not job.ran:
                     # queued, or cancelled while queued: the scheduler never made a log
                     code = "never_started"
-                    detail = "never started: no log" + (f" at {job.logs[0]}" if job.logs else "")
+                    detail = "no log" + (f" at {job.logs[0]}" if job.logs else "")
                 else:
-                    code, detail = "log_missing", f"log missing: {job.logs[0]}"
-            diagnosis = Diagnosis(code, REASONS[code], f"{detail} ({job.what}{state})", None, ())
-            job_id = job.job_id or f"not submitted: {job.what}"
+                    code, detail = "log_missing", f"expected at {job.logs[0]}"
+            # the reason's label, the shape and the repeat are the row's own: said once there
+            detail = "; ".join(d for d in (detail, state) if d)
+            diagnosis = Diagnosis(code, REASONS[code], detail, None, ())
+            job_id = job.job_id or "not submitted"
             self.unplanned.append(Failure(job_id, None, 0, diagnosis, (job.manifest,), job))
         return to_read
 
@@ -329,6 +347,7 @@ class _Assembler:
             current = [e for e in evidence if e.attempt is None or e.attempt == final]
             identity = starts[final].identity if starts else None
             files = tuple(sorted(self.job_files.get(key, ())))
+            planned = None if identity is not None else self.planned_for(key)
             diagnosis = diagnose(current or evidence)
             broken = [f for f in files if f in self.broken_files]
             if diagnosis.code == "unknown" and broken:
@@ -336,8 +355,16 @@ class _Assembler:
                     diagnosis,
                     detail=f"no valid result; {broken[0]} has a broken event line (see problems)",
                 )
-            out.append(Failure(key, identity, final, diagnosis, files))
+            out.append(Failure(key, identity, final, diagnosis, files, planned))
         return out
+
+    def planned_for(self, key: str) -> PlannedJob | None:
+        """What a job without a start event was: its sweep.json entry, else its sbatch log's
+        first line."""
+        for job in self.planned:
+            if job.job_id is not None and self.alias.get(job.job_id, job.job_id) == key:
+                return job
+        return self.shapes.get(key)
 
 
 def _map(func: Callable[[T], R], items: Sequence[T], jobs: int | None) -> Iterator[R]:

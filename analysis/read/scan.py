@@ -92,6 +92,9 @@ class FileScan:
     evidence_scanned: bool = False
     planned: tuple[PlannedJob, ...] = ()
     """The jobs a sweep.json lists."""
+    shape: tuple[int, int] | None = None
+    """(nodes, tasks per node) from an sbatch job's first line (slurm_jobs/common.sh), read
+    with the evidence: what a job that failed before its start event was."""
 
 
 # --- phase 1: events ------------------------------------------------------------------------
@@ -467,6 +470,24 @@ def scan_evidence(path: str, display: str) -> tuple[list[Evidence], list[Problem
     return collector.evidence(), []
 
 
+_SBATCH_FIRST_LINE = re.compile(
+    rb"^scalescope job \S+: (?P<nodes>\d+) node\(s\) .*?, (?P<tasks>\d+) task\(s\) per node"
+)
+"""``scalescope job 12: 2 node(s) (n[1-2]), 1 task(s) per node, world size 2, ...``: the
+first line an sbatch script of slurm_jobs/ prints."""
+
+
+def sbatch_shape(path: str) -> tuple[int, int] | None:
+    """(nodes, tasks per node) from the sbatch job's first line; None for any other log."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(4096)
+    except OSError:
+        return None
+    m = _SBATCH_FIRST_LINE.match(first)
+    return (int(m.group("nodes")), int(m.group("tasks"))) if m else None
+
+
 def _with_evidence(scan: FileScan) -> FileScan:
     evidence, problems = scan_evidence(scan.path, scan.display)
     # Attribute each line to the attempt whose start event precedes it in this file.
@@ -488,6 +509,7 @@ def _with_evidence(scan: FileScan) -> FileScan:
         scan.problems + tuple(problems),
         scan.hint,
         evidence_scanned=True,
+        shape=sbatch_shape(scan.path),
     )
 
 

@@ -12,9 +12,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-DDP_FIRST_BUCKET_BYTES = 1024 * 1024
-DDP_BUCKET_CAP_BYTES = 25 * 1024 * 1024
+MIB = 1024 * 1024
+DDP_FIRST_BUCKET_BYTES = MIB
+DDP_BUCKET_CAP_BYTES = 25 * MIB
 """DDP's bucket caps by default: its first bucket's (1 MiB) and the others' (25 MiB)."""
+HOROVOD_FUSION_THRESHOLD_BYTES = 64 * MIB
+"""Horovod's tensor fusion buffer by default (``HOROVOD_FUSION_THRESHOLD``, 64 MiB in
+``common/global_state.h``; 128 MiB from v0.21.0)."""
 FLOAT32_BYTES = 4
 
 
@@ -23,23 +27,50 @@ def float32_size(nbytes: int) -> int:
     return max(FLOAT32_BYTES, nbytes // FLOAT32_BYTES * FLOAT32_BYTES)
 
 
-def ddp_bucket_bytes(gradient_bytes: int, cap_bytes: int = DDP_BUCKET_CAP_BYTES) -> list[int]:
-    """``gradient_bytes`` split at DDP's caps: 1 MiB first (or ``cap_bytes`` if smaller), then
-    ``cap_bytes`` (by default DDP's 25 MiB), then the rest.
+def bucket_caps(method: str = "ddp", cap_mb: float | None = None) -> tuple[float, float]:
+    """(first bucket's cap, every other bucket's) in bytes, as ``method`` makes its buckets
+    with the cap ``cap_mb`` (MiB, as the frameworks take it; None where none was set):
+
+    * ``"ddp"``: DDP's rule (``_BucketCapacityConfig.create`` in
+      ``torch/nn/parallel/distributed.py``): only the default cap (25 MiB) comes with a small
+      first bucket (1 MiB, so that communication starts early in backward); an explicit
+      ``bucket_cap_mb`` caps the first bucket too;
+    * ``"horovod"``: tensor fusion fills buffers of the fusion threshold (by default
+      :data:`HOROVOD_FUSION_THRESHOLD_BYTES`), with no small first one;
+    * any other method: buckets of the stated cap, or none (every gradient in one message)
+      where nothing says how it groups them.
+    """
+    if cap_mb is not None:  # DDP's and Horovod's alike: int(cap in MiB * 2**20) bytes
+        cap = float(max(1, int(cap_mb * MIB)))
+        return cap, cap
+    if method == "ddp":
+        return float(DDP_FIRST_BUCKET_BYTES), float(DDP_BUCKET_CAP_BYTES)
+    if method == "horovod":
+        return float(HOROVOD_FUSION_THRESHOLD_BYTES), float(HOROVOD_FUSION_THRESHOLD_BYTES)
+    return math.inf, math.inf
+
+
+def split_into_buckets(
+    gradient_bytes: int, method: str = "ddp", cap_mb: float | None = None
+) -> list[int]:
+    """``gradient_bytes`` split at the caps :func:`bucket_caps` gives: the first bucket's,
+    then the others', then the rest.
 
     The estimate when only a byte count is known (the benchmark; the projection's what-if of
-    another ``bucket_cap_mb``). DDP never splits a parameter, so its real buckets overshoot
-    their caps (:func:`estimate_bucket_bytes` follows its rule where the parameters are known;
-    :func:`read_ddp_buckets` reads them).
+    another ``bucket_cap_mb``; the backtest's published cases). DDP never splits a parameter,
+    so its real buckets overshoot their caps (:func:`estimate_bucket_bytes` follows its rule
+    where the parameters are known; ``scalescope.job.diagnosis.allreduce.read_ddp_buckets``
+    reads them).
     """
+    first, cap = bucket_caps(method, cap_mb)
     buckets: list[int] = []
     left = gradient_bytes
-    cap = min(DDP_FIRST_BUCKET_BYTES, cap_bytes)
+    limit = first
     while left > 0:
-        take = min(cap, left)
+        take = int(min(limit, left))
         buckets.append(take)
         left -= take
-        cap = cap_bytes
+        limit = cap
     return buckets
 
 

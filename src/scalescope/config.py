@@ -18,6 +18,7 @@ import yaml
 from . import workloads
 from .errors import ConfigError
 from .faults_config import FaultsConfig
+from .run_length import WARMUP_AUTO_MAX_STEPS
 from .schema import (
     UnknownKeyError,
     build,
@@ -29,8 +30,6 @@ from .schema import (
 )
 
 DEFAULT_WORKLOAD = "spiral"
-WARMUP_AUTO_MAX_STEPS = 200
-"""``warmup_steps: auto`` is the first epoch, capped at this many steps for long epochs."""
 Precision = Literal["32", "bf16-mixed", "16-mixed"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

@@ -20,3 +20,9 @@ class SameOnEveryRankError(ScalescopeError):
     def __init__(self, message: str, *, rank: int) -> None:
         super().__init__(message)
         self.rank = rank
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's message in one line: its first (empty where it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

@@ -174,7 +174,13 @@ class ResultRecord:
     scancel); None when it ran to the end. A stopped run's figures cover the steps it ran."""
     diagnosis: dict[str, Any] | None = None
     """Where the step time went, per rank: input wait, compute and communication wait, the
-    calibration windows, the all-reduce baseline and NVML samples (docs/diagnosis.md; the
+    calibration windows (with, per rank, the collectives' kernel time per synced pass,
+    ``calibration.comm_kernels``), the all-reduce baseline, NVML samples and the compute split
+    into GPU work and host overhead (``compute_split``: per rank ``gpu_util_pct``,
+    ``comm_kernel_s`` and ``comm_alone_s``, the collectives' kernel time per step and its part
+    no other kernel ran beside, ``gpu_work_s``, ``host_overhead_s``, ``gpu_idle_share``;
+    records made before the collectives were timed lack those two and
+    ``collectives_source``, and are read as they are) (docs/diagnosis.md; the
     summary's side: docs/analysis.md, "Where the efficiency went"). ``status: off`` with a
     reason when switched off; None in records written before it existed: the analysis shows
     "not recorded", never zeros."""
@@ -209,6 +215,14 @@ class ResultRecord:
     ``overhead_s`` (writing and reading the traces) and ``top_ops`` (by rank: the top
     operations by self time, on the device where there is one, communication labelled).
     None when off and in older records."""
+    train_start_unix: float | None = None
+    """Wall clock (Unix seconds) when the timed interval began, on the last rank to reach it
+    (every rank meets at a barrier first); with ``train_end_unix`` it bounds the interval
+    every training time is measured in, validation included. The summary finds runs that
+    shared a node within it. None in records written before it existed."""
+    train_end_unix: float | None = None
+    """Wall clock (Unix seconds) when training ended, on the last rank; None in older
+    records."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 

@@ -15,6 +15,9 @@ a test reads a recorded one.
   say which steps the trace holds. Times add up over threads, as the profiler's own
   ``key_averages()`` does: a gloo collective shows both as ``c10d::allreduce_`` on the
   training thread and as ``gloo:all_reduce`` on gloo's, and both count.
+* **The collectives' kernels against the rest** (:func:`collective_kernels`): how long a
+  collective's kernel ran, and how much of that no other kernel ran beside it, from the
+  kernels' own start and end on the device.
 * **Communication**, whatever the backend calls it: NCCL's kernels (``ncclDevKernel_*`` in
   NCCL 2.19 and later, ``ncclKernel_*`` before, the name Holistic Trace Analysis still
   expects), the ``nccl:*`` and ``gloo:*`` annotations, c10d's operators (``c10d::allreduce_``)
@@ -150,3 +153,52 @@ def short_name(name: str, width: int = 60) -> str:
     if call:
         text = text[: call.start() + 1]
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _merged(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Intervals (start, end) merged where they overlap or touch, in order."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Total length of the intersection of two merged interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def collective_kernels(trace: Mapping[str, Any]) -> dict[str, Any]:
+    """The device time of the trace's collective kernels against its other kernels.
+
+    ``{"kernels": n, "collective_kernels": m, "kernel_s": ..., "alone_s": ...}``:
+    ``kernel_s`` is the time some collective's kernel ran (their union: kernels of several
+    buckets one after another on the communication stream count once), ``alone_s`` the part
+    of it in which no other kernel ran. A GPU's utilisation counts a moment once whatever
+    runs, so utilisation less ``alone_s`` is the time the other kernels ran. Copies and
+    memsets are not kernels and count for neither (NVML's utilisation counts kernels)."""
+    kernels = [e for e in _complete(trace.get("traceEvents", [])) if e.get("cat") == "kernel"]
+    comm: list[tuple[float, float]] = []
+    other: list[tuple[float, float]] = []
+    for e in kernels:
+        span = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        (comm if is_communication(str(e.get("name", ""))) else other).append(span)
+    comm_union, other_union = _merged(comm), _merged(other)
+    kernel_us = sum(end - start for start, end in comm_union)
+    return {
+        "kernels": len(kernels),
+        "collective_kernels": len(comm),
+        "kernel_s": kernel_us / 1e6,
+        "alone_s": (kernel_us - _overlap(comm_union, other_union)) / 1e6,
+    }

@@ -91,8 +91,9 @@ def test_a_cpu_run_records_no_device_memory_and_no_compute_split(
     runs: dict[str, TrainRun],
 ) -> None:
     """No device: no device memory in either phase, and compute is not split into GPU work
-    and host overhead, with the reason."""
+    and host overhead, with the reason; the calibration times no collective kernels."""
     from scalescope.job.diagnosis.compute_split import CPU_REASON
+    from scalescope.job.diagnosis.section import comm_kernels
 
     r = _finished(runs["two"])
     assert r.peak_mem_gib is None and r.val_peak_mem_gib is None
@@ -103,6 +104,9 @@ def test_a_cpu_run_records_no_device_memory_and_no_compute_split(
         "source": None,
         "ranks": None,
     }
+    assert r.diagnosis["calibration"]["status"] == "measured"
+    cpu = {"status": "not measured", "reason": comm_kernels.CPU_REASON}
+    assert r.diagnosis["calibration"]["comm_kernels"] == [cpu, cpu]
 
 
 @pytest.mark.gpu

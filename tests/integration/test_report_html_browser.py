@@ -86,7 +86,9 @@ def _chromium() -> str:
     return found
 
 
-def _browse(chromium: str, profile: Path, page: Path, *action: str) -> str:
+def _browse(
+    chromium: str, profile: Path, page: Path, *action: str, window: tuple[int, int] = WINDOW
+) -> str:
     """One headless Chromium run on ``page``; its stdout. No network, no first-run work."""
     cmd = [
         chromium,
@@ -100,7 +102,7 @@ def _browse(chromium: str, profile: Path, page: Path, *action: str) -> str:
         "--disable-sync",
         "--hide-scrollbars",
         f"--user-data-dir={profile}",
-        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        f"--window-size={window[0]},{window[1]}",
         *action,
         page.as_uri(),
     ]
@@ -227,3 +229,40 @@ def test_the_projection_renders_in_chromium(tmp_path: Path) -> None:
     pixels = imread(shot)
     colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
     assert len(colours) > 50, f"{len(colours)} colour(s): a blank page"
+
+
+MEASURE_TABLES = """<script>
+(() => {
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.textContent = JSON.stringify([...document.querySelectorAll(".table-wrap")].map((w) => ({
+    table: w.querySelector("table").dataset.table,
+    scroll: w.scrollWidth,
+    client: w.clientWidth,
+  })));
+  document.body.appendChild(out);
+})();
+</script>
+"""
+
+
+@pytest.mark.timeout(600)
+def test_the_quick_starts_tables_fit_a_1300_px_window(tmp_path: Path) -> None:
+    """The quick start's summary at 1300 px: no table needs a sideways scroll bar, "Where
+    the efficiency went" with its nine intervals included (an interval goes under its
+    figure, a heading breaks after a slash)."""
+    chromium = _chromium()
+    out = tmp_path / "summary"
+    proc = run_summarize("tests/fixtures/quickstart", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    measuring = tmp_path / "measure" / "report.html"
+    measuring.parent.mkdir()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    measuring.write_text(page.replace("</body>", MEASURE_TABLES + "</body>"), encoding="utf-8")
+    dom = _browse(chromium, tmp_path / "profile", measuring, "--dump-dom", window=(1300, 2000))
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
+    assert found, f"the measuring script did not run; DOM starts: {dom[:500]}"
+    tables: list[dict[str, Any]] = json.loads(html.unescape(found.group(1)))
+    assert "diagnosis" in {t["table"] for t in tables}, tables
+    wide = [t for t in tables if t["scroll"] > t["client"]]
+    assert not wide, wide

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,7 @@ def test_one_process_record_is_consistent(spiral_runs: dict[str, object]) -> Non
     assert r.job_time_s >= r.train_time_s
     assert r.job_time_s >= r.setup_time_s
     assert r.val_time_s >= 0
+    _check_timed_interval(r)
 
     assert r.val_loss_final is not None and math.isfinite(r.val_loss_final)
     assert r.val_acc_final is not None and 0 <= r.val_acc_final <= 1
@@ -170,6 +172,21 @@ def test_two_processes_report_world_two_once(spiral_runs: dict[str, object]) -> 
     assert math.isclose(r.samples_per_s * r.train_time_s, r.steps * 64, rel_tol=1e-9)
     assert r.job_time_s >= r.train_time_s
     assert r.val_samples == 400
+    _check_timed_interval(r, one_rank=False)
+
+
+def _check_timed_interval(r: ResultRecord, one_rank: bool = True) -> None:
+    """The wall-clock bounds of the timed interval (what the summary finds overlaps in): from
+    train start to the end of training, the very clocks setup and job time come from. One
+    rank's training and validation lie inside them; over ranks, each time is its slowest
+    rank's, which may have left the start barrier a moment earlier than the last."""
+    assert r.train_start_unix is not None and r.train_end_unix is not None
+    timed = r.train_end_unix - r.train_start_unix
+    assert timed == pytest.approx(r.job_time_s - r.setup_time_s, abs=1e-6)
+    if one_rank:
+        assert timed >= r.train_time_s + r.val_time_s - 1e-6
+    started = datetime.fromisoformat(r.identity.started_at).timestamp()
+    assert started <= r.train_start_unix <= started + r.setup_time_s + 1
 
 
 def test_two_processes_follow_the_one_process_trajectory(spiral_runs: dict[str, object]) -> None:

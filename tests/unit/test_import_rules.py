@@ -93,6 +93,13 @@ def test_the_collectives_registry_imports_only_the_shared_formulas() -> None:
     assert roots <= {"__future__", "collections", "dataclasses", "typing"}
 
 
+def test_the_shared_run_length_imports_only_the_standard_library() -> None:
+    """scalescope.run_length decides for the job and the analysis alike whether a profiler
+    capture fits: no torch, no lightning."""
+    roots = {m.split(".")[0] for m in imports_of(REPO / "src" / "scalescope" / "run_length.py")}
+    assert roots <= {"__future__", "math", "collections", "dataclasses"}
+
+
 def _module_graph() -> dict[str, set[str]]:
     """analysis.<...> -> the analysis modules it imports (at any depth of its code); a package
     imported by name (``from analysis.present import charts``) counts as its module."""

@@ -42,7 +42,18 @@ class ClusterProfile:
     timeout_min: int = option(30, help="job time limit in minutes", check=positive)
     constraint: str | None = option(None, help="Slurm --constraint (e.g. a100)")
     setup: str = option("", help="shell lines run in the job before training (literal block)")
-    sbatch_extra: list[str] = option([], help="extra `#SBATCH` options, e.g. ['--exclusive']")
+    sbatch_extra: list[str] = option([], help="extra `#SBATCH` options, e.g. ['--reservation=x']")
+    exclusive: bool = option(
+        False,
+        help="ask Slurm for whole nodes (--exclusive): no other job shares a run's nodes, so "
+        "its times are its own; whole nodes are charged and may queue longer",
+    )
+    max_parallel: int | None = option(
+        None,
+        help="jobs of a sweep running at once, by Slurm dependencies (null = no limit); 1 "
+        "where the nodes share one machine; --max-parallel overrides it",
+        check=positive,
+    )
 
     def validate(self, where: str) -> None:
         if self.gpus_per_node and self.gpus_per_node > self.max_devices_per_node:

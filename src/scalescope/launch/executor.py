@@ -124,6 +124,8 @@ def slurm_parameters(plan: SweepPlan, sp: ShapePlan) -> dict[str, Any]:
     if r.setup:
         params["setup"] = list(r.setup)
     extra = _sbatch_extra(r.sbatch_extra)
+    if r.exclusive and "exclusive" not in extra:
+        params["exclusive"] = True
     if extra:
         params["additional_parameters"] = extra
     return params

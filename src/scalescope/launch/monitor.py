@@ -24,6 +24,7 @@ import psutil
 
 from ..record import ResultRecord
 from .executor import JobHandle, Launcher
+from .slurm_info import pending_note
 from .sweep_config import SweepPlan
 
 WAITING = "WAITING"
@@ -143,24 +144,37 @@ def _ask_slurm(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
         return None
 
 
-def squeue_states(job_ids: Iterable[str]) -> dict[str, tuple[str, float | None]] | None:
-    """{job id: (state, elapsed_s)} for jobs still known to squeue; None when squeue failed."""
+def squeue_states(
+    job_ids: Iterable[str],
+) -> dict[str, tuple[str, float | None, str | None]] | None:
+    """{job id: (state, elapsed_s, reason)} for jobs still known to squeue (the reason a job
+    pends, or None); None when squeue failed."""
     wanted = sorted({j.split("_")[0] for j in job_ids})
     if not wanted:
         return {}
     proc = _ask_slurm(
-        ["squeue", "--noheader", "--array", "--format=%i|%T|%M", "--jobs", ",".join(wanted)]
+        ["squeue", "--noheader", "--array", "--format=%i|%T|%M|%r", "--jobs", ",".join(wanted)]
     )
     if proc is None:
         return None
     if proc.returncode != 0:
         # squeue refuses a list of only finished (purged) ids: "Invalid job id specified".
         return {} if "Invalid job id" in proc.stderr else None
-    out: dict[str, tuple[str, float | None]] = {}
-    for line in proc.stdout.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 3:
-            out[parts[0]] = (parts[1].upper(), _parse_elapsed(parts[2]))
+    return parse_squeue(proc.stdout)
+
+
+def parse_squeue(text: str) -> dict[str, tuple[str, float | None, str | None]]:
+    """squeue's ``%i|%T|%M|%r`` lines (the reason last: it may hold commas)."""
+    out: dict[str, tuple[str, float | None, str | None]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|", 3)
+        if len(parts) == 4:
+            reason = parts[3].strip()
+            out[parts[0]] = (
+                parts[1].upper(),
+                _parse_elapsed(parts[2]),
+                reason if reason and reason != "None" else None,
+            )
     return out
 
 
@@ -267,14 +281,20 @@ class SweepWatch:
 
     # polling
     def poll(self) -> list[JobHandle]:
-        """Refresh every active job (and start local runs as slots free up); returns changed."""
-        before = {id(h): self.status_of(h).state for h in self.handles}
+        """Refresh every active job (and start local runs as slots free up); returns those
+        whose state or detail (a pending reason) changed."""
+
+        def seen(h: JobHandle) -> tuple[str, str | None]:
+            st = self.status_of(h)
+            return st.state, st.detail
+
+        before = {id(h): seen(h) for h in self.handles}
         if self.plan.executor == "local":
             self._poll_local()
             self._start_local()
         else:
             self._poll_slurm()
-        return [h for h in self.handles if self.status_of(h).state != before[id(h)]]
+        return [h for h in self.handles if seen(h) != before[id(h)]]
 
     def _poll_local(self) -> None:
         now = time.time()
@@ -301,7 +321,8 @@ class SweepWatch:
             st = self.status_of(h)
             assert h.job_id is not None
             if h.job_id in queue:
-                st.state, elapsed = queue[h.job_id]
+                st.state, elapsed, reason = queue[h.job_id]
+                st.detail = pending_note(h.job_id, st.state, reason)
                 if st.state == RUNNING and st.started_at is None:
                     st.started_at = now
                 st.elapsed_s = elapsed if elapsed is not None else st.elapsed_s

@@ -58,6 +58,8 @@ class Resources:
     constraint: str | None = None
     setup: tuple[str, ...] = ()
     sbatch_extra: tuple[str, ...] = ()
+    exclusive: bool = False
+    """Whole nodes (``--exclusive``): no other job shares them."""
 
 
 GpuCounter = Callable[[], int]
@@ -98,6 +100,7 @@ def slurm_resources(
         constraint=profile.constraint,
         setup=tuple(line for line in profile.setup.splitlines() if line.strip()),
         sbatch_extra=tuple(profile.sbatch_extra),
+        exclusive=profile.exclusive,
     )
 
 

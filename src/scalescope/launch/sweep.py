@@ -86,9 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-parallel",
         type=int,
         default=None,
-        help="local: runs at once (default 1: the cores are shared); "
-        "slurm: jobs of the sweep running at once, kept by Slurm dependencies "
-        "(default: no limit)",
+        help="jobs of the sweep running at once. local: default 1 (the cores are shared); "
+        "slurm: kept by Slurm dependencies, default the profile's max_parallel (1 in the "
+        "local cluster's profile, whose nodes share one machine), else no limit",
     )
     parser.add_argument(
         "--sweep-id", default=None, help="folder name of the sweep (default: <name>-<UTC time>)"
@@ -108,7 +108,12 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     plan, why = _plan(args)
     if args.dry_run:
-        console.print("\n".join(dry_run_lines(plan, why, args.max_parallel)), markup=False)
+        if plan.executor == "slurm" and args.executor == "auto":  # sinfo answered just now
+            from .slurm_info import check_plan_partitions
+
+            check_plan_partitions(plan)
+        at_once = max_parallel(plan, args.max_parallel)
+        console.print("\n".join(dry_run_lines(plan, why, at_once)), markup=False)
         return 0
     return _launch(plan, why, args, console)
 
@@ -141,6 +146,17 @@ def _plan(args: argparse.Namespace) -> tuple[SweepPlan, str]:
         order_seed=args.seed,
     )
     return plan, why
+
+
+def max_parallel(plan: SweepPlan, requested: int | None) -> int | None:
+    """Jobs of the sweep running at once: ``--max-parallel``; else one on this machine (jobs
+    side by side share its cores, and each would be timed as if alone); else the profile's
+    ``max_parallel`` on Slurm; else no limit (None)."""
+    if requested is not None:
+        return requested
+    if plan.executor == "local":
+        return 1
+    return plan.profile.max_parallel if plan.profile is not None else None
 
 
 def _rel(path: Path) -> str:
@@ -215,8 +231,9 @@ def _profiled_jobs(plan: SweepPlan, sp: ShapePlan) -> str:
     return f", repeat {', '.join(str(r) for r in repeats)} profiled"
 
 
-def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) -> list[str]:
-    """What --dry-run prints: the sweep, then every shape's resources and sbatch script."""
+def dry_run_lines(plan: SweepPlan, why: str, at_once: int | None = None) -> list[str]:
+    """What --dry-run prints: the sweep, then every shape's resources and sbatch script;
+    ``at_once``: :func:`max_parallel`."""
     from .executor import local_parameters, render_sbatch
 
     where = plan.executor + (f" (profile {plan.profile.name})" if plan.profile else "")
@@ -231,8 +248,18 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
         f"(seed {plan.order_seed}): " + "; ".join(_round_orders(plan)),
         f"  same order    {_same_order(plan)}",
     ]
-    if plan.executor == "slurm" and max_parallel:
-        lines.append(f"  at once       {max_parallel} job(s), by afterany dependencies")
+    if plan.executor == "slurm":
+        lines.append(
+            f"  at once       {at_once} job(s), by afterany dependencies"
+            if at_once
+            else "  at once       no limit: Slurm starts each job when it fits"
+            + (
+                ""
+                if plan.shapes and plan.shapes[0].resources.exclusive
+                else ", and jobs may share a node (the profile's exclusive: true, or "
+                "--max-parallel N)"
+            )
+        )
     profiling = _profiling(plan)
     if profiling:
         lines.append(f"  profile       {profiling}")
@@ -270,8 +297,7 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
                 lines += [f"    {ln}".rstrip() for ln in text.rstrip("\n").splitlines()]
         else:
             params = ", ".join(f"{k}={v}" for k, v in local_parameters(sp).items())
-            at_once = max_parallel or 1
-            lines.append(f"  submitit LocalExecutor: {params} ({at_once} run(s) at a time)")
+            lines.append(f"  submitit LocalExecutor: {params} ({at_once or 1} run(s) at a time)")
     return lines
 
 
@@ -281,9 +307,11 @@ def dry_run_lines(plan: SweepPlan, why: str, max_parallel: int | None = None) ->
 def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -> int:
     from .executor import Launcher, render_sbatch, require_slurm
     from .monitor import SweepWatch
+    from .slurm_info import check_plan_partitions
 
     if plan.executor == "slurm":
         require_slurm()
+        check_plan_partitions(plan)  # the partition's nodes, as sinfo says
         for sp in plan.shapes:  # submitit checks the parameters while rendering: fail before any
             render_sbatch(plan, sp)
     try:
@@ -294,9 +322,9 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
             "pass another --sweep-id"
         ) from None
     local = plan.executor == "local"
-    parallel = (args.max_parallel or 1) if local else 1
-    launcher = Launcher(plan, max_parallel=None if local else args.max_parallel)
-    watch = SweepWatch(plan, launcher, max_parallel=parallel)
+    at_once = max_parallel(plan, args.max_parallel)
+    launcher = Launcher(plan, max_parallel=None if local else at_once)
+    watch = SweepWatch(plan, launcher, max_parallel=(at_once or 1) if local else 1)
     console.print(
         f"sweep {plan.sweep_id}: {plan.num_jobs} jobs ({_jobs_breakdown(plan)}), "
         f"executor {plan.executor} ({why})",
@@ -348,6 +376,8 @@ def status_table(watch: SweepWatch) -> Any:
     from rich.text import Text
 
     table = Table(title=f"sweep {watch.plan.sweep_id}", title_justify="left")
+    # A job pending for a reason that will not clear says so, with its scancel.
+    notes = any(st.active and st.detail for _, st in watch.rows())
     for col, justify in (
         ("job", "right"),
         ("shape", "left"),
@@ -355,18 +385,22 @@ def status_table(watch: SweepWatch) -> Any:
         ("repeat", "right"),
         ("state", "left"),
         ("elapsed", "right"),
+        *((("note", "left"),) if notes else ()),
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for h, st in watch.rows():
         elapsed = "" if st.elapsed_s is None else f"{st.elapsed_s:.0f} s"
-        table.add_row(
+        cells: list[Any] = [
             h.job_id or "-",
             h.label,
             str(h.shape.world_size),
             str(h.repeat),
             Text(st.state, style=_state_style(st.state)),
             elapsed,
-        )
+        ]
+        if notes:
+            cells.append(Text(st.detail or "", style="yellow") if st.active else "")
+        table.add_row(*cells)
     return table
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis_helpers import summarize_main, write_runs
+from analysis_helpers import REPO, summarize_main, write_runs
 from metrics_helpers import frame
 
-from analysis.compute.compare import compare_runs
+from analysis.compute.compare import METRIC_NAMES, compare_runs
+
+QUICKSTART = REPO / "tests" / "fixtures" / "quickstart"
 
 
 def test_compare_marks_only_large_and_significant_changes() -> None:
@@ -46,3 +48,20 @@ def test_compare_with_an_empty_side_exits_1(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     proc = summarize_main("compare", a, tmp_path / "b")
     assert proc.returncode == 1 and "no finished run" in proc.stderr
+
+
+def test_compare_defaults_to_the_headlines_steady_state_and_names_it() -> None:
+    """The quick start's logs against themselves: the headline's quantity (steady-state
+    throughput per device, not the whole training), named in the output, changed by 0."""
+    proc = summarize_main("compare", QUICKSTART, QUICKSTART, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["metric"] == "steady_samples_per_s_per_device"
+    assert doc["metric_name"].startswith("steady-state throughput per device")
+    assert [r["world_size"] for r in doc["rows"]] == [1, 2]
+    assert all(r["metric"] == doc["metric"] and r["change_rel"] == 0.0 for r in doc["rows"])
+    assert all(r["verdict"] == "same (within tolerance)" for r in doc["rows"])
+    table = summarize_main("compare", QUICKSTART, QUICKSTART, "--format", "markdown").stdout
+    assert "steady-state throughput per device" in table and "+0.0%" in table
+    whole = summarize_main("compare", QUICKSTART, QUICKSTART, "--metric", "train_time_s")
+    assert METRIC_NAMES["train_time_s"] in whole.stdout and "warm-up included" in whole.stdout

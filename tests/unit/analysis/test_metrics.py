@@ -127,6 +127,24 @@ def test_high_variance_and_parity_flags() -> None:
     assert any("faster but worse" in n for n in a.notes)
 
 
+def test_a_worse_run_that_is_slower_is_not_called_faster() -> None:
+    """A 2-device run slower than its baseline (0.92x here) with a worse loss: the note says
+    slower, never 'faster but worse'."""
+    runs = frame({1: [100.0, 101.0, 99.0]})
+    slow = [
+        make_result(f"s{i}", world=(1, 2), train_time_s=t, val_loss=0.2, val_acc=0.9)
+        for i, t in enumerate((108.0, 109.0, 109.5))
+    ]
+    runs = pd.concat(
+        [runs, runs_frame(ParseResult(runs=[Run(r, ("x",)) for r in slow]))], ignore_index=True
+    )
+    a = analyze(runs)
+    speedup = a.scaling.set_index("world_size").loc[2, "speedup"]
+    assert speedup < 1
+    (note,) = [n for n in a.notes if "worse loss" in n]
+    assert "faster" not in note and f"slower too ({speedup:.2f}x)" in note
+
+
 def test_superlinear_fit_is_not_extrapolated() -> None:
     scaling = scaling_table(frame({1: [100.0], 2: [20.0]}))
     table = amdahl_table(scaling)

@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 from projection_helpers import parts, series
 
-from analysis.compute.projection import project_points
+from analysis.compute.projection import _apply, project_points, what_ifs
 from analysis.compute.step_model import (
     ScalePoint,
     fit_series,
 )
-from scalescope.allreduce_model import ddp_bucket_bytes
+from scalescope.allreduce_model import split_into_buckets
 
 
 def test_the_interval_holds_its_centre_and_counts_scales_with_a_breakdown() -> None:
@@ -45,18 +45,40 @@ def test_what_ifs_move_the_projection_the_right_way() -> None:
     assert rows["accumulation 4"]["accumulate_grad_batches"] == 4
 
 
+def test_each_what_if_changes_its_setting_by_its_amount() -> None:
+    """Amounts, not directions, worked by hand on a 32-sample anchor with 1 MiB + 4 x 25 MiB
+    of fp32 gradients: the batch what-if doubles the per-device batch (64 samples, in the
+    settings and in the projected row), accumulation 4 runs 4 micro-batches of 32 (128
+    samples a step), bf16 gradients halve every bucket (512 KiB + 4 x 12.5 MiB)."""
+    buckets = (1 << 20,) + (25 << 20,) * 4
+    pts, base = series(comm=0.008, busbw=0.5, buckets=buckets)
+    fit = fit_series(pts, base, "weak")
+    model = fit.model
+    assert model is not None and model.per_device_batch == 32
+    settings = {w.name: _apply(model, w) for w in what_ifs(model, "32-true")}
+    assert settings["as measured"] == {}
+    assert settings["per-device batch x2"] == {"batch": 64.0}
+    assert settings["accumulation 4"] == {"k": 4, "batch": 128.0}
+    assert settings["gradients in bf16"] == {"buckets": ((1 << 19),) + (25 << 19,) * 4}
+    assert "gradients in bf16" not in {w.name for w in what_ifs(model, "bf16-true")}
+    rows = {r["what_if"]: r for r in project_points(fit, pts, base, "weak", [(16, 8)], draws=5)}
+    assert rows["as measured"]["per_device_batch_size"] == 32
+    assert rows["per-device batch x2"]["per_device_batch_size"] == 64
+    assert rows["accumulation 4"]["per_device_batch_size"] == 128
+
+
 # --- the reviewed defects, each against a truth computed here ---------------------------------
 
 
 def test_large_ddp_buckets_lower_the_efficiency_of_a_large_gradient() -> None:
     """A ResNet-50-like gradient of 102 MB at 64x8: one 100 MB bucket is ready only near
-    backward's end, so buckets of 100 MB expose more than DDP's 25 MB ones, and the what-if
+    backward's end, so buckets of 100 MiB expose more than DDP's 25 MB ones, and the what-if
     must say efficiency falls (the old 'all but the last bucket hides' said it rose 5 points)."""
-    grads = tuple(ddp_bucket_bytes(102_000_000))
+    grads = tuple(split_into_buckets(102_000_000))
     pts, base = series(compute=0.120, comm=0.010, busbw=10.0, alpha=5e-5, buckets=grads)
     fit = fit_series(pts, base, "weak")
     rows = {r["what_if"]: r for r in project_points(fit, pts, base, "weak", [(64, 8)], draws=30)}
-    assert rows["DDP buckets of 100 MB"]["efficiency"] < rows["as measured"]["efficiency"]
+    assert rows["DDP bucket_cap_mb=100"]["efficiency"] < rows["as measured"]["efficiency"]
 
 
 def test_every_what_if_moves_the_projection_its_way() -> None:
@@ -124,3 +146,39 @@ def test_the_bootstrap_resamples_the_networks_fit() -> None:
 
     assert width(alike) == pytest.approx(0.0, abs=1e-9)
     assert width(spread) > 0.01
+
+
+def test_the_bucket_what_if_makes_the_buckets_ddp_makes() -> None:
+    """VGG-16 (553,430,176 B of gradients), 200 ms of backward, 16 ranks at 10 GB/s and 20 us:
+    with bucket_cap_mb=100 DDP makes five buckets of 100 MiB and one of 29,142,176 B
+    (its first bucket takes the cap too). Each all-reduce takes 80 us + n x 1.875e-10 s; the
+    fifth is ready at 189.469 ms and ends at 209.210, the last is ready when backward ends
+    and runs 5.544 ms after that: 14.754 ms exposed. A 1 MiB first bucket and 100 MB ones
+    (the what-if before) left a 52 MB bucket last: 9.9 ms."""
+    from analysis.compute.projection import _apply, what_ifs
+    from analysis.compute.step_model import Level, Network, StepModel
+
+    model = StepModel(
+        per_device_batch=1.0,
+        accumulate=1,
+        compute_fixed_s=0.3,  # backward: 2/3 of it, 200 ms
+        compute_per_sample_s=0.0,
+        input_per_sample_s=0.0,
+        overlap_s=0.0,
+        other_s=0.0,
+        sigma_share=0.0,
+        bucket_bytes=tuple(split_into_buckets(553_430_176)),
+        network=Network(Level(20e-6, 10.0, 2, "intra"), None),
+        anchor_world=16,
+        anchor_nodes=1,
+        exposed_offset_s=0.0,
+        baseline_step_s=0.3,
+        baseline_batch=1.0,
+        baseline_world=1,
+        scaling_mode="weak",
+    )
+    (what_if,) = [w for w in what_ifs(model) if w.bucket_cap_mb is not None]
+    buckets = _apply(model, what_if)["buckets"]
+    exposed = model.modelled_exposed(16, 1, buckets, 1, 1.0, 1.0)
+    assert exposed == pytest.approx(0.014754, rel=0.05)
+    assert exposed == pytest.approx(0.014754, abs=2e-6)  # the hand figure, to its digits

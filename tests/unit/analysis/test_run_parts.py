@@ -229,5 +229,17 @@ def test_an_overlap_slowdown_beyond_its_noise_is_taken_out_of_compute() -> None:
     assert p.overlap_step_s == pytest.approx(0.030) and p.overlap_note == ""
     assert p.compute_step_s == pytest.approx(0.020)
     assert p.calibration_comm_s == pytest.approx(0.001)
-    one = with_overlap_pairs([1.0], [0.2])  # one pair: no interval to judge it by
-    assert run_parts(one, 128 / 0.053, 2).overlap_step_s == pytest.approx(0.0002)
+
+
+@pytest.mark.parametrize("overlap_ms", [-4.0, 4.0])
+def test_one_pair_of_windows_is_not_enough_to_tell(overlap_ms: float) -> None:
+    """One pair gives no interval, so its overlap slowdown is not subtracted whatever its
+    sign: a single -4 ms pair must not grow compute by 4 ms (50 ms stays 50 ms), nor a
+    single +4 ms pair shrink it; the calibration's exposed all-reduce keeps the pair's
+    overlap (1 + overlap ms)."""
+    one = with_overlap_pairs([1.0], [overlap_ms])
+    p = run_parts(one, 128 / 0.053, 2)
+    assert math.isnan(p.overlap_step_s)
+    assert p.compute_step_s == pytest.approx(0.050)
+    assert p.overlap_note.startswith("one pair: not enough to tell")
+    assert p.calibration_comm_s == pytest.approx((1.0 + overlap_ms) / 1e3)

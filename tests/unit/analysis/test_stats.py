@@ -51,6 +51,28 @@ def test_intervals_of_positive_data_are_positive_and_contain_the_geometric_mean(
         assert math.isnan(s.ci_low) and math.isnan(s.ci_high)
 
 
+@given(
+    st.lists(positive, min_size=2, max_size=12, unique=True),
+    st.sampled_from([0.8, 0.9, 0.95, 0.99]),
+)
+def test_intervals_are_scipys_own_t_intervals(values: list[float], confidence: float) -> None:
+    """Against scipy's own Student-t interval: of the mean, and on the log scale of the mean
+    of log(x), back-transformed (the interval every table of positive figures prints)."""
+    logs = [math.log(v) for v in values]
+    assume(max(logs) - min(logs) > 1e-6)  # scipy's sem of near-equal logs is rounding noise
+    n = len(values)
+    lin = summarize(values, confidence)
+    low, high = sps.t.interval(confidence, n - 1, loc=sps.tmean(values), scale=sps.sem(values))
+    assert (lin.ci_low, lin.ci_high) == (
+        pytest.approx(low, rel=1e-9, abs=1e-9),
+        pytest.approx(high, rel=1e-9, abs=1e-9),
+    )
+    geo = summarize(values, confidence, log_scale=True)
+    low, high = sps.t.interval(confidence, n - 1, loc=sps.tmean(logs), scale=sps.sem(logs))
+    assert geo.ci_low == pytest.approx(math.exp(low), rel=1e-9)
+    assert geo.ci_high == pytest.approx(math.exp(high), rel=1e-9)
+
+
 @pytest.mark.parametrize("df", [1, 2, 3.7, 10, 250])
 @pytest.mark.parametrize("q", [0.6, 0.9, 0.975, 0.995])
 def test_t_quantile_matches_scipy(df: float, q: float) -> None:

@@ -245,8 +245,10 @@ def test_a_slowdown_prints_no_serial_fraction_and_says_why(tmp_path: Path) -> No
 
 def test_the_summary_fits_the_terminal_width_it_is_given(tmp_path: Path) -> None:
     """With COLUMNS=120 and output to a file, no line of the fixture sweep's summary is
-    wider than 120 columns: the notes wrap under their bullet, and the report's path (as
-    long as the output folder's) stands on a line of its own."""
+    wider than 120 columns, on stdout or stderr: the notes wrap under their bullet (counted
+    in characters: the bullet and the series' dots are one column each, though more than one
+    byte), and the report's path and the output folder (as long as the folder's name) stand
+    on lines of their own."""
     import shutil
 
     from analysis_helpers import FIXTURES
@@ -257,6 +259,9 @@ def test_the_summary_fits_the_terminal_width_it_is_given(tmp_path: Path) -> None
     lines = proc.stdout.splitlines()
     wide = [line for line in lines if len(line) > 120 and "report.html" not in line]
     assert not wide, wide
+    folder = f"  {logs / 'summary'}"
+    assert len(folder) > 120 and folder in proc.stderr.splitlines()
+    assert [line for line in proc.stderr.splitlines() if len(line) > 120] == [folder]
     notes = lines[
         lines.index("Read this first") + 1 : lines.index(f"  {logs / 'summary' / 'report.html'}")
     ]

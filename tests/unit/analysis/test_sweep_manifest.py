@@ -68,27 +68,25 @@ def test_every_planned_job_is_a_run_or_a_failure_row(tmp_path: Path) -> None:
     runs, failures, problems = load_all(tmp_path, jobs=1)
     assert runs["job_id"].tolist() == ["101"]
     rows = {r["job_id"]: r for r in failures.to_dict("records")}
-    assert set(rows) == {"102", "103", "104", "not submitted: shape 2x1 repeat 0"}
+    assert set(rows) == {"102", "103", "104", "not submitted"}
     assert rows["102"]["reason"] == "never_started"
     assert rows["102"]["reason_label"] == "never started"
     assert rows["102"]["detail"] == (
-        f"never started: no start event in {sweep}/102/102_0_log.out "
-        "(shape 1x2 repeat 0; sweep.json says FAILED)"
+        f"no start event in {sweep}/102/102_0_log.out; sweep.json says FAILED"
     )
+    assert (rows["102"]["nodes"], rows["102"]["devices_per_node"]) == (1, 2)
     assert rows["103"]["reason"] == "log_missing"
     assert rows["103"]["detail"] == (
-        f"log missing: {sweep}/103/103_0_log.out (shape 1x2 repeat 1; sweep.json says COMPLETED)"
+        f"expected at {sweep}/103/103_0_log.out; sweep.json says COMPLETED"
     )
     assert (rows["104"]["reason"], rows["104"]["detail"]) == (
         "never_started",
-        f"never started: no log at {sweep}/104/104_0_log.out (shape 2x1 repeat 1; "
-        "sweep.json says PENDING)",
+        f"no log at {sweep}/104/104_0_log.out; sweep.json says PENDING",
     )
-    unsubmitted = rows["not submitted: shape 2x1 repeat 0"]
+    unsubmitted = rows["not submitted"]
     assert unsubmitted["reason"] == "never_started"
-    assert unsubmitted["detail"] == (
-        "never started: not submitted (shape 2x1 repeat 0; sweep.json says PENDING)"
-    )
+    assert unsubmitted["detail"] == "the sweep ended before its turn; sweep.json says PENDING"
+    assert unsubmitted["repeat_index"] == 0
     assert (unsubmitted["world_size"], unsubmitted["nodes"], unsubmitted["sweep_id"]) == (
         2,
         2,

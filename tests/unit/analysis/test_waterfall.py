@@ -34,6 +34,7 @@ from analysis.analyze import analyze
 from analysis.compute.findings import finding, findings
 from analysis.compute.run_parts import run_parts
 from analysis.compute.waterfall import NOT_RECORDED, PARTS, attribute, chart_slugs
+from analysis.present.display import MISSING
 from analysis.present.tables import diagnosis_table
 from scalescope.record import ResultRecord, decode_line, encode
 
@@ -144,20 +145,39 @@ def test_each_injected_cause_gets_most_of_the_lost_points(tmp_path: Path, cause:
     assert row[f"{cause}_pts_ci_low"] < parts[cause] < row[f"{cause}_pts_ci_high"]
 
 
-def test_parts_add_up_to_the_headline_loss_of_the_scaling_table(tmp_path: Path) -> None:
-    runs = runs_of(tmp_path, pattern_records("skew"))
-    analysis = analyze(runs)
+def test_parts_and_the_unexplained_rest_are_their_injected_sizes(tmp_path: Path) -> None:
+    """Worked by hand, each part on its own (none of them derived from the others):
+    baseline, 1 device, 2 + 100 ms a step of 256 samples; at 2 devices (128 each) rank 1
+    needs 40 ms more, so the typical rank 0 has 1 ms input, 50 ms compute, waits 40 ms for
+    rank 1 and 1 ms for the all-reduce: a 92 ms step. Its headline throughput is injected
+    8 ms a step slower than that breakdown (1280 samples/s per device: 100 ms a step), a
+    time no part holds. Per 100 ms of the run's step: lost = 100 (1 - 1280 x 0.102 / 256) =
+    49 points; rank skew 40, exposed comm 1, input and compute 0 (the baseline's per sample);
+    unexplained: the injected 8."""
+    records = []
+    for i in range(3):
+        records.append(diag_record(f"1{i}", 1, input_s=0.002, compute_s=0.100))
+        two = diag_record(f"2{i}", 2, **PATTERNS["skew"])
+        records.append(
+            replace(two, steady_samples_per_s=2560.0, steady_samples_per_s_per_device=1280.0)
+        )
+    analysis = analyze(runs_of(tmp_path, records))
     assert analysis.waterfall is not None
     row = scaled_row(analysis.waterfall.table)
-    total = summed(row)
-    assert total == pytest.approx(row["lost_pts_mean"], rel=1e-9)
+    hand = {"skew": 40.0, "comm": 1.0, "input": 0.0, "compute": 0.0, "jitter": 0.0}
+    for part, points in hand.items():
+        assert row[f"{part}_pts_mean"] == pytest.approx(points, abs=1e-9), part
+    assert math.isnan(row["overlap_pts_mean"])  # not measured: inside compute
+    assert row["lost_pts_mean"] == pytest.approx(49.0)
+    assert row["remainder_pts_mean"] == pytest.approx(8.0)
     scaled = analysis.scaling[~analysis.scaling["is_baseline"]].iloc[0]
     # one definition of efficiency: the waterfall's loss is the scaling table's
-    assert row["lost_pts_mean"] == pytest.approx(100 * (1 - scaled["parallel_efficiency"]))
-    # the stacked step: the parts of the typical rank's step plus nothing left over
+    assert scaled["parallel_efficiency"] == pytest.approx(0.51)
+    # the stacked step: the typical rank's parts are its recorded 92 ms, the headline's
+    # 100 ms step holds the injected 8 ms on top as "other"
     step = row["input_step_s"] + row["compute_step_s"] + row["skew_step_s"] + row["comm_step_s"]
-    assert step == pytest.approx(row["step_s"], rel=1e-6)
-    assert row["other_step_s"] == pytest.approx(0.0, abs=1e-9)
+    assert step == pytest.approx(0.092) and row["step_s"] == pytest.approx(0.100)
+    assert row["other_step_s"] == pytest.approx(0.008)
 
 
 def test_the_baseline_is_the_one_the_scaling_table_picks(tmp_path: Path) -> None:
@@ -343,11 +363,17 @@ def test_records_whose_communication_comes_from_the_calibration_say_so(tmp_path:
 # --- compute split: GPU work and host overhead ------------------------------------------------
 
 
-def _with_split(record: ResultRecord, idle: float, util: float) -> ResultRecord:
+def _with_split(
+    record: ResultRecord, idle: float, util: float, alone: float | None = None
+) -> ResultRecord:
     """The record's breakdown as a GPU run records it: NVML's utilisation, and compute split
-    into GPU work and host overhead (scalescope.job.diagnosis.compute_split)."""
+    into GPU work and host overhead (scalescope.job.diagnosis.compute_split); ``alone``: the
+    time per step the collectives' kernels ran alone (absent in records made before it was)."""
     d = dict(record.diagnosis or {})
     rows = [{"rank": r["rank"], "gpu_util_pct": util, "gpu_idle_share": idle} for r in d["ranks"]]
+    if alone is not None:
+        for row in rows:
+            row["comm_alone_s"] = alone
     d["compute_split"] = {
         "status": "recorded",
         "reason": None,
@@ -365,7 +391,7 @@ def test_a_launch_bound_gpu_is_named_in_the_compute_advice(tmp_path: Path) -> No
     for i, j in enumerate(JITTER):
         records.append(diag_record(f"1{i}", 1, input_s=0.001, compute_s=0.05, jitter=j))
         slow = diag_record(f"2{i}", 2, input_s=0.001, compute_s=0.05, jitter=j)
-        records.append(_with_split(slow, idle=0.56, util=44.0))
+        records.append(_with_split(slow, idle=0.56, util=44.0, alone=0.0032 * j))
     analysis = analyze(runs_of(tmp_path, records))
     assert analysis.waterfall is not None
     row = scaled_row(analysis.waterfall.table)
@@ -377,7 +403,14 @@ def test_a_launch_bound_gpu_is_named_in_the_compute_advice(tmp_path: Path) -> No
     assert "trainer.profile.steps=5" in item["text"]
     table = diagnosis_table(analysis)
     assert table is not None
-    assert list(table.frame.iloc[0][["GPU busy (NVML)", "GPU idle in compute"]]) == ["44%", "56%"]
+    assert row["gpu_comm_alone_s_mean"] == pytest.approx(0.0032)
+    cells = ["GPU busy (NVML)", "Collectives alone (ms/step)", "GPU idle in compute"]
+    assert list(table.frame.iloc[0][cells]) == ["44%", "3.2", "56%"]
+    # a record made before the collectives' lone time was: the split, without that cell
+    older = [_with_split(r, 0.56, 44.0) if r.identity.world_size == 2 else r for r in records]
+    older_table = diagnosis_table(analyze(runs_of(tmp_path / "older", older)))
+    assert older_table is not None
+    assert list(older_table.frame.iloc[0][cells]) == ["44%", MISSING, "56%"]
 
 
 def test_a_cpu_run_has_no_split_column_and_no_launch_bound_advice(tmp_path: Path) -> None:

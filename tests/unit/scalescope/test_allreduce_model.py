@@ -15,34 +15,67 @@ from hypothesis import strategies as st
 from scalescope.allreduce_model import (
     DDP_BUCKET_CAP_BYTES,
     DDP_FIRST_BUCKET_BYTES,
-    ddp_bucket_bytes,
+    HOROVOD_FUSION_THRESHOLD_BYTES,
+    MIB,
+    bucket_caps,
     estimate_bucket_bytes,
     fit_model,
     fit_time_s,
     predicted_step_s,
+    split_into_buckets,
 )
 
 
 @given(st.floats(1e3, 1e10), st.floats(1e5, 1e9))
-def test_rebucketing_keeps_every_byte_and_a_small_first_bucket(total: float, cap: float) -> None:
-    buckets = ddp_bucket_bytes(int(total), int(cap))
-    assert sum(buckets) == pytest.approx(total, abs=len(buckets))
-    assert buckets[0] <= min(cap, 1 << 20) + 1
-    assert all(b <= cap + 1 for b in buckets)
+def test_rebucketing_keeps_every_byte_and_an_explicit_cap_for_the_first_bucket_too(
+    total: float, cap: float
+) -> None:
+    buckets = split_into_buckets(int(total), "ddp", cap / 2**20)
+    assert sum(buckets) == int(total)
+    assert all(b <= int(cap) for b in buckets)
+    assert all(b == int(cap) for b in buckets[:-1])  # the first bucket too: no 1 MiB one
 
 
 def test_ddp_buckets_are_one_mib_first_then_25_mib() -> None:
     assert DDP_FIRST_BUCKET_BYTES == torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-    assert ddp_bucket_bytes(500) == [500]
+    assert split_into_buckets(500) == [500]
     mib = 2**20
-    assert ddp_bucket_bytes(60 * mib) == [mib, 25 * mib, 25 * mib, 9 * mib]
-    assert ddp_bucket_bytes(26 * mib) == [mib, DDP_BUCKET_CAP_BYTES]
-    assert ddp_bucket_bytes(0) == []
+    assert split_into_buckets(60 * mib) == [mib, 25 * mib, 25 * mib, 9 * mib]
+    assert split_into_buckets(26 * mib) == [mib, DDP_BUCKET_CAP_BYTES]
+    assert split_into_buckets(0) == []
+
+
+def test_an_explicit_ddp_cap_is_in_mib_and_caps_the_first_bucket_too() -> None:
+    """DDP's rule (torch/nn/parallel/distributed.py, _BucketCapacityConfig.create): only the
+    default cap comes with the 1 MiB first bucket; bucket_cap_mb=100 makes 100 MiB buckets
+    from the first. VGG-16's 553,430,176 bytes: five of 104,857,600 and the rest."""
+    assert bucket_caps("ddp") == (MIB, 25 * MIB)
+    assert bucket_caps("ddp", 100) == (100 * MIB, 100 * MIB)
+    assert split_into_buckets(553_430_176, "ddp", 100) == [104_857_600] * 5 + [29_142_176]
+    # the same 25 MiB cap, stated: its first bucket is 25 MiB, not 1
+    assert split_into_buckets(60 * MIB, "ddp", 25) == [25 * MIB, 25 * MIB, 10 * MIB]
+
+
+def test_bucket_directions() -> None:
+    total = 300 * MIB
+    small, large = split_into_buckets(total, "ddp", 10), split_into_buckets(total, "ddp", 100)
+    assert len(large) < len(small) and large[0] > small[0]  # a larger cap: fewer, larger
+    assert split_into_buckets(total)[0] < split_into_buckets(total, "ddp", 25)[0]
+    # Horovod's fusion buffer (64 MiB by default) has no small first one; a larger
+    # threshold fuses more
+    assert HOROVOD_FUSION_THRESHOLD_BYTES == 64 * MIB
+    assert split_into_buckets(total, "horovod") == [64 * MIB] * 4 + [44 * MIB]
+    assert len(split_into_buckets(total, "horovod", 128)) < len(
+        split_into_buckets(total, "horovod")
+    )
+    # a method whose grouping is not known: one message, or buckets of the cap it states
+    assert split_into_buckets(total, "paddle") == [total]
+    assert split_into_buckets(total, "paddle", 100) == [100 * MIB] * 3
 
 
 @given(st.integers(min_value=1, max_value=10**11))
 def test_ddp_buckets_cover_the_gradients_exactly(nbytes: int) -> None:
-    buckets = ddp_bucket_bytes(nbytes)
+    buckets = split_into_buckets(nbytes)
     assert sum(buckets) == nbytes
     assert buckets[0] <= DDP_FIRST_BUCKET_BYTES
     assert all(0 < b <= DDP_BUCKET_CAP_BYTES for b in buckets)

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scalescope.traces import (
+    collective_kernels,
     is_communication,
     profiled_steps,
     read_trace,
@@ -122,3 +123,40 @@ def test_self_times_add_up_to_the_time_covered_by_the_outermost_events(events: l
     covered = sum(b - a for a, b in outer) / 1e6
     assert top["total_s"] == pytest.approx(covered, abs=1e-9)
     assert all(o["self_s"] >= -1e-12 for o in top["ops"])
+
+
+def test_collective_kernels_count_their_union_and_the_part_no_other_kernel_ran_beside() -> None:
+    """Two buckets' all-reduces back to back on the communication stream (2-5 ms, 5-8 ms)
+    and an all-gather queued inside them (6-7 ms) ran 6 ms in all; compute kernels ran 0-3
+    ms and 4-6.5 ms, beside them for 1 + 2.5 ms, so the collectives ran alone 2.5 ms. A copy
+    during the collectives is not a kernel: it changes neither figure."""
+
+    def kernel(name: str, start_ms: float, end_ms: float, cat: str = "kernel") -> dict:
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "ts": 1e3 * start_ms,
+            "dur": 1e3 * (end_ms - start_ms),
+            "pid": 0,
+            "tid": 7,
+        }
+
+    events = [
+        kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 2.0, 5.0),
+        kernel("ncclKernel_AllReduce_RING_LL_Sum_float(x)", 5.0, 8.0),
+        kernel("ncclDevKernel_AllGather_RING_LL(x)", 6.0, 7.0),
+        kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 0.0, 3.0),
+        kernel("void at::native::elementwise_kernel<128, 2>", 4.0, 6.5),
+        kernel("Memcpy DtoD (Device -> Device)", 7.0, 9.0, cat="gpu_memcpy"),
+    ]
+    got = collective_kernels({"traceEvents": events})
+    assert got["kernels"] == 5 and got["collective_kernels"] == 3
+    assert got["kernel_s"] == pytest.approx(0.006)
+    assert got["alone_s"] == pytest.approx(0.0025)
+    assert collective_kernels({"traceEvents": events[3:]}) == {
+        "kernels": 2,
+        "collective_kernels": 0,
+        "kernel_s": 0.0,
+        "alone_s": 0.0,
+    }

@@ -33,17 +33,20 @@ import lightning as L
 import torch
 import torch.distributed as dist
 
-from ...config import WARMUP_AUTO_MAX_STEPS
 from ...procinfo import peak_host_rss_gib, process_start_unix
+from ...run_length import WARMUP_AUTO_MAX_STEPS, resolve_warmup
 from .peak_memory import DevicePeaks
 
 __all__ = [
     "STREAM_NOTE",
     "TimingCallback",
     "agree",
+    "combine",
     "loader_steps",
     "median_step_time",
     "process_start_unix",
+    "rank_part",
+    "rank_steady_s",
     "resolve_warmup",
     "unbounded_stream",
 ]
@@ -82,22 +85,6 @@ class WarmupHold(Protocol):
     def resolve(self, trainer: L.Trainer, target: int | None) -> None: ...
 
     def holds(self, step: int) -> bool: ...
-
-
-def resolve_warmup(
-    setting: int | str, steps_per_epoch: int, max_steps: int | None = None
-) -> int | None:
-    """``trainer.warmup_steps``: ``auto`` is the first epoch, capped for long epochs; where
-    the epoch's length is not known before it runs (a loader without a length), the first
-    half of ``max_steps`` where that bounds the run, else None: the first epoch, ended when
-    its stream ends (or at the cap, whichever comes first)."""
-    if setting == "auto":
-        if steps_per_epoch > 0:
-            return min(steps_per_epoch, WARMUP_AUTO_MAX_STEPS)
-        if max_steps:
-            return min(max_steps // 2, WARMUP_AUTO_MAX_STEPS)
-        return None
-    return int(setting)
 
 
 STREAM_NOTE = (
@@ -331,6 +318,11 @@ class Agreed:
     """Steps left out as warm-up (the same on every rank); None if training ended in it."""
     steady_time_s: float | None
     """Training time after the warm-up, max over ranks; None without a steady state."""
+    train_start_unix: float = float("nan")
+    """Wall clock (Unix seconds) when the timed interval began: the last rank's, after the
+    barrier every rank meets at train start."""
+    train_end_unix: float = float("nan")
+    """Wall clock (Unix seconds) when training ended on the last rank."""
     per_rank: list[dict[str, Any]] = field(default_factory=list)
     """What each rank sent, in rank order (node, local rank, peaks, and ``extra``)."""
 
@@ -348,12 +340,26 @@ def agree(
 ) -> Agreed:
     """Reduce this rank's timings with every other rank's (call on all ranks).
 
-    One gather of a small dict per rank, bounded by the process group's timeout
-    (``trainer.collective_timeout_s``): a rank that died makes the others fail within it.
-    ``extra`` (the diagnosis' per-rank part) travels in the same gather.
+    One gather of a small dict per rank (:func:`rank_part`), bounded by the process group's
+    timeout (``trainer.collective_timeout_s``): a rank that died makes the others fail
+    within it. ``extra`` (the diagnosis' per-rank part) travels in the same gather. The
+    gathered parts are reduced by :func:`combine`.
     """
+    mine = rank_part(t, node_name, trainer.local_rank, extra)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+    else:
+        everyone = [mine]
+    return combine(everyone)
+
+
+def rank_part(
+    t: Timings, node_name: str, local_rank: int, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """What one rank sends in :func:`agree`'s gather."""
     peaks = t.peaks
-    mine = {
+    return {
         "start": t.process_start_unix,
         "train_start": t.train_start_unix,
         "end": t.train_end_unix,
@@ -366,14 +372,15 @@ def agree(
         "rss": peak_host_rss_gib(),
         "warmup_steps": t.warmup_steps,
         "steady": rank_steady_s(t),
-        "local_rank": trainer.local_rank,
+        "local_rank": local_rank,
         **(dict(extra) if extra else {}),
     }
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        everyone: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, mine)
-    else:
-        everyone = [mine]
+
+
+def combine(everyone: list[dict[str, Any]]) -> Agreed:
+    """Every rank's part (rank order) reduced: the job is as slow as its slowest rank, so
+    each interval is the max over ranks (the setup ends when the last rank starts training),
+    and the steady time is the slowest rank's own."""
     start = min(r["start"] for r in everyone)
     train_start = max(r["train_start"] for r in everyone)
     end = max(r["end"] for r in everyone)
@@ -396,6 +403,8 @@ def agree(
         peak_host_rss_gib=[r["rss"] for r in everyone],
         warmup_steps=warmup,
         steady_time_s=max(steady) if has_steady else None,
+        train_start_unix=train_start,
+        train_end_unix=end,
         per_rank=everyone,
     )
 

@@ -41,16 +41,16 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...allreduce_model import (
-    DDP_BUCKET_CAP_BYTES,
-    DDP_FIRST_BUCKET_BYTES,
     FLOAT32_BYTES,
+    MIB,
+    bucket_caps,
     bus_factor,
     busbw_at_gbps,
-    ddp_bucket_bytes,
     fit_model,
     fit_usable,
     float32_size,
     predicted_step_s,
+    split_into_buckets,
 )
 
 if TYPE_CHECKING:
@@ -59,9 +59,6 @@ if TYPE_CHECKING:
 MIN_BYTES = 4096
 # The sweep goes at least this far, whatever the gradient size (see sweep_sizes).
 SWEEP_FLOOR_BYTES = 8 * 1024 * 1024
-# DDP's default bucket layout (torch.nn.parallel.distributed): the first bucket is capped at
-# dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB) so that communication starts early in backward; the
-# rest at bucket_cap_mb (25 MiB).
 # Per size: at least this many timed ops, at most this many, aiming at this share of the budget.
 MIN_ITERS = 2
 MAX_ITERS = 50
@@ -117,22 +114,20 @@ def parameter_bytes(module: torch.nn.Module) -> list[tuple[int, str]]:
 
 
 def ddp_bucket_caps(model: Any) -> tuple[int, int]:
-    """(first bucket's cap, the others' cap) in bytes of a DDP-wrapped model, DDP's defaults
-    for anything else. Reads attributes only; never raises."""
+    """(first bucket's cap, the others' cap) in bytes of a DDP-wrapped model, by DDP's rule
+    (:func:`scalescope.allreduce_model.bucket_caps`: a small first bucket only with the
+    default cap), its defaults for anything else. Reads attributes only; never raises."""
     from torch.nn.parallel import DistributedDataParallel
 
-    defaults = DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES
-    if not isinstance(model, DistributedDataParallel):
-        return defaults
-    try:
-        cap = int(getattr(model, "bucket_bytes_cap", DDP_BUCKET_CAP_BYTES))
-        first = getattr(getattr(model, "_bucket_config", None), "first_bucket_bytes_cap", None)
-        if first is None:  # torch before the bucket config: 1 MiB first with the default cap
-            default_cap = getattr(model, "bucket_bytes_cap_default", True)
-            first = DDP_FIRST_BUCKET_BYTES if default_cap else cap
-        return int(first), cap
-    except Exception:  # private attributes: an estimate at DDP's defaults is still useful
-        return defaults
+    cap_mb: float | None = None
+    if isinstance(model, DistributedDataParallel):
+        try:  # torch >= 2.4 says whether the cap was DDP's default
+            if not getattr(model, "bucket_bytes_cap_default", True):
+                cap_mb = int(model.bucket_bytes_cap) / MIB
+        except Exception:  # an attribute gone: an estimate at DDP's defaults is still useful
+            cap_mb = None
+    first, cap = bucket_caps("ddp", cap_mb)
+    return int(first), int(cap)
 
 
 def read_ddp_buckets(model: Any) -> tuple[list[int] | None, str | None]:
@@ -293,7 +288,7 @@ def allreduce_baseline(
             "no trainable parameters: nothing to all-reduce", backend, world, gradient_bytes, start
         )
     if bucket_bytes is None:
-        buckets, bucket_reason = ddp_bucket_bytes(gradient_bytes), ESTIMATED_FROM_BYTES
+        buckets, bucket_reason = split_into_buckets(gradient_bytes), ESTIMATED_FROM_BYTES
     else:
         buckets = list(bucket_bytes)
 

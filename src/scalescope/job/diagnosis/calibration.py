@@ -5,6 +5,9 @@ gradient sync, interleaved, the fastest window of each kind kept. No optimizer s
 taken; the gradients are discarded, buffers (e.g. batch-norm statistics) and RNG states
 restored. ``sync - no_sync`` per pass is the exposed all-reduce time without any skew between
 ranks. Every rank's part is combined in :func:`.cross_rank.gather_calibration`.
+
+After the timed pairs, one more window of synced passes runs under the profiler: how long the
+collectives' kernels ran in a pass, for the compute split (:mod:`.comm_kernels`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import lightning as L
 import torch
 
 from ...config import DiagnosisConfig, FaultsConfig
+from ...errors import first_line
 from .allreduce import SKIPPED_ONE_DEVICE
+from .comm_kernels import profiled_window
 
 ANOTHER_RANK = "on another rank"
 
@@ -36,11 +41,6 @@ _FAILURE_KEY = "scalescope/calibration_failure"
 Windows = dict[bool, list[tuple[float, float | None]]]
 """Per kind (synced or not), each window's (seconds per pass, seconds per pass to its last
 gradient or None)."""
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def pass_estimate(gathered: Any, passes_per_step: int) -> float | None:
@@ -247,7 +247,21 @@ def _windows_planned_and_run(
     times, failure = _timed_windows(trainer, passes, k, windows)
     if failure:
         return _skipped(cfg, failure, "failed")
-    return _measured(k, windows, pass_s, times)
+    kernels, failure = _profiled_window(trainer, passes, k)
+    if failure:
+        return _skipped(cfg, failure, "failed")
+    return {**_measured(k, windows, pass_s, times), "comm_kernels": kernels}
+
+
+def _profiled_window(trainer: L.Trainer, passes: _Passes, k: int) -> tuple[dict[str, Any], str]:
+    """The window of ``k`` synced passes under the profiler, after a barrier: this rank's
+    ``comm_kernels`` part, and the reason where a pass failed here or on a peer."""
+    try:
+        trainer.strategy.barrier("scalescope-calibration")
+        return profiled_window(lambda: passes.one_pass(True), passes.sync, k, cuda=passes.cuda), ""
+    except Exception as exc:
+        where = "the profiled window of synced passes (the collectives' kernels)"
+        return {}, _leave_after_failure(trainer, where, exc)
 
 
 def _trial_pass_agreed(passes: _Passes) -> tuple[float, str]:

@@ -130,6 +130,8 @@ def combine_calibration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "overlap_slowdown_s": statistics.median(overlap) if overlap else None,
         "overlap_diffs_s": overlap,
         "seconds": max((p.get("seconds") or 0.0) for p in measured) or None,
+        # each rank's collective kernels per synced pass (rank order), for the compute split
+        "comm_kernels": [p.get("comm_kernels") for p in measured],
     }
 
 
@@ -150,6 +152,7 @@ def _not_measured(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "paired_diffs_s": None,
         "overlap_slowdown_s": None,
         "overlap_diffs_s": None,
+        "comm_kernels": None,
         # what trying cost (a trial pass, say); None where no rank got that far
         "seconds": max((p.get("seconds") or 0.0) for p in parts) or None,
     }

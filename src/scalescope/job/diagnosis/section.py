@@ -177,7 +177,7 @@ def assemble(
         out["calibration"]["steps"] = calibration_steps
     out["allreduce"] = dict(allreduce)
     out["nvml"] = dict(nvml)
-    out["compute_split"] = compute_split(ranks, nvml, clock)
+    out["compute_split"] = compute_split(ranks, nvml, clock, out["calibration"])
     out["overhead_s"] = {
         "calibration": out["calibration"].get("seconds"),
         "allreduce_baseline": allreduce.get("seconds"),

@@ -45,6 +45,7 @@ from ..clocks.timing import loader_steps
 from ..diagnosis.calibration import first_line
 from ..diagnosis.step_breakdown import StepBreakdown
 from . import plan
+from .stderr_filter import dropping_lines
 
 
 def _record_every_step(step: int) -> Any:
@@ -138,19 +139,15 @@ class ProfileCapture(L.Callback):
         if target is None or per_epoch <= 0:
             return None
         limit = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-        boundaries = plan.call_boundaries(
-            per_epoch, max(1, trainer.max_epochs or 1), limit, self._call_steps(trainer)
+        run = plan.RunLength(
+            steps_per_epoch=per_epoch,
+            epochs=max(1, trainer.max_epochs or 1),
+            max_steps=limit,
+            steps_per_call=self._call_steps(trainer),
+            warmup_steps=self.base,
+            measures=self._measures(trainer),
         )
-        measure = plan.MEASURE_STEPS if self._measures(trainer) else 0
-        capture = plan.plan_capture(
-            boundaries, per_epoch, base=self.base, measure=measure, steps=self.cfg.steps
-        )
-        if capture is not None and capture.steady_from is not None:
-            return None
-        total = boundaries[-1] if boundaries else 0
-        return plan.why_not(
-            capture, total=total, base=self.base, measure=measure, steps=self.cfg.steps
-        )
+        return plan.capture_misfit(run, self.cfg.steps)
 
     def _call_steps(self, trainer: L.Trainer) -> int:
         """Optimizer steps in one training call: a built-in loader's group, else one."""
@@ -314,7 +311,8 @@ class ProfileCapture(L.Callback):
             prof.step_num = self.first  # markers named after the optimizer steps they hold
             self._sync()
             self._t0 = time.perf_counter()
-            prof.start()
+            with dropping_lines():  # libkineto's USDT marker line
+                prof.start()
             self._prof = prof
         except Exception as exc:  # a profiler that cannot start: the part says why
             self.part = {"status": "failed", "reason": f"{type(exc).__name__}: {first_line(exc)}"}
@@ -353,7 +351,8 @@ class ProfileCapture(L.Callback):
         started = time.perf_counter()
         name = plan.trace_name(self._rank)
         try:
-            prof.stop()
+            with dropping_lines():
+                prof.stop()
             if last < self.first:
                 raise RuntimeError("no optimizer step ran in the capture")
             path = self.run_dir / name

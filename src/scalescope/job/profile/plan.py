@@ -2,14 +2,8 @@
 functions: whether a capture fits the run at all, which ranks are profiled, the record's
 ``profile`` section and the words of the summary line.
 
-The capture sits in the warm-up, so no timed figure holds it: the warm-up as resolved, then
-:data:`MEASURE_STEPS` steps in which every rank measures how long it was busy (not waiting in
-a collective), then ``trainer.profile.steps`` profiled steps; the steady state starts at the
-first step boundary after them. A Lightning call can hold several optimizer steps
-(``trainer.steps_per_call``): each phase starts at a call boundary, so it can run longer
-than its count (the capture takes whole calls), never shorter. A capture that its epoch's
-end would cut short waits for the
-next epoch (validation stays out of it); only an epoch shorter than the capture ends it early.
+Where a capture falls in a run, and whether it fits, is :mod:`scalescope.run_length`'s
+arithmetic, which the analysis shares (re-exported here for the job).
 
 No torch here: the unit tests call these directly.
 """
@@ -21,9 +15,32 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MEASURE_STEPS = 3
-"""Optimizer steps (at least; up to the next call boundary) every rank's busy time is
-measured over before the ranks to profile are chosen."""
+from ...run_length import (
+    MEASURE_STEPS,
+    Capture,
+    RunLength,
+    call_boundaries,
+    capture_misfit,
+    plan_capture,
+    why_not,
+)
+
+__all__ = [
+    "MEASURE_STEPS",
+    "TRACE_DIR",
+    "Capture",
+    "Choice",
+    "RunLength",
+    "call_boundaries",
+    "capture_misfit",
+    "choose_ranks",
+    "not_captured",
+    "plan_capture",
+    "section",
+    "summary_phrase",
+    "trace_name",
+    "why_not",
+]
 
 TRACE_DIR = "traces"
 """The traces' folder in the run directory: ``traces/rank<r>.json``."""
@@ -31,102 +48,6 @@ TRACE_DIR = "traces"
 
 def trace_name(rank: int) -> str:
     return f"{TRACE_DIR}/rank{rank}.json"
-
-
-# -- does a capture fit ----------------------------------------------------------------------
-def call_boundaries(
-    steps_per_epoch: int, epochs: int, max_steps: int | None, steps_per_call: int
-) -> list[int]:
-    """The optimizer step counts at which a training call ends (where the warm-up, the
-    measurement and the capture can start or end), over the whole run."""
-    total = steps_per_epoch * epochs
-    if max_steps is not None:
-        total = min(total, max_steps)
-    out: list[int] = []
-    for epoch in range(epochs):
-        start, done = epoch * steps_per_epoch, 0
-        while done < steps_per_epoch:
-            done = min(done + steps_per_call, steps_per_epoch)
-            b = min(start + done, total)
-            if not out or b > out[-1]:
-                out.append(b)
-            if b >= total:
-                return out
-    return out
-
-
-@dataclass(frozen=True)
-class Capture:
-    """Where a capture falls in a run of known length (optimizer steps)."""
-
-    measure_from: int
-    """Call boundary the measurement starts at (the capture's own start without one)."""
-    first: int
-    """First profiled step (0-based: the step that runs when ``first`` steps are done)."""
-    end: int
-    """Steps done when the capture ends: the first call boundary at least ``steps`` after
-    ``first``, or its epoch's end."""
-    steady_from: int | None
-    """Call boundary the steady state starts at (never the boundary the capture ends at when
-    that is an epoch's end); None where the run ends first."""
-
-
-def plan_capture(
-    boundaries: Sequence[int],
-    steps_per_epoch: int,
-    *,
-    base: int,
-    measure: int,
-    steps: int,
-) -> Capture | None:
-    """The capture a run whose calls end at ``boundaries`` would take: the measurement from the
-    first boundary at or after the warm-up (``base``), the capture from the first boundary at
-    least ``measure`` steps later (from the next epoch's start where its epoch has fewer than
-    ``steps`` left and an epoch has as many), to the first boundary at least ``steps`` later
-    or its epoch's end, the steady state from there (from the next boundary where the epoch's
-    end cut it short). None where the run ends before the capture
-    starts."""
-
-    def first_at_or_after(step: int) -> int | None:
-        return next((b for b in boundaries if b >= step), None)
-
-    total = boundaries[-1] if boundaries else 0
-    measure_from = first_at_or_after(base)
-    first = first_at_or_after(measure_from + measure) if measure_from is not None else None
-    if first is None or first >= total:
-        return None
-    epoch_end = (first // steps_per_epoch + 1) * steps_per_epoch if steps_per_epoch else math.inf
-    if epoch_end - first < steps <= steps_per_epoch:
-        first, epoch_end = int(epoch_end), epoch_end + steps_per_epoch
-        if first >= total:
-            return None
-    # whole calls: to the first boundary at least `steps` later, or the epoch's end
-    after = first_at_or_after(first + steps)
-    end = int(min(after if after is not None else total, epoch_end, total))
-    # Cut short by its epoch's end, the capture is over once the epoch has ended: the steady
-    # state starts at the next epoch's first boundary.
-    steady = first_at_or_after(end if end >= first + steps else end + 1)
-    return Capture(
-        measure_from=measure_from or 0,
-        first=first,
-        end=end,
-        steady_from=steady if steady is not None and steady < total else None,
-    )
-
-
-def why_not(capture: Capture | None, *, total: int, base: int, measure: int, steps: int) -> str:
-    """The one line that says why a run of ``total`` steps takes no capture."""
-    need = f"the warm-up ({base} steps), the rank measurement ({measure}) and the capture ({steps})"
-    if capture is None:
-        return (
-            f"the run ends in its warm-up: its {total} steps end before {need} are done; "
-            "train longer (trainer.max_epochs) or profile fewer steps"
-        )
-    return (
-        f"the run ends in its warm-up: after {need}, rounded to whole training calls, none of "
-        f"its {total} steps would be left for the steady state; train longer "
-        "(trainer.max_epochs) or profile fewer steps"
-    )
 
 
 # -- which ranks ------------------------------------------------------------------------------

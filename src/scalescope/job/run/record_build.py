@@ -1,6 +1,9 @@
 """A job's record: its identity, announced at the start (:func:`announce`), and rank 0's
 result record at the end (:func:`rank_zero_record`, :func:`after_tracking`), printed
 behind the record marker and written atomically to the run directory (:func:`publish`).
+The record lines (:func:`emit`) go to stdout where it is a log (a Slurm or submitit file, a
+pipe): what the parser reads; an interactive terminal gets the human lines only, the record
+lines going to the run directory's ``records.log``.
 
 Light to import: torch is imported inside the functions that need it.
 """
@@ -9,8 +12,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import platform
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -34,6 +39,26 @@ def say(topo: Topology, message: str) -> None:
         print(f"scalescope: {message}", flush=True)
 
 
+RECORDS_LOG = "records.log"
+"""In the run directory: the record lines of a run whose stdout is an interactive terminal."""
+PRINT_RECORDS_ENV = "SCALESCOPE_PRINT_RECORDS"
+"""Set to 1: print the record lines to a terminal too."""
+
+
+def emit(line: str, run_dir: Path, stream: Any = None) -> None:
+    """One record line (``:::SCALESCOPE {...}``, several KB) where the parser reads it:
+    stdout where stdout is not a terminal (a job log, a pipe, a file); where it is, the run
+    directory's :data:`RECORDS_LOG`, so a user's terminal is not flooded with JSON (the
+    analysis reads that file and ``result.json`` there)."""
+    out = sys.stdout if stream is None else stream
+    isatty = getattr(out, "isatty", None)
+    if callable(isatty) and isatty() and os.environ.get(PRINT_RECORDS_ENV) != "1":
+        with open(run_dir / RECORDS_LOG, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        return
+    print(line, file=out, flush=True)
+
+
 def _utc(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -48,7 +73,7 @@ def announce(cfg: TrainConfig, job: Job, process_start: float) -> tuple[Path, re
         run_dir = _unique_dir(run_dir)
     ident = _identity(cfg, job, run_dir, process_start)
     if topo.is_rank_zero:
-        print(record.encode(record.StartEvent(ident)), flush=True)
+        emit(record.encode(record.StartEvent(ident)), run_dir)
     batch = job.batch
     say(
         topo,
@@ -215,7 +240,7 @@ def publish(result: record.ResultRecord, run_dir: Path, topo: Topology) -> None:
     """The record written to the run directory and printed behind the record marker, then
     its warnings and a summary line."""
     record.write_json_atomic(run_dir / "result.json", result.to_dict())
-    print(record.encode(result), flush=True)
+    emit(record.encode(result), run_dir)
     for warning in [
         *(result.batch or {}).get("warnings", []),
         *(result.compile or {}).get("warnings", []),
@@ -263,6 +288,8 @@ def build_result(
         setup_time_s=agreed.setup_time_s,
         val_time_s=agreed.val_time_s,
         job_time_s=agreed.job_time_s,
+        train_start_unix=agreed.train_start_unix,
+        train_end_unix=agreed.train_end_unix,
         peak_mem_gib=agreed.peak_mem_gib,
         val_peak_mem_gib=agreed.val_peak_mem_gib,
         peak_host_rss_gib=agreed.peak_host_rss_gib,

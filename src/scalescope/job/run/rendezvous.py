@@ -83,10 +83,19 @@ def _within(seconds: float, fn: Callable[[], Any]) -> Any:
     return box.get("value")
 
 
+MASTER_ADDR_HINT = "export MASTER_ADDR=$(hostname -I | awk '{print $1}')"
+"""The line that names the rendezvous host by address, for a cluster profile's ``setup:``. The
+batch script runs that block on the job's first node, where rank 0 listens, before ``srun``
+starts the ranks with its environment: this gives that node's first address that is not
+loopback (``hostname -I`` leaves loopback out). ``hostname -i`` resolves the node's own name
+instead, which is 127.0.0.1 or 127.0.1.1 on many machines: an address no other node reaches.
+The one spelling of it: the job's error says it and docs/cluster.md quotes it (a test holds
+them equal)."""
+
 FIX = (
-    "set MASTER_ADDR to an address every compute node resolves and reaches (in the cluster "
-    "profile's setup:, e.g. export MASTER_ADDR=$(hostname -i) or the node's address on the "
-    "fast network)"
+    "set MASTER_ADDR to an address every compute node resolves and reaches, in the cluster "
+    f"profile's setup: {MASTER_ADDR_HINT} (the first node's first address that is not "
+    "loopback; where the nodes have several networks, its address on the one they share)"
 )
 
 

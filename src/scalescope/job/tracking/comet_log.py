@@ -243,8 +243,8 @@ def result_to_comet(record: Mapping[str, Any]) -> tuple[dict[str, float], dict[s
     for key, value in record.items():
         if key in _RESULT_SKIP or value is None:
             continue
-        if isinstance(value, bool):
-            others[key] = value
+        if isinstance(value, bool) or (key.endswith("_unix") and isinstance(value, float)):
+            others[key] = value  # a time of day is no measurement to chart
         elif isinstance(value, (int, float)):
             if math.isfinite(value):
                 metrics[METRIC_PREFIX + key] = value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -39,3 +40,18 @@ def test_growth_from_one_reaches_the_interval() -> None:
     for _ in range(20):
         every = next_interval_steps(every, 0.001 * every, every, CHECK_INTERVAL_S)
     assert every == int(CHECK_INTERVAL_S / 0.001)
+
+
+@pytest.mark.parametrize(
+    ("every", "elapsed_s", "steps", "expected"),
+    [
+        (10, 0.5, 50, 20),  # 10 ms steps: 20 steps (0.2 s) fit in 1 s, so twice as many
+        (50, 5.0, 50, 10),  # 100 ms steps: 100 would take 10 s; 1 s holds 10
+        (4, 0.0, 0, 8),  # nothing timed yet: twice as many
+        (7, 30.0, 10, 1),  # 3 s steps: every step
+    ],
+)
+def test_the_next_interval_worked_by_hand(
+    every: int, elapsed_s: float, steps: int, expected: int
+) -> None:
+    assert next_interval_steps(every, elapsed_s, steps, 1.0) == expected

@@ -21,6 +21,7 @@ from scalescope.allreduce_model import (
     DDP_BUCKET_CAP_BYTES,
     DDP_FIRST_BUCKET_BYTES,
     FLOAT32_BYTES,
+    bucket_caps,
     bus_factor,
     busbw_at_gbps,
     estimate_bucket_bytes,
@@ -28,6 +29,7 @@ from scalescope.allreduce_model import (
     fit_time_s,
     float32_size,
     predicted_step_s,
+    split_into_buckets,
 )
 from scalescope.config import DiagnosisConfig
 from scalescope.job.diagnosis.allreduce import (
@@ -73,8 +75,8 @@ def test_sweep_sizes_are_ascending_and_reach_the_gradient_and_the_floor(nbytes: 
     assert all(b % FLOAT32_BYTES == 0 for b in sizes)
 
 
-def linears(n: int = 8) -> torch.nn.Sequential:
-    return torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(n)])
+def linears(n: int = 8, width: int = 1024) -> torch.nn.Sequential:
+    return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(n)])
 
 
 def test_estimated_buckets_take_whole_parameters_and_overshoot_their_caps() -> None:
@@ -339,6 +341,31 @@ def test_without_rebuilding_ddp_keeps_its_first_buckets(one_rank_group: None) ->
         5 * 2**20,
         5 * 2**20,
     )
+
+
+@pytest.mark.parametrize("cap_mb", [None, 2, 5])
+def test_the_bucket_rule_is_the_one_a_real_ddp_follows(
+    one_rank_group: None, cap_mb: int | None
+) -> None:
+    """40 x Linear(256, 256), 263,168 B each, trained under DDP in this process: the caps the
+    shared rule gives (bucket_caps) are the ones DDP took; with them, whole parameters make
+    exactly DDP's buckets; and the byte split (the what-if's and the backtest's, which know
+    no parameters) is DDP's to within one layer, its first bucket included: an explicit cap
+    holds for the first bucket too, the default gives it 1 MiB."""
+    model = linears(40, width=256)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+    train(ddp, 3, width=256)
+    built, why = read_ddp_buckets(ddp)
+    assert why is None and built is not None
+    assert ddp_bucket_caps(ddp) == bucket_caps("ddp", cap_mb)
+    assert estimate_bucket_bytes(parameter_bytes(model), *bucket_caps("ddp", cap_mb)) == built
+    layer = 263_168
+    split = split_into_buckets(gradient_bytes(model), "ddp", cap_mb)
+    assert split[-1] < layer or len(split) == len(built)  # a tail under a layer: DDP's last
+    for ours, ddps in zip(split, built, strict=False):
+        assert abs(ours - ddps) < layer, (split, built)
+    first = 2**20 if cap_mb is None else cap_mb * 2**20
+    assert first <= built[0] < first + layer
 
 
 def test_ddp_buckets_that_cannot_be_read_give_a_reason_not_an_error(

@@ -58,3 +58,22 @@ def test_a_host_that_refuses_or_accepts_is_reachable() -> None:
         server.listen()
         rv = Rendezvous("127.0.0.1", server.getsockname()[1], "MASTER_ADDR")
         check(rv, rank=1, node="n", reach_s=2)
+
+
+def test_the_error_and_the_docs_give_one_hint_and_it_is_not_loopback() -> None:
+    """The job's error and docs/cluster.md spell the same MASTER_ADDR line (defined once),
+    and it takes the node's address, not what its own name resolves to (``hostname -i``:
+    127.0.0.1 on many machines)."""
+    from pathlib import Path
+
+    from scalescope.job.run.rendezvous import MASTER_ADDR_HINT
+
+    repo = Path(__file__).resolve().parents[4]
+    with pytest.raises(RendezvousError) as info:
+        check(Rendezvous("node2.invalid", 25050, "MASTER_ADDR"), rank=1, node="n", resolve_s=10)
+    assert MASTER_ADDR_HINT in str(info.value)
+    docs = (repo / "docs" / "cluster.md").read_text(encoding="utf-8")
+    assert f"`{MASTER_ADDR_HINT}`" in docs
+    example = (repo / "configs" / "clusters" / "example_a100.yaml").read_text(encoding="utf-8")
+    assert MASTER_ADDR_HINT in example
+    assert "hostname -I" in MASTER_ADDR_HINT and "hostname -i" not in MASTER_ADDR_HINT

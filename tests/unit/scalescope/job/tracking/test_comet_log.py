@@ -82,7 +82,11 @@ def test_end_is_bounded_even_if_comet_hangs(caplog: pytest.LogCaptureFixture) ->
 
 
 def test_result_record_split_into_metrics_and_others() -> None:
-    metrics, others = comet_log.result_to_comet(RECORD)
+    metrics, others = comet_log.result_to_comet(
+        {**RECORD, "train_start_unix": 1_700_000_000.5, "train_end_unix": 1_700_000_100.5}
+    )
+    assert others["train_start_unix"] == 1_700_000_000.5  # times of day: not metrics
+    assert not any(k.endswith("_unix") for k in metrics)
     assert metrics["result/setup_time_s"] == 7.5
     assert metrics["result/peak_host_rss_gib_max"] == 0.43
     assert "result/mfu" not in metrics and "result/step_time_s" not in metrics
