@@ -174,7 +174,8 @@ class ResultRecord:
     scancel); None when it ran to the end. A stopped run's figures cover the steps it ran."""
     diagnosis: dict[str, Any] | None = None
     """Where the step time went, per rank: input wait, compute and communication wait, the
-    calibration windows, the all-reduce baseline and NVML samples (docs/diagnosis.md; the
+    calibration windows, the all-reduce baseline, when DDP's buckets were ready in backward
+    (``bucket_ready``, optional: absent in older records) and NVML samples (docs/diagnosis.md; the
     summary's side: docs/analysis.md, "Where the efficiency went"). ``status: off`` with a
     reason when switched off; None in records written before it existed: the analysis shows
     "not recorded", never zeros."""
