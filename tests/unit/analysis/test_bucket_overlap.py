@@ -95,10 +95,10 @@ def test_the_fit_takes_the_anchors_recorded_readiness_and_older_records_keep_byt
     anchor = pts[1]
     runs = [
         replace(p, bucket_ready_share=(s, 1.0))
-        for p, s in zip(anchor.parts, (0.1, 0.2, 0.3), strict=True)
+        for p, s in zip(anchor.parts, (0.1, 0.2, 0.6), strict=True)
     ]
     model = fit_series([base, replace(anchor, parts=runs)], base, "weak").model
-    assert model is not None and model.bucket_ready == pytest.approx((0.2, 1.0))  # the median
+    assert model is not None and model.bucket_ready == pytest.approx((0.2, 1.0))  # the median, not the mean
     # runs that recorded it for other buckets do not count
     other = [*runs[:2], replace(runs[2], bucket_bytes=(5, 5))]
     model = fit_series([base, replace(anchor, parts=other)], base, "weak").model
