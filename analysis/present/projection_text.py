@@ -81,11 +81,11 @@ def _paragraph(sp: SeriesProjection, rows: Any) -> list[str]:
         )
     if sp.network_note:
         text.append(f"Network: {sp.network_note}.")
-    text.append(_readiness(model))
+    text.append(readiness_sentence(model))
     return text
 
 
-def _readiness(model: StepModel) -> str:
+def readiness_sentence(model: StepModel) -> str:
     """When the model takes DDP's buckets as ready in backward: as recorded, or in
     proportion to their bytes."""
     sizes = model.bucket_bytes

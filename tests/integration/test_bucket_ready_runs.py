@@ -19,10 +19,7 @@ import pytest
 from core_helpers import REPO, run_train
 from diagnosis_helpers import diag, only_result
 
-from analysis.compute.groups import series_scale_groups
-from analysis.compute.metrics import pick_baseline
-from analysis.compute.projection import _network, _points_of, project
-from analysis.compute.step_model import fit_series
+from analysis.compute.projection import project
 from analysis.read.frame import load_all
 from scalescope.record import ResultRecord
 
@@ -120,23 +117,19 @@ def _without_readiness(runs: Any) -> Any:
 
 def test_the_projection_takes_the_recorded_readiness(late_wide: dict[str, Any]) -> None:
     runs = load_all(late_wide["folder"]).runs
-    ((_, _, members),) = list(series_scale_groups(runs, 0.95))
-    base, _ = pick_baseline(members, None)
-    points, base_pt = _points_of(members, base)
-    model = fit_series(points, base_pt, "weak", _network(points, None)).model
-    assert model is not None
+    got = project(runs, [8], draws=40)
+    before = project(_without_readiness(runs), [8], draws=40)
+    model = got.series[0].fit.model
+    assert model is not None and before.series[0].fit.model is not None
     shares = diag(late_wide["records"][2])["bucket_ready"]["ready_share"]
     assert model.bucket_ready == pytest.approx(tuple(shares))
+    assert before.series[0].fit.model.bucket_ready == ()
     # the timeline the model projects with: at 8 nodes, less exposed than by bytes
     by_bytes = replace(model, bucket_ready=())
     args = (16, 8, model.bucket_bytes, 1, model.network.factor(8), model.per_device_batch)
     assert model.modelled_exposed(*args) < by_bytes.modelled_exposed(*args)
-    got = project(runs, [8], draws=40)
-    before = project(_without_readiness(runs), [8], draws=40)
     row = got.table[got.table["what_if"] == "as measured"].iloc[0]
     old = before.table[before.table["what_if"] == "as measured"].iloc[0]
     recorded, by_bytes_s = row["exposed_comm_step_s"], old["exposed_comm_step_s"]
     print(f"exposed at 8 nodes: {recorded} s recorded, {by_bytes_s} s by bytes")
     assert recorded < by_bytes_s
-    assert got.series[0].fit.model.bucket_ready == model.bucket_ready  # type: ignore[union-attr]
-    assert before.series[0].fit.model.bucket_ready == ()  # type: ignore[union-attr]

@@ -13,7 +13,7 @@ from projection_helpers import series
 from analysis.compute.bucket_overlap import exposed_after_backward, ready_shares
 from analysis.compute.run_parts import run_parts
 from analysis.compute.step_model import Level, Network, StepModel, fit_series
-from analysis.present.projection_text import _readiness
+from analysis.present.projection_text import readiness_sentence
 
 
 def test_a_bucket_ready_early_is_hidden_where_bytes_would_expose_it() -> None:
@@ -98,7 +98,8 @@ def test_the_fit_takes_the_anchors_recorded_readiness_and_older_records_keep_byt
         for p, s in zip(anchor.parts, (0.1, 0.2, 0.6), strict=True)
     ]
     model = fit_series([base, replace(anchor, parts=runs)], base, "weak").model
-    assert model is not None and model.bucket_ready == pytest.approx((0.2, 1.0))  # the median, not the mean
+    # the median, not the mean
+    assert model is not None and model.bucket_ready == pytest.approx((0.2, 1.0))
     # runs that recorded it for other buckets do not count
     other = [*runs[:2], replace(runs[2], bucket_bytes=(5, 5))]
     model = fit_series([base, replace(anchor, parts=other)], base, "weak").model
@@ -106,8 +107,8 @@ def test_the_fit_takes_the_anchors_recorded_readiness_and_older_records_keep_byt
 
 
 def test_the_paragraph_says_which_readiness_the_model_took() -> None:
-    assert "in proportion to the bytes" in _readiness(_vgg_like(()))
-    text = _readiness(_vgg_like((0.1, 1.0)))
+    assert "in proportion to the bytes" in readiness_sentence(_vgg_like(()))
+    text = readiness_sentence(_vgg_like((0.1, 1.0)))
     assert "as recorded" in text and "(9 MB) at 10% of backward (90% in proportion" in text
 
 
