@@ -66,6 +66,12 @@ class RunParts:
     bucket_bytes: tuple[int, ...] = ()
     """The all-reduce's buckets in the order DDP sends them (its own, or estimated)."""
     gradient_bytes: float = math.nan
+    bucket_ready_share: tuple[float, ...] = ()
+    """When each of ``bucket_bytes`` was ready in backward, as a share of it (the record's
+    ``bucket_ready``); empty where not recorded (then the step model takes the buckets as
+    ready in proportion to their bytes)."""
+    bucket_ready_reason: str = ""
+    """Why the readiness is not recorded ('' when it is)."""
     gpu_idle_share: float = math.nan
     """The share of the typical rank's compute its GPU idled (host overhead: launches); NaN
     where the compute split is not recorded (CPU runs, no NVML, older records)."""
@@ -212,8 +218,30 @@ def _recorded(
         slowest_node=str(node) if node is not None else None,
         rank_skew=skew,
         **_allreduce(allreduce),
+        **_bucket_ready(diagnosis, allreduce),
         **_compute_split(diagnosis, typical),
     )
+
+
+def _bucket_ready(diagnosis: Mapping[str, Any], allreduce: Mapping[str, Any]) -> dict[str, Any]:
+    """When each of the all-reduce's buckets was ready in backward (``diagnosis.bucket_ready``),
+    or why not: :class:`RunParts` fields. Used only for the very buckets the all-reduce
+    section holds, every share a number in [0, 1]."""
+    section = diagnosis.get("bucket_ready")
+    if not isinstance(section, Mapping):
+        return dict(bucket_ready_reason="not in this record (recorded before the readiness)")
+    if section.get("status") != "recorded":
+        return dict(bucket_ready_reason=str(section.get("reason") or "not recorded"))
+    shares = section.get("ready_share")
+    buckets = _buckets(allreduce)
+    if not buckets or section.get("bucket_bytes") != list(buckets):
+        return dict(bucket_ready_reason="recorded for other buckets than the all-reduce's")
+    if not isinstance(shares, list) or len(shares) != len(buckets):
+        return dict(bucket_ready_reason="malformed: ready_share is not one share per bucket")
+    values = [finite_number(v) for v in shares]
+    if any(v is None or not 0.0 <= v <= 1.0 for v in values):
+        return dict(bucket_ready_reason="malformed: a ready_share is not a number in [0, 1]")
+    return dict(bucket_ready_share=tuple(float(v) for v in values if v is not None))
 
 
 def _compute_split(diagnosis: Mapping[str, Any], typical: int) -> dict[str, Any]:

@@ -21,10 +21,11 @@ batch b and k micro-batches per step:
   node the intra-node level applies, across nodes the inter-node one (the ring's slowest
   link); see :class:`Network` for where each comes from and its assumption band.
 * exposed(N): DDP sends its buckets one after another as backward produces them (backward
-  is about 2/3 of a micro-batch's compute, and a bucket is ready when the bytes up to it
-  are); each all-reduce starts when its bucket is ready and the one before it is done, and
-  modelled(N) is what of that timeline ends after backward does
-  (:func:`exposed_after_backward`), and
+  is about 2/3 of a micro-batch's compute); a bucket is ready when the record says its last
+  gradient was (``bucket_ready``, shares of backward), else when the bytes up to it are
+  (published cases, older records); each all-reduce starts when its bucket is ready and the
+  one before it is done, and modelled(N) is what of that timeline ends after backward does
+  (:mod:`.bucket_overlap`), and
 
       exposed(N) = max(0, modelled(N) + (exposed_p - modelled(p)))
 
@@ -58,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.compute.bucket_overlap import exposed_after_backward, ready_shares
 from analysis.compute.stats import finite_mean
 from scalescope.collectives import link_bytes, modelled
 
@@ -131,30 +133,6 @@ def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0)
     return level.alpha_s * scale + link_bytes(NETWORK_TERM, nbytes, world) / (bw * 1e9)
 
 
-def exposed_after_backward(
-    times_s: Sequence[float], sizes: Sequence[float], backward_s: float
-) -> float:
-    """The all-reduce time left once backward ends, from a timeline of DDP's buckets.
-
-    ``sizes`` and their all-reduce ``times_s`` in the order DDP sends them (the reverse of
-    the parameters' order, which is the order backward produces their gradients). A bucket
-    is ready when backward has produced all its bytes: at the share of ``backward_s`` that
-    the bytes up to and including it are of the whole. The buckets run one after another on
-    the communication stream, each starting when it is ready and its predecessor is done;
-    what ends after backward is exposed. So one bucket holding every gradient is exposed
-    whole, a large bucket that is ready near backward's end is exposed nearly whole, and many
-    tiny buckets queue up behind their latencies."""
-    total = math.fsum(sizes)
-    if not times_s or total <= 0:
-        return 0.0
-    done = end = 0.0
-    for t, nbytes in zip(times_s, sizes, strict=True):
-        done += nbytes
-        ready = backward_s * min(1.0, done / total)
-        end = max(end, ready) + t
-    return max(0.0, end - backward_s)
-
-
 @lru_cache(maxsize=4096)
 def expected_max(n: int) -> float:
     """E[max of n independent standard normals] (0 for n = 1), by quadrature."""
@@ -196,6 +174,9 @@ class StepModel:
     carry: str = "one-time"
     """How ``other`` (what the parts leave of the anchor's step) carries beyond the anchor:
     one of :data:`CARRIES`."""
+    bucket_ready: tuple[float, ...] = ()
+    """When each of ``bucket_bytes`` was ready, as a share of backward (recorded at the
+    anchor); empty where not recorded: then in proportion to bytes (:mod:`.bucket_overlap`)."""
 
     def compute_s(self, batch: float, k: int) -> float:
         micro = batch / k
@@ -211,7 +192,10 @@ class StepModel:
             return math.nan
         times = [allreduce_s(level, b, world, bw) for b in buckets]
         backward = BACKWARD_SHARE * self.compute_s(batch, k) / k  # the last micro-batch's
-        return exposed_after_backward(times, buckets, backward)
+        ready = None
+        if self.bucket_ready:
+            ready = ready_shares(self.bucket_bytes, self.bucket_ready, buckets)
+        return exposed_after_backward(times, buckets, backward, ready)
 
     def parts(
         self,
@@ -450,6 +434,7 @@ def fit_series(
         baseline_world=baseline.world,
         scaling_mode=scaling_mode,
         carry=carry,
+        bucket_ready=_bucket_ready(a_parts),
     )
     draft = replace(draft, sigma_share=sigma_share)
     model = draft.calibrated(exposed_meas, finite_mean([_step_of(p) for p in a_parts]))
@@ -457,6 +442,21 @@ def fit_series(
     # breakdown checks nothing
     scaled = len({pt.world for pt in multi if pt.world != baseline.world})
     return Fit(model, "", scaled)
+
+
+def _bucket_ready(a_parts: Sequence[Any]) -> tuple[float, ...]:
+    """When each of the anchor's buckets (the first run's, as the model takes them) was
+    ready, as a share of backward: per bucket, the median over the anchor's runs that
+    recorded it for the same buckets; empty where none did (then in proportion to bytes)."""
+    buckets = a_parts[0].bucket_bytes
+    rows = [
+        p.bucket_ready_share
+        for p in a_parts
+        if p.bucket_bytes == buckets and len(p.bucket_ready_share) == len(buckets)
+    ]
+    if not rows or not buckets:
+        return ()
+    return tuple(float(np.median([r[i] for r in rows])) for i in range(len(buckets)))
 
 
 def _compute_line(multi: Sequence[ScalePoint]) -> tuple[float, float]:

@@ -81,7 +81,26 @@ def _paragraph(sp: SeriesProjection, rows: Any) -> list[str]:
         )
     if sp.network_note:
         text.append(f"Network: {sp.network_note}.")
+    text.append(readiness_sentence(model))
     return text
+
+
+def readiness_sentence(model: StepModel) -> str:
+    """When the model takes DDP's buckets as ready in backward: as recorded, or in
+    proportion to their bytes."""
+    sizes = model.bucket_bytes
+    if not model.bucket_ready or not sizes:
+        return (
+            "Buckets: each taken as ready in backward in proportion to the bytes up to it "
+            "(the records hold no readiness)."
+        )
+    i = max(range(len(sizes)), key=lambda j: sizes[j])
+    by_bytes = sum(sizes[: i + 1]) / sum(sizes)
+    return (
+        f"Buckets: ready in backward as recorded at the largest measured scale; the largest "
+        f"of DDP's {len(sizes)} ({sizes[i] / 1e6:.3g} MB) at {100 * model.bucket_ready[i]:.0f}% "
+        f"of backward ({100 * by_bytes:.0f}% in proportion to bytes)."
+    )
 
 
 def _at_largest(plain: Any) -> str:

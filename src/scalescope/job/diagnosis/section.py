@@ -172,6 +172,7 @@ def assemble(
     out["syncs_per_step"] = max(syncs) if syncs else None
     out.update(_skew(ranks))
     out.update(_step_waits(parts))
+    out["bucket_ready"] = _bucket_ready(parts, out["typical_rank"])
     out["calibration"] = dict(calibration)
     if out["calibration"].get("steps") is None:
         out["calibration"]["steps"] = calibration_steps
@@ -255,6 +256,24 @@ def _step_waits(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "step_waits_reason": "no per-step gradient waits on every rank",
         }
     return {}
+
+
+def _bucket_ready(parts: Sequence[Mapping[str, Any]], typical: int | None) -> dict[str, Any]:
+    """When each of DDP's buckets was ready in backward (:mod:`.bucket_ready`): the typical
+    rank's steps (the first rank's that has them where no rank is typical), or why none."""
+    from .allreduce import SKIPPED_ONE_DEVICE
+    from .bucket_ready import not_recorded
+
+    mine = [p.get("bucket_ready") for p in parts]
+    order = ([typical] if typical is not None else []) + list(range(len(parts)))
+    for rank in order:
+        got = mine[rank]
+        if isinstance(got, Mapping) and got.get("status") == "recorded":
+            return {**got, "rank": rank}
+    if len(parts) <= 1:
+        return not_recorded(SKIPPED_ONE_DEVICE)
+    reasons = [g.get("reason") for g in mine if isinstance(g, Mapping) and g.get("reason")]
+    return not_recorded(reasons[0] if reasons else "no steady step was timed")
 
 
 def _lower_median(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:

@@ -29,6 +29,7 @@ import lightning as L
 from ...collectives import DDP_BROADCAST, DDP_GRADIENT
 from ...config import DiagnosisConfig, FaultsConfig
 from ..clocks.timing import Timings
+from .bucket_ready import ReadinessTimer
 from .calibration import calibrate, first_line, pass_estimate
 from .cross_rank import gather_calibration, reduce_step_waits
 from .step_clock import COLLECTIVES, MAX_STEP_RECORDS, Clock, clock_for
@@ -88,6 +89,12 @@ class StepBreakdown(L.Callback):
         self._grad_order: list[int] | None = None
         self._grad_hooks: list[Any] = []
         self._params: list[Any] = []
+        self._first_order: list[int] | None = None
+        """Parameter indices in the order the first backward produced their gradients."""
+        self.ready: ReadinessTimer | None = None
+        """Times every gradient in the first steady steps (:mod:`.bucket_ready`); under DDP."""
+        self.ready_part: dict[str, Any] | None = None
+        """This rank's ``bucket_ready`` part, made at training's end."""
         self._batch: Any = None
         self.committed_steps = 0
         self._synced = 0
@@ -166,9 +173,20 @@ class StepBreakdown(L.Callback):
             self._fetch_start = None
         self._call_start = self.clock.mark() if self._waits_to() is not None else None
 
+    def on_before_backward(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Any
+    ) -> None:
+        # Only a steady backward that all-reduces has buckets to time (DDP's no_sync sets the
+        # flag before the micro-batch's forward).
+        sync = getattr(trainer.strategy.model, "require_backward_grad_sync", True)
+        if self.ready is not None and self._counting and sync:
+            self.ready.backward_starts()
+
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._grad_order is not None:  # the first backward: keep one hook from now on
             self._settle_last_gradient()
+        if self.ready is not None:
+            self.ready.backward_ends()  # nothing unless this backward was timed
         if not getattr(trainer.strategy.model, "require_backward_grad_sync", True):
             # A micro-batch that accumulates (DDP's no_sync): no all-reduce to wait for, its
             # backward is compute. The step's communication is its last micro-batch's.
@@ -192,6 +210,7 @@ class StepBreakdown(L.Callback):
             handle.remove()
         self._grad_hooks = []
         if self._grad_order:
+            self._first_order = list(self._grad_order)
             last = self._params[self._grad_order[-1]]
             self._grad_hooks = [last.register_post_accumulate_grad_hook(self._last_gradient)]
         self._grad_order = None
@@ -227,6 +246,8 @@ class StepBreakdown(L.Callback):
         calibration, which can no longer cost the record anything."""
         self._counting = False
         self.clock.settle()
+        if self.ready is not None:  # the device is synchronised: its marks can be read
+            self.ready_part = self.ready.result(trainer.strategy.model, self._first_order)
         self.reduce_steps(trainer)  # the gather reads training's peak memory: before calibration
         if self.gather is not None:
             self.gathered = self.gather(trainer)
@@ -264,6 +285,8 @@ class StepBreakdown(L.Callback):
             out["syncs_per_step"] = self.committed_synced * per
         if self.step_waits is not None:
             out["step_waits"] = self.step_waits
+        if self.ready_part is not None:
+            out["bucket_ready"] = self.ready_part
         return out
 
     def _set_probe(self, probe: Callable[[], None] | None) -> bool:
@@ -319,6 +342,7 @@ def ddp_waits(probe: StepBreakdown, trainer: L.Trainer, pl_module: L.LightningMo
             p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i))
         )
     probe._params = params
+    probe.ready = ReadinessTimer(probe.clock, params)
     if model.broadcast_buffers and any(True for _ in pl_module.buffers()):
         # On the module DDP wraps: its forward starts right after the broadcast, whatever
         # the training step calls (Lightning's wrapper calls training_step, which need

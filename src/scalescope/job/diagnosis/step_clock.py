@@ -60,6 +60,10 @@ class Clock:
     def settle(self) -> None:
         """Resolve everything pending (call where the device was synchronised)."""
 
+    def seconds(self, start: Any, end: Any) -> float:
+        """Seconds from one mark to a later one (on GPUs: once both events completed)."""
+        return float(end - start)
+
 
 class CudaClock(Clock):
     kind = "cuda_events"
@@ -101,6 +105,10 @@ class CudaClock(Clock):
 
     def settle(self) -> None:
         self._drain(block=True)
+
+    def seconds(self, start: Any, end: Any) -> float:
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1000.0
 
 
 def clock_for(device: torch.device, series: Sequence[str]) -> Clock:

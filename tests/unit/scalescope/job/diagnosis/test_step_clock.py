@@ -34,7 +34,11 @@ def _intervals_into_steps(device: Any) -> None:
         spin(seconds)
         clock.add("comm_wait_s", start, clock.mark())
         clock.add(key, start, clock.mark(), step=step)
+    first = clock.mark()  # two marks read apart, as the bucket readiness reads them
+    spin(0.02)
+    second = clock.mark()
     clock.settle()
+    assert clock.seconds(first, second) == pytest.approx(0.02, rel=0.5)
     bcast, grad = clock.steps["broadcast"], clock.steps["gradient"]
     assert bcast[0] == pytest.approx(0.05, rel=0.5) and grad[2] == pytest.approx(0.05, rel=0.5)
     assert np.isnan(bcast[1]) and np.isnan(grad[1]) and np.isnan(grad[0]) and np.isnan(bcast[2])

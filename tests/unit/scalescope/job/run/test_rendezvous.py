@@ -68,7 +68,7 @@ def test_the_error_and_the_docs_give_one_hint_and_it_is_not_loopback() -> None:
 
     from scalescope.job.run.rendezvous import MASTER_ADDR_HINT
 
-    repo = Path(__file__).resolve().parents[4]
+    repo = Path(__file__).resolve().parents[5]
     with pytest.raises(RendezvousError) as info:
         check(Rendezvous("node2.invalid", 25050, "MASTER_ADDR"), rank=1, node="n", resolve_s=10)
     assert MASTER_ADDR_HINT in str(info.value)
