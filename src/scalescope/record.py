@@ -175,8 +175,9 @@ class ResultRecord:
     diagnosis: dict[str, Any] | None = None
     """Where the step time went, per rank: input wait, compute and communication wait, the
     calibration windows (with, per rank, the collectives' kernel time per synced pass,
-    ``calibration.comm_kernels``), the all-reduce baseline, when DDP's buckets were ready in backward
-    (``bucket_ready``, optional: absent in older records), NVML samples and the compute split
+    ``calibration.comm_kernels``), the all-reduce baseline, when DDP's buckets were ready in
+    backward (``bucket_ready``, optional: absent in older records), NVML samples and the
+    compute split
     into GPU work and host overhead (``compute_split``: per rank ``gpu_util_pct``,
     ``comm_kernel_s`` and ``comm_alone_s``, the collectives' kernel time per step and its part
     no other kernel ran beside, ``gpu_work_s``, ``host_overhead_s``, ``gpu_idle_share``;
