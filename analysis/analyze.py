@@ -26,9 +26,9 @@ from analysis.compute.metrics import (
     BaselineSpec,
     scaling_table,
 )
-from analysis.compute.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes
 from analysis.compute.precision import PRECISION_COLUMNS, precision_table
 from analysis.compute.waterfall import Waterfall, waterfall
+from analysis.read.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes
 
 
 @dataclass(frozen=True)

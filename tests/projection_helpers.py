@@ -15,7 +15,7 @@ from analysis_helpers import REPO
 
 from analysis import summarize
 from analysis.compute.run_parts import RunParts
-from analysis.compute.step_model import ScalePoint
+from analysis.compute.step_time.step_model import ScalePoint
 
 # --- synthetic breakdowns ---------------------------------------------------------------------
 

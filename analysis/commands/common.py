@@ -13,12 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compute.overlap import node_overlaps, side_note
 from analysis.present.display import DisplayTable
 from analysis.present.outdir import OutputError
 from analysis.present.tables import markdown, rich_table
 from analysis.read.files import Problem
 from analysis.read.frame import Loaded, load_all
+from analysis.read.overlap import node_overlaps, side_note
 
 PROG = "python -m analysis.summarize"
 FORMATS = ("table", "markdown", "json", "csv")

@@ -1,6 +1,6 @@
 """Projection: the scale a sweep has not run yet, with an interval.
 
-The step model (:mod:`.step_model`) is fitted to each series' measured scale points and
+The step model (:mod:`..step_time.step_model`) is fitted to each series' measured scale points and
 evaluated at larger ones; this module draws its interval, the what-ifs, the 75% crossing
 and the self-check (the largest measured scale predicted from the smaller ones). The words
 of the report are :mod:`.projection_text`'s, a network profile's reading
@@ -26,7 +26,7 @@ import pandas as pd
 from analysis.compute.metrics import EFFICIENCY_REFERENCE
 from analysis.compute.model_error import ErrorModel, features
 from analysis.compute.model_error import load as load_error_model
-from analysis.compute.step_model import (
+from analysis.compute.step_time.step_model import (
     CARRIES,
     Fit,
     Network,

@@ -23,7 +23,7 @@ it from what it states, and the rest is an assumption, drawn over its band in th
   measured, and no step appears between the anchor's nodes and more;
 * stragglers: sigma = ``SIGMA_SHARE`` of the step's compute (drawn from 0 to twice that);
 * the rest of the anchor's step (the whole loss, since a table has no parts) carried by each
-  of the projection's explanations in turn (:data:`analysis.compute.step_model.CARRIES`);
+  of the projection's explanations in turn (:data:`analysis.compute.step_time.step_model.CARRIES`);
 * the error model: the shipped one (:mod:`analysis.compute.model_error`), or for
   cross-validation one fitted on the other sources.
 """
@@ -47,7 +47,7 @@ from analysis.compute.model_error import (
 )
 from analysis.compute.model_error import load as load_error_model
 from analysis.compute.projection import DRAWS
-from analysis.compute.step_model import CARRIES, Level, Network, StepModel, expected_max
+from analysis.compute.step_time.step_model import CARRIES, Level, Network, StepModel, expected_max
 from analysis.read.cases import Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import split_into_buckets
 
@@ -78,7 +78,7 @@ def case_model(
     case: Case, *, sigma_share: float = SIGMA_SHARE, carry: str = "one-time", band_u: float = 0.5
 ) -> StepModel:
     """The step model a case's measured points give (see the module doc), with what it
-    leaves of the anchor's step carried as ``carry`` says (:data:`~.step_model.CARRIES`),
+    leaves of the anchor's step carried as ``carry`` says (:data:`~.step_time.step_model.CARRIES`),
     and its inter-node bus bandwidth at the point ``band_u`` in [0, 1] of its band (log
     scale; 0.5 its middle), the same at the anchor and every target."""
     d = case.devices_per_node

@@ -9,7 +9,7 @@ from typing import Any
 
 from analysis.compute.projection import SCAN_NODES, ProjectionResult, SeriesProjection
 from analysis.compute.projection import percent_text as _pc
-from analysis.compute.step_model import CARRIES, CARRY_WORDS, StepModel
+from analysis.compute.step_time.step_model import CARRIES, CARRY_WORDS, StepModel
 
 
 def _ms(seconds: float) -> str:

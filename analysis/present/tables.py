@@ -2,8 +2,7 @@
 people (:mod:`analysis.present.display`), every table in reading order (:func:`all_tables`),
 and their renderings as Markdown (report, ``--format markdown``) and as rich tables (terminal).
 
-The runs, scaling, Amdahl, precision and failure tables are here; the diagnosis, projection
-and headline tables have modules of their own.
+Here: the runs, scaling, Amdahl, precision and failure tables; the others have their modules.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from analysis.compute.metrics import (
     series_keys,
     series_labels,
 )
-from analysis.compute.overlap import run_cells
 from analysis.present.diagnosis_tables import diagnosis_table
 from analysis.present.display import (
     MISSING,
@@ -39,6 +37,7 @@ from analysis.present.gpu_columns import GPU_CAPTION, gpu_cells, gpu_columns
 from analysis.present.profile_tables import profile_tables
 from analysis.present.projection_tables import projection_check_table, projection_table
 from analysis.read.files import Problem
+from analysis.read.overlap import run_cells
 
 # --- the tables ---------------------------------------------------------------------------------
 

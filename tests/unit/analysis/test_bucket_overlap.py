@@ -1,5 +1,5 @@
-"""The bucket timeline with readiness (analysis.compute.bucket_overlap) and the step model's
-exposed communication when the record says when each bucket was ready: cases worked by hand,
+"""The bucket timeline with readiness (analysis.compute.step_time.bucket_overlap) and the step
+model's exposed communication when the record says when each bucket was ready: cases worked by hand,
 each against what the byte-proportional assumption gives for them."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 from projection_helpers import series
 
-from analysis.compute.bucket_overlap import exposed_after_backward, ready_shares
 from analysis.compute.run_parts import run_parts
-from analysis.compute.step_model import Level, Network, StepModel, fit_series
+from analysis.compute.step_time.bucket_overlap import exposed_after_backward, ready_shares
+from analysis.compute.step_time.step_model import Level, Network, StepModel, fit_series
 from analysis.present.projection_text import readiness_sentence
 
 

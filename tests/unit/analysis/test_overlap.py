@@ -1,4 +1,4 @@
-"""Runs timed while another job ran on their node (analysis.compute.overlap): found from the
+"""Runs timed while another job ran on their node (analysis.read.overlap): found from the
 records' timed-interval bounds, start-up times and node names, said in the summary's "Read
 this first" and runs table, and by compare and check, through their main in this process."""
 
@@ -11,8 +11,8 @@ from typing import Any
 import record_factory
 from analysis_helpers import start_of, summarize_main, write_log
 
-from analysis.compute.overlap import node_overlaps, run_cells
 from analysis.read.frame import load
+from analysis.read.overlap import node_overlaps, run_cells
 from scalescope.record import ResultRecord
 
 T0 = 1_700_000_000.0

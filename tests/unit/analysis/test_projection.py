@@ -12,7 +12,7 @@ import pytest
 from projection_helpers import parts, series
 
 from analysis.compute.projection import _apply, project_points, what_ifs
-from analysis.compute.step_model import (
+from analysis.compute.step_time.step_model import (
     ScalePoint,
     fit_series,
 )
@@ -156,7 +156,7 @@ def test_the_bucket_what_if_makes_the_buckets_ddp_makes() -> None:
     and runs 5.544 ms after that: 14.754 ms exposed. A 1 MiB first bucket and 100 MB ones
     (the what-if before) left a 52 MB bucket last: 9.9 ms."""
     from analysis.compute.projection import _apply, what_ifs
-    from analysis.compute.step_model import Level, Network, StepModel
+    from analysis.compute.step_time.step_model import Level, Network, StepModel
 
     model = StepModel(
         per_device_batch=1.0,

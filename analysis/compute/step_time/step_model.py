@@ -46,7 +46,7 @@ table), speedup = efficiency x N / baseline world size. A what-if that changes t
 batch changes the baseline's step by the same compute and input.
 
 Assumptions: data parallelism only; no bottleneck at scale other than the network term (no
-I/O limit, no memory change). The interval around it is :mod:`.projection`'s.
+I/O limit, no memory change). The interval around it is :mod:`..projection`'s.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from analysis.compute.bucket_overlap import exposed_after_backward, ready_shares
 from analysis.compute.stats import finite_mean
+from analysis.compute.step_time.bucket_overlap import exposed_after_backward, ready_shares
 from scalescope.collectives import link_bytes, modelled
 
 CARRIES = ("one-time", "network", "stragglers")
