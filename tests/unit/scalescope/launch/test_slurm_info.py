@@ -66,7 +66,7 @@ def test_a_shape_over_the_partitions_nodes_is_refused(in_tmp: Path) -> None:
         "profile 'two-nodes'"
     )
     check_plan_partitions(plan, parse_sinfo("debug*|4|infinite\n"))  # it fits: no error
-    check_plan_partitions(plan, None)  # sinfo did not answer: Slurm decides
+    check_plan_partitions(plan, {})  # sinfo knew no partition: Slurm decides
     capped = parse_sinfo("debug|8|3\n")
     with pytest.raises(ConfigError, match="at most 3 node\\(s\\) \\(MaxNodes\\)"):
         check_plan_partitions(plan, capped)
