@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.compute.metrics import efficiency_column
 from analysis.present.display import DisplayTable, devices_header, sig, with_ci
+from analysis.present.plan_text import study_html
 
 CSS = """
 :root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --head: #f3f5f7; --alt: #fafbfc;
@@ -336,6 +337,9 @@ def report_html(
             for f in doc["projection_findings"]
         )
         sections.append(("projection", "Projection", projected))
+    study = study_html(doc)
+    if study:
+        sections.append(("plan", "Scaling study", study))
     sections.append(("charts", "Charts", "<h2>Charts</h2>\n" + _charts(doc, charts)))
     seen: dict[str, int] = {}
     for table in tables:

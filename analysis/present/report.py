@@ -20,6 +20,7 @@ import pandas as pd
 from analysis.analyze import Analysis
 from analysis.compute.findings import findings
 from analysis.present.display import DisplayTable
+from analysis.present.plan_text import plan_document, study_markdown
 from analysis.present.profile_tables import profile_index
 from analysis.present.tables import markdown
 from analysis.read.files import Problem
@@ -208,6 +209,7 @@ def document(
         "diagnosis": records(analysis.waterfall.table) if analysis.waterfall else [],
         "diagnosis_findings": findings(analysis.waterfall) if analysis.waterfall else [],
         **_projection(analysis),
+        **plan_document(analysis.plan, analysis.scaling, runs),
         "profiles": profile_index(runs),
         "failures": records(failures),
         "problems": [asdict(p) for p in problems],
@@ -283,6 +285,7 @@ def report_markdown(
         out += ["## Projection, in words", ""]
         for item in doc["projection_findings"]:
             out += [f"### {item['series']}", "", item["text"], ""]
+    out += study_markdown(doc)
     if charts:
         out += ["## Charts", ""]
         out += [f"![{title}]({path})" for title, path in charts]
