@@ -46,7 +46,7 @@ import random
 import re
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -108,6 +108,32 @@ class Shape:
 
 
 @dataclass(frozen=True)
+class PlanSpec:
+    """The training the summary plans (``python -m analysis.summarize --plan-work``)."""
+
+    work: float = option(
+        help="the training to plan, in unit (e.g. 2e11): time to train and node-hours at "
+        "every measured and projected scale",
+        check=positive,
+    )
+    unit: Literal["samples", "tokens", "steps"] = option(
+        "samples",
+        help="what work counts: samples, tokens (language models) or optimizer steps",
+    )
+    floor: float = option(
+        0.7,
+        help="the efficiency the chosen scale keeps at the lower end of its interval",
+        check=lambda v: None if 0 < v < 1 else "must be between 0 and 1",
+    )
+    charge_factor: float | None = option(
+        None, help="charged node-hours per node-hour (the centre's charge factor)", check=positive
+    )
+    price_per_gpu_hour: float | None = option(
+        None, help="price of one GPU-hour: the plan's cost", check=positive
+    )
+
+
+@dataclass(frozen=True)
 class SweepConfig:
     name: str = option(
         help="sweep family: prefix of the sweep id and the Comet project "
@@ -155,6 +181,11 @@ class SweepConfig:
         None,
         help="the summary projects each series to these node counts (e.g. [2, 4, 8]: "
         "`python -m analysis.summarize --project 2,4,8`); null = no projection",
+    )
+    plan: PlanSpec | None = option(
+        None,
+        help="the summary plans this training, e.g. {work: 2e11, unit: tokens} (`python -m "
+        "analysis.summarize --plan-work 2e11 --plan-unit tokens`); null = no plan",
     )
 
     def validate(self, where: str) -> None:
@@ -289,6 +320,8 @@ class SweepPlan:
     """Seed of the shape order within each round (:meth:`submission_order`)."""
     project_nodes: tuple[int, ...] = ()
     """Node counts the summary projects to (none: no projection)."""
+    summary_plan: dict[str, Any] | None = None
+    """The training the summary plans (:class:`PlanSpec`'s fields); None: no plan."""
     profile_repeat: int | None = None
     """The repeat of every shape that captures a profile (``trainer.profile``); None: every
     repeat runs as its config says."""
@@ -401,6 +434,7 @@ def plan_sweep(
         order_seed=seed,
         seed_source=seed_source,
         project_nodes=tuple(sweep.project_nodes or ()),
+        summary_plan=asdict(sweep.plan) if sweep.plan is not None else None,
         profile_repeat=sweep.profile_repeat,
     )
 
