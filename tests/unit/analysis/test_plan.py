@@ -62,7 +62,8 @@ def test_projected_rows_contain_the_hand_centre_and_widen_with_scale(quickstart)
     widths, spans = [], []
     for _, row in projected.iterrows():
         hours = (TOKENS / SEQ_LEN / proj.loc[row["nodes"], "throughput"] + fixed) / 3600
-        assert row["time_low_h"] <= hours <= row["time_high_h"]
+        assert row["startup_s"] + row["warmup_cost_s"] == pytest.approx(fixed, rel=1e-9)
+        assert row["time_low_h"] < hours < row["time_high_h"]
         assert row["node_hours_low"] <= hours * row["nodes"] <= row["node_hours_high"]
         widths.append(row["node_hours_high"] - row["node_hours_low"])
         spans.append(row["time_high_h"] / row["time_low_h"])
