@@ -22,7 +22,6 @@ import pandas as pd
 
 from analysis.compute.metrics import efficiency_column
 from analysis.present.display import DisplayTable, devices_header, sig, with_ci
-from analysis.present.plan_text import study_html
 
 CSS = """
 :root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --head: #f3f5f7; --alt: #fafbfc;
@@ -304,6 +303,25 @@ def _trace_links(doc: dict[str, Any], table: str) -> str:
     return ""
 
 
+def _study_html(doc: dict[str, Any]) -> str:
+    """report.html's "Scaling study" section's inner HTML ("" without a plan)."""
+    if not doc.get("plan_study"):
+        return ""
+    from analysis.present.plan_text import display_table
+
+    parts = ["<h2>Scaling study</h2>"]
+    for s in doc["plan_study"]:
+        frame = pd.DataFrame(s["rows"], columns=s["columns"])
+        parts += [
+            f"<h3>{_e(s['series'])}</h3>",
+            f'<p class="finding">{_e(s["answer"])}</p>',
+            html_table(display_table(s["series"], frame)),
+            f'<p class="finding">{_e(s["chosen"])}</p>',
+            f'<p class="finding">{_e(s["method"])}</p>',
+        ]
+    return "\n".join(parts)
+
+
 def report_html(
     *,
     doc: dict[str, Any],
@@ -337,7 +355,7 @@ def report_html(
             for f in doc["projection_findings"]
         )
         sections.append(("projection", "Projection", projected))
-    study = study_html(doc)
+    study = _study_html(doc)
     if study:
         sections.append(("plan", "Scaling study", study))
     sections.append(("charts", "Charts", "<h2>Charts</h2>\n" + _charts(doc, charts)))

@@ -1,8 +1,8 @@
 """The plan in words: the table per series, the answer paragraph and the scaling study written
 to paste into an allocation request (:mod:`analysis.compute.plan` computes them).
 
-Everything here goes into summary.json (``plan``, ``plan_request``, ``plan_study``); report.md
-and report.html render that document, and the terminal prints the same paragraph and table.
+Everything here goes into summary.json's ``plan_study`` (:mod:`.report`); report.md and
+report.html render that document, and the terminal prints the same paragraph and table.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
 import pandas as pd
@@ -233,16 +232,9 @@ def _chosen(a: Mapping[str, Any]) -> str:
     )
 
 
-def plan_document(
-    plan: PlanResult | None, scaling: pd.DataFrame, runs: pd.DataFrame
-) -> dict[str, Any]:
-    """summary.json's plan: the request, the rows, and per series the study's parts
-    (``answer``, ``table`` as string rows, ``chosen``, ``method``, the scaling mode); nothing
-    when no plan was asked for."""
-    if plan is None:
-        return {}
-    from analysis.present.report import records
-
+def plan_study(plan: PlanResult, scaling: pd.DataFrame, runs: pd.DataFrame) -> list[dict[str, Any]]:
+    """summary.json's ``plan_study``: per series the study's parts (``answer``, the table's
+    ``columns`` and string ``rows``, ``chosen``, ``method``, the scaling mode)."""
     study = []
     for a in plan.answers:
         part = plan.table[plan.table["series"] == a["series"]]
@@ -260,11 +252,7 @@ def plan_document(
                 "method": _method(runs),
             }
         )
-    return {
-        "plan_request": asdict(plan.request),
-        "plan": records(plan.table),
-        "plan_study": study,
-    }
+    return study
 
 
 def study_markdown(doc: Mapping[str, Any]) -> list[str]:
@@ -283,24 +271,3 @@ def study_markdown(doc: Mapping[str, Any]) -> list[str]:
         out += markdown_table(pd.DataFrame(s["rows"], columns=s["columns"]))
         out += ["", *fill(s["chosen"]), "", *fill(s["method"]), ""]
     return out
-
-
-def study_html(doc: Mapping[str, Any]) -> str:
-    """report.html's "Scaling study" section's inner HTML ("" without a plan)."""
-    if not doc.get("plan_study"):
-        return ""
-    from html import escape
-
-    from analysis.present.html_report import html_table
-
-    parts = ["<h2>Scaling study</h2>"]
-    for s in doc["plan_study"]:
-        frame = pd.DataFrame(s["rows"], columns=s["columns"])
-        parts += [
-            f"<h3>{escape(s['series'])}</h3>",
-            f'<p class="finding">{escape(s["answer"])}</p>',
-            html_table(display_table(s["series"], frame)),
-            f'<p class="finding">{escape(s["chosen"])}</p>',
-            f'<p class="finding">{escape(s["method"])}</p>',
-        ]
-    return "\n".join(parts)
