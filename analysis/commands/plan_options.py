@@ -83,6 +83,9 @@ PLAN_FLAGS = {
 }
 
 
+TERMINAL_OMITS = ["Samples/s", "Start-up + warm-up s"]
+
+
 def print_plan(doc: dict[str, Any]) -> None:
     """The plan per series: its table and the answer paragraph, wrapped at the terminal's
     width (nothing without --plan-work)."""
@@ -90,7 +93,8 @@ def print_plan(doc: dict[str, Any]) -> None:
 
     console = rich_console(sys.stdout)
     for s in doc.get("plan_study", []):
-        frame = pd.DataFrame(s["rows"], columns=s["columns"])
+        # the terminal's table: the decision's columns (throughput and job costs: report.md)
+        frame = pd.DataFrame(s["rows"], columns=s["columns"]).drop(columns=TERMINAL_OMITS)
         console.print()
         console.print(rich_table(display_table(s["series"], frame), narrow=True))
         text = textwrap.fill(s["answer"], width=max(40, console.width), break_on_hyphens=False)

@@ -71,7 +71,7 @@ def table_rows(rows: Sequence[Mapping[str, Any]], request: PlanRequest) -> pd.Da
         line = {
             "Scale": scale(r),
             "Source": r["source"] + (f" (n={int(r['n'])})" if r["source"] == "measured" else ""),
-            "Efficiency": _efficiency(r),
+            "Efficiency [interval]": _efficiency(r),
             "Samples/s": f"{float(r['throughput']):,.4g}",
             "Start-up + warm-up s": f"{float(r['startup_s']) + float(r['warmup_cost_s']):.1f}",
             "Time to train h": f"{amount(r['time_h'])} {_interval(r, 'time_low_h', 'time_high_h')}",
@@ -144,7 +144,7 @@ def _cheapest(a: Mapping[str, Any], request: PlanRequest) -> str:
             f"{_interval(c, 'node_hours_low', 'node_hours_high')}"
         )
     same = " (the same scale)" if a["fastest"] is not None and c is a["fastest"] else ""
-    return f"The cheapest is {_where(c)}{same}: it {what} and {amount(c['time_h'])} h."
+    return f"The cheapest is {_where(c)}{same}: it {what} and trains in {amount(c['time_h'])} h."
 
 
 def _stops(a: Mapping[str, Any], request: PlanRequest) -> str:
@@ -188,7 +188,7 @@ def answer_text(a: Mapping[str, Any], request: PlanRequest, work_samples: float)
     """The answer in one paragraph: the fastest above the floor, the cheapest, where the
     marginal node stops paying, and what to measure next."""
     samples = "" if request.unit == "samples" else f" ({work_samples:.3g} samples)"
-    head = f"To train {_work(request)}{samples}:"
+    head = f"Training {_work(request)}{samples}."
     parts = [head, _fastest(a, request), _cheapest(a, request), _stops(a, request), _next(a)]
     return " ".join(p for p in parts if p)
 

@@ -320,7 +320,7 @@ def test_the_plan_is_written_and_without_it_nothing_changes(tmp_path: Path) -> N
     doc = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert doc["plan_request"]["unit"] == "steps" and len(doc["plan"]) == 2
     assert "## Scaling study" in (tmp_path / "a" / "report.md").read_text()
-    assert "To train 4e+03 steps" in proc.stdout
+    assert "Training 4e+03 steps" in proc.stdout
     proc = summarize_main(logs, "--out", tmp_path / "b")
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "b" / "plan.csv").exists()
