@@ -25,13 +25,16 @@ WIDTH = 120
 
 
 def amount(value: Any) -> str:
-    """A count of hours or money, three significant figures at most, thousands grouped."""
+    """A count of hours or money: whole above 100 (thousands grouped), else three significant
+    figures at most, two below 1."""
     v = float(value)
     if not math.isfinite(v):
         return "—"
     if abs(v) >= 100:
         return f"{v:,.0f}"
-    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+    if abs(v) >= 1:
+        return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+    return f"{v:.2g}"
 
 
 def _interval(row: Mapping[str, Any], low: str, high: str) -> str:
@@ -108,7 +111,8 @@ def markdown_table(frame: pd.DataFrame) -> list[str]:
 
 def _where(row: Mapping[str, Any]) -> str:
     """``2x2 (4 devices, projected)``."""
-    return f"{scale(row)} ({int(row['world_size'])} devices, {row['source']})"
+    n = int(row["world_size"])
+    return f"{scale(row)} ({n} device{'' if n == 1 else 's'}, {row['source']})"
 
 
 def _fastest(a: Mapping[str, Any], request: PlanRequest) -> str:
