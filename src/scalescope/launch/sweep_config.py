@@ -18,6 +18,8 @@ and how often to repeat each::
                                   # the trainer.profile overrides; the others run unprofiled
     timeout_min: 20               # per job; null = the cluster profile's timeout_min
     order_seed: null              # shuffles the shapes within each round; null = random
+    project_nodes: [2, 4, 8]      # optional: the summary projects to these node counts
+    plan: {work: 2e11, unit: tokens}  # optional: and plans this training (time, node-hours)
 
 Repeats are interleaved: round 1 submits every shape once, in a shuffled order, then round 2,
 and so on (:meth:`SweepPlan.submission_order`). With ``precisions``, each shape runs at
@@ -64,6 +66,7 @@ from ..config import (
 )
 from ..errors import ConfigError
 from ..schema import UnknownKeyError, build, non_negative, option, positive, set_dotted
+from .plan_spec import PlanSpec
 from .resources import (
     GpuCounter,
     Resources,
@@ -105,32 +108,6 @@ class Shape:
     @property
     def label(self) -> str:
         return f"{self.nodes}x{self.devices_per_node}"
-
-
-@dataclass(frozen=True)
-class PlanSpec:
-    """The training the summary plans (``python -m analysis.summarize --plan-work``)."""
-
-    work: float = option(
-        help="the training to plan, in unit (e.g. 2e11): time to train and node-hours at "
-        "every measured and projected scale",
-        check=positive,
-    )
-    unit: Literal["samples", "tokens", "steps"] = option(
-        "samples",
-        help="what work counts: samples, tokens (language models) or optimizer steps",
-    )
-    floor: float = option(
-        0.7,
-        help="the efficiency the chosen scale keeps at the lower end of its interval",
-        check=lambda v: None if 0 < v < 1 else "must be between 0 and 1",
-    )
-    charge_factor: float | None = option(
-        None, help="charged node-hours per node-hour (the centre's charge factor)", check=positive
-    )
-    price_per_gpu_hour: float | None = option(
-        None, help="price of one GPU-hour: the plan's cost", check=positive
-    )
 
 
 @dataclass(frozen=True)

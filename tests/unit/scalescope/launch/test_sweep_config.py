@@ -30,7 +30,8 @@ def test_a_sweep_names_the_training_its_summary_plans(in_tmp: Path) -> None:
         build(SweepConfig, {**base, "plan": {"work": 0}}, where="s.yaml")
     with pytest.raises(ConfigError, match=r"plan.unit: expected 'samples' or 'tokens' or 'steps'"):
         build(SweepConfig, {**base, "plan": {"work": 1, "unit": "images"}}, where="s.yaml")
-    sweep = write_sweep(in_tmp, shapes=((1, 1),), extra="plan: {work: 4.0e+6, unit: steps}\n")
+    # 4e6 without a dot: a number to the sweep file's YAML 1.2 reader, as the README writes it
+    sweep = write_sweep(in_tmp, shapes=((1, 1),), extra="plan: {work: 4e6, unit: steps}\n")
     plan = plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
     assert plan.summary_plan == {
         "work": 4e6,
