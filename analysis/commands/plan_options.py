@@ -5,6 +5,7 @@ terminal; the arithmetic is :mod:`analysis.compute.plan`'s, the words
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 from typing import Any
@@ -15,8 +16,16 @@ from analysis.commands.common import _fraction, rich_console
 from analysis.compute.plan import DEFAULT_FLOOR, PlanRequest
 from analysis.present.tables import rich_table
 
+NEGATIVE_NUMBER = re.compile(r"^-\.?\d")
+"""What Python 3.13's argparse takes for a negative number (``-2e11`` too); 3.10-3.12 take
+``-2e11`` for an option and answer ``--plan-work: expected one argument`` with the usage."""
 
-def add_plan_arguments(plan: argparse._ArgumentGroup) -> None:
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """The plan's options, in their own group; a negative ``--plan-work -2e11`` is read as the
+    number, so the plan's own check refuses it in one line."""
+    parser._negative_number_matcher = NEGATIVE_NUMBER  # type: ignore[attr-defined]
+    plan = parser.add_argument_group("the plan: time to train and node-hours")
     plan.add_argument(
         "--plan-work",
         type=float,

@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_comet_arguments(p.add_argument_group("Comet scaling dashboards"))
     _add_projection_arguments(p.add_argument_group("projection to scales not yet run"))
-    add_plan_arguments(p.add_argument_group("the plan: time to train and node-hours"))
+    add_plan_arguments(p)
     return p
 
 

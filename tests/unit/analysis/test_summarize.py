@@ -279,7 +279,7 @@ def test_the_summary_fits_the_terminal_width_it_is_given(tmp_path: Path) -> None
             "--plan-unit tokens does not match the records' throughput unit, samples",
         ),
         (["--plan-work", "0"], "--plan-work: must be a number > 0"),
-        (["--plan-work=-2e11", "--plan-unit", "tokens"], "--plan-work: must be a number > 0"),
+        (["--plan-work", "-2e11", "--plan-unit", "tokens"], "--plan-work: must be a number > 0"),
         (["--plan-price", "2.5"], "--plan-price needs --plan-work"),
         (["--plan-charge-factor", "1.5"], "--plan-charge-factor needs --plan-work"),
     ],
