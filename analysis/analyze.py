@@ -26,6 +26,7 @@ from analysis.compute.metrics import (
     BaselineSpec,
     scaling_table,
 )
+from analysis.compute.plan import PlanRequest, PlanResult, make_plan
 from analysis.compute.precision import PRECISION_COLUMNS, precision_table
 from analysis.compute.waterfall import Waterfall, waterfall
 from analysis.read.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes
@@ -54,6 +55,8 @@ class Analysis:
     """The projection to scales not run (:func:`~analysis.compute.projection.project`), if asked."""
     overlaps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OVERLAP_COLUMNS))
     """Runs timed while another job ran on their node (:func:`node_overlaps`); empty if none."""
+    plan: PlanResult | None = None
+    """Time to train, node-hours and the scale to ask for (:func:`make_plan`), if asked."""
 
 
 def analyze(
@@ -65,10 +68,12 @@ def analyze(
     loss_tolerance: float = DEFAULT_LOSS_TOLERANCE,
     acc_tolerance: float = DEFAULT_ACC_TOLERANCE,
     project: ProjectionRequest | None = None,
+    plan: PlanRequest | None = None,
 ) -> Analysis:
     """The whole result in one call: groups, scaling and Amdahl tables, the precision
     comparison, the waterfall, the projection where asked, and the sentences a reader must
-    not miss."""
+    not miss; the plan where asked (:class:`~analysis.compute.plan.PlanError` when its unit
+    does not fit the records)."""
     groups = group_stats(runs, confidence=confidence, cv_threshold=cv_threshold)
     scaling = scaling_table(
         runs,
@@ -101,6 +106,9 @@ def analyze(
             confidence=confidence,
         )
         result.notes += projection.check_notes(result.projection)
+    if plan is not None:
+        projected = result.projection.table if result.projection is not None else None
+        result.plan = make_plan(runs, scaling, plan, projection=projected, confidence=confidence)
     return result
 
 

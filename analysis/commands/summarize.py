@@ -18,7 +18,7 @@ import os
 import sys
 import textwrap
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from analysis.commands.common import (
     rich_console,
     warn,
 )
+from analysis.commands.plan_options import PLAN_ONLY, add_plan_arguments, plan_request, print_plan
 from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_CONFIDENCE,
@@ -45,8 +46,10 @@ from analysis.compute.metrics import (
     DEFAULT_LOSS_TOLERANCE,
     BaselineSpec,
 )
+from analysis.compute.plan import PlanError, PlanRequest
 from analysis.present.display import DisplayTable
 from analysis.present.outdir import check_replaceable
+from analysis.present.plan_text import study_markdown
 from analysis.present.report import Settings, document, dumps
 from analysis.present.summary_files import csv_frames, write_outputs
 from analysis.present.tables import all_tables, markdown, rich_table
@@ -61,6 +64,7 @@ CSV_TABLES = (
     "diagnosis",
     "projection",
     "projection_check",
+    "plan",
     "failures",
     "problems",
 )
@@ -84,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_comet_arguments(p.add_argument_group("Comet scaling dashboards"))
     _add_projection_arguments(p.add_argument_group("projection to scales not yet run"))
+    add_plan_arguments(p)
     return p
 
 
@@ -221,6 +226,14 @@ class _UsageError(Exception):
     """A bad value or combination of arguments: one line on stderr, exit status 2."""
 
 
+def _plan(args: argparse.Namespace) -> PlanRequest | None:
+    defaults = {n: build_parser().get_default(n) for n in PLAN_ONLY}
+    try:
+        return plan_request(args, defaults)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+
+
 def _baseline(args: argparse.Namespace) -> BaselineSpec | None:
     try:
         return BaselineSpec.parse(args.baseline) if args.baseline else None
@@ -239,6 +252,8 @@ def _check_combinations(args: argparse.Namespace) -> None:
         raise _UsageError("--comet logs the written summary: drop --no-write")
     if args.format == "csv" and args.table.startswith("projection") and args.project is None:
         raise _UsageError(f"--table {args.table} needs --project NODES")
+    if args.format == "csv" and args.table == "plan" and args.plan_work is None:
+        raise _UsageError("--table plan needs --plan-work N")
     if args.network is not None or args.devices_per_node is not None:
         if args.project is None:
             flag = "--network" if args.network is not None else "--devices-per-node"
@@ -423,6 +438,7 @@ def _analyze(
     loaded: Loaded,
     baseline: BaselineSpec | None,
     profile: dict[str, Any] | None,
+    plan: PlanRequest | None = None,
 ) -> Analysis:
     return analyze(
         loaded.runs,
@@ -436,6 +452,7 @@ def _analyze(
             if args.project is not None
             else None
         ),
+        plan=plan,
     )
 
 
@@ -460,15 +477,19 @@ def _print(
     loaded: Loaded,
     analysis: Analysis,
     tables: Sequence[DisplayTable],
+    doc: dict[str, Any],
     doc_text: str,
 ) -> None:
     """The summary on stdout in the asked ``--format``."""
     if args.format == "table" and args.wide:
         _print_tables(tables, analysis.notes)
+        print_plan(doc)
     elif args.format == "table":
         _print_headline(analysis, loaded.failures, args.max_rows)
+        print_plan(doc)
     elif args.format == "markdown":
         sys.stdout.write(_markdown_all(tables, analysis.notes))
+        sys.stdout.write("\n".join(["", *study_markdown(doc)]) if doc.get("plan_study") else "")
     elif args.format == "json":
         sys.stdout.write(doc_text)
     else:
@@ -480,6 +501,7 @@ def summarize(args: argparse.Namespace) -> int:
         baseline = _baseline(args)
         _check_combinations(args)
         profile = _network_profile(args)
+        plan = _plan(args)
     except _UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
@@ -494,13 +516,17 @@ def summarize(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    analysis = _analyze(args, loaded, baseline, profile)
+    try:
+        analysis = _analyze(args, loaded, baseline, profile, plan)
+    except PlanError as exc:  # a unit the records do not count: nothing written
+        print(f"{PROG}: error: --plan-{exc}", file=sys.stderr)
+        return 2
     tables = all_tables(
         loaded.runs, loaded.failures, loaded.problems, analysis, max_rows=args.max_rows
     )
     doc = _document(args, loaded, analysis)
     doc_text = dumps(doc) if args.format == "json" or target is not None else ""
-    _print(args, loaded, analysis, tables, doc_text)
+    _print(args, loaded, analysis, tables, doc, doc_text)
     if target is not None:
         written = write_outputs(
             target, loaded, analysis, tables, doc, doc_text, not args.no_charts, args.jobs
@@ -511,9 +537,19 @@ def summarize(args: argparse.Namespace) -> int:
     return 0
 
 
-def summarize_sweep(folder: Path, *, project_nodes: Sequence[int] = ()) -> int:
+def summarize_sweep(
+    folder: Path, *, project_nodes: Sequence[int] = (), plan: Mapping[str, Any] | None = None
+) -> int:
     """The summary a sweep makes of its own folder (written beside its logs, printed): the
-    defaults of ``python -m analysis.summarize FOLDER``, projected to ``project_nodes``."""
+    defaults of ``python -m analysis.summarize FOLDER``, projected to ``project_nodes``,
+    planned as the sweep file's ``plan:`` says (its keys: ``work``, ``unit``, ``floor``,
+    ``charge_factor``, ``price_per_gpu_hour``)."""
     args = build_parser().parse_args([str(folder)])
     args.project = list(project_nodes) or None
+    if plan:
+        args.plan_work = plan.get("work")
+        args.plan_unit = plan.get("unit", args.plan_unit)
+        args.plan_floor = plan.get("floor", args.plan_floor)
+        args.plan_charge_factor = plan.get("charge_factor")
+        args.plan_price = plan.get("price_per_gpu_hour")
     return guarded(summarize, args)

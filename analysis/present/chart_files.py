@@ -51,7 +51,8 @@ def _draw_charts(
             meta = {"Date": None} if ext == "svg" else {"Software": None}
             fig.savefig(directory / f"{name}.{ext}", metadata=meta)
         svgs[name] = (directory / f"{name}.svg").read_text(encoding="utf-8")
-    for name, fig in [*_diagnosis_figures(analysis), *_projection_figures(analysis)]:
+    figures = [*_diagnosis_figures(analysis), *_projection_figures(analysis)]
+    for name, fig in figures + _plan_figures(analysis):
         fig.savefig(directory / f"{name}.png", metadata={"Software": None})
         svgs[name] = figure_svg(fig)
     return svgs
@@ -76,6 +77,29 @@ def _projection_figures(analysis: Analysis) -> list[tuple[str, Any]]:
     return [
         (stem, charts.projection_chart(analysis.scaling, result.table, series))
         for series, stem in projection_charts(analysis)
+    ]
+
+
+def plan_charts(analysis: Analysis) -> list[tuple[str, str]]:
+    """(series, file stem) of each planned series' chart (``plan_<slug>``)."""
+    from analysis.compute.waterfall import chart_slugs
+
+    plan = analysis.plan
+    if plan is None or plan.table.empty:
+        return []
+    names = list(dict.fromkeys(plan.table["series"]))
+    slugs = chart_slugs(names)
+    return [(name, f"plan_{slugs[name]}") for name in names]
+
+
+def _plan_figures(analysis: Analysis) -> list[tuple[str, Any]]:
+    from analysis.present.plan_chart import plan_chart
+
+    plan = analysis.plan
+    return [
+        (stem, plan_chart(plan.table, series, plan.request.floor))
+        for series, stem in plan_charts(analysis)
+        if plan is not None
     ]
 
 
@@ -169,5 +193,9 @@ def chart_links(analysis: Analysis) -> list[tuple[str, str]]:
     links += [
         (f"Projected scaling: {series}", f"charts/{stem}.png")
         for series, stem in projection_charts(analysis)
+    ]
+    links += [
+        (f"Time to train vs node-hours: {series}", f"charts/{stem}.png")
+        for series, stem in plan_charts(analysis)
     ]
     return links

@@ -11,7 +11,8 @@ read from the environment only and never written anywhere):
   ``lost_pts`` and each part's points (``comm_pts``, ``input_pts``...): Comet's line chart of
   ``efficiency`` against step is the scaling curve, and two clusters' or two settings'
   summaries overlay in one project chart;
-* the scaling table (``log_table``), the charts as images, ``report.html`` as an asset;
+* the scaling table (``log_table``; the plan's too with ``--plan-work``), the charts as images
+  (the plan's time to train vs node-hours among them), ``report.html`` as an asset;
 * parameters: the series' keys; others: its sweeps, clusters and the experiment keys of the
   jobs behind it, to go from the curve to a job; tags ``scaling-summary``, the sweeps and
   the clusters.
@@ -145,6 +146,9 @@ def log_scaling_summaries(
             tracker.log_metrics(metrics, step=world)
         table = pd.DataFrame([r for r in doc["scaling"] if r["series"] == series])
         tracker.call("log_table", "scaling.csv", tabular_data=table)
+        planned = [r for r in doc.get("plan", []) if r["series"] == series]
+        if planned:  # the plan's rows beside its chart (plan_<slug>.png, with the charts)
+            tracker.call("log_table", "plan.csv", tabular_data=pd.DataFrame(planned))
         for png in charts:
             tracker.call("log_image", str(png), name=png.stem)
         report = summary_dir / "report.html"

@@ -303,6 +303,25 @@ def _trace_links(doc: dict[str, Any], table: str) -> str:
     return ""
 
 
+def _study_html(doc: dict[str, Any]) -> str:
+    """report.html's "Scaling study" section's inner HTML ("" without a plan)."""
+    if not doc.get("plan_study"):
+        return ""
+    from analysis.present.plan_text import display_table
+
+    parts = ["<h2>Scaling study</h2>"]
+    for s in doc["plan_study"]:
+        frame = pd.DataFrame(s["rows"], columns=s["columns"])
+        parts += [
+            f"<h3>{_e(s['series'])}</h3>",
+            f'<p class="finding">{_e(s["answer"])}</p>',
+            html_table(display_table(s["series"], frame)),
+            f'<p class="finding">{_e(s["chosen"])}</p>',
+            f'<p class="finding">{_e(s["method"])}</p>',
+        ]
+    return "\n".join(parts)
+
+
 def report_html(
     *,
     doc: dict[str, Any],
@@ -336,6 +355,9 @@ def report_html(
             for f in doc["projection_findings"]
         )
         sections.append(("projection", "Projection", projected))
+    study = _study_html(doc)
+    if study:
+        sections.append(("plan", "Scaling study", study))
     sections.append(("charts", "Charts", "<h2>Charts</h2>\n" + _charts(doc, charts)))
     seen: dict[str, int] = {}
     for table in tables:

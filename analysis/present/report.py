@@ -20,6 +20,7 @@ import pandas as pd
 from analysis.analyze import Analysis
 from analysis.compute.findings import findings
 from analysis.present.display import DisplayTable
+from analysis.present.plan_text import plan_study, study_markdown
 from analysis.present.profile_tables import profile_index
 from analysis.present.tables import markdown
 from analysis.read.files import Problem
@@ -208,6 +209,7 @@ def document(
         "diagnosis": records(analysis.waterfall.table) if analysis.waterfall else [],
         "diagnosis_findings": findings(analysis.waterfall) if analysis.waterfall else [],
         **_projection(analysis),
+        **_plan(analysis, runs),
         "profiles": profile_index(runs),
         "failures": records(failures),
         "problems": [asdict(p) for p in problems],
@@ -232,6 +234,19 @@ def _projection(analysis: Analysis) -> dict[str, Any]:
         "projection_check": records(result.checks),
         "projection_crossings": crossings,
         "projection_findings": projection_findings(result),
+    }
+
+
+def _plan(analysis: Analysis, runs: pd.DataFrame) -> dict[str, Any]:
+    """summary.json's plan: the request, the rows (:data:`analysis.compute.plan.PLAN_COLUMNS`)
+    and the scaling study per series; absent when no plan was asked for."""
+    plan = analysis.plan
+    if plan is None:
+        return {}
+    return {
+        "plan_request": asdict(plan.request),
+        "plan": records(plan.table),
+        "plan_study": plan_study(plan, analysis.scaling, runs),
     }
 
 
@@ -283,6 +298,7 @@ def report_markdown(
         out += ["## Projection, in words", ""]
         for item in doc["projection_findings"]:
             out += [f"### {item['series']}", "", item["text"], ""]
+    out += study_markdown(doc)
     if charts:
         out += ["## Charts", ""]
         out += [f"![{title}]({path})" for title, path in charts]

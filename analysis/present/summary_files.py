@@ -42,6 +42,7 @@ def csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
             if analysis.projection is not None
             else {}
         ),
+        **({"plan": analysis.plan.table} if analysis.plan is not None else {}),
         "failures": loaded.failures,
         "problems": problems,
     }

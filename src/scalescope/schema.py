@@ -79,11 +79,16 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         if str(value) in get_args(tp):
             return str(value)
     elif origin in (Union, types.UnionType):
+        meant: ConfigError | None = None
         for arm in get_args(tp):
             try:
                 return _convert(value, arm, where)
-            except ConfigError:
-                continue
+            except ConfigError as exc:
+                # a mapping given for an optional section: its own error says what is wrong
+                if is_dataclass(arm) and isinstance(value, Mapping) and meant is None:
+                    meant = exc
+        if meant is not None:
+            raise meant
     elif origin is list:
         if isinstance(value, (list, tuple)):
             (item,) = get_args(tp)

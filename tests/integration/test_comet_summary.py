@@ -331,3 +331,18 @@ def test_an_unreachable_server_is_a_reason_not_a_wait() -> None:
         api, why, _ = rest_api(TrackingConfig(mode="online", project="p", connect_timeout_s=2))
     assert api is None
     assert "unreachable: connection refused" in why and SECRET not in why
+
+
+def test_the_plan_goes_to_the_scaling_summary_experiment(tmp_path: Path) -> None:
+    """With --plan-work the experiment holds the plan's table and its time to train vs
+    node-hours chart."""
+    out = tmp_path / "results" / "summary"
+    argv = ["--plan-work", "1e6", "--comet", "offline"]
+    proc = run_summarize(FIXTURE, "--out", out, *argv, env={"COMET_API_KEY": SECRET})
+    assert proc.returncode == 0, proc.stderr
+    (archive,) = (tmp_path / "results" / "comet").glob("*.zip")
+    (chart,) = (out / "charts").glob("plan_*.png")
+    with zipfile.ZipFile(archive) as zf:
+        blob = b"".join(zf.read(n) for n in zf.namelist())
+    assert chart.read_bytes() in blob  # the chart, as an image
+    assert b"node_hours_high" in blob  # the plan's table

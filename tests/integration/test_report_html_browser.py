@@ -266,3 +266,52 @@ def test_the_quick_starts_tables_fit_a_1300_px_window(tmp_path: Path) -> None:
     assert "diagnosis" in {t["table"] for t in tables}, tables
     wide = [t for t in tables if t["scroll"] > t["client"]]
     assert not wide, wide
+
+
+MEASURE_PLAN = """<script>
+(() => {
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.width, r.height]; };
+  const charts = [...document.querySelectorAll("#charts figure")];
+  const planned = charts.filter((f) => f.innerText.includes("Time to train vs node-hours"));
+  const study = document.querySelector("#plan") || {innerText: ""};
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.textContent = JSON.stringify({
+    plan_charts: planned.map((f) => box(f.querySelector("svg"))),
+    words: study.innerText,
+    rows: [...document.querySelectorAll("#plan tbody tr")].map((r) => r.cells[0].innerText),
+  });
+  document.body.appendChild(out);
+})();
+</script>
+"""
+
+
+@pytest.mark.timeout(600)
+def test_the_scaling_study_renders_in_chromium(tmp_path: Path) -> None:
+    """A summary with --plan-work: the scaling study's words and table and the time to train
+    vs node-hours chart are on the page, the chart at a readable size."""
+    chromium = _chromium()
+    out = tmp_path / "summary"
+    argv = ["--project", "2,4,8", "--plan-work", "2e11", "--plan-unit", "tokens"]
+    proc = run_summarize("tests/fixtures/quickstart", *argv, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    measuring = tmp_path / "measure" / "report.html"
+    measuring.parent.mkdir()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    measuring.write_text(page.replace("</body>", MEASURE_PLAN + "</body>"))
+    dom = _browse(chromium, tmp_path / "profile", measuring, "--dump-dom")
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
+    assert found, f"the measuring script did not run; DOM starts: {dom[:500]}"
+    m: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    assert len(m["plan_charts"]) == 1, m
+    width, height = m["plan_charts"][0]
+    assert width >= 400 and height >= 250, m
+    (study,) = doc["plan_study"]
+    assert m["rows"] == [row[0] for row in study["rows"]] == ["1x1", "1x2", "2x2", "4x2", "8x2"]
+    for text in ("Scaling study", "Node count chosen", "The fastest scale", "Measured on"):
+        assert text in m["words"], text
+    study_md = (out / "report.md").read_text().split("## Scaling study")[1].split("## Charts")[0]
+    assert "Node count chosen" in study_md
+    assert max(len(line) for line in study_md.splitlines()) <= 120

@@ -127,3 +127,23 @@ def test_a_sweep_summarises_its_folder_through_a_typed_call(tmp_path: Path) -> N
     assert summarize_sweep(folder, project_nodes=(2, 4)) == 0
     doc = (folder / "summary" / "summary.json").read_text()
     assert '"projection"' in doc and '"nodes": 4' in doc
+
+
+def test_a_sweep_files_plan_reaches_its_summary(tmp_path: Path) -> None:
+    """A sweep file's ``plan:`` travels as summarize_sweep's ``plan`` and gives the same plan
+    as --plan-work on the command line."""
+    import json
+    import shutil
+
+    from analysis.summarize import summarize_sweep
+
+    folder = shutil.copytree(REPO / "tests" / "fixtures" / "quickstart", tmp_path / "sweep")
+    plan = {"work": 2e11, "unit": "tokens", "floor": 0.8, "charge_factor": 1.5}
+    assert summarize_sweep(folder, project_nodes=(2,), plan=plan) == 0
+    doc = json.loads((folder / "summary" / "summary.json").read_text())
+    assert doc["plan_request"] == {**plan, "price_per_gpu_hour": None}
+    assert (folder / "summary" / "plan.csv").exists()
+    rows = {(r["nodes"], r["devices_per_node"]): r for r in doc["plan"]}
+    assert rows[(2, 2)]["charged_node_hours"] == 1.5 * rows[(2, 2)]["node_hours"]
+    bad = summarize_sweep(folder, plan={"work": 2e11, "unit": "images"})
+    assert bad == 2

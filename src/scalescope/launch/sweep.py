@@ -30,7 +30,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -488,7 +488,7 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
             f"log {h.stdout}, errors {h.stderr}",
             markup=False,
         )
-    rc = run_summary(plan.sweep_dir, console, plan.project_nodes)
+    rc = run_summary(plan.sweep_dir, console, plan.project_nodes, plan.summary_plan)
     if rc is None:
         console.print(
             f"results: {plan.sweep_dir} (each job's log holds its :::SCALESCOPE record)",
@@ -501,7 +501,12 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
     return rc
 
 
-def run_summary(sweep_dir: Path, console: Any, project: Sequence[int] = ()) -> int | None:
+def run_summary(
+    sweep_dir: Path,
+    console: Any,
+    project: Sequence[int] = (),
+    work_plan: Mapping[str, Any] | None = None,
+) -> int | None:
     """The summary of the sweep's folder (``analysis.summarize.summarize_sweep``, a typed
     call), when the analysis package is installed beside the launcher."""
     try:
@@ -515,7 +520,8 @@ def run_summary(sweep_dir: Path, console: Any, project: Sequence[int] = ()) -> i
     if not callable(summarize_sweep):
         return None
     try:
-        return int(summarize_sweep(sweep_dir, project_nodes=tuple(project)) or 0)
+        kw = {"plan": dict(work_plan)} if work_plan else {}  # an older analysis takes none
+        return int(summarize_sweep(sweep_dir, project_nodes=tuple(project), **kw) or 0)
     except Exception as exc:
         console.print(f"summary failed: {type(exc).__name__}: {exc}", markup=False)
         return 1

@@ -18,6 +18,8 @@ and how often to repeat each::
                                   # the trainer.profile overrides; the others run unprofiled
     timeout_min: 20               # per job; null = the cluster profile's timeout_min
     order_seed: null              # shuffles the shapes within each round; null = random
+    project_nodes: [2, 4, 8]      # optional: the summary projects to these node counts
+    plan: {work: 2e11, unit: tokens}  # optional: and plans this training (time, node-hours)
 
 Repeats are interleaved: round 1 submits every shape once, in a shuffled order, then round 2,
 and so on (:meth:`SweepPlan.submission_order`). With ``precisions``, each shape runs at
@@ -46,7 +48,7 @@ import random
 import re
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -64,6 +66,7 @@ from ..config import (
 )
 from ..errors import ConfigError
 from ..schema import UnknownKeyError, build, non_negative, option, positive, set_dotted
+from .plan_spec import PlanSpec
 from .resources import (
     GpuCounter,
     Resources,
@@ -140,6 +143,11 @@ class SweepConfig:
         None,
         help="the summary projects each series to these node counts (e.g. [2, 4, 8]: "
         "`python -m analysis.summarize --project 2,4,8`); null = no projection",
+    )
+    plan: PlanSpec | None = option(
+        None,
+        help="the summary plans this training, e.g. {work: 2e11, unit: tokens} (`python -m "
+        "analysis.summarize --plan-work 2e11 --plan-unit tokens`); null = no plan",
     )
 
     def validate(self, where: str) -> None:
@@ -274,6 +282,8 @@ class SweepPlan:
     """Seed of the shape order within each round (:meth:`submission_order`)."""
     project_nodes: tuple[int, ...] = ()
     """Node counts the summary projects to (none: no projection)."""
+    summary_plan: dict[str, Any] | None = None
+    """The training the summary plans (:class:`PlanSpec`'s fields); None: no plan."""
     profile_repeat: int | None = None
     """The repeat of every shape that captures a profile (``trainer.profile``); None: every
     repeat runs as its config says."""
@@ -386,6 +396,7 @@ def plan_sweep(
         order_seed=seed,
         seed_source=seed_source,
         project_nodes=tuple(sweep.project_nodes or ()),
+        summary_plan=asdict(sweep.plan) if sweep.plan is not None else None,
         profile_repeat=sweep.profile_repeat,
     )
 

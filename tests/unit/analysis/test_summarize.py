@@ -269,3 +269,61 @@ def test_the_summary_fits_the_terminal_width_it_is_given(tmp_path: Path) -> None
     assert any(n.startswith("    ") for n in notes)  # a wrapped note's continuation
     at = lines.index(f"  {logs / 'summary' / 'report.html'}")
     assert lines[at - 1].startswith("Every table, chart and paragraph")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["--plan-work", "1e9", "--plan-unit", "tokens"],
+            "--plan-unit tokens does not match the records' throughput unit, samples",
+        ),
+        (["--plan-work", "0"], "--plan-work: must be a number > 0"),
+        (["--plan-work", "-2e11", "--plan-unit", "tokens"], "--plan-work: must be a number > 0"),
+        (["--plan-price", "2.5"], "--plan-price needs --plan-work"),
+        (["--plan-charge-factor", "1.5"], "--plan-charge-factor needs --plan-work"),
+    ],
+)
+def test_a_bad_plan_is_one_line_exit_2_and_nothing_written(
+    tmp_path: Path, argv: list[str], said: str
+) -> None:
+    """A unit the (spiral) records do not count, a work <= 0, a rate without a work."""
+    write_runs(tmp_path / "logs", {1: [10.0, 10.2], 2: [5.5, 5.6]})
+    out = tmp_path / "summary"
+    proc = summarize_main(tmp_path / "logs", "--out", out, *argv)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("python -m analysis.summarize: error: ") and said in line, line
+    assert not out.exists()
+
+
+def test_the_plan_is_written_and_without_it_nothing_changes(tmp_path: Path) -> None:
+    """--plan-work adds plan.csv, summary.json's plan and the scaling study; the same summary
+    without it has none of them."""
+    logs = write_runs(tmp_path / "logs", {1: [10.0, 10.2], 2: [5.5, 5.6]})
+    proc = summarize_main(
+        logs,
+        "--out",
+        tmp_path / "a",
+        "--plan-work",
+        "4000",
+        "--plan-unit",
+        "steps",
+        "--plan-price",
+        "2",
+    )
+    assert proc.returncode == 0, proc.stderr
+    plan = pd.read_csv(tmp_path / "a" / "plan.csv")
+    # steps x the global batch (256) samples at each scale
+    assert plan["work_samples"].tolist() == [4000 * 256] * 2
+    assert (plan["cost"] == plan["device_hours"] * 2).all()
+    doc = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert doc["plan_request"]["unit"] == "steps" and len(doc["plan"]) == 2
+    assert "## Scaling study" in (tmp_path / "a" / "report.md").read_text()
+    assert "Training 4e+03 steps" in proc.stdout
+    proc = summarize_main(logs, "--out", tmp_path / "b")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "b" / "plan.csv").exists()
+    doc = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert not {"plan", "plan_request", "plan_study"} & set(doc)
+    assert "Scaling study" not in (tmp_path / "b" / "report.md").read_text()

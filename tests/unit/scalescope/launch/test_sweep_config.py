@@ -21,6 +21,27 @@ def test_a_sweep_names_its_projection_nodes() -> None:
         build(SweepConfig, {**base, "project_nodes": [0]}).validate("s.yaml")
 
 
+def test_a_sweep_names_the_training_its_summary_plans(in_tmp: Path) -> None:
+    """``plan:`` is checked where it is read and travels to the summary as its fields."""
+    base = {"name": "s", "train_config": "t.yaml", "shapes": [{"nodes": 1, "devices_per_node": 1}]}
+    got = build(SweepConfig, {**base, "plan": {"work": 2e11, "unit": "tokens"}}).plan
+    assert got is not None and (got.work, got.unit, got.floor) == (2e11, "tokens", 0.7)
+    with pytest.raises(ConfigError, match=r"s.yaml.plan.work: must be > 0, got 0"):
+        build(SweepConfig, {**base, "plan": {"work": 0}}, where="s.yaml")
+    with pytest.raises(ConfigError, match=r"plan.unit: expected 'samples' or 'tokens' or 'steps'"):
+        build(SweepConfig, {**base, "plan": {"work": 1, "unit": "images"}}, where="s.yaml")
+    # 4e6 without a dot: a number to the sweep file's YAML 1.2 reader, as the README writes it
+    sweep = write_sweep(in_tmp, shapes=((1, 1),), extra="plan: {work: 4e6, unit: steps}\n")
+    plan = plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
+    assert plan.summary_plan == {
+        "work": 4e6,
+        "unit": "steps",
+        "floor": 0.7,
+        "charge_factor": None,
+        "price_per_gpu_hour": None,
+    }
+
+
 def test_the_sweep_axis_runs_every_shape_at_each_accumulation(in_tmp: Path) -> None:
     sweep = write_sweep(
         in_tmp,

@@ -1,0 +1,110 @@
+"""The summary's plan options (``--plan-work`` and its companions) and the plan on the
+terminal; the arithmetic is :mod:`analysis.compute.plan`'s, the words
+:mod:`analysis.present.plan_text`'s."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import textwrap
+from typing import Any
+
+import pandas as pd
+
+from analysis.commands.common import _fraction, rich_console
+from analysis.compute.plan import DEFAULT_FLOOR, PlanRequest
+from analysis.present.tables import rich_table
+
+NEGATIVE_NUMBER = re.compile(r"^-\.?\d")
+"""What Python 3.13's argparse takes for a negative number (``-2e11`` too); 3.10-3.12 take
+``-2e11`` for an option and answer ``--plan-work: expected one argument`` with the usage."""
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """The plan's options, in their own group; a negative ``--plan-work -2e11`` is read as the
+    number, so the plan's own check refuses it in one line."""
+    parser._negative_number_matcher = NEGATIVE_NUMBER  # type: ignore[attr-defined]
+    plan = parser.add_argument_group("the plan: time to train and node-hours")
+    plan.add_argument(
+        "--plan-work",
+        type=float,
+        metavar="N",
+        help="plan this much training (e.g. 2e11) at every measured and projected scale: time "
+        "to train, node-hours, device-hours with intervals, the node count to ask for and a "
+        "scaling study for an allocation request (report.md, report.html, plan.csv)",
+    )
+    plan.add_argument(
+        "--plan-unit",
+        default="samples",
+        metavar="UNIT",
+        help="what --plan-work counts: samples, tokens (language models: samples x sequence "
+        "length) or steps (optimizer steps: samples x global batch); default samples",
+    )
+    plan.add_argument(
+        "--plan-floor",
+        type=_fraction,
+        default=DEFAULT_FLOOR,
+        metavar="F",
+        help="the efficiency the chosen scale keeps at the lower end of its interval (default 0.7)",
+    )
+    plan.add_argument(
+        "--plan-charge-factor",
+        type=float,
+        metavar="F",
+        help="the centre's charge factor: charged node-hours = node-hours x F",
+    )
+    plan.add_argument(
+        "--plan-price",
+        type=float,
+        metavar="P",
+        help="price of one GPU-hour (device-hour): the plan's cost = device-hours x P",
+    )
+
+
+PLAN_ONLY = ("plan_unit", "plan_floor", "plan_charge_factor", "plan_price")
+
+
+def plan_request(args: argparse.Namespace, defaults: dict[str, Any]) -> PlanRequest | None:
+    """The plan asked for, checked (``ValueError``: one line naming the option); a rate,
+    unit or floor without ``--plan-work`` refused. ``defaults``: the parser's."""
+    if args.plan_work is None:
+        given = [n for n in PLAN_ONLY if getattr(args, n) != defaults[n]]
+        if given:
+            raise ValueError(f"--{given[0].replace('_', '-')} needs --plan-work N")
+        return None
+    request = PlanRequest(
+        args.plan_work, args.plan_unit, args.plan_floor, args.plan_charge_factor, args.plan_price
+    )
+    problem = request.problem()
+    if problem is not None:
+        field, why = problem.split(": ", 1)
+        raise ValueError(f"{PLAN_FLAGS[field]}: {why}")
+    return request
+
+
+PLAN_FLAGS = {
+    "work": "--plan-work",
+    "unit": "--plan-unit",
+    "floor": "--plan-floor",
+    "charge_factor": "--plan-charge-factor",
+    "price_per_gpu_hour": "--plan-price",
+}
+
+
+TERMINAL_OMITS = ["Samples/s", "Start-up + warm-up s"]
+
+
+def print_plan(doc: dict[str, Any]) -> None:
+    """The plan per series: its table and the answer paragraph, wrapped at the terminal's
+    width (nothing without --plan-work)."""
+    from analysis.present.plan_text import display_table
+
+    console = rich_console(sys.stdout)
+    for s in doc.get("plan_study", []):
+        # the terminal's table: the decision's columns (throughput and job costs: report.md)
+        frame = pd.DataFrame(s["rows"], columns=s["columns"]).drop(columns=TERMINAL_OMITS)
+        console.print()
+        console.print(rich_table(display_table(s["series"], frame), narrow=True))
+        text = textwrap.fill(s["answer"], width=max(40, console.width), break_on_hyphens=False)
+        console.print(text, markup=False, soft_wrap=True)

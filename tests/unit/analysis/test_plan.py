@@ -1,0 +1,149 @@
+"""The plan (analysis.compute.plan): time to train and node-hours checked by hand on the quick
+start's logs, the projected rows' intervals, and the recommendation rule in built cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from analysis_helpers import REPO, make_result
+
+from analysis.analyze import ProjectionRequest, analyze
+from analysis.compute.plan import PlanError, PlanRequest, answers, make_plan
+from analysis.read.frame import load_all, runs_frame
+from analysis.read.parse import ParseResult, Run
+
+QUICKSTART = REPO / "tests" / "fixtures" / "quickstart"
+TOKENS = 2e11
+SEQ_LEN = 32  # the quick start's gpt: preset tiny, seq_len 32 (its workload parameters)
+
+
+@pytest.fixture(scope="module")
+def quickstart() -> tuple[pd.DataFrame, object]:
+    runs = load_all([str(QUICKSTART)], jobs=1).runs
+    result = analyze(runs, project=ProjectionRequest([2, 4, 8]), plan=PlanRequest(TOKENS, "tokens"))
+    return runs, result
+
+
+def _by_hand(rows: pd.DataFrame) -> tuple[float, float]:
+    """(steady throughput's geometric mean, start-up + warm-up s) of one scale's runs."""
+    steady = rows["steady_samples_per_s"].astype(float)
+    gmean = math.exp(np.log(steady).mean())
+    warm = rows["train_time_s"] * (1 - rows["samples_per_s"] / steady)
+    return gmean, float(rows["setup_time_s"].mean() + warm.mean())
+
+
+def test_measured_rows_match_a_hand_calculation(quickstart) -> None:  # type: ignore[no-untyped-def]
+    runs, result = quickstart
+    plan = result.plan.table
+    measured = plan[plan["source"] == "measured"]
+    assert len(measured) == 2
+    for _, row in measured.iterrows():
+        mine = runs[(runs["nodes"] == row["nodes"]) & (runs["world_size"] == row["world_size"])]
+        gmean, fixed = _by_hand(mine)
+        hours = (TOKENS / SEQ_LEN / gmean + fixed) / 3600
+        assert row["time_h"] == pytest.approx(hours, rel=1e-9)
+        assert row["node_hours"] == pytest.approx(hours * row["nodes"], rel=1e-9)
+        assert row["device_hours"] == pytest.approx(hours * row["world_size"], rel=1e-9)
+        assert row["time_low_h"] < row["time_h"] < row["time_high_h"]
+
+
+def test_projected_rows_contain_the_hand_centre_and_widen_with_scale(quickstart) -> None:  # type: ignore[no-untyped-def]
+    runs, result = quickstart
+    plan = result.plan.table
+    projected = plan[plan["source"] == "projected"].sort_values("world_size")
+    assert projected["nodes"].tolist() == [2, 4, 8]
+    largest = runs[runs["world_size"] == runs["world_size"].max()]
+    _, fixed = _by_hand(largest)
+    proj = result.projection.table
+    proj = proj[proj["what_if"] == "as measured"].set_index("nodes")
+    widths, spans = [], []
+    for _, row in projected.iterrows():
+        hours = (TOKENS / SEQ_LEN / proj.loc[row["nodes"], "throughput"] + fixed) / 3600
+        assert row["startup_s"] + row["warmup_cost_s"] == pytest.approx(fixed, rel=1e-9)
+        assert row["time_low_h"] < hours < row["time_high_h"]
+        assert row["node_hours_low"] <= hours * row["nodes"] <= row["node_hours_high"]
+        widths.append(row["node_hours_high"] - row["node_hours_low"])
+        spans.append(row["time_high_h"] / row["time_low_h"])
+    assert widths == sorted(widths) and spans == sorted(spans)
+    assert widths[0] < widths[-1] and spans[0] < spans[-1]
+
+
+def test_a_unit_the_records_do_not_count_is_refused(quickstart) -> None:  # type: ignore[no-untyped-def]
+    spiral = _frame({(1, 1): 100.0, (2, 1): 55.0})
+    with pytest.raises(
+        PlanError, match="tokens does not match the records' throughput unit, samples"
+    ):
+        make_plan(spiral, analyze(spiral).scaling, PlanRequest(1e9, "tokens"))
+
+
+# --- the rule ---------------------------------------------------------------------------------
+
+
+def _frame(times: dict[tuple[int, int], float], repeats: int = 2) -> pd.DataFrame:
+    """Spiral runs of (nodes, devices per node) -> train time, ``repeats`` each, 1% apart."""
+    runs = []
+    for world, t in times.items():
+        for i in range(repeats):
+            rec = make_result(
+                f"{world[0]}{world[1]}{i}", world=world, train_time_s=t * (1 + 0.01 * i)
+            )
+            runs.append(Run(rec, ("x",)))
+    return runs_frame(ParseResult(runs=runs))
+
+
+# efficiencies 100%, 90%, 60% on 1, 2 and 4 nodes of one device
+POOR = {(1, 1): 100.0, (2, 1): 100.0 / 1.8, (4, 1): 100.0 / 2.4}
+
+
+def _answer(runs: pd.DataFrame, request: PlanRequest, projection: pd.DataFrame | None = None):  # type: ignore[no-untyped-def]
+    from analysis.compute.plan import plan_table
+
+    scaling = analyze(runs).scaling
+    table = plan_table(runs, scaling, request, projection=projection)
+    (a,) = answers(table, request)
+    return table, a
+
+
+def test_fastest_above_the_floor_and_cheapest_differ() -> None:
+    table, a = _answer(_frame(POOR), PlanRequest(1e7))
+    assert (a["fastest"]["nodes"], a["cheapest"]["nodes"]) == (2, 1)
+    fastest_overall = table.loc[table["time_h"].idxmin()]
+    assert fastest_overall["nodes"] == 4  # faster still, but below the floor
+    assert a["stops_paying"]["from"]["nodes"] == 2 and a["stops_paying"]["to"]["nodes"] == 4
+
+
+def test_measured_points_only() -> None:
+    _, a = _answer(_frame(POOR), PlanRequest(1e7, floor=0.5))
+    assert a["fastest"]["nodes"] == 4 and a["fastest"]["source"] == "measured"
+    assert not a["has_projection"] and not a["no_projected_clears"]
+    # the fastest is the largest measured scale: measure beyond it
+    assert [(r["nodes"], why) for r, why in a["measure_next"]] == [(4, "beyond")]
+
+
+def test_no_projected_scale_clears_the_floor() -> None:
+    runs = _frame({(1, 1): 100.0, (2, 1): 100.0 / 1.9})
+    projection = pd.DataFrame(
+        [
+            {
+                "series": s,
+                "what_if": "as measured",
+                "nodes": n,
+                "devices_per_node": 1,
+                "world_size": n,
+                "per_device_batch_size": 256 // n,
+                "efficiency": e,
+                "efficiency_low": e - 0.1,
+                "efficiency_high": e + 0.05,
+                "throughput": e * n * 80.0,
+            }
+            for s in analyze(runs).scaling["series"].unique()
+            for n, e in ((4, 0.72), (8, 0.6))
+        ]
+    )
+    _, a = _answer(runs, PlanRequest(1e7), projection)
+    assert a["fastest"]["nodes"] == 2 and a["fastest"]["source"] == "measured"
+    assert a["has_projection"] and a["no_projected_clears"]
+    assert [(r["nodes"], why) for r, why in a["measure_next"]] == [(4, "check_floor")]
