@@ -1,6 +1,6 @@
 """The summary's plan options (``--plan-work`` and its companions) and the plan on the
 terminal; the arithmetic is :mod:`analysis.compute.plan`'s, the words
-:mod:`analysis.present.plan_text`'s."""
+:mod:`analysis.present.plan.text`'s."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ TERMINAL_OMITS = ["Samples/s", "Start-up + warm-up s"]
 def print_plan(doc: dict[str, Any]) -> None:
     """The plan per series: its table and the answer paragraph, wrapped at the terminal's
     width (nothing without --plan-work)."""
-    from analysis.present.plan_text import display_table
+    from analysis.present.plan.text import display_table
 
     console = rich_console(sys.stdout)
     for s in doc.get("plan_study", []):

@@ -49,7 +49,7 @@ from analysis.compute.metrics import (
 from analysis.compute.plan import PlanError, PlanRequest
 from analysis.present.display import DisplayTable
 from analysis.present.outdir import check_replaceable
-from analysis.present.plan_text import study_markdown
+from analysis.present.plan.text import study_markdown
 from analysis.present.report import Settings, document, dumps
 from analysis.present.summary_files import csv_frames, write_outputs
 from analysis.present.tables import all_tables, markdown, rich_table

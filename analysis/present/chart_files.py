@@ -93,7 +93,7 @@ def plan_charts(analysis: Analysis) -> list[tuple[str, str]]:
 
 
 def _plan_figures(analysis: Analysis) -> list[tuple[str, Any]]:
-    from analysis.present.plan_chart import plan_chart
+    from analysis.present.plan.chart import plan_chart
 
     plan = analysis.plan
     return [

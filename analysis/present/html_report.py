@@ -307,7 +307,7 @@ def _study_html(doc: dict[str, Any]) -> str:
     """report.html's "Scaling study" section's inner HTML ("" without a plan)."""
     if not doc.get("plan_study"):
         return ""
-    from analysis.present.plan_text import display_table
+    from analysis.present.plan.text import display_table
 
     parts = ["<h2>Scaling study</h2>"]
     for s in doc["plan_study"]:

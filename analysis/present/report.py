@@ -20,7 +20,7 @@ import pandas as pd
 from analysis.analyze import Analysis
 from analysis.compute.findings import findings
 from analysis.present.display import DisplayTable
-from analysis.present.plan_text import plan_study, study_markdown
+from analysis.present.plan.text import plan_study, study_markdown
 from analysis.present.profile_tables import profile_index
 from analysis.present.tables import markdown
 from analysis.read.files import Problem
