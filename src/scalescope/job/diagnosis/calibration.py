@@ -28,6 +28,8 @@ from .allreduce import SKIPPED_ONE_DEVICE
 from .comm_kernels import profiled_window
 
 ANOTHER_RANK = "on another rank"
+DRAIN_S = 1.0
+"""Seconds an aborted process group's threads get to drop their queued collectives."""
 
 BUDGET_FROM_STEPS = "one pass from the training steps"
 """``budget_basis``: the training steps' compute per micro-batch decided (nothing ran)."""
@@ -352,6 +354,13 @@ def _leave_after_failure(trainer: L.Trainer, where: str, exc: Exception) -> str:
             abort()
         else:  # pragma: no cover - older torch
             dist.destroy_process_group()
+        # The aborted group's backend threads still drop the collectives left in their queue,
+        # each holding the Python context its backward stashed (torch.autograd.graph), whose
+        # release takes the GIL. Lightning's teardown later destroys the group while holding
+        # the GIL and joins those threads: if one is still dropping, neither moves (seen on a
+        # loaded machine, rank 0 stuck in ~ProcessGroupGloo). Sleeping releases the GIL
+        # while they drain, which takes milliseconds.
+        time.sleep(DRAIN_S)
     return reason
 
 
