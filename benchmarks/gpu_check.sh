@@ -58,21 +58,7 @@ $PY -m scalescope.train workload.name=resnet workload.preset=small \
   trainer.accelerator=gpu trainer.devices=1 trainer.precision=bf16-mixed trainer.max_epochs=2 \
   trainer.batch_size=256 diagnosis.nvml_interval_s=0.2 tracking.mode=off \
   "output_dir=$out/resnet" >"$out/resnet.log" 2>&1 || rc=1
-if line=$($PY - "$out/resnet" <<'PY'
-import json, pathlib, sys
-(path,) = pathlib.Path(sys.argv[1]).rglob("result.json")
-r = json.loads(path.read_text())
-d = r["diagnosis"]
-(rank,) = d["ranks"]
-split = d.get("compute_split") or {}
-busy = split.get("gpu_busy_share")
-shown = f"GPU busy {100 * busy:.0f}% of compute" if busy is not None else split.get("reason", "-")
-print(f"clock {d['clock']}, step {1e3 * rank['step_time_s']:.2f} ms = input "
-      f"{1e3 * rank['input_wait_s']:.2f} + compute {1e3 * rank['compute_s']:.2f} ms; {shown}")
-ok = d["status"] == "recorded" and d["clock"] == "cuda_events" and busy is not None
-sys.exit(0 if ok else 1)
-PY
-); then
+if line=$($PY benchmarks/gpu_record_check.py "$out/resnet"); then
   row "resnet small" passed "$line"
 else
   rc=1
