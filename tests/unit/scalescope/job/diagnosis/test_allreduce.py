@@ -5,7 +5,6 @@ tests/unit/scalescope/test_allreduce_model.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -212,17 +211,7 @@ def test_no_process_group_is_skipped_with_the_reason() -> None:
     assert s["fit"] is None and s["busbw_at_gradient_gbps"] is None
 
 
-# --- a one-rank gloo process group in this process ------------------------------------------------
-
-
-@pytest.fixture
-def one_rank_group() -> Iterator[None]:
-    """A real gloo process group of one rank (an in-memory store: no port, no process)."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+# --- a one-rank gloo process group in this process (the fixture: conftest.py) --------------------
 
 
 class PretendPeer:

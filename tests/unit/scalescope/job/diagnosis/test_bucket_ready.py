@@ -5,12 +5,10 @@ group in this process (an in-memory store: no port, no process)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from scalescope.job.diagnosis.bucket_ready import (
@@ -59,15 +57,6 @@ def test_the_shares_are_each_steps_offset_over_its_backward_medianed() -> None:
 
 
 # --- a real DDP ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def one_rank_group() -> Iterator[None]:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 class LateBig(torch.nn.Module):
