@@ -58,7 +58,7 @@ DRIVER = r"""
 import json, sys, time
 t0 = time.monotonic()
 from scalescope.config import TrackingConfig
-from scalescope.job import tracking
+from scalescope.job.tracking import comet as tracking
 spec = json.loads(sys.argv[1])
 cfg = TrackingConfig(**spec["cfg"])
 out = {"comet_imported_before": "comet_ml" in sys.modules}
