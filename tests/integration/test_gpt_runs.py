@@ -92,8 +92,8 @@ def test_a_cpu_run_records_no_device_memory_and_no_compute_split(
 ) -> None:
     """No device: no device memory in either phase, and compute is not split into GPU work
     and host overhead, with the reason; the calibration times no collective kernels."""
-    from scalescope.job.diagnosis.compute_split import CPU_REASON
     from scalescope.job.diagnosis import comm_kernels
+    from scalescope.job.diagnosis.compute_split import CPU_REASON
 
     r = _finished(runs["two"])
     assert r.peak_mem_gib is None and r.val_peak_mem_gib is None
