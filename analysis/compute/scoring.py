@@ -26,6 +26,13 @@ it from what it states, and the rest is an assumption, drawn over its band in th
   of the projection's explanations in turn (:data:`analysis.compute.step_time.step_model.CARRIES`);
 * the error model: the shipped one (:mod:`analysis.compute.model_error`), or for
   cross-validation one fitted on the other sources.
+
+FSDP's cases (``model.method: fsdp``) take the same steps with FSDP's communication for the
+all-reduce (:mod:`analysis.compute.step_time.fsdp_comm`: each of ``wrapped_blocks`` blocks
+gathers its share of ``grad_bytes`` before forward and backward and reduce-scatters it, the
+next block's gather behind the current block's compute), and are scored apart
+(:func:`split`): never fitted into the shipped error model, and scored with its spreads and
+the widest noise of its grid (:func:`fsdp_error_model`) until there are enough of them.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from analysis.compute.model_error import (
+    NOISE_GRID,
     ErrorModel,
     Scored,
     cross_validate,
@@ -47,6 +55,7 @@ from analysis.compute.model_error import (
 )
 from analysis.compute.model_error import load as load_error_model
 from analysis.compute.projection import DRAWS
+from analysis.compute.step_time.fsdp_comm import FsdpStepModel, block_bytes
 from analysis.compute.step_time.step_model import CARRIES, Level, Network, StepModel, expected_max
 from analysis.read.cases import Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import split_into_buckets
@@ -101,7 +110,7 @@ def _draft(case: Case, ref: Point, sigma_share: float, carry: str, band_u: float
     point's step, anchored at one node."""
     d = case.devices_per_node
     b, k = case.per_device_batch, case.grad_accum
-    buckets = tuple(split_into_buckets(int(case.grad_bytes), case.method, case.bucket_mb))
+    buckets = _messages(case)
     intra_bw = case.intra_busbw_gbps or INTRA_DEFAULT_GBPS
     intra = Level(
         ALPHA_INTRA_S,
@@ -121,7 +130,7 @@ def _draft(case: Case, ref: Point, sigma_share: float, carry: str, band_u: float
     net = Network(intra, inter, (1.0, 1.0), "", measured_nodes=1)
     strong = case.scaling == "strong"
     ref_world = ref.nodes * ref.devices_per_node
-    return StepModel(
+    return _model_class(case)(
         per_device_batch=b,
         accumulate=k,
         compute_fixed_s=0.0,
@@ -141,7 +150,30 @@ def _draft(case: Case, ref: Point, sigma_share: float, carry: str, band_u: float
         baseline_world=ref_world,
         scaling_mode=case.scaling,
         carry=carry,
+        **_strategy_fields(case),
     )
+
+
+def is_fsdp(case: Case) -> bool:
+    return case.method == "fsdp"
+
+
+def _messages(case: Case) -> tuple[float, ...]:
+    """What the network term times: DDP's (or Horovod's) buckets, or FSDP's wrapped blocks'
+    gathered bytes (``grad_bytes`` shared evenly over ``wrapped_blocks``)."""
+    if is_fsdp(case):
+        return block_bytes(case.grad_bytes, case.wrapped_blocks or 1)
+    return tuple(split_into_buckets(int(case.grad_bytes), case.method, case.bucket_mb))
+
+
+def _model_class(case: Case) -> type[StepModel]:
+    return FsdpStepModel if is_fsdp(case) else StepModel
+
+
+def _strategy_fields(case: Case) -> dict[str, Any]:
+    """FSDP's fields of its step model (every published case ran on GPUs: prefetch hides a
+    block's gather behind the block before); none for DDP's."""
+    return {"reshard_after_forward": case.reshard_after_forward} if is_fsdp(case) else {}
 
 
 def _compute_step(case: Case, draft: StepModel, one_gpu: Point | None, t_node: float) -> float:
@@ -248,10 +280,40 @@ def backtest(
     error_model: ErrorModel | None = None,
 ) -> dict[str, Any]:
     """Every published point predicted from its case's measured points, with the shipped
-    error model (or ``error_model``)."""
+    error model (or ``error_model``); FSDP's cases apart, under ``fsdp`` (:func:`split`)."""
     em = error_model or load_error_model()
-    prepared = prepare(cases, draws, seed)
-    return _result(cases, prepared, score(prepared, em))
+    ddp, fsdp = split(cases)
+    prepared = prepare(ddp, draws, seed)
+    return _with_fsdp(_result(ddp, prepared, score(prepared, em)), fsdp, draws, seed, em)
+
+
+def split(cases: Sequence[Case]) -> tuple[list[Case], list[Case]]:
+    """(the all-reduce cases, the FSDP ones), each in the file's order: FSDP's are scored
+    apart and never fitted into the shipped error model until there are enough of them."""
+    return [c for c in cases if not is_fsdp(c)], [c for c in cases if is_fsdp(c)]
+
+
+def fsdp_error_model(em: ErrorModel) -> ErrorModel:
+    """The error model FSDP's points are scored with: the shipped one (fitted on the
+    all-reduce cases alone, none of FSDP's) with the widest run-to-run noise of its grid,
+    since too few FSDP cases exist to fit or check their own."""
+    noise = max(em.noise, NOISE_GRID[-1])
+    return replace(em, noise=noise, fitted_on=f"{em.fitted_on}; FSDP: noise {noise:g}")
+
+
+def _with_fsdp(
+    result: dict[str, Any], fsdp: Sequence[Case], draws: int, seed: int, em: ErrorModel
+) -> dict[str, Any]:
+    """``result`` (the all-reduce cases') with the FSDP cases' own points and totals under
+    ``fsdp`` where there are any (none: ``result`` as it was)."""
+    if not fsdp:
+        return result
+    prepared = prepare(fsdp, draws, seed)
+    fem = fsdp_error_model(em)
+    return {
+        **result,
+        "fsdp": {**_result(fsdp, prepared, score(prepared, fem)), "error_model": fem.fitted_on},
+    }
 
 
 def _result(
@@ -298,16 +360,20 @@ def cross_validated(
 ) -> dict[str, Any]:
     """Nested leave one source out: each source's points with the error model whose noise
     and fit come from the other sources alone (model_error.cross_validate), in the
-    backtest's layout, with each fold's chosen settings under ``folds``. ``prepared``: the
-    cases' prepared points where already made (:func:`prepare`, the costly part)."""
-    prepared = list(prepared) or prepare(cases, draws, seed)
+    backtest's layout, with each fold's chosen settings under ``folds``; FSDP's cases apart,
+    as :func:`backtest` scores them. ``prepared``: the all-reduce cases' prepared points where
+    already made (:func:`prepare`, the costly part)."""
+    ddp, fsdp = split(cases)
+    prepared = list(prepared) or prepare(ddp, draws, seed)
     scored, folds = cross_validate(prepared)
     # cross_validate groups the points by source: put them back in the cases' order
     by_key: dict[str, list[dict[str, Any]]] = {}
     for s in scored:
         by_key.setdefault(str(s["case"]), []).append(s)
-    ordered = [by_key[c.name].pop(0) for c in cases for _ in c.published]
-    return {**_result(cases, prepared, ordered), "folds": folds}
+    ordered = [by_key[c.name].pop(0) for c in ddp for _ in c.published]
+    result = {**_result(ddp, prepared, ordered), "folds": folds}
+    # no FSDP source is in the shipped model's fit: each is already held out of it
+    return _with_fsdp(result, fsdp, draws, seed, load_error_model())
 
 
 __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cases
@@ -325,7 +391,10 @@ __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cas
     "case_model",
     "centre_carry",
     "cross_validated",
+    "fsdp_error_model",
+    "is_fsdp",
     "prepare",
     "read_cases",
     "reference",
+    "split",
 ]
