@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis.compute.profile_advice import PROFILE_OVERRIDE
 from analysis.compute.run_parts import OVERLAP_BELOW_ZERO
+from analysis.compute.strategy import strategy_of
 from analysis.compute.waterfall import COMPONENTS, LABELS, NOT_RECORDED, Waterfall
 
 MINOR_PTS = 1.0
@@ -123,15 +124,6 @@ def _comm_advice(r: Mapping[str, Any]) -> str:
         )
     bits.append("try a larger per-device batch, gradient accumulation or larger DDP buckets")
     return ", ".join(bits[:-1]) + ("; " if len(bits) > 1 else "") + bits[-1]
-
-
-def strategy_of(r: Mapping[str, Any]) -> str:
-    """A row's parallel strategy (the record's ``identity.strategy``, a series key where the
-    frame carries it): ``ddp`` where the row does not say (records made before FSDP)."""
-    value = r.get("strategy")
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return "ddp"
-    return str(value).strip().lower() or "ddp"
 
 
 def fsdp_comm_advice(r: Mapping[str, Any]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.analyze import Analysis
-from analysis.compute.findings import strategy_of
+from analysis.compute.strategy import strategy_of
 from analysis.present.display import MISSING, DisplayTable, devices_header, is_missing, pct, sig
 
 

@@ -83,3 +83,19 @@ def test_the_diagnosis_table_says_what_exposed_comm_is_under_fsdp(tmp_path: Path
     assert any(
         c.startswith("FSDP series: exposed comm is FSDP's all-gathers") for c in table.caption
     )
+
+
+def test_an_fsdp_series_is_not_projected_as_ddp(tmp_path: Path) -> None:
+    """The step model fitted to records is DDP's: an FSDP series gets a note saying it is not
+    projected yet, never DDP's projection; the same runs without the strategy are projected."""
+    from projection_helpers import FIXTURE
+
+    from analysis.compute.projection import FSDP_NOT_YET, project
+    from analysis.read.frame import load
+
+    runs = load(FIXTURE)
+    ddp = project(runs, [4], draws=40)
+    assert len(ddp.table) and not any("FSDP" in n for n in ddp.notes)
+    fsdp = project(runs.assign(strategy="fsdp"), [4], draws=40)
+    assert fsdp.table.empty and not fsdp.series
+    assert any(n.endswith(f"no projection: {FSDP_NOT_YET}.") for n in fsdp.notes)
