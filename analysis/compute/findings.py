@@ -12,8 +12,8 @@ import pandas as pd
 
 from analysis.compute.profile_advice import PROFILE_OVERRIDE
 from analysis.compute.run_parts import OVERLAP_BELOW_ZERO
-from analysis.compute.strategy import strategy_of
 from analysis.compute.waterfall import COMPONENTS, LABELS, NOT_RECORDED, Waterfall
+from analysis.read.strategy import strategy_of
 
 MINOR_PTS = 1.0
 """Parts smaller than this (either sign) are named together, without advice."""

@@ -36,7 +36,7 @@ from analysis.compute.step_time.step_model import (
     network_from_points,
     network_from_profile,
 )
-from analysis.compute.strategy import frame_strategy
+from analysis.read.strategy import frame_strategy
 from scalescope.allreduce_model import split_into_buckets
 
 DRAWS = 400

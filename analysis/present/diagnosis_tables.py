@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from analysis.analyze import Analysis
-from analysis.compute.strategy import strategy_of
 from analysis.present.display import MISSING, DisplayTable, devices_header, is_missing, pct, sig
+from analysis.read.strategy import strategy_of
 
 
 def _points(r: Any, part: str) -> str:
