@@ -24,6 +24,8 @@ it from what it states, and the rest is an assumption, drawn over its band in th
 * stragglers: sigma = ``SIGMA_SHARE`` of the step's compute (drawn from 0 to twice that);
 * the rest of the anchor's step (the whole loss, since a table has no parts) carried by each
   of the projection's explanations in turn (:data:`analysis.compute.step_time.step_model.CARRIES`);
+* FSDP's cases: the share of what prefetching can hide that it does, within
+  ``FSDP_HIDDEN_BAND`` (the centre: all of it);
 * the error model: the shipped one (:mod:`analysis.compute.model_error`), or for
   cross-validation one fitted on the other sources.
 
@@ -70,6 +72,11 @@ UNKNOWN_INTER_BAND = (0.1, 1.0)
 one (centre 32%), from Ethernet beside PCIe to a rail of NICs per GPU beside NVLink."""
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
+FSDP_HIDDEN_BAND = (0.0, 1.0)
+"""FSDP cases: the share of the communication prefetching can hide (each block's gather
+behind the block before, the reduce-scatters behind the next blocks' backward) that it does
+hide, drawn over the interval: from none, as on CPUs (the IBM Cloud FSDP post found the
+overlap of T5-11B "very limited" before its rate limiter), to all, the centre's model."""
 
 
 def reference(case: Case) -> tuple[Point, str]:
@@ -84,19 +91,25 @@ def reference(case: Case) -> tuple[Point, str]:
 
 
 def case_model(
-    case: Case, *, sigma_share: float = SIGMA_SHARE, carry: str = "one-time", band_u: float = 0.5
+    case: Case,
+    *,
+    sigma_share: float = SIGMA_SHARE,
+    carry: str = "one-time",
+    band_u: float = 0.5,
+    hidden: float = 1.0,
 ) -> StepModel:
     """The step model a case's measured points give (see the module doc), with what it
     leaves of the anchor's step carried as ``carry`` says (:data:`~.step_time.step_model.CARRIES`),
     and its inter-node bus bandwidth at the point ``band_u`` in [0, 1] of its band (log
-    scale; 0.5 its middle), the same at the anchor and every target."""
+    scale; 0.5 its middle), the same at the anchor and every target. ``hidden``: for an
+    FSDP case, the share of what prefetching can hide that it does hide (FSDP_HIDDEN_BAND)."""
     d = case.devices_per_node
     b = case.per_device_batch
     ref, _ = reference(case)
     one_node = next((p for p in case.measured if p.nodes == 1 and p.devices_per_node == d), None)
     one_gpu = next((p for p in case.measured if p.nodes * p.devices_per_node == 1), None)
     t_node = b / (one_node or ref).throughput_per_device
-    draft = _draft(case, ref, sigma_share, carry, band_u)
+    draft = _draft(case, ref, sigma_share, carry, band_u, hidden)
     compute = _compute_step(case, draft, one_gpu, t_node)
     model = replace(draft, compute_per_sample_s=compute / b)
     if one_node is None:  # only 1 GPU measured: it is the anchor, nothing to offset
@@ -104,7 +117,9 @@ def case_model(
     return _anchored(case, model, t_node)
 
 
-def _draft(case: Case, ref: Point, sigma_share: float, carry: str, band_u: float) -> StepModel:
+def _draft(
+    case: Case, ref: Point, sigma_share: float, carry: str, band_u: float, hidden: float = 1.0
+) -> StepModel:
     """The case's model before its compute is known: its buckets, its network (the stated
     links, or assumed ones, the inter-node one at ``band_u`` of its band) and its reference
     point's step, anchored at one node."""
@@ -150,7 +165,7 @@ def _draft(case: Case, ref: Point, sigma_share: float, carry: str, band_u: float
         baseline_world=ref_world,
         scaling_mode=case.scaling,
         carry=carry,
-        **_strategy_fields(case),
+        **_strategy_fields(case, hidden),
     )
 
 
@@ -170,10 +185,12 @@ def _model_class(case: Case) -> type[StepModel]:
     return FsdpStepModel if is_fsdp(case) else StepModel
 
 
-def _strategy_fields(case: Case) -> dict[str, Any]:
+def _strategy_fields(case: Case, hidden: float = 1.0) -> dict[str, Any]:
     """FSDP's fields of its step model (every published case ran on GPUs: prefetch hides a
-    block's gather behind the block before); none for DDP's."""
-    return {"reshard_after_forward": case.reshard_after_forward} if is_fsdp(case) else {}
+    block's gather behind the block before, ``hidden`` of what it can); none for DDP's."""
+    if not is_fsdp(case):
+        return {}
+    return {"reshard_after_forward": case.reshard_after_forward, "hidden_share": hidden}
 
 
 def _compute_step(case: Case, draft: StepModel, one_gpu: Point | None, t_node: float) -> float:
@@ -251,7 +268,11 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
             for i in range(draws):
                 sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
                 u = float(rng.uniform())
-                m = case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u)
+                # FSDP: how much of what prefetching can hide it does (no draw for DDP's cases)
+                kw = {"hidden": float(rng.uniform(*FSDP_HIDDEN_BAND))} if is_fsdp(case) else {}
+                m = case_model(
+                    case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u, **kw
+                )
                 base[i] = _predict(m, p, None)
             d, s = features(
                 p.nodes * p.devices_per_node, p.nodes, anchor.anchor_world, anchor.anchor_nodes
@@ -379,6 +400,7 @@ def cross_validated(
 __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cases
     "ALPHA_INTER_S",
     "ALPHA_INTRA_S",
+    "FSDP_HIDDEN_BAND",
     "INTER_BAND",
     "INTRA_DEFAULT_GBPS",
     "SIGMA_SHARE",

@@ -144,6 +144,10 @@ class FsdpStepModel(StepModel):
     reshard_after_forward: bool = True
     overlap: bool = True
     """GPUs: prefetch hides a block's gather behind the block before; CPUs: nothing hidden."""
+    hidden_share: float = 1.0
+    """On GPUs, the share of what prefetching can hide (the timeline's hidden time against
+    every collective exposed) that it does hide: 1 the timeline of the module doc, 0 as on
+    CPUs (the backtest draws it, :data:`analysis.compute.scoring.FSDP_HIDDEN_BAND`)."""
 
     def modelled_exposed(
         self, world: int, nodes: int, buckets: Sequence[float], k: int, bw: float, batch: float
@@ -153,16 +157,13 @@ class FsdpStepModel(StepModel):
             return 0.0
         if level is None:
             return math.nan
-        return step_exposed(
-            level,
-            buckets,
-            world,
-            self.compute_s(batch, k),
-            k,
-            bw_factor=bw,
-            reshard_after_forward=self.reshard_after_forward,
-            overlap=self.overlap,
-        )
+        args = (level, buckets, world, self.compute_s(batch, k), k)
+        kw = {"bw_factor": bw, "reshard_after_forward": self.reshard_after_forward}
+        hidden = step_exposed(*args, overlap=self.overlap, **kw)
+        if not self.overlap or self.hidden_share >= 1.0:
+            return hidden
+        serial = step_exposed(*args, overlap=False, **kw)
+        return hidden + (1.0 - self.hidden_share) * (serial - hidden)
 
     def allreduce_total(self, world: int, nodes: int, buckets: Sequence[float]) -> float:
         """Every collective of one optimizer step (gathers of every micro-batch, the

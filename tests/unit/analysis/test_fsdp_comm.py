@@ -111,3 +111,41 @@ def test_carrying_with_the_network_grows_with_every_collective_of_the_step() -> 
     assert _model(accumulate=2).allreduce_total(2, 1, (GB, GB)) == pytest.approx(5.0)
     assert _model().allreduce_total(2, 1, (GB, GB)) == pytest.approx(3.0)
     assert _model(reshard_after_forward=False).allreduce_total(2, 1, (GB, GB)) == pytest.approx(2.0)
+
+
+def test_the_hidden_share_runs_from_the_cpus_none_to_the_timelines_all() -> None:
+    """hidden_share 1: the timeline's 1.7 s; 0: every collective exposed (3 s); between, in
+    proportion (0.5: 1.7 + 0.5 x 1.3 = 2.35 s)."""
+    assert _model(hidden_share=1.0).parts(2, 1)["exposed_comm"] == pytest.approx(1.7)
+    assert _model(hidden_share=0.0).parts(2, 1)["exposed_comm"] == pytest.approx(3.0)
+    assert _model(hidden_share=0.5).parts(2, 1)["exposed_comm"] == pytest.approx(2.35)
+
+
+def test_the_backtest_draws_how_much_an_fsdp_case_hides() -> None:
+    """An FSDP case's draws span the hidden share's band: its least efficient draw at 4
+    ranks is below the centre's (all hidden), which stays at the band's top."""
+    from analysis.compute.scoring import FSDP_HIDDEN_BAND, case_model, prepare
+    from analysis.read.cases import Case, Point
+
+    case = Case(
+        name="hand",
+        devices_per_node=4,
+        grad_bytes=4e9,
+        bucket_mb=None,
+        scaling="weak",
+        per_device_batch=1.0,
+        grad_accum=1,
+        intra_busbw_gbps=1.0,
+        inter_busbw_gbps=None,
+        measured=(Point(1, 1, 1.0),),
+        published=(Point(1, 4, 0.5, efficiency_vs_1gpu=0.5),),
+        method="fsdp",
+        wrapped_blocks=4,
+    )
+    assert FSDP_HIDDEN_BAND == (0.0, 1.0)
+    top = case_model(case).efficiency(4, 1)[0]
+    none = case_model(case, hidden=0.0).efficiency(4, 1)[0]
+    assert none < top
+    (scored,) = prepare([case], draws=60)
+    assert scored.centre == pytest.approx(top)
+    assert min(scored.base) < top - 0.5 * (top - none)
