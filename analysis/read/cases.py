@@ -1,6 +1,7 @@
 """Reading the backtest's published cases (format: ``benchmarks/projection_cases.yaml``): per
-case, a model's gradient bytes and buckets, the hardware's devices per node and link
-bandwidths, its ``measured`` small-scale throughputs and its ``published`` larger-scale ones.
+case, a model's gradient bytes and buckets (FSDP's: its gathered bytes and wrapped blocks),
+the hardware's devices per node and link bandwidths, its ``measured`` small-scale throughputs
+and its ``published`` larger-scale ones.
 What :mod:`analysis.compute.scoring` makes of them is its own.
 """
 

@@ -23,8 +23,9 @@ What of it is exposed (:func:`microbatch_exposed`):
   before, and backward ends when the last reduce-scatter does;
 * on CPUs (gloo) FSDP's collectives run on the training thread: none is hidden.
 
-Forward is ``1 - BACKWARD_SHARE`` of a micro-batch's compute, backward the rest, each split
-over the blocks as their bytes are.
+Forward is ``1 - BACKWARD_SHARE`` of a micro-batch's compute, backward the rest, each shared
+evenly over the blocks. :class:`FsdpStepModel` can also hide only a share of what the
+timeline hides (``hidden_share``: 1 the timeline, 0 as on CPUs), which the backtest draws.
 """
 
 from __future__ import annotations
@@ -60,9 +61,8 @@ def _phase(gathers: Sequence[float], compute: Sequence[float], scatters: Sequenc
     prefetched one block ahead, reduce-scatters after each block, one channel in issue order
     (see the module doc). Seconds the pass ends after its compute alone would."""
     n = len(compute)
-    channel = 0.0  # when the network is free
     done = [0.0] * n  # when each block's gather ends
-    channel = done[0] = gathers[0]
+    channel = done[0] = gathers[0]  # when the network is free
     compute_end = 0.0
     for i in range(n):
         start = max(compute_end, done[i])
