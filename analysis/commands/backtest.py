@@ -3,7 +3,8 @@
 ``backtest CASES.yaml`` predicts every published point of the cases from their measured points
 and prints, per point and in total, the error and whether the interval covered the published
 value (``--cross-validate``: nested, with the error model whose noise and fit come from the
-other sources alone; ``--json`` records each fold's choice under ``folds``);
+other sources alone; ``--json`` records each fold's choice under ``folds``); FSDP's cases are
+scored and printed apart (``fsdp`` in the JSON), never fitted into the shipped error model;
 ``fit-error CASES.yaml`` fits the projection's error model on them, its noise level chosen by
 a leave-one-source-out over them, and writes the shipped one with its selection.
 The work is :mod:`analysis.compute.scoring`'s; this module is the command line.
@@ -21,16 +22,27 @@ from typing import Any
 from analysis.compute.model_error import SHIPPED_PATH, fit_selected
 from analysis.compute.model_error import write as write_error_model
 from analysis.compute.projection import DRAWS
-from analysis.compute.scoring import CaseError, backtest, cross_validated, prepare, read_cases
+from analysis.compute.scoring import (
+    CaseError,
+    backtest,
+    cross_validated,
+    prepare,
+    read_cases,
+    split,
+)
 
 PROG = "python -m analysis.project"
 
 
-def _print(result: dict[str, Any], how: str = "") -> None:
+def _print(
+    result: dict[str, Any],
+    how: str = "",
+    title: str = "Projection backtest: published multi-node efficiency",
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Projection backtest: published multi-node efficiency")
+    table = Table(title=title)
     for col in (
         "Case",
         "Against",
@@ -104,10 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if args.command == "fit-error":
-        prepared = prepare(cases, draws=args.draws)
+        ddp, _ = split(cases)  # FSDP's cases stay out of the shipped model until enough
+        prepared = prepare(ddp, draws=args.draws)
         n = len(prepared)
         em, selection = fit_selected(
-            prepared, f"{Path(args.cases).name}: {len(cases)} cases, {n} points"
+            prepared, f"{Path(args.cases).name}: {len(ddp)} cases, {n} points"
         )
         write_error_model(em, Path(args.out), selection)
         print(f"{PROG}: wrote {args.out}: {em}")
@@ -117,6 +130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         result = backtest(cases, draws=args.draws)
     _print(result, _nested_words(result) if args.cross_validate else "")
+    if "fsdp" in result:
+        _print(
+            result["fsdp"],
+            "scored apart, not in the shipped error model: its spreads with noise "
+            f"{result['fsdp']['error_model'].rsplit('noise ', 1)[-1]}",
+            "FSDP projection backtest: published efficiency, scored apart",
+        )
     if args.json:
         from scalescope.atomic import write_text_atomic
 

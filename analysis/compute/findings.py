@@ -13,6 +13,7 @@ import pandas as pd
 from analysis.compute.profile_advice import PROFILE_OVERRIDE
 from analysis.compute.run_parts import OVERLAP_BELOW_ZERO
 from analysis.compute.waterfall import COMPONENTS, LABELS, NOT_RECORDED, Waterfall
+from analysis.read.strategy import strategy_of
 
 MINOR_PTS = 1.0
 """Parts smaller than this (either sign) are named together, without advice."""
@@ -47,10 +48,16 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
             )
         return "loader workers per device not in the config; see `scalescope bench-data`"
     if part == "comm":
-        return _comm_advice(r)
+        return fsdp_comm_advice(r) if strategy_of(r) == "fsdp" else _comm_advice(r)
     if part == "skew":
         return _skew_advice(r)
     if part == "overlap":
+        if strategy_of(r) == "fsdp":
+            return (
+                "compute runs slower while FSDP's all-gathers and reduce-scatters run beside "
+                "it: on GPUs, the NCCL kernels' SMs and memory bandwidth. Try fewer, larger "
+                "wrapped blocks (fewer collectives beside each block's compute)"
+            )
         return (
             "backward runs slower while the all-reduce runs beside it: on GPUs, the NCCL "
             "kernels' SMs and memory bandwidth; on CPUs, the cores the communication threads "
@@ -117,6 +124,41 @@ def _comm_advice(r: Mapping[str, Any]) -> str:
         )
     bits.append("try a larger per-device batch, gradient accumulation or larger DDP buckets")
     return ", ".join(bits[:-1]) + ("; " if len(bits) > 1 else "") + bits[-1]
+
+
+def fsdp_comm_advice(r: Mapping[str, Any]) -> str:
+    """What to try where FSDP's all-gathers and reduce-scatters are exposed: every option
+    trades memory or latency for fewer or smaller collectives, or hides more of them."""
+    bits = []
+    if math.isfinite(r.get("busbw_gbps_mean", math.nan)):
+        bits.append(f"busbw {r['busbw_gbps_mean']:.3g} GB/s")
+    if math.isfinite(r.get("hidden_share_mean", math.nan)):
+        bits.append(f"{r['hidden_share_mean']:.0%} of the predicted communication hidden")
+    tries = [
+        "fsdp.reshard_after_forward: false keeps each block gathered from forward to "
+        "backward (one all-gather per block fewer, for the memory of the gathered blocks)",
+        "fewer, larger wrapped blocks (fewer collectives, less latency per byte)",
+        "bf16 gathers (trainer.precision: bf16-mixed gathers bf16 parameters: half the bytes)",
+        "a larger per-device batch (more compute to hide each gather behind)",
+    ]
+    if str(r.get("accelerator") or "").lower() == "cpu":
+        tries.append(
+            "on CPUs FSDP's collectives run on the training thread: nothing hides them, "
+            "prefetching included"
+        )
+    else:
+        tries.insert(
+            1,
+            "prefetch further ahead (FSDP2's set_modules_to_forward_prefetch and "
+            "set_modules_to_backward_prefetch) so each block's gather runs behind the "
+            "compute before it",
+        )
+    head = ", ".join(bits)
+    return (
+        (f"{head}; " if head else "")
+        + "FSDP's all-gathers and reduce-scatters: try "
+        + ("; ".join(tries))
+    )
 
 
 def _skew_advice(r: Mapping[str, Any]) -> str:

@@ -24,8 +24,17 @@ it from what it states, and the rest is an assumption, drawn over its band in th
 * stragglers: sigma = ``SIGMA_SHARE`` of the step's compute (drawn from 0 to twice that);
 * the rest of the anchor's step (the whole loss, since a table has no parts) carried by each
   of the projection's explanations in turn (:data:`analysis.compute.step_time.step_model.CARRIES`);
+* FSDP's cases: the share of what prefetching can hide that it does, within
+  ``FSDP_HIDDEN_BAND`` (the centre: all of it);
 * the error model: the shipped one (:mod:`analysis.compute.model_error`), or for
   cross-validation one fitted on the other sources.
+
+FSDP's cases (``model.method: fsdp``) take the same steps with FSDP's communication for the
+all-reduce (:mod:`analysis.compute.step_time.fsdp_comm`: each of ``wrapped_blocks`` blocks
+gathers its share of ``grad_bytes`` before forward and backward and reduce-scatters it, the
+next block's gather behind the current block's compute), and are scored apart
+(:func:`split`): never fitted into the shipped error model, and scored with its spreads and
+the widest noise of its grid (:func:`fsdp_error_model`) until there are enough of them.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from analysis.compute.model_error import (
+    NOISE_GRID,
     ErrorModel,
     Scored,
     cross_validate,
@@ -47,6 +57,7 @@ from analysis.compute.model_error import (
 )
 from analysis.compute.model_error import load as load_error_model
 from analysis.compute.projection import DRAWS
+from analysis.compute.step_time.fsdp_comm import FsdpStepModel, block_bytes
 from analysis.compute.step_time.step_model import CARRIES, Level, Network, StepModel, expected_max
 from analysis.read.cases import Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import split_into_buckets
@@ -61,6 +72,11 @@ UNKNOWN_INTER_BAND = (0.1, 1.0)
 one (centre 32%), from Ethernet beside PCIe to a rail of NICs per GPU beside NVLink."""
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
+FSDP_HIDDEN_BAND = (0.0, 1.0)
+"""FSDP cases: the share of the communication prefetching can hide (each block's gather
+behind the block before, the reduce-scatters behind the next blocks' backward) that it does
+hide, drawn over the interval: from none, as on CPUs (the IBM Cloud FSDP post found the
+overlap of T5-11B "very limited" before its rate limiter), to all, the centre's model."""
 
 
 def reference(case: Case) -> tuple[Point, str]:
@@ -75,19 +91,25 @@ def reference(case: Case) -> tuple[Point, str]:
 
 
 def case_model(
-    case: Case, *, sigma_share: float = SIGMA_SHARE, carry: str = "one-time", band_u: float = 0.5
+    case: Case,
+    *,
+    sigma_share: float = SIGMA_SHARE,
+    carry: str = "one-time",
+    band_u: float = 0.5,
+    hidden: float = 1.0,
 ) -> StepModel:
     """The step model a case's measured points give (see the module doc), with what it
     leaves of the anchor's step carried as ``carry`` says (:data:`~.step_time.step_model.CARRIES`),
     and its inter-node bus bandwidth at the point ``band_u`` in [0, 1] of its band (log
-    scale; 0.5 its middle), the same at the anchor and every target."""
+    scale; 0.5 its middle), the same at the anchor and every target. ``hidden``: for an
+    FSDP case, the share of what prefetching can hide that it does hide (FSDP_HIDDEN_BAND)."""
     d = case.devices_per_node
     b = case.per_device_batch
     ref, _ = reference(case)
     one_node = next((p for p in case.measured if p.nodes == 1 and p.devices_per_node == d), None)
     one_gpu = next((p for p in case.measured if p.nodes * p.devices_per_node == 1), None)
     t_node = b / (one_node or ref).throughput_per_device
-    draft = _draft(case, ref, sigma_share, carry, band_u)
+    draft = _draft(case, ref, sigma_share, carry, band_u, hidden)
     compute = _compute_step(case, draft, one_gpu, t_node)
     model = replace(draft, compute_per_sample_s=compute / b)
     if one_node is None:  # only 1 GPU measured: it is the anchor, nothing to offset
@@ -95,13 +117,15 @@ def case_model(
     return _anchored(case, model, t_node)
 
 
-def _draft(case: Case, ref: Point, sigma_share: float, carry: str, band_u: float) -> StepModel:
+def _draft(
+    case: Case, ref: Point, sigma_share: float, carry: str, band_u: float, hidden: float = 1.0
+) -> StepModel:
     """The case's model before its compute is known: its buckets, its network (the stated
     links, or assumed ones, the inter-node one at ``band_u`` of its band) and its reference
     point's step, anchored at one node."""
     d = case.devices_per_node
     b, k = case.per_device_batch, case.grad_accum
-    buckets = tuple(split_into_buckets(int(case.grad_bytes), case.method, case.bucket_mb))
+    buckets = _messages(case)
     intra_bw = case.intra_busbw_gbps or INTRA_DEFAULT_GBPS
     intra = Level(
         ALPHA_INTRA_S,
@@ -121,7 +145,7 @@ def _draft(case: Case, ref: Point, sigma_share: float, carry: str, band_u: float
     net = Network(intra, inter, (1.0, 1.0), "", measured_nodes=1)
     strong = case.scaling == "strong"
     ref_world = ref.nodes * ref.devices_per_node
-    return StepModel(
+    return _model_class(case)(
         per_device_batch=b,
         accumulate=k,
         compute_fixed_s=0.0,
@@ -141,7 +165,32 @@ def _draft(case: Case, ref: Point, sigma_share: float, carry: str, band_u: float
         baseline_world=ref_world,
         scaling_mode=case.scaling,
         carry=carry,
+        **_strategy_fields(case, hidden),
     )
+
+
+def is_fsdp(case: Case) -> bool:
+    return case.method == "fsdp"
+
+
+def _messages(case: Case) -> tuple[float, ...]:
+    """What the network term times: DDP's (or Horovod's) buckets, or FSDP's wrapped blocks'
+    gathered bytes (``grad_bytes`` shared evenly over ``wrapped_blocks``)."""
+    if is_fsdp(case):
+        return block_bytes(case.grad_bytes, case.wrapped_blocks or 1)
+    return tuple(split_into_buckets(int(case.grad_bytes), case.method, case.bucket_mb))
+
+
+def _model_class(case: Case) -> type[StepModel]:
+    return FsdpStepModel if is_fsdp(case) else StepModel
+
+
+def _strategy_fields(case: Case, hidden: float = 1.0) -> dict[str, Any]:
+    """FSDP's fields of its step model (every published case ran on GPUs: prefetch hides a
+    block's gather behind the block before, ``hidden`` of what it can); none for DDP's."""
+    if not is_fsdp(case):
+        return {}
+    return {"reshard_after_forward": case.reshard_after_forward, "hidden_share": hidden}
 
 
 def _compute_step(case: Case, draft: StepModel, one_gpu: Point | None, t_node: float) -> float:
@@ -219,7 +268,11 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
             for i in range(draws):
                 sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
                 u = float(rng.uniform())
-                m = case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u)
+                # FSDP: how much of what prefetching can hide it does (no draw for DDP's cases)
+                kw = {"hidden": float(rng.uniform(*FSDP_HIDDEN_BAND))} if is_fsdp(case) else {}
+                m = case_model(
+                    case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u, **kw
+                )
                 base[i] = _predict(m, p, None)
             d, s = features(
                 p.nodes * p.devices_per_node, p.nodes, anchor.anchor_world, anchor.anchor_nodes
@@ -248,10 +301,40 @@ def backtest(
     error_model: ErrorModel | None = None,
 ) -> dict[str, Any]:
     """Every published point predicted from its case's measured points, with the shipped
-    error model (or ``error_model``)."""
+    error model (or ``error_model``); FSDP's cases apart, under ``fsdp`` (:func:`split`)."""
     em = error_model or load_error_model()
-    prepared = prepare(cases, draws, seed)
-    return _result(cases, prepared, score(prepared, em))
+    ddp, fsdp = split(cases)
+    prepared = prepare(ddp, draws, seed)
+    return _with_fsdp(_result(ddp, prepared, score(prepared, em)), fsdp, draws, seed, em)
+
+
+def split(cases: Sequence[Case]) -> tuple[list[Case], list[Case]]:
+    """(the all-reduce cases, the FSDP ones), each in the file's order: FSDP's are scored
+    apart and never fitted into the shipped error model until there are enough of them."""
+    return [c for c in cases if not is_fsdp(c)], [c for c in cases if is_fsdp(c)]
+
+
+def fsdp_error_model(em: ErrorModel) -> ErrorModel:
+    """The error model FSDP's points are scored with: the shipped one (fitted on the
+    all-reduce cases alone, none of FSDP's) with the widest run-to-run noise of its grid,
+    since too few FSDP cases exist to fit or check their own."""
+    noise = max(em.noise, NOISE_GRID[-1])
+    return replace(em, noise=noise, fitted_on=f"{em.fitted_on}; FSDP: noise {noise:g}")
+
+
+def _with_fsdp(
+    result: dict[str, Any], fsdp: Sequence[Case], draws: int, seed: int, em: ErrorModel
+) -> dict[str, Any]:
+    """``result`` (the all-reduce cases') with the FSDP cases' own points and totals under
+    ``fsdp`` where there are any (none: ``result`` as it was)."""
+    if not fsdp:
+        return result
+    prepared = prepare(fsdp, draws, seed)
+    fem = fsdp_error_model(em)
+    return {
+        **result,
+        "fsdp": {**_result(fsdp, prepared, score(prepared, fem)), "error_model": fem.fitted_on},
+    }
 
 
 def _result(
@@ -298,21 +381,26 @@ def cross_validated(
 ) -> dict[str, Any]:
     """Nested leave one source out: each source's points with the error model whose noise
     and fit come from the other sources alone (model_error.cross_validate), in the
-    backtest's layout, with each fold's chosen settings under ``folds``. ``prepared``: the
-    cases' prepared points where already made (:func:`prepare`, the costly part)."""
-    prepared = list(prepared) or prepare(cases, draws, seed)
+    backtest's layout, with each fold's chosen settings under ``folds``; FSDP's cases apart,
+    as :func:`backtest` scores them. ``prepared``: the all-reduce cases' prepared points where
+    already made (:func:`prepare`, the costly part)."""
+    ddp, fsdp = split(cases)
+    prepared = list(prepared) or prepare(ddp, draws, seed)
     scored, folds = cross_validate(prepared)
     # cross_validate groups the points by source: put them back in the cases' order
     by_key: dict[str, list[dict[str, Any]]] = {}
     for s in scored:
         by_key.setdefault(str(s["case"]), []).append(s)
-    ordered = [by_key[c.name].pop(0) for c in cases for _ in c.published]
-    return {**_result(cases, prepared, ordered), "folds": folds}
+    ordered = [by_key[c.name].pop(0) for c in ddp for _ in c.published]
+    result = {**_result(ddp, prepared, ordered), "folds": folds}
+    # no FSDP source is in the shipped model's fit: each is already held out of it
+    return _with_fsdp(result, fsdp, draws, seed, load_error_model())
 
 
 __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cases
     "ALPHA_INTER_S",
     "ALPHA_INTRA_S",
+    "FSDP_HIDDEN_BAND",
     "INTER_BAND",
     "INTRA_DEFAULT_GBPS",
     "SIGMA_SHARE",
@@ -325,7 +413,10 @@ __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cas
     "case_model",
     "centre_carry",
     "cross_validated",
+    "fsdp_error_model",
+    "is_fsdp",
     "prepare",
     "read_cases",
     "reference",
+    "split",
 ]

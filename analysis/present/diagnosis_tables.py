@@ -9,6 +9,7 @@ import pandas as pd
 
 from analysis.analyze import Analysis
 from analysis.present.display import MISSING, DisplayTable, devices_header, is_missing, pct, sig
+from analysis.read.strategy import strategy_of
 
 
 def _points(r: Any, part: str) -> str:
@@ -139,6 +140,13 @@ def _diagnosis_caption(t: pd.DataFrame, split: bool) -> list[str]:
             "passes after training, plus the wait for slower ranks; 0 on one device); GPU "
             "idle in compute: the share of compute the GPU ran no kernel (host overhead: "
             "launches), from that utilisation times the step less the collectives alone."
+        )
+    if any(strategy_of(r) == "fsdp" for _, r in t.iterrows()):
+        caption.append(
+            "FSDP series: exposed comm is FSDP's all-gathers of each wrapped block's parameters "
+            "(before forward, and before backward unless reshard_after_forward is off) and "
+            "reduce-scatters of its gradients, the least wait of any rank; compute/sample "
+            "includes FSDP's framework overhead."
         )
     missing = sorted({s for s in t["status"] if s != "recorded"})
     caption += [f"Not recorded: {m.removeprefix(NOT_RECORDED).strip(' ()')}." for m in missing]

@@ -1,6 +1,7 @@
 """Reading the backtest's published cases (format: ``benchmarks/projection_cases.yaml``): per
-case, a model's gradient bytes and buckets, the hardware's devices per node and link
-bandwidths, its ``measured`` small-scale throughputs and its ``published`` larger-scale ones.
+case, a model's gradient bytes and buckets (FSDP's: its gathered bytes and wrapped blocks),
+the hardware's devices per node and link bandwidths, its ``measured`` small-scale throughputs
+and its ``published`` larger-scale ones.
 What :mod:`analysis.compute.scoring` makes of them is its own.
 """
 
@@ -10,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-METHODS = {"ddp": "ddp", "horovod": "horovod"}
-"""How a case's ``model.method`` names the frameworks whose bucket rule is known (a name
-that starts with a key, e.g. ``horovod-allreduce``); any other method is kept as written."""
+METHODS = {"ddp": "ddp", "horovod": "horovod", "fsdp": "fsdp"}
+"""How a case's ``model.method`` names the frameworks whose communication is known (a name
+that starts with a key, e.g. ``horovod-allreduce``): DDP's and Horovod's bucket rules, FSDP's
+per-block gathers and reduce-scatters; any other method is kept as written."""
 
 
 class CaseError(ValueError):
@@ -45,6 +47,11 @@ class Case:
     published: tuple[Point, ...]
     method: str = ""
     """``ddp``, ``horovod``, another method as written, or '' where the case does not say."""
+    wrapped_blocks: int | None = None
+    """FSDP: how many blocks the model is wrapped in (``model.wrapped_blocks``; required for
+    ``fsdp``), each gathering its share of ``grad_bytes``; None for other methods."""
+    reshard_after_forward: bool = True
+    """FSDP: whether each block is gathered again before its backward (the default)."""
     group: str = ""
     """The source the case comes from (``source_group``, else its name): cross-validation
     leaves one source out at a time, since cases of one source share its methods."""
@@ -94,6 +101,7 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
     if not isinstance(dpn, int) or dpn < 1:
         raise CaseError(f"case {name!r}: hardware.devices_per_node must be an integer >= 1")
     _check_references(name, dpn, measured, published)
+    method = _method(model.get("method"))
     scaling = raw.get("scaling", "weak")
     if scaling not in ("weak", "strong"):
         raise CaseError(f"case {name!r}: scaling must be weak or strong, got {scaling!r}")
@@ -113,9 +121,30 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
         ),
         measured=measured,
         published=published,
-        method=_method(model.get("method")),
+        method=method,
+        wrapped_blocks=_blocks(name, method, model.get("wrapped_blocks")),
+        reshard_after_forward=_reshard(name, model.get("reshard_after_forward", True)),
         group=str(raw.get("source_group") or name),
     )
+
+
+def _blocks(name: str, method: str, raw: Any) -> int | None:
+    """``model.wrapped_blocks``: an integer >= 1, required where the method is fsdp."""
+    if raw is None and method != "fsdp":
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise CaseError(
+            f"case {name!r}: model.wrapped_blocks must be an integer >= 1"
+            + (" for method fsdp" if method == "fsdp" else "")
+            + f", got {raw!r}"
+        )
+    return raw
+
+
+def _reshard(name: str, raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise CaseError(f"case {name!r}: model.reshard_after_forward must be true or false")
+    return raw
 
 
 def _method(raw: Any) -> str:

@@ -104,3 +104,32 @@ DDP_GRADIENT, DDP_BROADCAST = register(
         modelled=False,
     ),
 )
+
+
+def _shard(world_size: int) -> float:
+    """busbw / algbw of an all-gather or a reduce-scatter (ring): (N - 1) / N (0 on one rank)."""
+    return (world_size - 1) / world_size if world_size > 1 else 0.0
+
+
+FSDP_ALL_GATHER = Collective(
+    key="all_gather",
+    strategy="fsdp",
+    operation="all_gather",
+    bus_factor=_shard,
+    wait="before a wrapped block's forward, and again before its backward unless "
+    "reshard_after_forward is off",
+    modelled=True,
+)
+FSDP_REDUCE_SCATTER = Collective(
+    key="reduce_scatter",
+    strategy="fsdp",
+    operation="reduce_scatter",
+    bus_factor=_shard,
+    wait="after a wrapped block's backward: its gradients, reduced and sharded",
+    modelled=True,
+)
+FSDP = (FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER)
+"""FSDP2's collectives, in the order its step meets them, defined here once. They join the
+job's step clock with ``register(*FSDP)`` where its series become per strategy; until then
+the analysis' step model reads their bus factors from here (not through :func:`modelled`,
+which names registered strategies only)."""

@@ -46,7 +46,8 @@ table), speedup = efficiency x N / baseline world size. A what-if that changes t
 batch changes the baseline's step by the same compute and input.
 
 Assumptions: data parallelism only; no bottleneck at scale other than the network term (no
-I/O limit, no memory change). The interval around it is :mod:`..projection`'s.
+I/O limit, no memory change). The interval around it is :mod:`..projection`'s. FSDP's
+per-block gathers and reduce-scatters replace the all-reduce in :mod:`.fsdp_comm`.
 """
 
 from __future__ import annotations

@@ -41,3 +41,61 @@ def test_findings_read_correctly_for_each_cause(tmp_path: Path) -> None:
         assert "At 2 devices (1 node), 3 run(s): " in text
         assert "under 1 point each: " in text and "compute per sample" in text
         assert "unexplained, 0 points [0, 0]." in text
+
+
+def test_fsdp_series_get_fsdps_advice_and_others_keep_ddps(tmp_path: Path) -> None:
+    """A row whose strategy is fsdp (the record's identity.strategy, a series key) is advised
+    in FSDP's terms; a row without the column (records before FSDP) or with ddp in DDP's."""
+    from dataclasses import replace
+
+    wf = waterfall(runs_of(tmp_path, pattern_records("comm")))
+    (plain,) = findings(wf)
+    assert "strategy" not in wf.table.columns or set(wf.table["strategy"]) == {"ddp"}
+    assert "larger DDP buckets" in plain["text"] and "FSDP" not in plain["text"]
+    for accelerator in ("cpu", "gpu"):
+        table = wf.table.assign(strategy="fsdp", accelerator=accelerator)
+        (item,) = findings(replace(wf, table=table))
+        text = item["text"]
+        assert "DDP buckets" not in text
+        assert "busbw 1.5 GB/s, 20% of the predicted communication hidden; FSDP's" in text
+        assert "fsdp.reshard_after_forward: false" in text
+        assert "fewer, larger wrapped blocks" in text and "bf16 gathers" in text
+        prefetch = "set_modules_to_forward_prefetch" in text
+        assert prefetch == (accelerator == "gpu"), text
+        assert ("nothing hides them" in text) == (accelerator == "cpu")
+    (again,) = findings(replace(wf, table=wf.table.assign(strategy="ddp")))
+    assert again["text"] == plain["text"]
+
+
+def test_the_diagnosis_table_says_what_exposed_comm_is_under_fsdp(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from analysis.analyze import analyze
+    from analysis.present.tables import diagnosis_table
+
+    analysis = analyze(runs_of(tmp_path, pattern_records("comm")))
+    assert analysis.waterfall is not None
+    plain = diagnosis_table(analysis)
+    assert plain is not None and not any("FSDP" in c for c in plain.caption)
+    wf = replace(analysis.waterfall, table=analysis.waterfall.table.assign(strategy="fsdp"))
+    table = diagnosis_table(replace(analysis, waterfall=wf))
+    assert table is not None
+    assert any(
+        c.startswith("FSDP series: exposed comm is FSDP's all-gathers") for c in table.caption
+    )
+
+
+def test_an_fsdp_series_is_not_projected_as_ddp(tmp_path: Path) -> None:
+    """The step model fitted to records is DDP's: an FSDP series gets a note saying it is not
+    projected yet, never DDP's projection; the same runs without the strategy are projected."""
+    from projection_helpers import FIXTURE
+
+    from analysis.compute.projection import FSDP_NOT_YET, project
+    from analysis.read.frame import load
+
+    runs = load(FIXTURE)
+    ddp = project(runs, [4], draws=40)
+    assert len(ddp.table) and not any("FSDP" in n for n in ddp.notes)
+    fsdp = project(runs.assign(strategy="fsdp"), [4], draws=40)
+    assert fsdp.table.empty and not fsdp.series
+    assert any(n.endswith(f"no projection: {FSDP_NOT_YET}.") for n in fsdp.notes)

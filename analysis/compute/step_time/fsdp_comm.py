@@ -1,0 +1,181 @@
+"""FSDP's communication in the step model: what of its gathers and reduce-scatters a step waits in.
+
+FSDP2 (``fully_shard`` per block, then the root) shards every wrapped block's parameters over
+the N ranks. Per micro-batch, for each of its blocks (bytes ``n_i`` as gathered):
+
+* an all-gather of the block's parameters before its forward;
+* another before its backward, unless ``reshard_after_forward`` is off (then the forward's
+  gathered parameters stay until backward);
+* a reduce-scatter of its gradients after its backward, on the micro-batch that syncs them
+  (under accumulation the others keep the gathers and skip the reduce-scatters).
+
+Each takes ``alpha(N) + n_i (N - 1) / N / busbw`` (the ring's bus factor of
+:data:`scalescope.collectives.FSDP`; the latency as the all-reduce's,
+:func:`..step_model.allreduce_s`), on the intra-node level of the :class:`..step_model.Network`
+within one node and the inter-node one across nodes.
+
+What of it is exposed (:func:`microbatch_exposed`):
+
+* on GPUs the collectives run on FSDP's own streams and prefetch one block ahead: block
+  i+1's gather is issued when block i's compute starts and runs behind it, a reduce-scatter
+  is issued when its block's backward ends; one network channel carries them in issue order,
+  so a block's compute waits only for what its gather did not finish behind the block
+  before, and backward ends when the last reduce-scatter does;
+* on CPUs (gloo) FSDP's collectives run on the training thread: none is hidden.
+
+Forward is ``1 - BACKWARD_SHARE`` of a micro-batch's compute, backward the rest, each shared
+evenly over the blocks. :class:`FsdpStepModel` can also hide only a share of what the
+timeline hides (``hidden_share``: 1 the timeline, 0 as on CPUs), which the backtest draws.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from analysis.compute.step_time.step_model import (
+    BACKWARD_SHARE,
+    Level,
+    StepModel,
+)
+from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER, Collective, link_bytes
+
+
+def collective_s(
+    level: Level, collective: Collective, nbytes: float, world: int, bw_factor: float = 1.0
+) -> float:
+    """One collective of ``nbytes`` at ``world`` ranks on ``level`` (0 on one rank; NaN
+    without a bandwidth)."""
+    if world <= 1:
+        return 0.0
+    scale = math.log2(world) / math.log2(level.at_world) if level.at_world > 1 else 1.0
+    bw = level.busbw_gbps * bw_factor
+    if not bw > 0:
+        return math.nan
+    return level.alpha_s * scale + link_bytes(collective, nbytes, world) / (bw * 1e9)
+
+
+def _phase(gathers: Sequence[float], compute: Sequence[float], scatters: Sequence[float]) -> float:
+    """The exposed time of one pass over the blocks (in the pass's order) on GPUs: gathers
+    prefetched one block ahead, reduce-scatters after each block, one channel in issue order
+    (see the module doc). Seconds the pass ends after its compute alone would."""
+    n = len(compute)
+    done = [0.0] * n  # when each block's gather ends
+    channel = done[0] = gathers[0]  # when the network is free
+    compute_end = 0.0
+    for i in range(n):
+        start = max(compute_end, done[i])
+        if i + 1 < n:  # the next block's gather, issued as this block's compute starts
+            channel = done[i + 1] = max(channel, start) + gathers[i + 1]
+        compute_end = start + compute[i]
+        if scatters[i] > 0:
+            channel = max(channel, compute_end) + scatters[i]
+    return max(compute_end, channel) - math.fsum(compute)
+
+
+def microbatch_exposed(
+    gather_s: Sequence[float],
+    scatter_s: Sequence[float],
+    compute_s: float,
+    *,
+    reshard_after_forward: bool = True,
+    sync: bool = True,
+    overlap: bool = True,
+) -> float:
+    """Seconds one micro-batch waits in FSDP's collectives beyond its compute ``compute_s``.
+
+    ``gather_s`` / ``scatter_s``: each block's all-gather and reduce-scatter time, in forward
+    order; ``sync``: whether this micro-batch reduce-scatters; ``overlap``: GPUs (prefetch
+    hides a gather behind the block before) or CPUs (nothing hidden)."""
+    n = len(gather_s)
+    if not n:
+        return 0.0
+    back_gathers = list(gather_s) if reshard_after_forward else [0.0] * n
+    scatters = list(scatter_s) if sync else [0.0] * n
+    if not overlap:
+        return math.fsum([*gather_s, *back_gathers, *scatters])
+    share = [1.0 / n] * n
+    forward = [(1.0 - BACKWARD_SHARE) * compute_s * s for s in share]
+    backward = [BACKWARD_SHARE * compute_s * s for s in share]
+    exposed = _phase(gather_s, forward, [0.0] * n)
+    # backward meets the blocks last first
+    exposed += _phase(back_gathers[::-1], backward[::-1], scatters[::-1])
+    return exposed
+
+
+def step_exposed(
+    level: Level,
+    block_bytes: Sequence[float],
+    world: int,
+    compute_s: float,
+    k: int = 1,
+    *,
+    bw_factor: float = 1.0,
+    reshard_after_forward: bool = True,
+    overlap: bool = True,
+) -> float:
+    """FSDP's exposed communication per optimizer step of ``k`` micro-batches (compute
+    ``compute_s`` for all of them): every micro-batch gathers, the last one also
+    reduce-scatters."""
+    if world <= 1 or not block_bytes:
+        return 0.0
+    gathers = [collective_s(level, FSDP_ALL_GATHER, b, world, bw_factor) for b in block_bytes]
+    scatters = [collective_s(level, FSDP_REDUCE_SCATTER, b, world, bw_factor) for b in block_bytes]
+    micro = compute_s / k
+    kw = {"reshard_after_forward": reshard_after_forward, "overlap": overlap}
+    last = microbatch_exposed(gathers, scatters, micro, sync=True, **kw)
+    if k == 1:
+        return last
+    return (k - 1) * microbatch_exposed(gathers, scatters, micro, sync=False, **kw) + last
+
+
+def block_bytes(param_bytes: float, blocks: int) -> tuple[float, ...]:
+    """The gathered bytes of each of ``blocks`` wrapped blocks that share ``param_bytes``
+    evenly (what a published case states: the whole model and its number of blocks)."""
+    return tuple(param_bytes / blocks for _ in range(blocks))
+
+
+@dataclass(frozen=True)
+class FsdpStepModel(StepModel):
+    """The step model of :mod:`.step_model` with FSDP's communication for the network term:
+    ``bucket_bytes`` holds each wrapped block's gathered bytes (forward order)."""
+
+    reshard_after_forward: bool = True
+    overlap: bool = True
+    """GPUs: prefetch hides a block's gather behind the block before; CPUs: nothing hidden."""
+    hidden_share: float = 1.0
+    """On GPUs, the share of what prefetching can hide (the timeline's hidden time against
+    every collective exposed) that it does hide: 1 the timeline of the module doc, 0 as on
+    CPUs (the backtest draws it, :data:`analysis.compute.scoring.FSDP_HIDDEN_BAND`)."""
+
+    def modelled_exposed(
+        self, world: int, nodes: int, buckets: Sequence[float], k: int, bw: float, batch: float
+    ) -> float:
+        level = self.network.level(nodes)
+        if world <= 1 or not buckets:
+            return 0.0
+        if level is None:
+            return math.nan
+        args = (level, buckets, world, self.compute_s(batch, k), k)
+        kw = {"bw_factor": bw, "reshard_after_forward": self.reshard_after_forward}
+        hidden = step_exposed(*args, overlap=self.overlap, **kw)
+        if not self.overlap or self.hidden_share >= 1.0:
+            return hidden
+        serial = step_exposed(*args, overlap=False, **kw)
+        return hidden + (1.0 - self.hidden_share) * (serial - hidden)
+
+    def allreduce_total(self, world: int, nodes: int, buckets: Sequence[float]) -> float:
+        """Every collective of one optimizer step (gathers of every micro-batch, the
+        reduce-scatters once) one after another on the network level of ``nodes`` nodes:
+        what ``carry = network`` grows with."""
+        level = self.network.level(nodes)
+        if world <= 1 or level is None:
+            return math.nan if level is None else 0.0
+        bw = self.network.factor(nodes)
+        gathers = math.fsum(collective_s(level, FSDP_ALL_GATHER, b, world, bw) for b in buckets)
+        scatters = math.fsum(
+            collective_s(level, FSDP_REDUCE_SCATTER, b, world, bw) for b in buckets
+        )
+        passes = 2 if self.reshard_after_forward else 1
+        return self.accumulate * passes * gathers + scatters
