@@ -50,6 +50,11 @@ class FsdpSetting:
         return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
+def autocast_dtype(precision: str) -> str | None:
+    """The dtype Lightning's autocast computes in under ``precision`` (None: no autocast)."""
+    return {"bf16-mixed": "bfloat16", "16-mixed": "float16"}.get(precision)
+
+
 def data_parallel_mesh(module: Any) -> Any:
     """The 1-D mesh to shard over: the data-parallel dimension of Lightning's mesh."""
     mesh = module.device_mesh
@@ -83,58 +88,53 @@ def is_sharded(module: nn.Module) -> bool:
 
 def describe(module: nn.Module, setting: FsdpSetting | None, applied_by: str) -> dict[str, Any]:
     """The record's ``sharding``: the modules ``fully_shard`` wrapped (by name, the root as
-    ``""``), the mesh, and what each unit gathers and reduces in, read back from FSDP's own
-    state where the module sharded itself (``applied_by`` says who applied it)."""
+    ``""``) and their classes, the mesh, whether the blocks free their gathered parameters
+    after forward, and what parameters are gathered and gradients reduced in, read back from
+    FSDP's own state (read only) where the module sharded itself; ``applied_by`` says who
+    applied it."""
     from torch.distributed.fsdp import FSDPModule
 
     units = [(name, m) for name, m in module.named_modules() if isinstance(m, FSDPModule)]
+    groups = [(name, g) for name, m in units for g in _param_groups(m)]
     out: dict[str, Any] = {
         "applied_by": applied_by,
         "wrapped": [name for name, _ in units],
-        "wrapped_classes": sorted({type(m).__mro__[1].__name__ for _, m in units}),
+        "wrapped_classes": sorted({_own_class(m) for _, m in units}),
+        "mesh": None,
+        "param_dtype": None,
+        "reduce_dtype": None,
+        "reshard_after_forward": None,
     }
-    root = units[0][1] if units and units[0][0] == "" else None
-    state = _fsdp_state(root) if root is not None else None
-    mesh = getattr(getattr(state, "_mesh_info", None), "mesh", None)
-    if mesh is not None:
+    if groups:
+        first = groups[0][1]
+        mesh = first.mesh_info.mesh
         out["mesh"] = {
             "dims": list(mesh.mesh_dim_names or ()),
             "shape": list(mesh.shape),
             "device_type": mesh.device_type,
         }
-    policy = getattr(state, "_mp_policy", None)
-    if policy is not None:
-        out["param_dtype"] = _dtype(policy.param_dtype)
-        out["reduce_dtype"] = _dtype(policy.reduce_dtype)
+        out["param_dtype"] = _dtype(first.mp_policy.param_dtype)
+        out["reduce_dtype"] = _dtype(first.mp_policy.reduce_dtype)
+        # The root keeps its parameters after forward whatever it was asked: the blocks say.
+        blocks = {g.post_forward_mesh_info is not None for name, g in groups if name} or None
+        out["reshard_after_forward"] = blocks.pop() if blocks and len(blocks) == 1 else None
     if setting is not None:
         out["reshard_after_forward"] = setting.reshard_after_forward
-    else:
-        out["reshard_after_forward"] = _reshards(units)
     return out
 
 
-def _fsdp_state(module: nn.Module) -> Any:
-    """FSDP2's state of a sharded module (read only: mesh and policy), or None."""
-    get = getattr(module, "_get_fsdp_state", None)
-    try:
-        return get() if get is not None else None
-    except (AttributeError, RuntimeError):
-        return None
+def _param_groups(unit: nn.Module) -> list[Any]:
+    """FSDP2's parameter groups of one unit (none for a unit without parameters of its own)."""
+    state = unit._get_fsdp_state()  # type: ignore[operator]
+    return list(getattr(state, "_fsdp_param_groups", []) or [])
 
 
-def _reshards(units: list[tuple[str, nn.Module]]) -> bool | None:
-    """Whether the non-root units free their gathered parameters after forward, read from
-    FSDP's state (None where that cannot be read or the units disagree)."""
-    seen: set[bool] = set()
-    for name, unit in units:
-        if name == "":
-            continue
-        group = getattr(_fsdp_state(unit), "_fsdp_param_group", None)
-        post = getattr(group, "post_forward_mesh_info", "unread")
-        if post == "unread":
-            return None
-        seen.add(post is not None)
-    return seen.pop() if len(seen) == 1 else None
+def _own_class(unit: nn.Module) -> str:
+    """The module's own class, not the FSDP subclass ``fully_shard`` swapped in."""
+    from torch.distributed.fsdp import FSDPModule
+
+    own = next(c for c in type(unit).__mro__[1:] if not issubclass(c, FSDPModule))
+    return own.__name__
 
 
 def _dtype(dtype: torch.dtype | None) -> str | None:
