@@ -24,6 +24,7 @@ from analysis.present.plan.text import plan_study, study_markdown
 from analysis.present.profile_tables import profile_index
 from analysis.present.tables import markdown
 from analysis.read.files import Problem
+from analysis.read.frame import written
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -127,7 +128,9 @@ def _plain_column(series: pd.Series) -> list[Any]:
 
 
 def records(frame: pd.DataFrame, drop: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts (built column by column: fast for 10,000 runs)."""
+    """Rows as JSON-ready dicts (built column by column: fast for 10,000 runs), less the
+    columns nothing was recorded in (:func:`analysis.read.frame.written`)."""
+    frame = written(frame)
     cols = [c for c in frame.columns if c not in drop]
     columns = [_plain_column(frame[c]) for c in cols]
     return [dict(zip(cols, values, strict=True)) for values in zip(*columns, strict=True)]
