@@ -209,6 +209,7 @@ def document(
         "scaling": records(analysis.scaling),
         "amdahl": records(analysis.amdahl),
         "precision": records(analysis.precision),
+        **_strategy(analysis),
         "diagnosis": records(analysis.waterfall.table) if analysis.waterfall else [],
         "diagnosis_findings": findings(analysis.waterfall) if analysis.waterfall else [],
         **_projection(analysis),
@@ -237,6 +238,19 @@ def _projection(analysis: Analysis) -> dict[str, Any]:
         "projection_check": records(result.checks),
         "projection_crossings": crossings,
         "projection_findings": projection_findings(result),
+    }
+
+
+def _strategy(analysis: Analysis) -> dict[str, Any]:
+    """summary.json's FSDP vs DDP rows and paragraphs; absent when strategies are not
+    compared."""
+    if analysis.strategy.empty:
+        return {}
+    from analysis.present.headline_tables import strategy_findings
+
+    return {
+        "strategy": records(analysis.strategy),
+        "strategy_findings": strategy_findings(analysis),
     }
 
 
@@ -296,6 +310,10 @@ def report_markdown(
     if doc.get("diagnosis_findings"):
         out += ["## Where the efficiency went, in words", ""]
         for item in doc["diagnosis_findings"]:
+            out += [f"### {item['series']}", "", item["text"], ""]
+    if doc.get("strategy_findings"):
+        out += ["## Sharded (FSDP) vs DDP, in words", ""]
+        for item in doc["strategy_findings"]:
             out += [f"### {item['series']}", "", item["text"], ""]
     if doc.get("projection_findings"):
         out += ["## Projection, in words", ""]

@@ -67,7 +67,16 @@ from ..config import (
     resolve_batch,
 )
 from ..errors import ConfigError
-from ..schema import UnknownKeyError, build, non_negative, option, positive, set_dotted
+from ..schema import (
+    UnknownKeyError,
+    below_one,
+    build,
+    check_axis,
+    non_negative,
+    option,
+    positive,
+    set_dotted,
+)
 from .plan_spec import PlanSpec
 from .resources import (
     GpuCounter,
@@ -171,44 +180,20 @@ class SweepConfig:
                 raise ConfigError(f"shapes: {shape.label} is listed twice; use repeats instead")
             seen.add(shape.label)
         if self.precisions is not None:
-            _check_axis("precisions", self.precisions)
+            check_axis("precisions", self.precisions)
         if self.strategies is not None:
-            _check_axis("strategies", self.strategies)
+            check_axis("strategies", self.strategies)
         if self.project_nodes is not None:
-            _check_axis(
-                "project_nodes", self.project_nodes, bad=_below_one, wanted="a node count >= 1"
+            check_axis(
+                "project_nodes", self.project_nodes, bad=below_one, wanted="a node count >= 1"
             )
         if self.accumulate_grad_batches is not None:
-            _check_axis(
+            check_axis(
                 "accumulate_grad_batches",
                 self.accumulate_grad_batches,
-                bad=_below_one,
+                bad=below_one,
                 wanted="a count >= 1",
             )
-
-
-def _below_one(count: Any) -> bool:
-    """Not a count of at least one (a bool is not a count)."""
-    return isinstance(count, bool) or count < 1
-
-
-def _check_axis(
-    key: str,
-    values: list[Any],
-    *,
-    bad: Callable[[Any], bool] | None = None,
-    wanted: str = "",
-) -> None:
-    """A sweep axis (every shape at each value): a non-empty list, every value one that
-    ``bad`` accepts, none twice."""
-    if not values:
-        raise ConfigError(f"{key}: the list is empty; leave it out or name one")
-    wrong = [v for v in values if bad is not None and bad(v)]
-    if wrong:
-        raise ConfigError(f"{key}: {wrong[0]!r} is not {wanted}")
-    twice = sorted({v for v in values if values.count(v) > 1})
-    if twice:
-        raise ConfigError(f"{key}: {twice[0]} is listed twice")
 
 
 def load_sweep_config(path: str | os.PathLike[str]) -> SweepConfig:
