@@ -182,3 +182,28 @@ def test_a_wrap_rule_matching_nothing_is_refused_in_one_line(tmp_path: Path) -> 
     assert run.returncode == 2, run.describe()
     assert len(err.splitlines()) == 1 and "fsdp.wrap: Conv2d matches no submodule" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_fsdp_records_the_allocator_and_bf16_gathers(tmp_path: Path) -> None:
+    """One GPU (NCCL, a 1-rank mesh): the reserved peak, allocation retries and OOMs are
+    recorded beside the model state, and bf16-mixed gathers in bf16, reduces in fp32."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible (torch.cuda.is_available() is False)")
+    run = run_train(
+        tmp_path,
+        *[a for a in TINY_GPT if a != "trainer.accelerator=cpu"],
+        *ONE_EPOCH,
+        "trainer.accelerator=gpu",
+        "trainer.strategy=fsdp",
+        "trainer.precision=bf16-mixed",
+        output_dir=tmp_path / "out",
+    )
+    r = _finished(run)
+    assert r.memory is not None and r.sharding is not None
+    assert r.memory["reserved_peak_gib"] and r.memory["reserved_peak_gib"][0] > 0
+    assert r.memory["alloc_retries"] == [0] and r.memory["ooms"] == [0]
+    assert r.sharding["mesh"]["device_type"] == "cuda"
+    assert r.sharding["param_dtype"] == "bfloat16" and r.sharding["reduce_dtype"] == "float32"
