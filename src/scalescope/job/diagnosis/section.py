@@ -202,6 +202,8 @@ def _rank_row(rank: int, part: Mapping[str, Any], world_size: int) -> dict[str, 
     row["own_s"] = d["input_wait_s"] + d["compute_s"]
     if "syncs_per_step" in d:
         row["syncs_per_step"] = d["syncs_per_step"]
+    if "collectives_per_step" in d:  # FSDP: calls and bytes issued per optimizer step
+        row["collectives_per_step"] = d["collectives_per_step"]
     waits = d.get("step_waits")
     if world_size == 1:  # one device: no all-reduce, nobody to wait for
         row.update(wait_s=0.0, exposed_comm_s=d["comm_wait_s"], waits_steps=0)

@@ -56,6 +56,9 @@ class StepBreakdown(L.Callback):
       every forward; the wait from the start of the training call to the module's forward
       is communication wait too.
 
+    Under FSDP2 the marks are its own (:mod:`.fsdp_waits`, registered beside DDP's): the
+    last-gradient hook and the buffer broadcast's are not installed.
+
     Each collective's wait is kept per steady step (:data:`COLLECTIVES`): a rank that waits in
     the broadcast for a peer whose loader was slower is waiting, as much as one that waits
     in the all-reduce for a peer whose forward was slower (see :meth:`reduce_steps`).
@@ -110,6 +113,12 @@ class StepBreakdown(L.Callback):
         self.window: Clock | None = None
         """While set (only before the steady state: the profiler's measurement steps), the
         communication waits go to this clock instead (``comm_wait_s``)."""
+        self.strategy: str | None = None
+        """The strategy whose wait hooks took the model (:mod:`.strategies`), or None."""
+        self.fsdp: Any = None
+        """Under FSDP2, its marks (:class:`.fsdp_waits.FsdpWaits`)."""
+        self.not_timed: str | None = None
+        """Why a strategy's waits could not be marked, where its hooks refused."""
         self.calibration: dict[str, Any] = {
             "status": "skipped",
             "reason": "training stopped before its end",
@@ -118,10 +127,11 @@ class StepBreakdown(L.Callback):
 
     # set-up ----------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.clock = clock_for(trainer.strategy.root_device, COLLECTIVES)
+        self.clock = clock_for(trainer.strategy.root_device, COLLECTIVES["ddp"])
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        attach_waits(self, trainer, pl_module)  # one device: no collective, nothing to mark
+        # one device: no collective, nothing to mark; FSDP's hooks set the clock's series
+        self.strategy = attach_waits(self, trainer, pl_module)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._direct_fetch = _time_fetches(trainer, self)
@@ -178,11 +188,17 @@ class StepBreakdown(L.Callback):
     ) -> None:
         # Only a steady backward that all-reduces has buckets to time (DDP's no_sync sets the
         # flag before the micro-batch's forward).
+        if self.fsdp is not None:
+            self.fsdp.backward_starts()
+            return
         sync = getattr(trainer.strategy.model, "require_backward_grad_sync", True)
         if self.ready is not None and self._counting and sync:
             self.ready.backward_starts()
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.fsdp is not None:  # its reduce-scatters said whether this one synchronised
+            self.fsdp.backward_ends()
+            return
         if self._grad_order is not None:  # the first backward: keep one hook from now on
             self._settle_last_gradient()
         if self.ready is not None:
@@ -238,6 +254,8 @@ class StepBreakdown(L.Callback):
         self.committed = dict(self.clock.totals)
         self.committed_steps = self._step
         self.committed_synced = self._synced
+        if self.fsdp is not None:
+            self.fsdp.commit()
 
     # calibration ---------------------------------------------------------------------
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -261,7 +279,8 @@ class StepBreakdown(L.Callback):
         excess over it is its wait for slower ranks, in whichever collective it waited. A
         collective: every rank calls it, before the gather."""
         n_local = min(self.committed_steps, MAX_STEP_RECORDS)
-        if not self._params or trainer.world_size <= 1 or n_local <= 0:
+        timed = bool(self._params) or self.fsdp is not None
+        if not timed or trainer.world_size <= 1 or n_local <= 0:
             return
         self.step_waits = reduce_step_waits(trainer, self.clock.steps, n_local)
 
@@ -281,8 +300,11 @@ class StepBreakdown(L.Callback):
             comm_wait_s=comm,
             compute_s=max(0.0, step - wait - comm),
         )
-        if self._params:  # under DDP: how many backwards per step asked for the all-reduce
+        if self._params or self.fsdp is not None:
+            # how many backwards per step asked for the all-reduce (FSDP: reduce-scattered)
             out["syncs_per_step"] = self.committed_synced * per
+        if self.fsdp is not None:
+            out["collectives_per_step"] = self.fsdp.per_step(per)
         if self.step_waits is not None:
             out["step_waits"] = self.step_waits
         if self.ready_part is not None:
@@ -371,3 +393,6 @@ def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:
         f"Timed{base.__name__}", (base,), {"__iter__": __iter__, "__next__": __next__}
     )
     return True
+
+
+from . import fsdp_waits as _fsdp_waits  # noqa: E402,F401  FSDP's hooks: registered after DDP's
