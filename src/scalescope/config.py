@@ -31,6 +31,7 @@ from .schema import (
 
 DEFAULT_WORKLOAD = "spiral"
 Precision = Literal["32", "bf16-mixed", "16-mixed"]
+Strategy = Literal["ddp", "fsdp"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -82,7 +83,18 @@ class TrainerConfig:
         "batch. A user's module gets Lightning's own accumulation over its loader's batches",
         check=positive,
     )
-    precision: Precision = option("32", help="32, bf16-mixed or 16-mixed (16-mixed needs a GPU)")
+    precision: Precision = option(
+        "32",
+        help="32, bf16-mixed or 16-mixed (16-mixed needs a GPU and DDP); under fsdp, "
+        "bf16-mixed also gathers parameters in bf16 and reduces gradients in fp32",
+    )
+    strategy: Strategy = option(
+        "ddp",
+        help="ddp: every rank holds the whole model, gradients all-reduced (Lightning's "
+        "DDPStrategy); fsdp: FSDP2, parameters, gradients and optimizer state sharded over "
+        "the ranks (torch's fully_shard through Lightning's ModelParallelStrategy: each "
+        "block, then the root; see the fsdp section)",
+    )
     compile: bool = option(
         False,
         help="torch.compile the module's forward when training starts (after the FLOPs "
@@ -144,10 +156,34 @@ class TrainerConfig:
     )
 
     def validate(self, where: str) -> None:
+        if self.precision == "16-mixed" and self.strategy == "fsdp":
+            raise ConfigError(
+                f"{where}.precision: 16-mixed is not run with strategy fsdp (it needs a "
+                "gradient scaler FSDP2 does not take here); use bf16-mixed or 32"
+            )
         if self.precision == "16-mixed" and self.accelerator == "cpu":
             raise ConfigError(
                 f"{where}.precision: 16-mixed needs a GPU; use bf16-mixed or 32 on the CPU"
             )
+
+
+@dataclass(frozen=True)
+class FsdpConfig:
+    """How ``trainer.strategy: fsdp`` shards the module (FSDP2's ``fully_shard``)."""
+
+    wrap: list[str] | None = option(
+        None,
+        help="for your own module without a configure_model: the block classes to shard "
+        "one by one, as import paths (package.module.Block) or class names; every module "
+        "of those classes is sharded, then the root. Null = the module's own "
+        "configure_model (built-in workloads bring theirs)",
+    )
+    reshard_after_forward: bool = option(
+        True,
+        help="free each block's gathered parameters after its forward and gather them again "
+        "before its backward (less memory, one more all-gather per block); false keeps "
+        "them until the backward (the root's are kept either way)",
+    )
 
 
 @dataclass(frozen=True)
@@ -244,6 +280,7 @@ class TrainConfig:
         DiagnosisConfig, help="where the lost efficiency goes (step-time breakdown)"
     )
     faults: FaultsConfig = option(FaultsConfig, help="deliberate faults for testing; off")
+    fsdp: FsdpConfig = option(FsdpConfig, help="sharding under trainer.strategy: fsdp")
     output_dir: str = option("outputs", help="where run directories, logs and archives go")
     sweep_id: str | None = option(None, help="set by `scalescope sweep`; groups a sweep's runs")
     cluster: str | None = option(

@@ -88,6 +88,10 @@ class Identity:
     """Micro-batches per optimizer step (``trainer.accumulate_grad_batches``): the batch sizes
     above count the samples of one optimizer step, each device's in this many passes. 1 in
     records written before it existed."""
+    strategy: str = "ddp"
+    """How the ranks share the model (``trainer.strategy``): ``ddp`` (every rank holds all of
+    it) or ``fsdp`` (FSDP2: parameters, gradients and optimizer state sharded; the record's
+    ``sharding`` says how). ``ddp`` in records written before it existed."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,19 @@ class ResultRecord:
     train_end_unix: float | None = None
     """Wall clock (Unix seconds) when training ended, on the last rank; None in older
     records."""
+    memory: dict[str, Any] | None = None
+    """Memory per rank, in rank order: the model state this rank holds (``model_state_bytes``,
+    and its parts ``parameter_bytes``, ``gradient_bytes``, ``optimizer_state_bytes``: local
+    shards under FSDP, counted from the tensors, exact on any device), and on GPUs training's
+    ``reserved_peak_gib`` (the allocator's cache included), ``alloc_retries`` and ``ooms``
+    (None elsewhere, ``allocator_reason`` says why). None in older records."""
+    sharding: dict[str, Any] | None = None
+    """Under ``strategy: fsdp``, the sharding applied: ``applied_by`` (scalescope, a wrap
+    rule, or the module's own configure_model), ``wrapped`` (the modules ``fully_shard``
+    wrapped, by name, the root ``""``), ``wrapped_classes``, ``mesh`` (dims, shape, device
+    type), ``reshard_after_forward``, ``param_dtype`` and ``reduce_dtype`` (what parameters
+    are gathered and gradients reduced in; None = the parameter's own), ``autocast`` (the
+    dtype Lightning's autocast computes in, or None). None under DDP and in older records."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 

@@ -14,8 +14,10 @@ from typing import Any, Generic, TypeVar
 import lightning as L
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
+
+from .sharding import FsdpSetting, data_parallel_mesh, describe, is_sharded, shard
 
 
 class WorkloadModule(L.LightningModule):
@@ -49,9 +51,29 @@ class WorkloadModule(L.LightningModule):
     the group is split into this many, their gradients summed (each loss divided by it, as
     Lightning does), DDP's all-reduce running on the last one's backward only."""
 
+    fsdp: FsdpSetting | None = None
+    """Set by the job under ``trainer.strategy: fsdp``: :meth:`configure_model` then shards
+    :meth:`fsdp_blocks` one by one, then the module."""
+    sharding: dict[str, Any] | None = None
+    """What :meth:`configure_model` applied (the record's ``sharding``); None unsharded."""
+
     def micro_batch_loss(self, x: Tensor, y: Tensor) -> Tensor:
         """The training loss of one micro-batch (forward pass only)."""
         raise NotImplementedError
+
+    def fsdp_blocks(self) -> list[nn.Module]:
+        """The submodules FSDP shards one by one (each its own all-gather), in forward order;
+        what they do not hold stays with the root."""
+        raise NotImplementedError
+
+    def configure_model(self) -> None:
+        # Lightning calls this hook under every strategy, once the process group and its
+        # device mesh exist; only FSDP has anything to do (and only once: Lightning calls
+        # it again for a later validate or test).
+        if self.fsdp is None or is_sharded(self):
+            return
+        shard(self, self.fsdp_blocks(), data_parallel_mesh(self), self.fsdp)
+        self.sharding = describe(self, self.fsdp, applied_by="scalescope")
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # With accumulation, DDP must not expect a gradient all-reduce from the call's forward
@@ -98,11 +120,14 @@ class WorkloadModule(L.LightningModule):
         return total
 
     def _grad_sync(self, on: bool) -> None:
-        """Whether DDP all-reduces gradients in the coming backward (what ``no_sync()``
-        switches); nothing without DDP."""
+        """Whether the coming backward synchronises gradients: DDP's all-reduce (what
+        ``no_sync()`` switches), FSDP's reduce-scatter (``set_requires_gradient_sync``, on
+        every unit; its all-gathers run either way); nothing on one device."""
         model = self.trainer.strategy.model
         if isinstance(model, DistributedDataParallel):
             model.require_backward_grad_sync = on
+        elif is_sharded(model):
+            model.set_requires_gradient_sync(on)  # type: ignore[operator]
 
     def on_validation_epoch_start(self) -> None:
         self._val_sums = torch.zeros(3, dtype=torch.float64, device=self.device)

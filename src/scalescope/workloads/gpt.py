@@ -136,6 +136,11 @@ class GptModel(WorkloadModule):
             return logits  # type: ignore[no-any-return]
         return cross_entropy(logits, targets)
 
+    def fsdp_blocks(self) -> list[nn.Module]:
+        """The transformer blocks; the root keeps the embeddings, the final norm and the LM
+        head, whose weight is the token embedding's (tied weights stay in one unit)."""
+        return list(self.blocks)
+
     def block_matmul_params(self) -> int:
         """``N_blocks``: the weights of every matmul inside the blocks."""
         s = self.shape

@@ -371,6 +371,10 @@ class ResnetModule(ClassifierModule):
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 
+    def fsdp_blocks(self) -> list[nn.Module]:
+        """The residual blocks; the root keeps the stem and the classifier head."""
+        return list(self.net.blocks)
+
     def flops_per_sample(self) -> float:
         return flops_per_sample(self.params)
 

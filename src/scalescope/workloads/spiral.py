@@ -88,6 +88,11 @@ class SpiralMLP(ClassifierModule):
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 
+    def fsdp_blocks(self) -> list[nn.Module]:
+        """The hidden layers (each Linear but the last); the root keeps the output layer."""
+        linears = [m for m in self.net if isinstance(m, nn.Linear)]
+        return list(linears[:-1])
+
     def flops_per_sample(self) -> float:
         """Training FLOPs per sample: 2 per multiply-add forward, twice that backward."""
         macs = sum(m.in_features * m.out_features for m in self.net if isinstance(m, nn.Linear))

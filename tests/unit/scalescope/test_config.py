@@ -64,6 +64,7 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         "tracking",
         "diagnosis",
         "faults",
+        "fsdp",
         "output_dir",
         "sweep_id",
         "cluster",

@@ -18,9 +18,16 @@ class DevicePeaks:
     """The training and validation peaks of one device, from the allocator's peak counter
     (``read``: bytes allocated at most since the last ``reset``)."""
 
-    def __init__(self, read: Callable[[], float], reset: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        read: Callable[[], float],
+        reset: Callable[[], None],
+        read_reserved: Callable[[], float] | None = None,
+    ) -> None:
         self._read, self._reset = read, reset
+        self._read_reserved = read_reserved
         self._train = 0.0
+        self._train_reserved = 0.0
         self._val: float | None = None
 
     @classmethod
@@ -33,10 +40,13 @@ class DevicePeaks:
         return cls(
             lambda: float(torch.cuda.max_memory_allocated(device)),
             lambda: torch.cuda.reset_peak_memory_stats(device),
+            lambda: float(torch.cuda.memory_stats(device).get("reserved_bytes.all.peak", 0)),
         )
 
     def validation_starts(self) -> None:
         self._train = max(self._train, self._read())
+        if self._read_reserved is not None:
+            self._train_reserved = max(self._train_reserved, self._read_reserved())
         self._reset()
 
     def validation_ends(self) -> None:
@@ -46,6 +56,13 @@ class DevicePeaks:
     def training_gib(self) -> float:
         """The training peak so far: before each validation, and since the last one."""
         return max(self._train, self._read()) / GIB
+
+    def training_reserved_gib(self) -> float | None:
+        """Training's peak of memory the allocator reserved (its cache included: what the
+        device had to have); None where it cannot be read."""
+        if self._read_reserved is None:
+            return None
+        return max(self._train_reserved, self._read_reserved()) / GIB
 
     def validation_gib(self) -> float | None:
         """The validation peak; None when no validation ran."""

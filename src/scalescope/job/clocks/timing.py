@@ -318,6 +318,8 @@ class Agreed:
     """Steps left out as warm-up (the same on every rank); None if training ended in it."""
     steady_time_s: float | None
     """Training time after the warm-up, max over ranks; None without a steady state."""
+    reserved_peak_gib: list[float] | None = None
+    """Training's peak of the allocator's reserved memory per rank; None off CUDA."""
     train_start_unix: float = float("nan")
     """Wall clock (Unix seconds) when the timed interval began: the last rank's, after the
     barrier every rank meets at train start."""
@@ -369,6 +371,7 @@ def rank_part(
         "node": node_name,
         "peak_dev": peaks.training_gib() if peaks is not None else None,
         "peak_val": peaks.validation_gib() if peaks is not None else None,
+        "reserved_peak": peaks.training_reserved_gib() if peaks is not None else None,
         "rss": peak_host_rss_gib(),
         "warmup_steps": t.warmup_steps,
         "steady": rank_steady_s(t),
@@ -387,6 +390,7 @@ def combine(everyone: list[dict[str, Any]]) -> Agreed:
     epochs = [max(vals) for vals in zip(*(r["epochs"] for r in everyone), strict=True)]
     peaks = [r["peak_dev"] for r in everyone]
     val_peaks = [r["peak_val"] for r in everyone]
+    reserved = [r.get("reserved_peak") for r in everyone]
     steady = [r["steady"] for r in everyone]
     warmup = everyone[0]["warmup_steps"]
     total_steps = sum(everyone[0]["steps"])
@@ -400,6 +404,7 @@ def combine(everyone: list[dict[str, Any]]) -> Agreed:
         node_names=[r["node"] for r in everyone],
         peak_mem_gib=None if any(p is None for p in peaks) else peaks,
         val_peak_mem_gib=None if any(p is None for p in val_peaks) else val_peaks,
+        reserved_peak_gib=None if any(p is None for p in reserved) else reserved,
         peak_host_rss_gib=[r["rss"] for r in everyone],
         warmup_steps=warmup,
         steady_time_s=max(steady) if has_steady else None,

@@ -135,6 +135,14 @@ def adopting_ddp(started: StartedRanks, **ddp_kwargs: Any) -> Any:
     """A DDPStrategy whose launcher takes ``started``'s ranks instead of starting its own
     (everything else, its process observer included, is Lightning's)."""
     from lightning.pytorch.strategies import DDPStrategy
+
+    return adopting(DDPStrategy, started, **ddp_kwargs)
+
+
+def adopting(strategy_cls: type, started: StartedRanks, **kwargs: Any) -> Any:
+    """``strategy_cls`` (DDPStrategy, or a ModelParallelStrategy under FSDP: both start the
+    extra ranks with Lightning's subprocess-script launcher) built with ``kwargs``, its
+    launcher taking ``started``'s ranks instead of starting its own."""
     from lightning.pytorch.strategies.launchers.subprocess_script import (
         _SubprocessScriptLauncher,
     )
@@ -154,7 +162,7 @@ def adopting_ddp(started: StartedRanks, **ddp_kwargs: Any) -> Any:
             self.procs = list(started.procs)
             started.adopted = True
 
-    class _AdoptingDDP(DDPStrategy):
+    class _Adopting(strategy_cls):  # type: ignore[valid-type, misc]
         def _configure_launcher(self) -> None:
             super()._configure_launcher()
             if type(self._launcher) is _SubprocessScriptLauncher:
@@ -162,4 +170,5 @@ def adopting_ddp(started: StartedRanks, **ddp_kwargs: Any) -> Any:
                     self.cluster_environment, self.num_processes, self.num_nodes
                 )
 
-    return _AdoptingDDP(**ddp_kwargs)
+    _Adopting.__name__ = _Adopting.__qualname__ = f"_Adopting{strategy_cls.__name__}"
+    return _Adopting(**kwargs)

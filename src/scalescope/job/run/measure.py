@@ -112,11 +112,14 @@ class Measures:
         faults = self.cfg.faults
         if faults.exit_rank == trainer.global_rank and faults.exit_at == "gather":
             os._exit(1)
+        from ..clocks.model_state import rank_memory
+
         diag = self.diag
         extra = diag.mine(trainer) if diag else {}
+        extra["model_state"] = rank_memory(trainer)
         if self.profile is not None:
             extra["profile"] = self.profile.mine()
-        agreed = agree(trainer, self.timing.t, self.node, extra or None)
+        agreed = agree(trainer, self.timing.t, self.node, extra)
         if self.user is not None:
             self.user.counted = self.user.counter.agree(trainer)
         return agreed

@@ -130,6 +130,7 @@ def _identity(cfg: TrainConfig, job: Job, run_dir: Path, process_start: float) -
         repeat_index=cfg.repeat_index,
         run_uuid=uuid.uuid4().hex,
         accumulate_grad_batches=batch.accumulate_grad_batches,
+        strategy=cfg.trainer.strategy,
     )
 
 
@@ -266,6 +267,7 @@ def build_result(
     user's module's are the samples its loaders yielded, counted on every rank and summed.
     """
     from ...workloads.user_measurement import measured_batch
+    from ..clocks.model_state import memory_section
 
     steps = int(trainer.global_step)
     counted = measures.counted if measures is not None else None
@@ -301,7 +303,19 @@ def build_result(
         config=cfg.to_dict(),
         finished_at=_utc(time.time()),
         batch=batch_section,
+        memory=memory_section(agreed.per_rank, agreed.reserved_peak_gib, ident.accelerator),
+        sharding=_sharding(model, cfg),
     )
+
+
+def _sharding(model: Any, cfg: TrainConfig) -> dict[str, Any] | None:
+    """The sharding FSDP applied, read from the module (None under DDP)."""
+    if cfg.trainer.strategy != "fsdp":
+        return None
+    from ...workloads.sharding import autocast_dtype, describe
+
+    section = getattr(model, "sharding", None) or describe(model, None, "the module")
+    return {**section, "autocast": autocast_dtype(cfg.trainer.precision)}
 
 
 def _epochs(agreed: Any, trainer: Any) -> dict[str, Any]:

@@ -40,7 +40,21 @@ def build_module(cfg: TrainConfig, job: Job) -> tuple[Any, Any]:
     )
     if job.user_workload and job.batch.accumulate_grad_batches > 1:
         _check_accumulates(model, job.batch.accumulate_grad_batches, job.topo.global_rank)
+    if cfg.trainer.strategy == "fsdp":
+        _ask_to_shard(model, cfg, job)
     return model, datamodule
+
+
+def _ask_to_shard(model: Any, cfg: TrainConfig, job: Job) -> None:
+    """Under FSDP: a built-in module shards itself in its ``configure_model`` with this
+    setting (:class:`~scalescope.workloads.base.WorkloadModule`)."""
+    from ...workloads.sharding import FsdpSetting
+
+    setting = FsdpSetting(
+        reshard_after_forward=cfg.fsdp.reshard_after_forward, precision=cfg.trainer.precision
+    )
+    if not job.user_workload:
+        model.fsdp = setting
 
 
 def _check_accumulates(model: Any, accumulate: int, rank: int) -> None:
@@ -154,7 +168,8 @@ def _strategy(
     callbacks: list[Any],
     started: StartedRanks | None,
 ) -> tuple[Any, list[Any]]:
-    """DDP on several processes (Lightning's "auto" on one), and ``callbacks`` with the one
+    """DDP on several processes (Lightning's "auto" on one), FSDP2 through Lightning's
+    ModelParallelStrategy under ``strategy: fsdp`` at any world size, and ``callbacks`` with the one
     that sets the process group's collective timeout once the group exists, where needed.
 
     The process group's timeout bounds every collective (gloo and NCCL): a dead or hung
@@ -169,7 +184,11 @@ def _strategy(
     startup = max(collective, dt.timedelta(seconds=STARTUP_TIMEOUT_S))
     ddp = {"gradient_as_bucket_view": True, "timeout": startup}
     strategy: Any = "auto"
-    if started is not None:  # ranks 1..N-1 already running (children.start_local_ranks)
+    if trainer_cfg.strategy == "fsdp":  # on one rank too: the same sharding code runs
+        from .sharded_strategy import fsdp_strategy
+
+        strategy = fsdp_strategy(topo.world_size, startup, started)
+    elif started is not None:  # ranks 1..N-1 already running (children.start_local_ranks)
         strategy = adopting_ddp(started, **ddp)
     elif topo.world_size > 1:
         strategy = DDPStrategy(**ddp)
