@@ -54,6 +54,8 @@ class FsdpWaits:
         """Reduce-scatters issued in the current backward."""
         self._last_scatter: Any = None
         self._forward_start: Any = None
+        self.validating = False
+        """Inside validation: its all-gathers are neither timed nor counted."""
 
     # the taps' listener ---------------------------------------------------------------
     def start(self, kind: str) -> Any:
@@ -63,6 +65,8 @@ class FsdpWaits:
 
     def end(self, kind: str, nbytes: int, started: Any) -> None:
         probe = self.probe
+        if self.validating:
+            return
         if kind == REDUCE_SCATTER:
             self.scatters += 1
             self._last_scatter = started
@@ -85,7 +89,8 @@ class FsdpWaits:
         return event
 
     def _before_unshard(self, _module: Any, _args: Any) -> None:
-        self._forward_start = self._mark() if self.probe._waits_to() is not None else None
+        timed = self.probe._waits_to() is not None and not self.validating
+        self._forward_start = self._mark() if timed else None
 
     def _after_unshard(self, _module: Any, _args: Any) -> None:
         start, self._forward_start = self._forward_start, None

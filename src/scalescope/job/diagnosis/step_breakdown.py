@@ -29,7 +29,8 @@ import lightning as L
 from ...collectives import DDP_BROADCAST, DDP_GRADIENT
 from ...config import DiagnosisConfig, FaultsConfig
 from ..clocks.timing import Timings
-from .bucket_ready import ReadinessTimer
+from .allreduce import FSDP_HAS_NO_BUCKETS
+from .bucket_ready import ReadinessTimer, not_recorded
 from .calibration import calibrate, first_line, pass_estimate
 from .cross_rank import gather_calibration, reduce_step_waits
 from .step_clock import COLLECTIVES, MAX_STEP_RECORDS, Clock, clock_for
@@ -247,6 +248,12 @@ class StepBreakdown(L.Callback):
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fetch_start = None  # a gap that spans validation is not input wait
+        if self.fsdp is not None:  # its all-gathers there are not the training step's
+            self.fsdp.validating = True
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.fsdp is not None:
+            self.fsdp.validating = False
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fetch_start = None  # the fetcher's last, empty call ends the epoch
@@ -309,6 +316,8 @@ class StepBreakdown(L.Callback):
             out["step_waits"] = self.step_waits
         if self.ready_part is not None:
             out["bucket_ready"] = self.ready_part
+        elif self.fsdp is not None:
+            out["bucket_ready"] = not_recorded(FSDP_HAS_NO_BUCKETS)
         return out
 
     def _set_probe(self, probe: Callable[[], None] | None) -> bool:

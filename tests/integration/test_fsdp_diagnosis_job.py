@@ -1,0 +1,103 @@
+"""The diagnosis under ``trainer.strategy: fsdp`` with real processes (2 ranks, gloo) and real
+records: FSDP's waits are measured, never counted as compute, and injected causes land in
+their part.
+
+* a 20 ms delay of each optimizer step's first all-gather (``faults.allgather_delay_s``)
+  raises the exposed communication by 20 ms (within 25%, mean of the repeats);
+* a 40 ms sleep on one rank is that rank's peers' wait (skew), not exposed communication;
+* every DDP-only path measures or says why it did not.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import pytest
+from core_helpers import CPU, REPO, run_train
+from diagnosis_helpers import diag, only_result
+
+from scalescope.record import ResultRecord
+
+pytestmark = pytest.mark.timeout(900)
+
+REPEATS = 2
+DELAY_S = 0.02
+SLOW_S = 0.04
+FSDP_GPT = (
+    CPU,
+    "workload.name=gpt",
+    "workload.preset=tiny",
+    "workload.train_sequences=512",
+    "workload.val_sequences=64",
+    "trainer.batch_size=32",
+    "trainer.max_epochs=2",
+    "trainer.devices=2",
+    "trainer.strategy=fsdp",
+    "tracking.mode='off'",
+    "diagnosis.allreduce_baseline=false",
+)
+CAUSES = {
+    "plain": (),
+    "delayed all-gather": (f"faults.allgather_delay_s={DELAY_S}",),
+    "one slow rank": ("faults.slow_rank=1", f"faults.slow_rank_sleep_s={SLOW_S}"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[ResultRecord]]:
+    out: dict[str, list[ResultRecord]] = {}
+    for cause, args in CAUSES.items():
+        folder = tmp_path_factory.mktemp(cause.replace(" ", "-"))
+        out[cause] = [
+            only_result(run_train(REPO, *FSDP_GPT, *args, output_dir=folder / str(i)))
+            for i in range(REPEATS)
+        ]
+    return out
+
+
+def _exposed(record: ResultRecord) -> float:
+    return float(diag(record)["step_waits"]["exposed_s"])
+
+
+def _mean(records: list[ResultRecord], value: Any) -> float:
+    return statistics.mean(value(r) for r in records)
+
+
+def test_no_communication_is_counted_as_compute(runs: dict[str, list[ResultRecord]]) -> None:
+    for records in runs.values():
+        for record in records:
+            d = diag(record)
+            assert record.strategy == "fsdp" and d["status"] == "recorded"
+            for row in d["ranks"]:
+                assert row["comm_wait_s"] > 0 and row["syncs_per_step"] == 1.0
+                issued = row["collectives_per_step"]
+                assert issued["reduce_scatter"] == {"count": 3.0, "bytes": 55_936.0}
+                assert issued["all_gather"]["count"] >= 5
+            assert d["step_waits"]["steps"] > 0
+
+
+def test_every_ddp_only_path_measures_or_says_why(runs: dict[str, list[ResultRecord]]) -> None:
+    d = diag(runs["plain"][0])
+    assert d["calibration"]["status"] == "skipped"
+    assert "FSDP" in d["calibration"]["reason"]
+    assert "FSDP" in d["bucket_ready"]["reason"]
+
+
+def test_a_delayed_all_gather_is_exposed_communication(
+    runs: dict[str, list[ResultRecord]],
+) -> None:
+    added = _mean(runs["delayed all-gather"], _exposed) - _mean(runs["plain"], _exposed)
+    assert added == pytest.approx(DELAY_S, rel=0.25)
+
+
+def test_one_slow_rank_is_skew_not_exposed_communication(
+    runs: dict[str, list[ResultRecord]],
+) -> None:
+    added = _mean(runs["one slow rank"], _exposed) - _mean(runs["plain"], _exposed)
+    assert abs(added) < 0.25 * SLOW_S
+
+    def fast_rank_wait(record: ResultRecord) -> float:
+        return float(diag(record)["ranks"][0]["wait_s"])
+
+    assert _mean(runs["one slow rank"], fast_rank_wait) == pytest.approx(SLOW_S, rel=0.25)
