@@ -2,10 +2,14 @@
 records: FSDP's waits are measured, never counted as compute, and injected causes land in
 their part.
 
-* a 20 ms delay of each optimizer step's first all-gather (``faults.allgather_delay_s``)
-  raises the exposed communication by 20 ms (within 25%, mean of the repeats);
-* a 40 ms sleep on one rank is that rank's peers' wait (skew), not exposed communication;
+* a delay of each optimizer step's first all-gather (``faults.allgather_delay_s``) raises
+  the exposed communication by the delay (within 25%, mean of the repeats);
+* a sleep on one rank is that rank's peers' wait (skew), not exposed communication;
 * every DDP-only path measures or says why it did not.
+
+The effects are 100 ms: several times the noise of a 2-core machine beside a busy loop,
+where a plain run's exposed communication (9 collectives a step, each needing both ranks on
+a core) read 10-45 ms from run to run. On the idle machine a 20 ms delay added 17.6 ms.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ from scalescope.record import ResultRecord
 
 pytestmark = pytest.mark.timeout(900)
 
-REPEATS = 2
-DELAY_S = 0.02
-SLOW_S = 0.04
+REPEATS = 3
+DELAY_S = 0.1
+SLOW_S = 0.1
 FSDP_GPT = (
     CPU,
     "workload.name=gpt",
@@ -68,12 +72,14 @@ def test_no_communication_is_counted_as_compute(runs: dict[str, list[ResultRecor
     for records in runs.values():
         for record in records:
             d = diag(record)
-            assert record.strategy == "fsdp" and d["status"] == "recorded"
+            assert record.identity.strategy == "fsdp" and d["status"] == "recorded"
             for row in d["ranks"]:
                 assert row["comm_wait_s"] > 0 and row["syncs_per_step"] == 1.0
                 issued = row["collectives_per_step"]
                 assert issued["reduce_scatter"] == {"count": 3.0, "bytes": 55_936.0}
-                assert issued["all_gather"]["count"] >= 5
+                # 5 or 6 (the root gathered again for backward where it reshards after
+                # forward), never validation's all-gathers on top
+                assert issued["all_gather"]["count"] in (5.0, 6.0)
             assert d["step_waits"]["steps"] > 0
 
 
@@ -97,7 +103,11 @@ def test_one_slow_rank_is_skew_not_exposed_communication(
     added = _mean(runs["one slow rank"], _exposed) - _mean(runs["plain"], _exposed)
     assert abs(added) < 0.25 * SLOW_S
 
-    def fast_rank_wait(record: ResultRecord) -> float:
-        return float(diag(record)["ranks"][0]["wait_s"])
+    def wait(rank: int) -> Any:
+        return lambda record: float(diag(record)["ranks"][rank]["wait_s"])
 
-    assert _mean(runs["one slow rank"], fast_rank_wait) == pytest.approx(SLOW_S, rel=0.25)
+    # The fast rank waits for the slow one (in the next step's first all-gather), the slow
+    # one for nobody (beside a busy neighbour the fast rank's wait read 28-37 ms of 40).
+    slow = runs["one slow rank"]
+    assert _mean(slow, wait(0)) > 0.5 * SLOW_S
+    assert _mean(slow, wait(1)) < 0.25 * SLOW_S
