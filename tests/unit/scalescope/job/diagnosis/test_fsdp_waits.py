@@ -107,3 +107,38 @@ def test_a_model_not_sharded_has_no_taps_and_says_why() -> None:
     injection = FaultInjection(FaultsConfig(allgather_delay_s=0.02))
     injection.on_train_start(trainer_of(module), module)  # type: ignore[arg-type]
     assert "allgather_delay_s" in injection.not_applied
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_fsdps_pre_forward_is_bracketed_on_the_compute_stream() -> None:
+    """CUDA-event marks around FSDP's pre-forward of every sharded module: a prepended
+    forward pre-hook before FSDP's own, a plain one after it; the all-gather's slot of the
+    step holds their span once the events are read."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible (torch.cuda.is_available() is False)")
+    device = torch.device("cuda", torch.cuda.current_device())
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.cuda.set_device(device)
+        module = TwoBlocks().to(device)
+        for block in module.blocks:
+            fully_shard(block)
+        fully_shard(module)
+        probe = StepBreakdown(DiagnosisConfig(), Timings(process_start_unix=0.0))
+        trainer = SimpleNamespace(
+            strategy=SimpleNamespace(model=module, root_device=device),
+            lightning_module=module,
+            world_size=2,  # the hooks' gate; the group itself has one rank
+        )
+        assert attach_waits(probe, trainer, module) == "fsdp"  # type: ignore[arg-type]
+        assert probe.clock.kind == "cuda_events"
+        hooks = list(module._forward_pre_hooks.values())
+        assert hooks[0] == probe.fsdp._before_unshard
+        assert hooks[-1] == probe.fsdp._after_unshard
+        probe._counting = True
+        module(torch.ones(4, 8, device=device)).sum().backward()
+        probe.clock.settle()
+        assert probe.clock.steps["all_gather"][0] >= 0.0
+        assert probe.clock.totals["comm_wait_s"] >= 0.0
+    finally:
+        dist.destroy_process_group()
