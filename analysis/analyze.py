@@ -27,7 +27,12 @@ from analysis.compute.metrics import (
     scaling_table,
 )
 from analysis.compute.plan import PlanRequest, PlanResult, make_plan
-from analysis.compute.precision import PRECISION_COLUMNS, precision_table
+from analysis.compute.precision import (
+    PRECISION_COLUMNS,
+    STRATEGY_COLUMNS,
+    precision_table,
+    strategy_table,
+)
 from analysis.compute.waterfall import Waterfall, waterfall
 from analysis.read.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes
 
@@ -57,6 +62,8 @@ class Analysis:
     """Runs timed while another job ran on their node (:func:`node_overlaps`); empty if none."""
     plan: PlanResult | None = None
     """Time to train, node-hours and the scale to ask for (:func:`make_plan`), if asked."""
+    strategy: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STRATEGY_COLUMNS))
+    """FSDP vs DDP at each scale both ran (:func:`strategy_table`); empty without such pairs."""
 
 
 def analyze(
@@ -96,6 +103,7 @@ def analyze(
     falls = waterfall(runs, baseline=baseline, confidence=confidence)
     notes += diagnosis_notes(falls)
     result = Analysis(groups, scaling, amdahl, notes, precision, falls, overlaps=overlaps)
+    result.strategy = strategy_table(runs, scaling, confidence=confidence)
     if project is not None:
         result.projection = projection.project(
             runs,

@@ -115,7 +115,9 @@ def emit(
         doc = {"schema_version": SUMMARY_SCHEMA_VERSION, **head, rows_key: records(frame)}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        frame.to_csv(sys.stdout, index=False)
+        from analysis.read.frame import written
+
+        written(frame).to_csv(sys.stdout, index=False)
 
 
 # --- reading and running ----------------------------------------------------------------------

@@ -53,7 +53,7 @@ from analysis.present.plan.text import study_markdown
 from analysis.present.report import Settings, document, dumps
 from analysis.present.summary_files import csv_frames, write_outputs
 from analysis.present.tables import all_tables, markdown, rich_table
-from analysis.read.frame import Loaded, load_all
+from analysis.read.frame import Loaded, load_all, written
 
 CSV_TABLES = (
     "runs",
@@ -493,7 +493,7 @@ def _print(
     elif args.format == "json":
         sys.stdout.write(doc_text)
     else:
-        csv_frames(loaded, analysis)[args.table].to_csv(sys.stdout, index=False)
+        written(csv_frames(loaded, analysis)[args.table]).to_csv(sys.stdout, index=False)
 
 
 def summarize(args: argparse.Namespace) -> int:

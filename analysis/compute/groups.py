@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from analysis.compute.stats import Summary, summarize
-from analysis.read.frame import SCALE_KEYS, SERIES_KEYS, STAT_COLUMNS
+from analysis.read.frame import SCALE_KEYS, SERIES_KEY_DEFAULTS, SERIES_KEYS, STAT_COLUMNS
 
 STATS = ("mean", "median", "gmean", "std", "min", "max", "ci_low", "ci_high", "cv")
 DEFAULT_CONFIDENCE = 0.95
@@ -36,6 +36,13 @@ def accumulation_label(accumulate: Any) -> str:
     return f" · {int(k)} micro-batches/step" if k is not None and int(k) > 1 else ""
 
 
+def strategy_label(strategy: Any) -> str:
+    """`` · fsdp`` for a sharded series; nothing for DDP (the default, and every record made
+    before the strategy was recorded), so DDP's labels read as they always have."""
+    s = key_value(strategy)
+    return f" · {s}" if s is not None and s != "ddp" else ""
+
+
 def key_value(value: Any) -> Any:
     """A key field's value, with every form of missing (None, NaN, pd.NA) as None."""
     return (
@@ -46,7 +53,8 @@ def key_value(value: Any) -> Any:
 
 
 def series_labels(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]:
-    """A short readable name per series key: ``spiral · strong · fp32``; accelerator, batch
+    """A short readable name per series key: ``spiral · strong · fp32`` (``· fsdp`` for a
+    sharded series); accelerator, batch
     size, epochs and workload parameters are appended only where they tell series apart."""
     base: dict[tuple[Any, ...], str] = {}
     for key in keys:
@@ -56,6 +64,7 @@ def series_labels(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]
             name += f" [{k['workload']}]"
         base[key] = f"{name} · {k['scaling_mode']} · {precision_label(k['precision'])}"
         base[key] += accumulation_label(k["accumulate_grad_batches"])
+        base[key] += strategy_label(k["strategy"])
     labels: dict[tuple[Any, ...], str] = {}
     for key, label in base.items():
         clash = [other for other, lab in base.items() if lab == label]
@@ -142,6 +151,13 @@ def series_scale_groups(
     return [(key, labels[key], members) for key, members in by_series.items()]
 
 
+def efficiency_column(scaling_modes: Iterable[Any]) -> str:
+    """The scaling table's headline efficiency of a series: the per-device throughput
+    efficiency when it scales weakly (every row weak), else the parallel efficiency S / p."""
+    weak = all(m == "weak" for m in scaling_modes)
+    return "per_device_throughput_efficiency" if weak else "parallel_efficiency"
+
+
 def positive_quantity(column: str) -> bool:
     """Times (``_s``) and rates (``_per_s``) are strictly positive: their intervals are taken
     on the log scale (:func:`analysis.compute.stats.summarize`), so they never go below zero."""
@@ -150,7 +166,13 @@ def positive_quantity(column: str) -> bool:
 
 def series_keys(runs: pd.DataFrame) -> list[tuple[Any, ...]]:
     """The series key of every row, missing values as None (column-wise: no row objects)."""
-    columns = [runs[k].tolist() for k in SERIES_KEYS]
+    n = len(runs)
+    columns = [
+        runs[k].tolist()
+        if k in runs or k not in SERIES_KEY_DEFAULTS
+        else [SERIES_KEY_DEFAULTS[k]] * n
+        for k in SERIES_KEYS
+    ]
     return [tuple(key_value(v) for v in values) for values in zip(*columns, strict=True)]
 
 

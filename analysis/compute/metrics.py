@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,7 @@ from analysis.compute.groups import (
     WHOLE,
     ScaleGroup,
     accumulation_label,
+    efficiency_column,
     group_row,
     group_stats,
     headline_columns,
@@ -118,13 +119,6 @@ DEFAULT_ACC_TOLERANCE = 0.01
 """Absolute: a final validation accuracy more than 1 point below the baseline's is flagged."""
 SUPERLINEAR_EFFICIENCY = 1.10
 """Parallel efficiency above this is called out: it is more often a measurement problem."""
-
-
-def efficiency_column(scaling_modes: Iterable[Any]) -> str:
-    """The scaling table's headline efficiency of a series: the per-device throughput
-    efficiency when it scales weakly (every row weak), else the parallel efficiency S / p."""
-    weak = all(m == "weak" for m in scaling_modes)
-    return "per_device_throughput_efficiency" if weak else "parallel_efficiency"
 
 
 # --- baseline ---------------------------------------------------------------------------------

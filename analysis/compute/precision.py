@@ -1,5 +1,6 @@
-"""Mixed precision against fp32 (see :func:`precision_table`): the speed, memory and final
-validation loss of each mixed-precision group beside its fp32 twin at the same scale.
+"""Series beside their twins at the same scale: mixed precision against fp32 (see
+:func:`precision_table`: speed, memory, final validation loss), and a sharded strategy against
+DDP (see :func:`strategy_table`: speed, each one's efficiency, model state and memory).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pandas as pd
 from analysis.compute.groups import (
     DEFAULT_CONFIDENCE,
     ScaleGroup,
+    efficiency_column,
     group_row,
     headline_columns,
     scale_groups,
@@ -106,3 +108,115 @@ def _against_fp32(g: ScaleGroup, base: ScaleGroup, confidence: float) -> dict[st
         fp32_val_loss_final_mean=base_loss,
         val_loss_rel_diff=ratio_or_nan(loss - base_loss, base_loss),
     )
+
+
+# --- FSDP against DDP ---------------------------------------------------------------------
+
+DDP = "ddp"
+STRATEGY_COLUMNS = [
+    "series",
+    "ddp_series",
+    *SERIES_KEYS,
+    *SCALE_KEYS,
+    "n",
+    "ddp_n",
+    "headline_basis",
+    "samples_per_s_mean",
+    "ddp_samples_per_s_mean",
+    "speed_ratio",
+    "speed_ratio_ci_low",
+    "speed_ratio_ci_high",
+    "efficiency",
+    "efficiency_ci_low",
+    "efficiency_ci_high",
+    "ddp_efficiency",
+    "ddp_efficiency_ci_low",
+    "ddp_efficiency_ci_high",
+    "model_state_gib_mean",
+    "ddp_model_state_gib_mean",
+    "model_state_ratio",
+    "peak_mem_gib_mean",
+    "ddp_peak_mem_gib_mean",
+    "peak_mem_ratio",
+]
+
+
+def strategy_table(
+    runs: pd.DataFrame, scaling: pd.DataFrame, *, confidence: float = DEFAULT_CONFIDENCE
+) -> pd.DataFrame:
+    """Each other strategy (FSDP) against DDP: one row per (group, its DDP twin), twins being
+    groups whose series keys differ only in ``strategy`` at the same scale.
+
+    ``speed_ratio`` is other / DDP mean headline throughput with its :func:`ratio_ci`
+    interval; ``efficiency`` and ``ddp_efficiency`` each series' own headline efficiency
+    at that scale against its own baseline (the scaling table's, with its interval): which
+    strategy scales better; ``model_state_ratio`` other / DDP mean largest model state per
+    rank (parameters, gradients, optimizer state: exact, so no interval), and
+    ``peak_mem_ratio`` the same for the GPU's training peak where both recorded it. Empty
+    when no twins exist."""
+    if "strategy" not in runs.columns:
+        return pd.DataFrame(columns=STRATEGY_COLUMNS)
+    groups = scale_groups(runs, confidence)
+    labels = series_labels([g.series_key for g in groups])
+    i = SERIES_KEYS.index("strategy")
+
+    def twin_key(g: ScaleGroup) -> tuple[Any, ...]:
+        return (*g.series_key[:i], *g.series_key[i + 1 :], g.nodes, g.devices_per_node)
+
+    ddp = {twin_key(g): g for g in groups if str(g.series_key[i]) == DDP}
+    rows = []
+    for g in groups:
+        base = ddp.get(twin_key(g))
+        if base is None or str(g.series_key[i]) == DDP:
+            continue
+        row = group_row(labels[g.series_key], g)
+        row["ddp_series"] = labels[base.series_key]
+        row.update(_against_ddp(g, base, confidence))
+        for prefix, label in (("", labels[g.series_key]), ("ddp_", labels[base.series_key])):
+            row.update(_efficiency(scaling, label, g.nodes, g.devices_per_node, prefix))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=STRATEGY_COLUMNS)
+
+
+def _against_ddp(g: ScaleGroup, base: ScaleGroup, confidence: float) -> dict[str, Any]:
+    x, _, basis = headline_columns(g, base)
+    speed = ratio_ci(g.stats[x], base.stats[x], confidence)
+    state = _mean_recorded(g.rows, "model_state_gib_max")
+    base_state = _mean_recorded(base.rows, "model_state_gib_max")
+    mem = _mean_recorded(g.rows, "peak_mem_gib_max")
+    base_mem = _mean_recorded(base.rows, "peak_mem_gib_max")
+    return dict(
+        n=g.stats[x].n,
+        ddp_n=base.stats[x].n,
+        headline_basis=basis,
+        samples_per_s_mean=g.stats[x].mean,
+        ddp_samples_per_s_mean=base.stats[x].mean,
+        speed_ratio=speed[0],
+        speed_ratio_ci_low=speed[1],
+        speed_ratio_ci_high=speed[2],
+        model_state_gib_mean=state,
+        ddp_model_state_gib_mean=base_state,
+        model_state_ratio=ratio_or_nan(state, base_state),
+        peak_mem_gib_mean=mem,
+        ddp_peak_mem_gib_mean=base_mem,
+        peak_mem_ratio=ratio_or_nan(mem, base_mem),
+    )
+
+
+def _efficiency(
+    scaling: pd.DataFrame, series: str, nodes: int, dpn: int, prefix: str
+) -> dict[str, float]:
+    """A series' headline efficiency and its interval at one scale, from the scaling table
+    (the per-device throughput efficiency for weak scaling, else S / p); NaN where absent."""
+    rows = scaling[
+        (scaling["series"] == series)
+        & (scaling["nodes"] == nodes)
+        & (scaling["devices_per_node"] == dpn)
+    ]
+    keys = ("efficiency", "efficiency_ci_low", "efficiency_ci_high")
+    if rows.empty:
+        return {f"{prefix}{k}": math.nan for k in keys}
+    r = rows.iloc[0]
+    eff = efficiency_column(scaling.loc[scaling["series"] == series, "scaling_mode"])
+    values = (r[eff], r[f"{eff}_ci_low"], r[f"{eff}_ci_high"])
+    return {f"{prefix}{k}": float(v) for k, v in zip(keys, values, strict=True)}

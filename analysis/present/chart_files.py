@@ -51,7 +51,11 @@ def _draw_charts(
             meta = {"Date": None} if ext == "svg" else {"Software": None}
             fig.savefig(directory / f"{name}.{ext}", metadata=meta)
         svgs[name] = (directory / f"{name}.svg").read_text(encoding="utf-8")
-    figures = [*_diagnosis_figures(analysis), *_projection_figures(analysis)]
+    figures = [
+        *_memory_figures(analysis),
+        *_diagnosis_figures(analysis),
+        *_projection_figures(analysis),
+    ]
     for name, fig in figures + _plan_figures(analysis):
         fig.savefig(directory / f"{name}.png", metadata={"Software": None})
         svgs[name] = figure_svg(fig)
@@ -78,6 +82,18 @@ def _projection_figures(analysis: Analysis) -> list[tuple[str, Any]]:
         (stem, charts.projection_chart(analysis.scaling, result.table, series))
         for series, stem in projection_charts(analysis)
     ]
+
+
+MEMORY_CHART = "memory"
+"""The model-state chart's file stem, drawn where strategies are compared."""
+
+
+def _memory_figures(analysis: Analysis) -> list[tuple[str, Any]]:
+    from analysis.present import charts
+
+    if analysis.strategy.empty or analysis.strategy["model_state_gib_mean"].isna().all():
+        return []
+    return [(MEMORY_CHART, charts.memory_chart(analysis.strategy))]
 
 
 def plan_charts(analysis: Analysis) -> list[tuple[str, str]]:
@@ -189,6 +205,8 @@ def chart_links(analysis: Analysis) -> list[tuple[str, str]]:
     """(title, relative path) of every chart in the order report.md and report.html show
     them: the scaling charts, the diagnosis charts, the projections."""
     links = [(title, f"charts/{name}.png") for name, title in CHART_TITLES.items()]
+    if not analysis.strategy.empty and analysis.strategy["model_state_gib_mean"].notna().any():
+        links.append(("Model state per device", f"charts/{MEMORY_CHART}.png"))
     links += diagnosis_chart_links(analysis)
     links += [
         (f"Projected scaling: {series}", f"charts/{stem}.png")

@@ -539,3 +539,34 @@ def projection_chart(scaling: pd.DataFrame, projection: pd.DataFrame, series: st
     ax.grid(True, axis="y", alpha=0.3)
     _legend_below(ax, 4)
     return fig
+
+
+# --- memory where strategies are compared (:func:`analysis.compute.precision.strategy_table`)
+
+
+def memory_chart(strategy: pd.DataFrame) -> Figure:
+    """Model state one device holds (parameters, gradients, optimizer state; MiB) against
+    devices, one line per series of each strategy pair: DDP's stays flat, FSDP's falls as
+    1/N. Exact figures, so no error bars. Log2 axes."""
+    fig, ax = _figure()
+    frames = []
+    for side in ("", "ddp_"):
+        part = strategy[[f"{side}series", "nodes", "world_size", f"{side}model_state_gib_mean"]]
+        frames.append(part.set_axis(["series", "nodes", "world_size", "gib"], axis=1))
+    points = pd.concat(frames).drop_duplicates(["series", "nodes", "world_size"])
+    points = points[points["gib"].notna()]
+    series = _by_series(points)
+    values: list[float] = []
+    for color, name, part in series:
+        y = part["gib"].astype(float) * 1024
+        ax.plot(part["world_size"].astype(float), y, marker="o", color=color, label=name)
+        values += y.tolist()
+    _log2_x(ax, points["world_size"].astype(float).tolist())
+    ax.set_yscale("log", base=2)
+    _log_limits(ax, values)
+    ax.set_xlabel("Devices (log2)")
+    ax.set_ylabel("Model state per device (MiB, log2)")
+    ax.set_title("Model state per device: parameters, gradients, optimizer state")
+    ax.grid(True, which="major", alpha=0.3)
+    _legend(ax, len(series))
+    return fig

@@ -24,6 +24,7 @@ from analysis.present.plan.text import plan_study, study_markdown
 from analysis.present.profile_tables import profile_index
 from analysis.present.tables import markdown
 from analysis.read.files import Problem
+from analysis.read.frame import written
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -127,7 +128,9 @@ def _plain_column(series: pd.Series) -> list[Any]:
 
 
 def records(frame: pd.DataFrame, drop: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts (built column by column: fast for 10,000 runs)."""
+    """Rows as JSON-ready dicts (built column by column: fast for 10,000 runs), less the
+    columns nothing was recorded in (:func:`analysis.read.frame.written`)."""
+    frame = written(frame)
     cols = [c for c in frame.columns if c not in drop]
     columns = [_plain_column(frame[c]) for c in cols]
     return [dict(zip(cols, values, strict=True)) for values in zip(*columns, strict=True)]
@@ -206,6 +209,7 @@ def document(
         "scaling": records(analysis.scaling),
         "amdahl": records(analysis.amdahl),
         "precision": records(analysis.precision),
+        **_strategy(analysis),
         "diagnosis": records(analysis.waterfall.table) if analysis.waterfall else [],
         "diagnosis_findings": findings(analysis.waterfall) if analysis.waterfall else [],
         **_projection(analysis),
@@ -234,6 +238,19 @@ def _projection(analysis: Analysis) -> dict[str, Any]:
         "projection_check": records(result.checks),
         "projection_crossings": crossings,
         "projection_findings": projection_findings(result),
+    }
+
+
+def _strategy(analysis: Analysis) -> dict[str, Any]:
+    """summary.json's FSDP vs DDP rows and paragraphs; absent when strategies are not
+    compared."""
+    if analysis.strategy.empty:
+        return {}
+    from analysis.present.headline_tables import strategy_findings
+
+    return {
+        "strategy": records(analysis.strategy),
+        "strategy_findings": strategy_findings(analysis),
     }
 
 
@@ -293,6 +310,10 @@ def report_markdown(
     if doc.get("diagnosis_findings"):
         out += ["## Where the efficiency went, in words", ""]
         for item in doc["diagnosis_findings"]:
+            out += [f"### {item['series']}", "", item["text"], ""]
+    if doc.get("strategy_findings"):
+        out += ["## Sharded (FSDP) vs DDP, in words", ""]
+        for item in doc["strategy_findings"]:
             out += [f"### {item['series']}", "", item["text"], ""]
     if doc.get("projection_findings"):
         out += ["## Projection, in words", ""]

@@ -17,7 +17,7 @@ from analysis.present.display import DisplayTable
 from analysis.present.html_report import report_html
 from analysis.present.outdir import write_atomically
 from analysis.present.report import report_markdown
-from analysis.read.frame import Loaded
+from analysis.read.frame import Loaded, written
 
 
 def csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
@@ -74,7 +74,7 @@ def write_outputs(
         )
         try:
             for name, frame in csv_frames(loaded, analysis).items():
-                frame.to_csv(tmp / f"{name}.csv", index=False)
+                written(frame).to_csv(tmp / f"{name}.csv", index=False)
             (tmp / "summary.json").write_text(doc_text, encoding="utf-8")
             links = chart_links(analysis)
             (tmp / "report.md").write_text(

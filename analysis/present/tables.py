@@ -34,6 +34,7 @@ from analysis.present.display import (
     with_ci,
 )
 from analysis.present.gpu_columns import GPU_CAPTION, gpu_cells, gpu_columns
+from analysis.present.headline_tables import strategy_display
 from analysis.present.profile_tables import profile_tables
 from analysis.present.projection_tables import projection_check_table, projection_table
 from analysis.read.files import Problem
@@ -537,15 +538,8 @@ def all_tables(
             ):
                 if table is not None:
                     tables.append(table)
-        amdahl = amdahl_table(analysis)
-        if amdahl is not None:
-            tables.append(amdahl)
-        diagnosis = diagnosis_table(analysis)
-        if diagnosis is not None:
-            tables.append(diagnosis)
-        precision = precision_table(analysis)
-        if precision is not None:
-            tables.append(precision)
+        extras = (amdahl_table, diagnosis_table, precision_table, strategy_display)
+        tables += [t for t in (make(analysis) for make in extras) if t is not None]
         tables.extend(profile_tables(runs))
         tables.append(variability_table(analysis))
     if len(failures):

@@ -36,7 +36,11 @@ SERIES_KEYS = (
     "workload_params",
     "device_name",
     "cluster",
+    "strategy",
 )
+SERIES_KEY_DEFAULTS: dict[str, Any] = {"strategy": "ddp"}
+"""Key columns added after frames were first built: a frame without one (made before, or
+by hand) means this value in every row."""
 SCALE_KEYS = ("nodes", "devices_per_node", "world_size")
 STAT_COLUMNS = (
     "train_time_s",
@@ -53,6 +57,29 @@ STAT_COLUMNS = (
     "val_loss_final",
     "val_acc_final",
 )
+
+
+UNLESS_RECORDED: dict[str, Any] = {
+    "strategy": "ddp",
+    "model_state_gib_max": None,
+    "reserved_peak_gib_max": None,
+}
+"""Columns a written table (JSON, CSV) carries only where some row holds more than this
+default (None: missing): records made before they existed, and DDP-only sweeps, are
+written as they were; a sweep over strategies, or runs that recorded their memory, show
+them."""
+
+
+def written(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` less the :data:`UNLESS_RECORDED` columns every row of which is the default."""
+    drop = []
+    for col, default in UNLESS_RECORDED.items():
+        if col not in frame.columns:
+            continue
+        values = frame[col]
+        if (values.isna() | (values == default if default is not None else False)).all():
+            drop.append(col)
+    return frame.drop(columns=drop) if drop else frame
 
 
 PathArg = str | os.PathLike[str]
@@ -80,6 +107,7 @@ _IDENTITY_COLUMNS: dict[str, str] = {
     "repeat_index": "Int64",
     "run_uuid": "str",
     "accumulate_grad_batches": "Int64",
+    "strategy": "str",
 }
 
 RUN_COLUMNS: dict[str, str] = {
@@ -116,6 +144,8 @@ RUN_COLUMNS: dict[str, str] = {
     "gpu_util_pct": "float64",
     "gpu_idle_share": "float64",
     "peak_host_rss_gib_max": "float64",
+    "model_state_gib_max": "float64",
+    "reserved_peak_gib_max": "float64",
     "model_flops_per_sample": "float64",
     "mfu": "float64",
     "warmup_steps": "Int64",
@@ -215,6 +245,19 @@ def _gpu_figures(diagnosis: Any) -> dict[str, float | None]:
     }
 
 
+def _memory_figures(memory: Any) -> dict[str, float | None]:
+    """The largest model state any rank held (GiB) and, on GPUs, the largest reserved peak;
+    None where not recorded (older records, the reserved peak off CUDA)."""
+    m = memory if isinstance(memory, dict) else {}
+    state = m.get("model_state_bytes")
+    numbers = [v for v in state or () if isinstance(v, (int, float))]
+    reserved = m.get("reserved_peak_gib")
+    return {
+        "model_state_gib_max": max(numbers) / 2**30 if numbers else None,
+        "reserved_peak_gib_max": _max(reserved) if isinstance(reserved, list) else None,
+    }
+
+
 def _run_row(run: Run) -> dict[str, Any]:
     r = run.record
     i = r.identity
@@ -232,6 +275,7 @@ def _run_row(run: Run) -> dict[str, Any]:
         val_peak_mem_gib_max=_max(r.val_peak_mem_gib),
         **_gpu_figures(r.diagnosis),
         peak_host_rss_gib_max=_max(r.peak_host_rss_gib),
+        **_memory_figures(r.memory),
         epoch_times_s=tuple(r.epoch_times_s),
         versions=dict(r.versions),
         config=dict(r.config) if isinstance(r.config, dict) else {},
@@ -369,9 +413,9 @@ def scaling_mismatches(runs: pd.DataFrame) -> list[Problem]:
     one series per world size (the held batch differs), so no speedup is computed for them:
     the problem says why."""
     needed = {*SERIES_KEYS, "world_size", "per_device_batch_size", "global_batch_size"}
-    if runs.empty or not needed <= set(runs.columns):
+    if runs.empty or not needed - set(SERIES_KEY_DEFAULTS) <= set(runs.columns):
         return []
-    keys = [k for k in SERIES_KEYS if k != "held_batch_size"]
+    keys = [k for k in SERIES_KEYS if k != "held_batch_size" and k in runs.columns]
     problems: list[Problem] = []
     for _, g in runs.groupby(keys, dropna=False, sort=True):
         sizes = g.dropna(subset=["world_size", "per_device_batch_size", "global_batch_size"])

@@ -486,18 +486,30 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
     An import-path workload's classes and constructor arguments are imported and checked
     (imports lightning): what :func:`scalescope.workloads.user_import.check` resolved is returned.
     Its constructor that takes a ``batch_size`` is given the micro-batch (Lightning
-    accumulates the loader's batches), which the accumulation must then divide. A built-in
+    accumulates the loader's batches), which the accumulation must then divide; under
+    ``trainer.strategy: fsdp`` it brings a ``configure_model`` or a wrap rule that matches
+    (:func:`scalescope.workloads.user_sharding.check`). A built-in
     workload splits each device's batch into the micro-batches itself: it must divide.
     """
     if workloads.is_user(cfg.workload_name):
         from .workloads import user_import
 
         micro = batch.micro_batch_size
-        return user_import.check(
+        resolved = user_import.check(
             cfg.workload_name,
             cfg.workload_params(),
             batch_size=micro,
             batch_error=None if micro else batch.micro_batch_error(),
+        )
+        if cfg.trainer.strategy == "fsdp":
+            from .workloads import user_sharding
+
+            user_sharding.check(resolved, cfg.workload_name, cfg.fsdp.wrap)
+        return resolved
+    if cfg.fsdp.wrap:
+        raise ConfigError(
+            f"fsdp.wrap: {cfg.workload_name} is a built-in workload, which names its own "
+            "blocks to shard; leave fsdp.wrap unset"
         )
     batch.check_micro_batch()
     return None

@@ -224,3 +224,27 @@ __all__ = [
     "set_dotted",
     "to_dict",
 ]
+
+
+def below_one(count: Any) -> bool:
+    """Not a count of at least one (a bool is not a count)."""
+    return isinstance(count, bool) or count < 1
+
+
+def check_axis(
+    key: str,
+    values: list[Any],
+    *,
+    bad: Callable[[Any], bool] | None = None,
+    wanted: str = "",
+) -> None:
+    """A sweep axis (every shape at each value): a non-empty list, every value one that
+    ``bad`` accepts, none twice."""
+    if not values:
+        raise ConfigError(f"{key}: the list is empty; leave it out or name one")
+    wrong = [v for v in values if bad is not None and bad(v)]
+    if wrong:
+        raise ConfigError(f"{key}: {wrong[0]!r} is not {wanted}")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise ConfigError(f"{key}: {twice[0]} is listed twice")

@@ -175,6 +175,8 @@ def _jobs_breakdown(plan: SweepPlan) -> str:
         axis += f" x {len({sp.precision for sp in plan.shapes})} precisions"
     if any(sp.accumulate_axis for sp in plan.shapes):
         axis += f" x {len({sp.accumulate for sp in plan.shapes})} accumulations"
+    if any(sp.strategy_axis for sp in plan.shapes):
+        axis += f" x {len({sp.strategy for sp in plan.shapes})} strategies"
     return f"{shapes} shapes{axis} x {plan.repeats} repeats"
 
 
@@ -184,9 +186,12 @@ def _what_is_shuffled(plan: SweepPlan) -> str:
         names.append("precision")
     if any(sp.accumulate_axis for sp in plan.shapes):
         names.append("accumulation")
+    if any(sp.strategy_axis for sp in plan.shapes):
+        names.append("strategy")
     if len(names) == 1:
         return "shapes"
-    return f"({', '.join(names)}) {'pairs' if len(names) == 2 else 'triples'}"
+    kind = {2: "pairs", 3: "triples"}.get(len(names), "tuples")
+    return f"({', '.join(names)}) {kind}"
 
 
 def _round_orders(plan: SweepPlan) -> list[str]:
@@ -272,6 +277,7 @@ def dry_run_lines(plan: SweepPlan, why: str, at_once: int | None = None) -> list
             f"{t.scaling} scaling, global batch {sp.global_batch_size} "
             f"({sp.per_device_batch_size} per device), accelerator {t.accelerator}, "
             f"precision {t.precision}"
+            + (f", strategy {t.strategy}" if sp.strategy_axis else "")
             + (
                 f", {t.accumulate_grad_batches} micro-batches per step"
                 if t.accumulate_grad_batches > 1
@@ -543,6 +549,7 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
                 "world_size": h.shape.world_size,
                 "precision": h.plan.precision,
                 "accumulate_grad_batches": h.plan.accumulate,
+                **({"strategy": h.plan.strategy} if h.plan.strategy_axis else {}),
                 "repeat": h.repeat,
                 "round": h.repeat + 1,
                 "profiled": h.plan.profiles(h.repeat),
@@ -572,6 +579,7 @@ def manifest(plan: SweepPlan, watch: SweepWatch) -> dict[str, Any]:
                 "world_size": sp.shape.world_size,
                 "precision": sp.precision,
                 "accumulate_grad_batches": sp.accumulate,
+                **({"strategy": sp.strategy} if sp.strategy_axis else {}),
                 "global_batch_size": sp.global_batch_size,
                 "per_device_batch_size": sp.per_device_batch_size,
                 "config": sp.config_dict(),

@@ -12,6 +12,7 @@ and how often to repeat each::
       - {nodes: 1, devices_per_node: 2}
     precisions: ["32", "bf16-mixed"]  # optional: every shape at each; default: the train
                                       # config's trainer.precision
+    strategies: [ddp, fsdp]       # optional, likewise: DDP against FSDP, a series each
     accumulate_grad_batches: [1, 4]   # optional, likewise: micro-batches per optimizer step
     repeats: 3                    # runs per shape, submitted in rounds (see below)
     profile_repeat: null          # optional: only this repeat (0-based) of every shape runs
@@ -25,8 +26,8 @@ Repeats are interleaved: round 1 submits every shape once, in a shuffled order, 
 and so on (:meth:`SweepPlan.submission_order`). With ``precisions``, each shape runs at
 each precision: a plan entry (:class:`ShapePlan`) is a (shape, precision) pair, the jobs are
 shapes x precisions x repeats, and each round holds every pair once, shuffled (and likewise
-with ``accumulate_grad_batches``: a plan entry is then a (shape, precision, accumulation)
-triple). A slow period
+with ``accumulate_grad_batches`` and ``strategies``: a plan entry is then a (shape,
+precision, accumulation, strategy) tuple). A slow period
 on the cluster (a busy file system, a noisy neighbour) then falls on several shapes instead of
 biasing all repeats of one.
 The order and its seed are kept in ``sweep.json``.
@@ -55,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import (
     Precision,
+    Strategy,
     TrainConfig,
     check_one_step,
     check_workload,
@@ -65,7 +67,16 @@ from ..config import (
     resolve_batch,
 )
 from ..errors import ConfigError
-from ..schema import UnknownKeyError, build, non_negative, option, positive, set_dotted
+from ..schema import (
+    UnknownKeyError,
+    below_one,
+    build,
+    check_axis,
+    non_negative,
+    option,
+    positive,
+    set_dotted,
+)
 from .plan_spec import PlanSpec
 from .resources import (
     GpuCounter,
@@ -119,6 +130,11 @@ class SweepConfig:
         "[1, 4]: the effect of gradient accumulation on efficiency at each scale); null = "
         "the train config's",
     )
+    strategies: list[Strategy] | None = option(
+        None,
+        help="run every shape under each of these trainer.strategy values (e.g. [ddp, "
+        "fsdp]: one series each in the summary, compared); null = the train config's",
+    )
     repeats: int = option(
         3,
         help="runs per shape, submitted round by round (every shape once per round)",
@@ -164,42 +180,20 @@ class SweepConfig:
                 raise ConfigError(f"shapes: {shape.label} is listed twice; use repeats instead")
             seen.add(shape.label)
         if self.precisions is not None:
-            _check_axis("precisions", self.precisions)
+            check_axis("precisions", self.precisions)
+        if self.strategies is not None:
+            check_axis("strategies", self.strategies)
         if self.project_nodes is not None:
-            _check_axis(
-                "project_nodes", self.project_nodes, bad=_below_one, wanted="a node count >= 1"
+            check_axis(
+                "project_nodes", self.project_nodes, bad=below_one, wanted="a node count >= 1"
             )
         if self.accumulate_grad_batches is not None:
-            _check_axis(
+            check_axis(
                 "accumulate_grad_batches",
                 self.accumulate_grad_batches,
-                bad=_below_one,
+                bad=below_one,
                 wanted="a count >= 1",
             )
-
-
-def _below_one(count: Any) -> bool:
-    """Not a count of at least one (a bool is not a count)."""
-    return isinstance(count, bool) or count < 1
-
-
-def _check_axis(
-    key: str,
-    values: list[Any],
-    *,
-    bad: Callable[[Any], bool] | None = None,
-    wanted: str = "",
-) -> None:
-    """A sweep axis (every shape at each value): a non-empty list, every value one that
-    ``bad`` accepts, none twice."""
-    if not values:
-        raise ConfigError(f"{key}: the list is empty; leave it out or name one")
-    wrong = [v for v in values if bad is not None and bad(v)]
-    if wrong:
-        raise ConfigError(f"{key}: {wrong[0]!r} is not {wanted}")
-    twice = sorted({v for v in values if values.count(v) > 1})
-    if twice:
-        raise ConfigError(f"{key}: {twice[0]} is listed twice")
 
 
 def load_sweep_config(path: str | os.PathLike[str]) -> SweepConfig:
@@ -221,6 +215,8 @@ class ShapePlan:
     """Whether the sweep lists precisions: the label then names the precision too."""
     accumulate_axis: bool = False
     """Whether the sweep lists accumulate_grad_batches: the label then names it too."""
+    strategy_axis: bool = False
+    """Whether the sweep lists strategies: the label then names the strategy too."""
     profile_repeat: int | None = None
     """The one repeat that runs ``config``'s ``trainer.profile``; None: every repeat does."""
 
@@ -233,14 +229,21 @@ class ShapePlan:
         return self.config.trainer.accumulate_grad_batches
 
     @property
+    def strategy(self) -> str:
+        return self.config.trainer.strategy
+
+    @property
     def label(self) -> str:
         """``1x2``, ``1x2@bf16-mixed`` in a sweep over precisions, ``1x2@acc4`` in one over
-        gradient accumulation (both: ``1x2@bf16-mixed@acc4``)."""
+        gradient accumulation, ``1x2@fsdp`` in one over strategies (all three:
+        ``1x2@bf16-mixed@acc4@fsdp``)."""
         label = self.shape.label
         if self.precision_axis:
             label += f"@{self.precision}"
         if self.accumulate_axis:
             label += f"@acc{self.accumulate}"
+        if self.strategy_axis:
+            label += f"@{self.strategy}"
         return label
 
     def profiles(self, repeat: int) -> bool:
@@ -476,12 +479,12 @@ def _check_overrides(sweep: SweepConfig, overrides: Mapping[str, Any]) -> None:
                 f"override {key}: the sweep sets it for every run (from shapes, the sweep id and "
                 "the sweep folder); remove it"
             )
-    for axis, key in (
-        (sweep.precisions, "precision"),
-        (sweep.accumulate_grad_batches, "accumulate_grad_batches"),
+    for axis, key, plural in (
+        (sweep.precisions, "precision", "precisions"),
+        (sweep.accumulate_grad_batches, "accumulate_grad_batches", "accumulate_grad_batches"),
+        (sweep.strategies, "strategy", "strategies"),
     ):
         if axis is not None and _sets_trainer_key(overrides, key):
-            plural = "precisions" if key == "precision" else key
             raise ConfigError(
                 f"override trainer.{key}: the sweep's {plural} list sets it for every run; "
                 "remove one of the two"
@@ -509,24 +512,30 @@ class _ShapePlanner:
         accumulations: list[int | None] = (
             list(sweep.accumulate_grad_batches) if sweep.accumulate_grad_batches else [None]
         )
+        strategies: list[str | None] = list(sweep.strategies) if sweep.strategies else [None]
         if self.executor == "slurm":
             assert self.profile is not None
             for shape in sweep.shapes:  # what the cluster can hold comes before batch arithmetic
                 self.profile.check_shape(shape.nodes, shape.devices_per_node)
         return [
-            self.plan(shape, precision, acc)
+            self.plan(shape, precision, acc, strategy)
             for shape in sweep.shapes
             for precision in precisions
             for acc in accumulations
+            for strategy in strategies
         ]
 
-    def plan(self, shape: Shape, precision: str | None, acc: int | None) -> ShapePlan:
+    def plan(
+        self, shape: Shape, precision: str | None, acc: int | None, strategy: str | None = None
+    ) -> ShapePlan:
         where = f"shape {shape.label} (world size {shape.world_size})"
         if precision is not None:
             where += f" at precision {precision}"
         if acc is not None:
             where += f" with {acc} micro-batches per step"
-        per_run = self._run_overrides(shape, precision, acc)
+        if strategy is not None:
+            where += f" under {strategy}"
+        per_run = self._run_overrides(shape, precision, acc, strategy)
         try:
             cfg = self.load(per_run)
             batch = resolve_batch(cfg.trainer, shape.world_size)
@@ -544,18 +553,17 @@ class _ShapePlanner:
             resources=self._resources(shape, cfg, where),
             precision_axis=self.sweep.precisions is not None,
             accumulate_axis=self.sweep.accumulate_grad_batches is not None,
+            strategy_axis=self.sweep.strategies is not None,
             profile_repeat=self.sweep.profile_repeat,
         )
 
     def _run_overrides(
-        self, shape: Shape, precision: str | None, acc: int | None
+        self, shape: Shape, precision: str | None, acc: int | None, strategy: str | None
     ) -> dict[str, Any]:
         """The overrides of one run: its shape and axes, the sweep's id, folder and cluster."""
         trainer: dict[str, Any] = {"num_nodes": shape.nodes, "devices": shape.devices_per_node}
-        if precision is not None:
-            trainer["precision"] = precision
-        if acc is not None:
-            trainer["accumulate_grad_batches"] = acc
+        axes = {"precision": precision, "accumulate_grad_batches": acc, "strategy": strategy}
+        trainer.update({k: v for k, v in axes.items() if v is not None})
         return merge(
             self.overrides,
             {

@@ -255,17 +255,29 @@ class FlopsProbe(L.Callback):
     total / that batch's size. A module whose ``training_step`` needs its trainer (manual
     optimization, ``self.trainer...``) cannot be probed this way: the record then has no
     FLOPs, and ``problem`` says why; such a module can define ``flops_per_sample()``.
+
+    Under FSDP the module is sharded by then (and FSDP refuses ``deepcopy``), and a sharded
+    module's FLOPs would not be the model's: the copy is taken in ``setup``, which Lightning
+    calls before ``configure_model`` shards the module, and probed whole at training's start.
     """
 
     def __init__(self) -> None:
         self.flops_per_sample: float | None = None
         self.problem: str | None = None
+        self._unsharded: L.LightningModule | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        if trainer.global_rank == 0 and isinstance(trainer.strategy, ModelParallelStrategy):
+            self._unsharded = copy.deepcopy(pl_module, memo={id(trainer): None})
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.global_rank != 0:
             return
+        unsharded, self._unsharded = self._unsharded, None
         try:
-            self.flops_per_sample = measure_flops_per_sample(trainer, pl_module)
+            self.flops_per_sample = measure_flops_per_sample(trainer, pl_module, unsharded)
         except Exception as exc:
             text = str(exc).strip().splitlines()
             self.problem = f"{type(exc).__name__}: {text[0] if text else '(no message)'}"
@@ -301,7 +313,11 @@ def _first_training_batch(loader: Any) -> tuple[Any, bool]:
     return next(iter(loader)), False
 
 
-def measure_flops_per_sample(trainer: L.Trainer, module: L.LightningModule) -> float:
+def measure_flops_per_sample(
+    trainer: L.Trainer, module: L.LightningModule, unsharded: L.LightningModule | None = None
+) -> float:
+    """FLOPs per sample of one training batch, on a copy of ``module`` (or on ``unsharded``,
+    the copy taken before FSDP sharded it, moved to the training device)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     states = _rng_states()
@@ -309,7 +325,10 @@ def measure_flops_per_sample(trainer: L.Trainer, module: L.LightningModule) -> f
         batch, combined = _first_training_batch(trainer.train_dataloader)
         batch = trainer.strategy.batch_to_device(batch)
         samples = batch_size_of(module, batch, combined=combined)
-        probe = copy.deepcopy(module, memo={id(trainer): None})
+        if unsharded is not None:
+            probe = unsharded.to(trainer.strategy.root_device)
+        else:
+            probe = copy.deepcopy(module, memo={id(trainer): None})
         probe.train()
         counter = FlopCounterMode(display=False)
         with warnings.catch_warnings():

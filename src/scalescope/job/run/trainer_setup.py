@@ -47,7 +47,11 @@ def build_module(cfg: TrainConfig, job: Job) -> tuple[Any, Any]:
 
 def _ask_to_shard(model: Any, cfg: TrainConfig, job: Job) -> None:
     """Under FSDP: a built-in module shards itself in its ``configure_model`` with this
-    setting (:class:`~scalescope.workloads.base.WorkloadModule`)."""
+    setting (:class:`~scalescope.workloads.base.WorkloadModule`); a user's module with a wrap
+    rule is given a ``configure_model`` that applies it, a rule matching none of its real
+    submodules refused in one line (the check before start-up built it on the meta device,
+    where some modules cannot be built); a user's own ``configure_model`` shards as it is."""
+    from ...workloads import user_sharding
     from ...workloads.sharding import FsdpSetting
 
     setting = FsdpSetting(
@@ -55,6 +59,17 @@ def _ask_to_shard(model: Any, cfg: TrainConfig, job: Job) -> None:
     )
     if not job.user_workload:
         model.fsdp = setting
+        return
+    rules = cfg.fsdp.wrap
+    if not rules:
+        return
+    missing = user_sharding.unmatched(model, rules)
+    if missing:
+        raise SameOnEveryRankError(
+            "fsdp.wrap: " + user_sharding.missing_text(missing, model, cfg.workload_name),
+            rank=job.topo.global_rank,
+        )
+    user_sharding.install_wrap_rule(model, rules, setting)
 
 
 def _check_accumulates(model: Any, accumulate: int, rank: int) -> None:

@@ -1,0 +1,209 @@
+"""FSDP2 (``trainer.strategy: fsdp``) with real processes on the CPU (gloo): the built-in gpt
+workload against DDP, a user's module that shards itself, one sharded by a ``fsdp.wrap`` rule,
+and the model state per rank halving from one rank to two.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from core_helpers import TrainRun, run_train
+from test_gpt_runs import TINY_GPT
+from test_user_module_runs import EXAMPLE_FLOPS
+from user_module_helpers import _example_sweep
+
+from scalescope.record import ResultRecord
+
+ONE_EPOCH = ("trainer.max_epochs=1",)
+
+
+def _finished(run: TrainRun) -> ResultRecord:
+    assert run.returncode == 0, run.describe()
+    (result,) = run.results()
+    return result
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResultRecord]:
+    root = tmp_path_factory.mktemp("fsdp_gpt")
+    runs = {
+        "ddp2": run_train(root, *TINY_GPT, "trainer.devices=2", output_dir=root / "out"),
+        "fsdp2": run_train(
+            root, *TINY_GPT, "trainer.devices=2", "trainer.strategy=fsdp", output_dir=root / "out"
+        ),
+        "fsdp1": run_train(root, *TINY_GPT, "trainer.strategy=fsdp", output_dir=root / "out"),
+        "fsdp2_bf16": run_train(
+            root,
+            *TINY_GPT,
+            *ONE_EPOCH,
+            "trainer.devices=2",
+            "trainer.strategy=fsdp",
+            "trainer.precision=bf16-mixed",
+            "fsdp.reshard_after_forward=false",
+            "trainer.accumulate_grad_batches=2",
+            output_dir=root / "out",
+        ),
+    }
+    return {name: _finished(run) for name, run in runs.items()}
+
+
+def test_fsdp_trains_gpt_as_ddp_does(gpt: dict[str, ResultRecord]) -> None:
+    """Sharding changes where the state lives, not the arithmetic: the same global batches
+    reach DDP's validation loss."""
+    ddp, fsdp = gpt["ddp2"], gpt["fsdp2"]
+    assert ddp.identity.strategy == "ddp" and ddp.sharding is None
+    assert fsdp.identity.strategy == "fsdp" and fsdp.identity.world_size == 2
+    assert fsdp.steps == ddp.steps
+    assert fsdp.val_loss_final == pytest.approx(ddp.val_loss_final, abs=1e-3)
+
+
+def test_the_record_says_what_was_sharded(gpt: dict[str, ResultRecord]) -> None:
+    sharding = gpt["fsdp2"].sharding
+    assert sharding is not None
+    # each block, then the root, which keeps the embeddings and the tied LM head
+    assert sharding["wrapped"] == ["", "blocks.0", "blocks.1"]
+    assert sharding["wrapped_classes"] == ["Block", "GptModel"]
+    assert sharding["applied_by"] == "scalescope"
+    assert sharding["mesh"] == {"dims": ["data_parallel"], "shape": [2], "device_type": "cpu"}
+    assert sharding["reshard_after_forward"] is True
+    assert sharding["param_dtype"] is None and sharding["autocast"] is None
+    mixed = gpt["fsdp2_bf16"].sharding
+    assert mixed is not None
+    assert mixed["param_dtype"] == "bfloat16" and mixed["reduce_dtype"] == "float32"
+    assert mixed["autocast"] == "bfloat16" and mixed["reshard_after_forward"] is False
+    assert gpt["fsdp2_bf16"].identity.accumulate_grad_batches == 2
+
+
+def test_model_state_per_rank_halves_from_one_rank_to_two(gpt: dict[str, ResultRecord]) -> None:
+    """gpt tiny's parameters and AdamW state are its memory: sharded over 2 ranks each holds
+    half (within 10%: a shard of an odd-sized tensor is padded), where DDP's hold it all."""
+    one, two, ddp = (gpt[k].memory for k in ("fsdp1", "fsdp2", "ddp2"))
+    assert one is not None and two is not None and ddp is not None
+    whole = one["model_state_bytes"][0]
+    assert len(two["model_state_bytes"]) == 2
+    for per_rank in two["model_state_bytes"]:
+        assert per_rank == pytest.approx(whole / 2, rel=0.10)
+    assert ddp["model_state_bytes"] == [whole, whole]
+    # AdamW: two moments per parameter, plus a step counter each
+    assert one["optimizer_state_bytes"][0] >= 2 * one["parameter_bytes"][0]
+    assert one["reserved_peak_gib"] is None and "cpu" in one["allocator_reason"]
+    # reshard_after_forward=false, bf16 gathers: still only the shards are model state
+    mixed = gpt["fsdp2_bf16"].memory
+    assert mixed is not None and mixed["model_state_bytes"] == two["model_state_bytes"]
+
+
+SHARDS_ITSELF = """
+from torch.distributed.fsdp import fully_shard
+
+from examples.my_project.model import MyModel
+
+
+class Sharded(MyModel):
+    \"\"\"Shards itself: each Linear of its net, then the whole module.\"\"\"
+
+    def configure_model(self):
+        mesh = self.device_mesh["data_parallel"]
+        for layer in self.net:
+            if hasattr(layer, "weight"):
+                fully_shard(layer, mesh=mesh, reshard_after_forward=False)
+        fully_shard(self, mesh=mesh)
+"""
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResultRecord]:
+    root = tmp_path_factory.mktemp("fsdp_user")
+    _example_sweep(root, shapes="")
+    (root / "shardpkg").mkdir()
+    (root / "shardpkg" / "__init__.py").write_text("")
+    (root / "shardpkg" / "model.py").write_text(SHARDS_ITSELF)
+    common = (
+        "tracking.mode='off'",
+        "trainer.devices=2",
+        "trainer.strategy=fsdp",
+        "workload.datamodule_init_args.num_samples=4000",
+        *ONE_EPOCH,
+    )
+    config = ("--config", "examples/my_project.yaml")
+    runs = {
+        "own": run_train(
+            root,
+            *common,
+            "workload.name=shardpkg.model:Sharded",
+            output_dir=root / "out",
+            module_args=config,
+        ),
+        "rule": run_train(
+            root,
+            *common,
+            "fsdp.wrap=[Linear]",
+            "trainer.accumulate_grad_batches=2",
+            output_dir=root / "out",
+            module_args=config,
+        ),
+    }
+    return {name: _finished(run) for name, run in runs.items()}
+
+
+def test_a_module_that_shards_itself_is_recorded_as_it_did(user: dict[str, ResultRecord]) -> None:
+    r = user["own"]
+    assert r.identity.strategy == "fsdp" and r.sharding is not None
+    assert r.sharding["applied_by"] == "the module"
+    assert r.sharding["wrapped"] == ["", "net.0", "net.2", "net.4"]
+    assert r.sharding["reshard_after_forward"] is False  # read back from FSDP's units
+    # The FLOPs probe counted the whole model, copied before configure_model sharded it.
+    assert r.flops_source == "measured" and r.model_flops_per_sample == EXAMPLE_FLOPS
+
+
+def test_a_wrap_rule_shards_the_classes_it_names(user: dict[str, ResultRecord]) -> None:
+    r = user["rule"]
+    assert r.sharding is not None and r.sharding["applied_by"] == "fsdp.wrap"
+    assert r.sharding["wrapped"] == ["", "net.0", "net.2", "net.4"]
+    assert r.sharding["wrapped_classes"] == ["Linear", "MyModel"]
+    assert r.model_flops_per_sample == EXAMPLE_FLOPS
+    assert r.val_loss_final == pytest.approx(user["own"].val_loss_final, rel=0.05)
+    # 3,000 training samples at 32 per rank, 2 micro-batches per optimizer step
+    assert r.identity.accumulate_grad_batches == 2
+
+
+def test_a_wrap_rule_matching_nothing_is_refused_in_one_line(tmp_path: Path) -> None:
+    _example_sweep(tmp_path, shapes="")
+    run = run_train(
+        tmp_path,
+        "tracking.mode='off'",
+        "trainer.devices=2",
+        "trainer.strategy=fsdp",
+        "fsdp.wrap=[Conv2d]",
+        output_dir=tmp_path / "out",
+        module_args=("--config", "examples/my_project.yaml"),
+    )
+    err = run.stderr.strip()
+    assert run.returncode == 2, run.describe()
+    assert len(err.splitlines()) == 1 and "fsdp.wrap: Conv2d matches no submodule" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_fsdp_records_the_allocator_and_bf16_gathers(tmp_path: Path) -> None:
+    """One GPU (NCCL, a 1-rank mesh): the reserved peak, allocation retries and OOMs are
+    recorded beside the model state, and bf16-mixed gathers in bf16, reduces in fp32."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible (torch.cuda.is_available() is False)")
+    run = run_train(
+        tmp_path,
+        *[a for a in TINY_GPT if a != "trainer.accelerator=cpu"],
+        *ONE_EPOCH,
+        "trainer.accelerator=gpu",
+        "trainer.strategy=fsdp",
+        "trainer.precision=bf16-mixed",
+        output_dir=tmp_path / "out",
+    )
+    r = _finished(run)
+    assert r.memory is not None and r.sharding is not None
+    assert r.memory["reserved_peak_gib"] and r.memory["reserved_peak_gib"][0] > 0
+    assert r.memory["alloc_retries"] == [0] and r.memory["ooms"] == [0]
+    assert r.sharding["mesh"]["device_type"] == "cuda"
+    assert r.sharding["param_dtype"] == "bfloat16" and r.sharding["reduce_dtype"] == "float32"
