@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-STEPS = 3
+STEPS = 4
 
 
 def _worker(
@@ -113,12 +114,15 @@ def test_counts_and_bytes_are_what_fsdp_issued(
 
 
 def test_a_hold_is_inside_the_timed_all_gather(tmp_path: Path) -> None:
-    """The step's first all-gather held 50 ms: each step's timed all-gather time exceeds the
-    same run's without it by the hold, on each rank (within 25%)."""
-    held_s = 0.05
-    plain = _run(tmp_path / "plain", True)
-    held = _run(tmp_path / "held", True, held_s)
-    for rank in range(2):
-        base = min(s["all_gather"][2] for s in plain[rank])
-        for step in held[rank]:
-            assert step["all_gather"][2] - base == pytest.approx(held_s, rel=0.25)
+    """The step's first all-gather held 100 ms: the timed all-gather time per step exceeds a
+    run's without it by the hold (mean over steps and ranks, within 25%); the first step,
+    which sets FSDP up, is left out."""
+    held_s = 0.1
+
+    def gathering(ranks: list[list[dict[str, Any]]]) -> float:
+        return statistics.mean(s["all_gather"][2] for steps in ranks for s in steps[1:])
+
+    added = gathering(_run(tmp_path / "held", True, held_s)) - gathering(
+        _run(tmp_path / "plain", True)
+    )
+    assert added == pytest.approx(held_s, rel=0.25)
