@@ -15,6 +15,7 @@ a core) read 10-45 ms from run to run. On the idle machine a 20 ms delay added 1
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,3 +112,19 @@ def test_one_slow_rank_is_skew_not_exposed_communication(
     slow = runs["one slow rank"]
     assert _mean(slow, wait(0)) > 0.5 * SLOW_S
     assert _mean(slow, wait(1)) < 0.25 * SLOW_S
+
+
+def test_accumulating_micro_batches_gather_but_do_not_reduce(
+    runs: dict[str, list[ResultRecord]], tmp_path: Path
+) -> None:
+    """Two micro-batches per optimizer step: each gathers the parameters, only the last
+    reduce-scatters (set_requires_gradient_sync); the step is counted once."""
+    record = only_result(
+        run_train(REPO, *FSDP_GPT, "trainer.accumulate_grad_batches=2", output_dir=tmp_path)
+    )
+    plain = diag(runs["plain"][0])["ranks"][0]["collectives_per_step"]
+    for row in diag(record)["ranks"]:
+        assert row["syncs_per_step"] == 1.0
+        issued = row["collectives_per_step"]
+        assert issued["reduce_scatter"] == plain["reduce_scatter"]
+        assert issued["all_gather"]["count"] == 2 * plain["all_gather"]["count"]
