@@ -564,6 +564,7 @@ def memory_chart(strategy: pd.DataFrame) -> Figure:
     _log2_x(ax, points["world_size"].astype(float).tolist())
     ax.set_yscale("log", base=2)
     _log_limits(ax, values)
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}")
     ax.set_xlabel("Devices (log2)")
     ax.set_ylabel("Model state per device (MiB, log2)")
     ax.set_title("Model state per device: parameters, gradients, optimizer state")

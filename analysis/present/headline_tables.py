@@ -216,11 +216,11 @@ def strategy_findings(analysis: Analysis) -> list[dict[str, str]]:
                 f"{with_ci(eff, r['efficiency_ci_low'], r['efficiency_ci_high'], '%')} "
                 f"efficiency against DDP's "
                 f"{with_ci(base, r['ddp_efficiency_ci_low'], r['ddp_efficiency_ci_high'], '%')}"
-                f": {better} scales better on this cluster"
                 + (
-                    "."
+                    f": {better} scales better on this cluster."
                     if apart
-                    else ", though the intervals overlap: these repeats do not settle it."
+                    else f": {better} is ahead, but the intervals overlap: these repeats do "
+                    "not settle which scales better."
                 )
             )
         speed = with_ci(r["speed_ratio"], r["speed_ratio_ci_low"], r["speed_ratio_ci_high"])

@@ -3,6 +3,7 @@ planned against some committed profile."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,9 @@ def test_sweep_loads_and_plans_on_some_cluster_profile(path: Path) -> None:
         except ConfigError as exc:
             problems.append(f"{profile_path.name}: {exc}")
             continue
-        assert len(plan.shapes) == len(sweep.shapes)
+        axes = (sweep.precisions, sweep.accumulate_grad_batches, sweep.strategies)
+        entries = len(sweep.shapes) * math.prod(len(axis or [None]) for axis in axes)
+        assert len(plan.shapes) == entries  # every shape at every value of every axis
         for shape_plan in plan.shapes:
             world = shape_plan.shape.world_size
             assert shape_plan.per_device_batch_size * world == shape_plan.global_batch_size
