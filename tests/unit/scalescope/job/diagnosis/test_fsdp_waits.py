@@ -142,3 +142,31 @@ def test_on_a_gpu_fsdps_pre_forward_is_bracketed_on_the_compute_stream() -> None
         assert probe.clock.totals["comm_wait_s"] >= 0.0
     finally:
         dist.destroy_process_group()
+
+
+def test_the_fsdp_baseline_section_is_left_out_of_a_run_not_sharded() -> None:
+    from scalescope.job.diagnosis import fsdp_baseline
+    from scalescope.job.diagnosis.section import assemble
+
+    def section(fsdp: Any) -> dict[str, Any]:
+        return assemble(
+            per_rank=[{}],
+            steady_steps=None,
+            per_device_batch_size=1,
+            allreduce={},
+            nvml={},
+            calibration={"steps": 8},
+            calibration_steps=8,
+            fsdp_collectives=fsdp,
+        )
+
+    module = TwoBlocks()
+    part = fsdp_baseline.FsdpBaseline().measure(
+        trainer_of(module),
+        module,
+        DiagnosisConfig(),
+        None,  # type: ignore[arg-type]
+    )
+    assert part == {"status": "skipped", "reason": fsdp_baseline.NOT_FSDP}
+    assert "fsdp_collectives" not in section(part)
+    assert section({"status": "measured"})["fsdp_collectives"] == {"status": "measured"}

@@ -70,7 +70,7 @@ def trainer_of(model: torch.nn.Module) -> Any:
 
 
 def test_ddp_is_the_first_strategy_of_both_registries() -> None:
-    assert list(WAIT_HOOKS) == ["ddp", "fsdp"] and list(BASELINES) == ["ddp"]
+    assert list(WAIT_HOOKS) == ["ddp", "fsdp"] and list(BASELINES) == ["ddp", "fsdp"]
     assert isinstance(BASELINES["ddp"], AllReduceBaseline)
     assert BASELINES["ddp"].section == "allreduce"
 
