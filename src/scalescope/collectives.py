@@ -8,9 +8,10 @@ one message puts on the busiest link (:func:`link_bytes`).
 
 DDP is the first strategy: its gradient all-reduce (from backward's last gradient to
 ``backward`` returning) and, for modules with buffers, its broadcast of them before forward.
-Another strategy -- FSDP's all-gather of parameters before forward and backward, its
-reduce-scatter of gradients -- registers its own with :func:`register` beside DDP's, which
-stay as they are; the job's marks of its waits and its start-up sweep plug in the same way
+FSDP (``fully_shard``) registers its own beside DDP's, which stay as they are: the all-gather
+of each sharded block's parameters (before its forward, and again before its backward unless
+``reshard_after_forward`` is off) and the reduce-scatter of its gradients after its backward.
+The job's marks of each strategy's waits and its start-up sweep plug in the same way
 (:mod:`scalescope.job.diagnosis.strategies`).
 """
 
@@ -41,6 +42,11 @@ class Collective:
     modelled: bool
     """Whether the step model times it from its bytes; the wait of one it does not stays in
     what the anchor measured."""
+
+
+def _gather_or_scatter(world_size: int) -> float:
+    """busbw / algbw of an all-gather or a reduce-scatter on the full size: (N - 1) / N."""
+    return (world_size - 1) / world_size if world_size > 0 else 0.0
 
 
 def _once(world_size: int) -> float:
@@ -105,31 +111,31 @@ DDP_GRADIENT, DDP_BROADCAST = register(
     ),
 )
 
-
-def _shard(world_size: int) -> float:
-    """busbw / algbw of an all-gather or a reduce-scatter (ring): (N - 1) / N (0 on one rank)."""
-    return (world_size - 1) / world_size if world_size > 1 else 0.0
-
-
-FSDP_ALL_GATHER = Collective(
-    key="all_gather",
-    strategy="fsdp",
-    operation="all_gather",
-    bus_factor=_shard,
-    wait="before a wrapped block's forward, and again before its backward unless "
-    "reshard_after_forward is off",
-    modelled=True,
-)
-FSDP_REDUCE_SCATTER = Collective(
-    key="reduce_scatter",
-    strategy="fsdp",
-    operation="reduce_scatter",
-    bus_factor=_shard,
-    wait="after a wrapped block's backward: its gradients, reduced and sharded",
-    modelled=True,
+FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER = register(
+    Collective(
+        key="all_gather",
+        strategy="fsdp",
+        operation="all_gather",
+        bus_factor=_gather_or_scatter,
+        wait="before a sharded block's forward (and backward): on CPUs the collective's own "
+        "call, on GPUs FSDP's pre-forward on the compute stream",
+        modelled=True,
+    ),
+    Collective(
+        key="reduce_scatter",
+        strategy="fsdp",
+        operation="reduce_scatter",
+        bus_factor=_gather_or_scatter,
+        wait="after a block's backward: on CPUs the collective's own call, on GPUs from the "
+        "last reduce-scatter's issue to backward returning",
+        modelled=True,
+    ),
 )
 FSDP = (FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER)
-"""FSDP2's collectives, in the order its step meets them, defined here once. They join the
-job's step clock with ``register(*FSDP)`` where its series become per strategy; until then
-the analysis' step model reads their bus factors from here (not through :func:`modelled`,
-which names registered strategies only)."""
+"""FSDP2's collectives, in the order its step meets them (the step model reads their bus
+factors from here)."""
+
+
+def keys(strategy: str) -> tuple[str, ...]:
+    """One strategy's collectives' keys, in the order its step meets them."""
+    return tuple(c.key for c in STRATEGIES[strategy])

@@ -63,6 +63,13 @@ class FaultsConfig:
         "0 = off",
         check=non_negative,
     )
+    allgather_delay_s: float = option(
+        0.0,
+        help="under FSDP, every rank holds each optimizer step's first all-gather back this "
+        "long (FSDP's custom all-gather: the counterpart of allreduce_delay_s; shows as "
+        "exposed communication); 0 = off",
+        check=non_negative,
+    )
     overlap_burn_s: float = option(
         0.0,
         help="every rank busy-loops this long on the CPU in the DDP communication hook of "
@@ -112,6 +119,7 @@ class FaultsConfig:
             or (self.slow_rank is not None and self.slow_rank_sleep_s > 0)
             or self.rotating_sleep_s > 0
             or self.allreduce_delay_s > 0
+            or self.allgather_delay_s > 0
             or self.overlap_burn_s > 0
             or self.emulates_network
         )

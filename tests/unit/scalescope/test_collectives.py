@@ -8,7 +8,15 @@ from collections.abc import Iterator
 import pytest
 
 from scalescope import collectives
-from scalescope.collectives import DDP_BROADCAST, DDP_GRADIENT, Collective, register, series
+from scalescope.collectives import (
+    DDP_BROADCAST,
+    DDP_GRADIENT,
+    FSDP_ALL_GATHER,
+    FSDP_REDUCE_SCATTER,
+    Collective,
+    register,
+    series,
+)
 
 
 @pytest.fixture
@@ -20,7 +28,7 @@ def registry() -> Iterator[None]:
     collectives.STRATEGIES.update(saved)
 
 
-def gathered(key: str, strategy: str = "fsdp") -> Collective:
+def gathered(key: str, strategy: str = "tp") -> Collective:
     return Collective(
         key=key,
         strategy=strategy,
@@ -39,10 +47,19 @@ def test_ddp_is_the_first_strategy_gradient_then_broadcast() -> None:
     assert (DDP_GRADIENT.operation, DDP_BROADCAST.operation) == ("all_reduce", "broadcast")
 
 
-def test_the_step_clock_keeps_every_registered_collective() -> None:
+def test_the_step_clock_keeps_each_strategys_collectives() -> None:
     from scalescope.job.diagnosis.step_clock import COLLECTIVES
 
-    assert series() == COLLECTIVES
+    assert COLLECTIVES == {
+        "ddp": ("gradient", "broadcast"),
+        "fsdp": ("all_gather", "reduce_scatter"),
+    }
+
+
+def test_fsdp_registers_beside_ddp() -> None:
+    assert series() == ("gradient", "broadcast", "all_gather", "reduce_scatter")
+    assert collectives.STRATEGIES["fsdp"] == (FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER)
+    assert [c.operation for c in collectives.modelled("fsdp")] == ["all_gather", "reduce_scatter"]
 
 
 @pytest.mark.parametrize("world", [1, 2, 8, 64])
@@ -51,6 +68,8 @@ def test_bus_factors_are_nccl_tests(world: int) -> None:
     rank: nothing crosses a link)."""
     assert DDP_GRADIENT.bus_factor(world) == pytest.approx(2 * (world - 1) / world)
     assert DDP_BROADCAST.bus_factor(world) == (1.0 if world > 1 else 0.0)
+    for c in (FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER):  # (N - 1) / N on the full size
+        assert c.bus_factor(world) == pytest.approx((world - 1) / world)
 
 
 def test_only_the_gradient_all_reduce_is_modelled() -> None:
@@ -60,9 +79,9 @@ def test_only_the_gradient_all_reduce_is_modelled() -> None:
 @pytest.mark.usefixtures("registry")
 def test_another_strategy_registers_beside_ddp_without_changing_it() -> None:
     before = collectives.STRATEGIES["ddp"]
-    added = register(gathered("all_gather"), gathered("reduce_scatter"))
-    assert series() == ("gradient", "broadcast", "all_gather", "reduce_scatter")
-    assert collectives.STRATEGIES["fsdp"] == added
+    added = register(gathered("tp_gather"), gathered("tp_scatter"))
+    assert series()[-2:] == ("tp_gather", "tp_scatter")
+    assert collectives.STRATEGIES["tp"] == added
     assert collectives.STRATEGIES["ddp"] is before
 
 
@@ -70,16 +89,16 @@ def test_another_strategy_registers_beside_ddp_without_changing_it() -> None:
 @pytest.mark.parametrize(
     "batch",
     [
-        pytest.param(("gradient", "fsdp"), id="a key taken by DDP"),
+        pytest.param(("gradient", "tp"), id="a key taken by DDP"),
         pytest.param(("x", "ddp"), id="the strategy again"),
     ],
 )
 def test_a_taken_key_or_strategy_is_refused(batch: tuple[str, str]) -> None:
     with pytest.raises(ValueError, match="already registered"):
         register(gathered(*batch))
-    assert series() == ("gradient", "broadcast")
+    assert series() == ("gradient", "broadcast", "all_gather", "reduce_scatter")
 
 
 def test_one_strategy_at_a_time() -> None:
     with pytest.raises(ValueError, match="one strategy at a time"):
-        register(gathered("a", "fsdp"), gathered("b", "tp"))
+        register(gathered("a", "tp"), gathered("b", "pp"))

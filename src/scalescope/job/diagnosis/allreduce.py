@@ -130,6 +130,12 @@ def ddp_bucket_caps(model: Any) -> tuple[int, int]:
     return int(first), int(cap)
 
 
+FSDP_HAS_NO_BUCKETS = (
+    "trained under FSDP2: no DDP gradient buckets (its collectives are each sharded "
+    "block's all-gather and reduce-scatter)"
+)
+
+
 def read_ddp_buckets(model: Any) -> tuple[list[int] | None, str | None]:
     """DDP's own bucket sizes in bytes, or ``None`` and why not. Never raises.
 
@@ -143,7 +149,11 @@ def read_ddp_buckets(model: Any) -> tuple[list[int] | None, str | None]:
     try:
         from torch.nn.parallel import DistributedDataParallel
 
+        from ..faults.fsdp_comms import fsdp_modules
+
         if not isinstance(model, DistributedDataParallel):
+            if fsdp_modules(model):
+                return None, FSDP_HAS_NO_BUCKETS
             return None, f"not trained under DDP ({type(model).__name__})"
         data = model._get_ddp_logging_data()
         text = data.get("rebuilt_bucket_sizes")

@@ -24,6 +24,7 @@ import torch
 
 from ...config import DiagnosisConfig, FaultsConfig
 from ...errors import first_line
+from ..faults.fsdp_comms import fsdp_modules
 from .allreduce import SKIPPED_ONE_DEVICE
 from .comm_kernels import profiled_window
 
@@ -112,6 +113,13 @@ def _skipped(cfg: DiagnosisConfig, reason: str, status: str = "skipped") -> dict
     return {"status": status, "reason": reason, "steps": cfg.calibration_steps}
 
 
+NOT_RUN_UNDER_FSDP = (
+    "not run under FSDP2: its windows (set_requires_gradient_sync(False) against synced "
+    "passes) would isolate the exposed reduce-scatter only, not the all-gathers; the "
+    "per-step waits are the measure"
+)
+
+
 def _not_run(
     trainer: L.Trainer, cfg: DiagnosisConfig, pass_estimate_s: float | None
 ) -> dict[str, Any] | None:
@@ -123,6 +131,8 @@ def _not_run(
     model = trainer.strategy.model
     if trainer.world_size <= 1:
         return _skipped(cfg, SKIPPED_ONE_DEVICE)
+    if fsdp_modules(trainer.lightning_module):
+        return _skipped(cfg, NOT_RUN_UNDER_FSDP)
     if not isinstance(model, DistributedDataParallel):
         return _skipped(cfg, f"not trained under DDP ({type(model).__name__})")
     too_long = pair_exceeds_budget(pass_estimate_s, cfg.calibration_budget_s)

@@ -29,24 +29,29 @@ def reduce_step_waits(
     """Per step and collective, the least wait over the ranks (one all-reduce MIN of the
     per-step series ``steps``, of which this rank holds ``n_local``): the rank that arrived
     last at a collective waited for nobody there, so the sum of those minima is the step's
-    exposed communication. A collective: every rank calls it, before the gather."""
+    exposed communication. A collective: every rank calls it, before the gather. The
+    collectives are the series' keys, in the strategy's order (:data:`COLLECTIVES`)."""
     import torch.distributed as dist
 
     device = trainer.strategy.root_device
     count = torch.tensor([float(n_local)], dtype=torch.float64, device=device)
     dist.all_reduce(count, op=dist.ReduceOp.MIN)  # every rank's series hold these steps
     n = int(count.item())
-    mine = np.stack([steps[key][:n] for key in COLLECTIVES])
+    keys = tuple(steps)
+    mine = np.stack([steps[key][:n] for key in keys])
     least = torch.from_numpy(np.where(np.isfinite(mine), mine, np.inf)).to(device)
     dist.all_reduce(least, op=dist.ReduceOp.MIN)
-    return step_wait_stats(mine, least.cpu().numpy())
+    return step_wait_stats(mine, least.cpu().numpy(), keys)
 
 
-def step_wait_stats(mine: np.ndarray, least: np.ndarray) -> dict[str, Any] | None:
+def step_wait_stats(
+    mine: np.ndarray, least: np.ndarray, keys: Sequence[str] = COLLECTIVES["ddp"]
+) -> dict[str, Any] | None:
     """This rank's per-step communication waits against each step's least wait over the
-    ranks. ``mine`` and ``least`` are (collective, step) arrays in :data:`COLLECTIVES` order,
-    NaN (``least``: inf) where a step had no such interval. A step counts where its gradient
-    all-reduce was timed on every rank; a collective that did not run in it adds nothing.
+    ranks. ``mine`` and ``least`` are (collective, step) arrays in the order of ``keys`` (a
+    strategy's :data:`COLLECTIVES`), NaN (``least``: inf) where a step had no such interval. A
+    step counts where its first collective (DDP's gradient all-reduce, FSDP's all-gather) was
+    timed on every rank; a collective that did not run in it adds nothing.
 
     Returns the means over those steps of the exposed communication (the sum over
     collectives of the least wait) and of this rank's wait for others (its total less the
@@ -76,7 +81,7 @@ def step_wait_stats(mine: np.ndarray, least: np.ndarray) -> dict[str, Any] | Non
                 "exposed_s": float(least_c[i].mean()),
                 "wait_s": float((mine_c[i] - least_c[i]).mean()),
             }
-            for i, key in enumerate(COLLECTIVES)
+            for i, key in enumerate(keys)
         },
     }
 

@@ -33,6 +33,7 @@ import lightning as L
 
 from ...config import DiagnosisConfig, FaultsConfig
 from ..clocks.timing import Timings
+from . import fsdp_baseline
 from .compute_split import compute_split
 from .strategies import BASELINES
 
@@ -148,8 +149,10 @@ def assemble(
     nvml: Mapping[str, Any],
     calibration: Mapping[str, Any],
     calibration_steps: int,
+    fsdp_collectives: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The record's ``diagnosis`` section from every rank's gathered part (rank order)."""
+    """The record's ``diagnosis`` section from every rank's gathered part (rank order);
+    ``fsdp_collectives`` (FSDP's baseline) only where the run was sharded by FSDP2."""
     ranks = [_rank_row(i, part, len(per_rank)) for i, part in enumerate(per_rank)]
     parts = [p.get("diagnosis") or {} for p in per_rank]
     clock = parts[0].get("clock", "wall") if parts else "wall"
@@ -177,6 +180,8 @@ def assemble(
     if out["calibration"].get("steps") is None:
         out["calibration"]["steps"] = calibration_steps
     out["allreduce"] = dict(allreduce)
+    if fsdp_collectives is not None and fsdp_collectives.get("reason") != fsdp_baseline.NOT_FSDP:
+        out[fsdp_baseline.SECTION] = dict(fsdp_collectives)
     out["nvml"] = dict(nvml)
     out["compute_split"] = compute_split(ranks, nvml, clock, out["calibration"])
     out["overhead_s"] = {
@@ -202,6 +207,8 @@ def _rank_row(rank: int, part: Mapping[str, Any], world_size: int) -> dict[str, 
     row["own_s"] = d["input_wait_s"] + d["compute_s"]
     if "syncs_per_step" in d:
         row["syncs_per_step"] = d["syncs_per_step"]
+    if "collectives_per_step" in d:  # FSDP: calls and bytes issued per optimizer step
+        row["collectives_per_step"] = d["collectives_per_step"]
     waits = d.get("step_waits")
     if world_size == 1:  # one device: no all-reduce, nobody to wait for
         row.update(wait_s=0.0, exposed_comm_s=d["comm_wait_s"], waits_steps=0)

@@ -29,7 +29,8 @@ import lightning as L
 from ...collectives import DDP_BROADCAST, DDP_GRADIENT
 from ...config import DiagnosisConfig, FaultsConfig
 from ..clocks.timing import Timings
-from .bucket_ready import ReadinessTimer
+from .allreduce import FSDP_HAS_NO_BUCKETS
+from .bucket_ready import ReadinessTimer, not_recorded
 from .calibration import calibrate, first_line, pass_estimate
 from .cross_rank import gather_calibration, reduce_step_waits
 from .step_clock import COLLECTIVES, MAX_STEP_RECORDS, Clock, clock_for
@@ -55,6 +56,9 @@ class StepBreakdown(L.Callback):
     * **buffer broadcast**: for a module with buffers, DDP broadcasts them from rank 0 before
       every forward; the wait from the start of the training call to the module's forward
       is communication wait too.
+
+    Under FSDP2 the marks are its own (:mod:`.fsdp_waits`, registered beside DDP's): the
+    last-gradient hook and the buffer broadcast's are not installed.
 
     Each collective's wait is kept per steady step (:data:`COLLECTIVES`): a rank that waits in
     the broadcast for a peer whose loader was slower is waiting, as much as one that waits
@@ -110,6 +114,12 @@ class StepBreakdown(L.Callback):
         self.window: Clock | None = None
         """While set (only before the steady state: the profiler's measurement steps), the
         communication waits go to this clock instead (``comm_wait_s``)."""
+        self.strategy: str | None = None
+        """The strategy whose wait hooks took the model (:mod:`.strategies`), or None."""
+        self.fsdp: Any = None
+        """Under FSDP2, its marks (:class:`.fsdp_waits.FsdpWaits`)."""
+        self.not_timed: str | None = None
+        """Why a strategy's waits could not be marked, where its hooks refused."""
         self.calibration: dict[str, Any] = {
             "status": "skipped",
             "reason": "training stopped before its end",
@@ -118,10 +128,11 @@ class StepBreakdown(L.Callback):
 
     # set-up ----------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.clock = clock_for(trainer.strategy.root_device, COLLECTIVES)
+        self.clock = clock_for(trainer.strategy.root_device, COLLECTIVES["ddp"])
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        attach_waits(self, trainer, pl_module)  # one device: no collective, nothing to mark
+        # one device: no collective, nothing to mark; FSDP's hooks set the clock's series
+        self.strategy = attach_waits(self, trainer, pl_module)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._direct_fetch = _time_fetches(trainer, self)
@@ -178,11 +189,17 @@ class StepBreakdown(L.Callback):
     ) -> None:
         # Only a steady backward that all-reduces has buckets to time (DDP's no_sync sets the
         # flag before the micro-batch's forward).
+        if self.fsdp is not None:
+            self.fsdp.backward_starts()
+            return
         sync = getattr(trainer.strategy.model, "require_backward_grad_sync", True)
         if self.ready is not None and self._counting and sync:
             self.ready.backward_starts()
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.fsdp is not None:  # its reduce-scatters said whether this one synchronised
+            self.fsdp.backward_ends()
+            return
         if self._grad_order is not None:  # the first backward: keep one hook from now on
             self._settle_last_gradient()
         if self.ready is not None:
@@ -231,6 +248,12 @@ class StepBreakdown(L.Callback):
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fetch_start = None  # a gap that spans validation is not input wait
+        if self.fsdp is not None:  # its all-gathers there are not the training step's
+            self.fsdp.validating = True
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.fsdp is not None:
+            self.fsdp.validating = False
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fetch_start = None  # the fetcher's last, empty call ends the epoch
@@ -238,6 +261,8 @@ class StepBreakdown(L.Callback):
         self.committed = dict(self.clock.totals)
         self.committed_steps = self._step
         self.committed_synced = self._synced
+        if self.fsdp is not None:
+            self.fsdp.commit()
 
     # calibration ---------------------------------------------------------------------
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -261,7 +286,8 @@ class StepBreakdown(L.Callback):
         excess over it is its wait for slower ranks, in whichever collective it waited. A
         collective: every rank calls it, before the gather."""
         n_local = min(self.committed_steps, MAX_STEP_RECORDS)
-        if not self._params or trainer.world_size <= 1 or n_local <= 0:
+        timed = bool(self._params) or self.fsdp is not None
+        if not timed or trainer.world_size <= 1 or n_local <= 0:
             return
         self.step_waits = reduce_step_waits(trainer, self.clock.steps, n_local)
 
@@ -281,12 +307,17 @@ class StepBreakdown(L.Callback):
             comm_wait_s=comm,
             compute_s=max(0.0, step - wait - comm),
         )
-        if self._params:  # under DDP: how many backwards per step asked for the all-reduce
+        if self._params or self.fsdp is not None:
+            # how many backwards per step asked for the all-reduce (FSDP: reduce-scattered)
             out["syncs_per_step"] = self.committed_synced * per
+        if self.fsdp is not None:
+            out["collectives_per_step"] = self.fsdp.per_step(per)
         if self.step_waits is not None:
             out["step_waits"] = self.step_waits
         if self.ready_part is not None:
             out["bucket_ready"] = self.ready_part
+        elif self.fsdp is not None:
+            out["bucket_ready"] = not_recorded(FSDP_HAS_NO_BUCKETS)
         return out
 
     def _set_probe(self, probe: Callable[[], None] | None) -> bool:
@@ -371,3 +402,6 @@ def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:
         f"Timed{base.__name__}", (base,), {"__iter__": __iter__, "__next__": __next__}
     )
     return True
+
+
+from . import fsdp_waits as _fsdp_waits  # noqa: E402,F401  FSDP's hooks: registered after DDP's

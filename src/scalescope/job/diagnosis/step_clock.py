@@ -14,17 +14,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...collectives import series
+from ...collectives import STRATEGIES, keys
 
 MAX_STEP_RECORDS = 1 << 16
 """Steady-state steps whose communication waits are kept one by one (8 bytes each and
 collective, preallocated); later steps still count in the totals."""
 
-COLLECTIVES = series()
-"""The collectives a training step waits in, each kept per step, as
-:mod:`scalescope.collectives` registers them: DDP's gradient all-reduce (from backward's last
-gradient to ``backward`` returning) and, for modules with buffers, its broadcast of them
-before forward (from the training call's start to the module's forward)."""
+COLLECTIVES: dict[str, tuple[str, ...]] = {strategy: keys(strategy) for strategy in STRATEGIES}
+"""Per strategy, the collectives a training step waits in, each kept per step, as
+:mod:`scalescope.collectives` registers them. DDP: its gradient all-reduce (from backward's
+last gradient to ``backward`` returning) and, for modules with buffers, its broadcast of them
+before forward (from the training call's start to the module's forward). FSDP: its
+all-gathers and reduce-scatters (:mod:`.fsdp_waits`). The first key of each is the one every
+counted step has."""
 
 
 class Clock:

@@ -18,6 +18,11 @@ right cause:
 * ``allreduce_delay_s`` -- a slow network of known size: a DDP communication hook runs DDP's
   own all-reduce and holds each bucket's result back that long, so backward ends that much
   later on every rank (exposed communication, none of it hidden);
+* ``allgather_delay_s`` -- the same under FSDP2: FSDP's custom all-gather
+  (:mod:`.fsdp_comms`) holds each optimizer step's first all-gather back that long before it
+  starts, so every rank's forward waits that much longer (exposed communication). Under DDP
+  it has nothing to hold, and the DDP hooks' faults have nothing to hook under FSDP: each
+  says so in :attr:`FaultInjection.not_applied` and on the job's log, never silently;
 * ``overlap_burn_s`` -- communication that slows backward: the same kind of hook busy-loops
   on the CPU for each bucket but backward's last, before its all-reduce, while backward
   still has gradients to compute (overlapped, yet it costs backward that long);
@@ -35,6 +40,7 @@ A communication-heavy model is not a fault but a model: ``configs/diagnosis/comm
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from typing import Any
@@ -42,12 +48,17 @@ from typing import Any
 import lightning as L
 
 from ...config import FaultsConfig
+from .fsdp_comms import ALL_GATHER, taps_for
 
 
 class FaultInjection(L.Callback):
     def __init__(self, faults: FaultsConfig) -> None:
         self.faults = faults
         self._sleep_s = 0.0
+        self._first_gather: list[bool] | None = None
+        """Under ``allgather_delay_s``: whether the step's first all-gather is still to come."""
+        self.not_applied: dict[str, str] = {}
+        """A fault that the trained model's strategy gives nothing to act on: why."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         f = self.faults
@@ -64,11 +75,38 @@ class FaultInjection(L.Callback):
             seconds = f.slow_rank_sleep_s
             _slow_forward(trainer, seconds)
         if f.allreduce_delay_s > 0 or f.overlap_burn_s > 0 or f.emulates_network:
-            _hook_allreduce(trainer, f)
+            why = _hook_allreduce(trainer, f)
+            if why is not None:
+                self._not_applied("allreduce_delay_s, overlap_burn_s, network_alpha_s", why)
+        if f.allgather_delay_s > 0:
+            self._hold_first_all_gather(trainer, f.allgather_delay_s)
+
+    def _hold_first_all_gather(self, trainer: L.Trainer, seconds: float) -> None:
+        """FSDP's custom all-gather sleeps ``seconds`` before the first all-gather of every
+        optimizer step (re-armed when the step's optimizer runs), inside the span the
+        diagnosis times: a slower collective, on every rank."""
+        taps, why = taps_for(trainer.lightning_module)
+        if taps is None:
+            self._not_applied("allgather_delay_s", f"nothing to hold: {why}")
+            return
+        armed = self._first_gather = [True]
+
+        def hold(kind: str) -> None:
+            if kind == ALL_GATHER and armed[0]:
+                armed[0] = False
+                time.sleep(seconds)
+
+        taps.holds.append(hold)
+
+    def _not_applied(self, faults: str, why: str) -> None:
+        self.not_applied[faults] = why
+        print(f"scalescope: faults.{faults} not applied: {why}", file=sys.stderr, flush=True)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
     ) -> None:
+        if self._first_gather is not None:
+            self._first_gather[0] = True  # the next all-gather is the next step's first
         if self._sleep_s > 0:
             time.sleep(self._sleep_s)
         rotating = self.faults.rotating_sleep_s
@@ -117,7 +155,7 @@ def _slow_forward(trainer: L.Trainer, seconds: float) -> None:
     inner.register_forward_pre_hook(lambda _module, _args: time.sleep(seconds))
 
 
-def _hook_allreduce(trainer: L.Trainer, faults: FaultsConfig) -> None:
+def _hook_allreduce(trainer: L.Trainer, faults: FaultsConfig) -> str | None:
     """Register a DDP communication hook that all-reduces each bucket as DDP would (PyTorch's
     default hook: divide by the world size, then sum) and
 
@@ -128,14 +166,20 @@ def _hook_allreduce(trainer: L.Trainer, faults: FaultsConfig) -> None:
       (DDP calls the hook in the autograd thread when a bucket is ready, so backward's
       remaining gradients wait that long: overlapped communication that slows backward).
 
-    A 1-device run has no DDP wrapper and nothing to hook."""
+    A 1-device run has no DDP wrapper and nothing to hook; a model sharded by FSDP has no DDP
+    buckets either: the reason is returned (None: hooked)."""
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
     ddp = getattr(trainer.strategy, "model", None)
     if not isinstance(ddp, DistributedDataParallel):
-        return
+        if trainer.world_size <= 1:
+            return None  # one device: no all-reduce to hold, as before
+        return (
+            f"no DDP communication hook under {type(ddp).__name__} (under FSDP: "
+            "faults.allgather_delay_s holds its all-gather back)"
+        )
 
     # No annotations: DDP accepts only `dist.GradBucket` there, and this module's postponed
     # annotations would be strings.
@@ -169,6 +213,7 @@ def _hook_allreduce(trainer: L.Trainer, faults: FaultsConfig) -> None:
 
     world = trainer.world_size
     ddp.register_comm_hook(None, hooked)
+    return None
 
 
 def fault_callbacks(faults: FaultsConfig) -> list[L.Callback]:

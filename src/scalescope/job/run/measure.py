@@ -247,6 +247,7 @@ class DiagnosisCallbacks:
             nvml=merge_nvml([p.get("nvml") for p in agreed.per_rank]),
             calibration=self.breakdown.calibration,
             calibration_steps=self.cfg.diagnosis.calibration_steps,
+            fsdp_collectives=self.before.baselines.get("fsdp_collectives"),
         )
 
 

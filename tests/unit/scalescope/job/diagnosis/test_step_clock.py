@@ -19,7 +19,7 @@ def _intervals_into_steps(device: Any) -> None:
 
     from scalescope.job.diagnosis.step_clock import COLLECTIVES, clock_for
 
-    clock = clock_for(device, COLLECTIVES)
+    clock = clock_for(device, COLLECTIVES["ddp"])
     spin = (
         (lambda s: torch.cuda._sleep(int(s * 1.4e9)))  # about s seconds of GPU work
         if device.type == "cuda"

@@ -59,7 +59,7 @@ def trainer_of(model: torch.nn.Module) -> Any:
 
 
 def test_ddp_is_the_first_strategy_of_both_registries() -> None:
-    assert list(WAIT_HOOKS) == ["ddp"] and list(BASELINES) == ["ddp"]
+    assert list(WAIT_HOOKS) == ["ddp", "fsdp"] and list(BASELINES) == ["ddp", "fsdp"]
     assert isinstance(BASELINES["ddp"], AllReduceBaseline)
     assert BASELINES["ddp"].section == "allreduce"
 
@@ -101,7 +101,7 @@ def test_another_strategys_hooks_are_tried_beside_ddps() -> None:
     module.sharded = True  # type: ignore[assignment]
     probe = breakdown()
     assert attach_waits(probe, trainer_of(module), module) == "sharded"  # type: ignore[arg-type]
-    assert taken == [probe] and list(WAIT_HOOKS) == ["ddp", "sharded"]
+    assert taken == [probe] and list(WAIT_HOOKS) == ["ddp", "fsdp", "sharded"]
     assert WAIT_HOOKS["ddp"] is ddp_hooks
     with pytest.raises(ValueError, match="already registered"):
         wait_hooks("ddp")(sharded)

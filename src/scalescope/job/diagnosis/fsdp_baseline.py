@@ -1,0 +1,133 @@
+"""FSDP's collective baseline (``BASELINES["fsdp"]``): the all-gather and the reduce-scatter
+at the sizes FSDP uses, on the job's own allocation, before training.
+
+Per sharded module (each block, then the root), FSDP gathers its parameters' local shards
+into the whole (``world`` times the shard) and reduce-scatters the whole gradient into a
+shard. Each distinct size is timed here with ``all_gather_into_tensor`` and
+``reduce_scatter_tensor`` (a few repetitions, after one untimed), with nccl-tests'
+conventions: algbw = the full size / time, busbw = algbw x (n - 1) / n. It runs beside DDP's
+all-reduce sweep (:class:`.strategies.AllReduceBaseline`), which runs under FSDP too. On gloo
+the reduce-scatter runs as an all-reduce, and the section says so.
+
+The record's ``diagnosis.fsdp_collectives``, only for runs sharded by FSDP2.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+
+from ...collectives import FSDP_ALL_GATHER
+from ...config import DiagnosisConfig, FaultsConfig
+from ..faults.fsdp_comms import fsdp_modules
+from .strategies import BASELINES
+
+SECTION = "fsdp_collectives"
+NOT_FSDP = "not trained under FSDP2"
+GLOO_REDUCE_SCATTER = (
+    "gloo runs reduce_scatter_tensor as an all-reduce: its time is at least an all-reduce's"
+)
+REPEATS = 5
+
+
+def shard_bytes(pl_module: Any) -> list[int]:
+    """Per sharded module (its own parameters, not its sharded children's), the bytes of
+    this rank's shards."""
+    from torch.distributed.tensor import DTensor
+
+    out = []
+    for module in fsdp_modules(pl_module):
+        owned = {id(p) for m in fsdp_modules(module) if m is not module for p in m.parameters()}
+        total = 0
+        for p in module.parameters():
+            if id(p) in owned:
+                continue
+            local = p.to_local() if isinstance(p, DTensor) else p
+            total += local.numel() * local.element_size()
+        if total:
+            out.append(total)
+    return out
+
+
+def _timed(op: Any, device: Any) -> float:
+    import torch
+
+    op()  # untimed: the first call sets things up
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    for _ in range(REPEATS):
+        op()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - started) / REPEATS
+
+
+def measure_sizes(shards: list[int], device: Any, world: int) -> list[dict[str, Any]]:
+    """Each distinct shard size: both collectives timed, on every rank together."""
+    import torch
+    import torch.distributed as dist
+
+    rows = []
+    for shard in sorted(set(shards)):
+        n = max(1, shard // 4)  # float32 elements
+        small = torch.ones(n, device=device)
+        whole = torch.empty(n * world, device=device)
+        row: dict[str, Any] = {"shard_bytes": n * 4, "full_bytes": n * 4 * world}
+        for name, op in (
+            ("all_gather", lambda w=whole, s=small: dist.all_gather_into_tensor(w, s)),
+            ("reduce_scatter", lambda w=whole, s=small: dist.reduce_scatter_tensor(s, w)),
+        ):
+            seconds = _timed(op, device)
+            algbw = row["full_bytes"] / seconds / 1e9
+            row[name] = {
+                "time_s": seconds,
+                "algbw_gbps": algbw,
+                "busbw_gbps": algbw * FSDP_ALL_GATHER.bus_factor(world),
+            }
+        rows.append(row)
+    return rows
+
+
+class FsdpBaseline:
+    section = SECTION
+
+    def not_started(self) -> dict[str, Any]:
+        return {"status": "skipped", "reason": "training never started"}
+
+    def measure(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        cfg: DiagnosisConfig,
+        faults: FaultsConfig | None,
+    ) -> dict[str, Any]:
+        if not fsdp_modules(pl_module):
+            return {"status": "skipped", "reason": NOT_FSDP}
+        if not cfg.allreduce_baseline:
+            return {"status": "off", "reason": "diagnosis.allreduce_baseline=false"}
+        import torch.distributed as dist
+
+        if not dist.is_initialized() or dist.get_world_size() < 2:
+            return {"status": "skipped", "reason": "one device: no collective"}
+        started = time.perf_counter()
+        device = trainer.strategy.root_device
+        backend = str(dist.get_backend())
+        rows = measure_sizes(shard_bytes(pl_module), device, dist.get_world_size())
+        return {
+            "status": "measured",
+            "reason": None,
+            "backend": backend,
+            "world_size": dist.get_world_size(),
+            "sizes": rows,
+            "note": GLOO_REDUCE_SCATTER if backend == "gloo" else None,
+            "seconds": time.perf_counter() - started,
+        }
+
+    def after_training(self, model: Any, part: dict[str, Any]) -> dict[str, Any]:
+        return part
+
+
+BASELINES["fsdp"] = FsdpBaseline()

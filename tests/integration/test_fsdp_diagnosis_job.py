@@ -1,0 +1,148 @@
+"""The diagnosis under ``trainer.strategy: fsdp`` with real processes (2 ranks, gloo) and real
+records: FSDP's waits are measured, never counted as compute, and injected causes land in
+their part.
+
+* a delay of each optimizer step's first all-gather (``faults.allgather_delay_s``) raises
+  the exposed communication by the delay (within 25%, mean of the repeats);
+* a sleep on one rank is that rank's peers' wait (skew), not exposed communication;
+* every DDP-only path measures or says why it did not.
+
+The effects are 100 ms: several times the noise of a 2-core machine beside a busy loop,
+where a plain run's exposed communication (9 collectives a step, each needing both ranks on
+a core) read 10-45 ms from run to run. On the idle machine a 20 ms delay added 17.6 ms.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from core_helpers import CPU, REPO, run_train
+from diagnosis_helpers import diag, only_result
+
+from scalescope.record import ResultRecord
+
+pytestmark = pytest.mark.timeout(900)
+
+REPEATS = 3
+DELAY_S = 0.1
+SLOW_S = 0.1
+FSDP_GPT = (
+    CPU,
+    "workload.name=gpt",
+    "workload.preset=tiny",
+    "workload.train_sequences=512",
+    "workload.val_sequences=64",
+    "trainer.batch_size=32",
+    "trainer.max_epochs=2",
+    "trainer.devices=2",
+    "trainer.strategy=fsdp",
+    "tracking.mode='off'",
+    "diagnosis.allreduce_baseline=false",
+)
+CAUSES = {
+    "plain": (),
+    "delayed all-gather": (f"faults.allgather_delay_s={DELAY_S}",),
+    "one slow rank": ("faults.slow_rank=1", f"faults.slow_rank_sleep_s={SLOW_S}"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[ResultRecord]]:
+    out: dict[str, list[ResultRecord]] = {}
+    for cause, args in CAUSES.items():
+        folder = tmp_path_factory.mktemp(cause.replace(" ", "-"))
+        out[cause] = [
+            only_result(run_train(REPO, *FSDP_GPT, *args, output_dir=folder / str(i)))
+            for i in range(REPEATS)
+        ]
+    return out
+
+
+def _exposed(record: ResultRecord) -> float:
+    return float(diag(record)["step_waits"]["exposed_s"])
+
+
+def _mean(records: list[ResultRecord], value: Any) -> float:
+    return statistics.mean(value(r) for r in records)
+
+
+def test_no_communication_is_counted_as_compute(runs: dict[str, list[ResultRecord]]) -> None:
+    for records in runs.values():
+        for record in records:
+            d = diag(record)
+            assert record.identity.strategy == "fsdp" and d["status"] == "recorded"
+            for row in d["ranks"]:
+                assert row["comm_wait_s"] > 0 and row["syncs_per_step"] == 1.0
+                issued = row["collectives_per_step"]
+                assert issued["reduce_scatter"] == {"count": 3.0, "bytes": 55_936.0}
+                # 5 or 6 (the root gathered again for backward where it reshards after
+                # forward), never validation's all-gathers on top
+                assert issued["all_gather"]["count"] in (5.0, 6.0)
+            assert d["step_waits"]["steps"] > 0
+
+
+def test_every_ddp_only_path_measures_or_says_why(runs: dict[str, list[ResultRecord]]) -> None:
+    d = diag(runs["plain"][0])
+    assert d["calibration"]["status"] == "skipped"
+    assert "FSDP" in d["calibration"]["reason"]
+    assert "FSDP" in d["bucket_ready"]["reason"]
+
+
+def test_a_delayed_all_gather_is_exposed_communication(
+    runs: dict[str, list[ResultRecord]],
+) -> None:
+    added = _mean(runs["delayed all-gather"], _exposed) - _mean(runs["plain"], _exposed)
+    assert added == pytest.approx(DELAY_S, rel=0.25)
+
+
+def test_one_slow_rank_is_skew_not_exposed_communication(
+    runs: dict[str, list[ResultRecord]],
+) -> None:
+    added = _mean(runs["one slow rank"], _exposed) - _mean(runs["plain"], _exposed)
+    assert abs(added) < 0.25 * SLOW_S
+
+    def wait(rank: int) -> Any:
+        return lambda record: float(diag(record)["ranks"][rank]["wait_s"])
+
+    # The fast rank waits for the slow one (in the next step's first all-gather), the slow
+    # one for nobody (beside a busy neighbour the fast rank's wait read 28-37 ms of 40).
+    slow = runs["one slow rank"]
+    assert _mean(slow, wait(0)) > 0.5 * SLOW_S
+    assert _mean(slow, wait(1)) < 0.25 * SLOW_S
+
+
+def test_accumulating_micro_batches_gather_but_do_not_reduce(
+    runs: dict[str, list[ResultRecord]], tmp_path: Path
+) -> None:
+    """Two micro-batches per optimizer step: each gathers the parameters, only the last
+    reduce-scatters (set_requires_gradient_sync); the step is counted once."""
+    record = only_result(
+        run_train(REPO, *FSDP_GPT, "trainer.accumulate_grad_batches=2", output_dir=tmp_path)
+    )
+    plain = diag(runs["plain"][0])["ranks"][0]["collectives_per_step"]
+    for row in diag(record)["ranks"]:
+        assert row["syncs_per_step"] == 1.0
+        issued = row["collectives_per_step"]
+        assert issued["reduce_scatter"] == plain["reduce_scatter"]
+        assert issued["all_gather"]["count"] == 2 * plain["all_gather"]["count"]
+
+
+def test_the_fsdp_baseline_times_the_sizes_fsdp_gathers(tmp_path: Path) -> None:
+    """Both collectives at each distinct size FSDP gathers (the root's 12,544 B and each
+    block's 49,664 B in full: 12,544 + 4 x 49,664 = 211,200 B a step, as issued), busbw =
+    algbw x (n - 1) / n; on gloo the section says the reduce-scatter is an all-reduce."""
+    args = [a for a in FSDP_GPT if not a.startswith("diagnosis.allreduce_baseline")]
+    d = diag(only_result(run_train(REPO, *args, output_dir=tmp_path)))
+    section = d["fsdp_collectives"]
+    assert section["status"] == "measured" and "all-reduce" in section["note"]
+    assert [row["full_bytes"] for row in section["sizes"]] == [12_544, 49_664]
+    for row in section["sizes"]:
+        assert row["shard_bytes"] * 2 == row["full_bytes"]
+        for name in ("all_gather", "reduce_scatter"):
+            timed = row[name]
+            assert timed["busbw_gbps"] == pytest.approx(timed["algbw_gbps"] / 2)
+            assert timed["algbw_gbps"] == pytest.approx(row["full_bytes"] / timed["time_s"] / 1e9)
+    assert d["allreduce"]["status"] == "measured"  # DDP's sweep beside it

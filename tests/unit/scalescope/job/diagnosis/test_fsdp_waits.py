@@ -1,0 +1,172 @@
+"""FSDP2's waits on the step breakdown (scalescope.job.diagnosis.fsdp_waits) and every
+DDP-only path under FSDP: a real ``fully_shard`` in a one-rank gloo group in this process (an
+in-memory store: no port, no process); the trainer is a stand-in holding its model, device
+and world size. FSDP issues no collective on one rank: what the taps count and time, and
+the held all-gather, are tested with 2 processes (tests/integration/test_fsdp_taps.py,
+test_fsdp_diagnosis_job.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+from scalescope.config import DiagnosisConfig, FaultsConfig
+from scalescope.job.clocks.timing import Timings
+from scalescope.job.diagnosis.allreduce import FSDP_HAS_NO_BUCKETS, read_ddp_buckets
+from scalescope.job.diagnosis.calibration import NOT_RUN_UNDER_FSDP, _not_run
+from scalescope.job.diagnosis.step_breakdown import StepBreakdown
+from scalescope.job.diagnosis.step_clock import COLLECTIVES
+from scalescope.job.diagnosis.strategies import attach_waits
+from scalescope.job.faults.fsdp_comms import taps_for
+from scalescope.job.faults.injection import FaultInjection, _hook_allreduce
+
+cpu = torch.device("cpu")
+
+
+@pytest.fixture
+def one_rank_group() -> Iterator[None]:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+class TwoBlocks(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def sharded() -> TwoBlocks:
+    module = TwoBlocks()
+    for block in module.blocks:
+        fully_shard(block)
+    fully_shard(module, reshard_after_forward=False)
+    return module
+
+
+def trainer_of(module: torch.nn.Module, world_size: int = 2) -> Any:
+    return SimpleNamespace(
+        strategy=SimpleNamespace(model=module, root_device=cpu),
+        lightning_module=module,
+        world_size=world_size,
+        global_rank=0,
+        global_step=0,
+    )
+
+
+def counting_breakdown() -> StepBreakdown:
+    probe = StepBreakdown(DiagnosisConfig(), Timings(process_start_unix=0.0))
+    probe.clock = probe.clock.__class__(COLLECTIVES["ddp"])
+    return probe
+
+
+@pytest.mark.usefixtures("one_rank_group")
+def test_fsdps_hooks_take_a_sharded_model_and_ddps_marks_stay_off() -> None:
+    module = sharded()
+    probe = counting_breakdown()
+    trainer = trainer_of(module)
+    assert attach_waits(probe, trainer, module) == "fsdp"  # type: ignore[arg-type]
+    assert tuple(probe.clock.steps) == ("all_gather", "reduce_scatter")
+    # no last-gradient hook (it would fire after FSDP's reduce-scatter), no DDP marks
+    assert probe._grad_hooks == [] and probe._params == [] and probe.ready is None
+    assert probe._grad_order is None
+
+
+@pytest.mark.usefixtures("one_rank_group")
+def test_every_ddp_only_path_says_why_under_fsdp() -> None:
+    module = sharded()
+    trainer = trainer_of(module)
+    cfg = DiagnosisConfig()
+    part = _not_run(trainer, cfg, None)  # type: ignore[arg-type]
+    assert part is not None and part["reason"] == NOT_RUN_UNDER_FSDP
+    assert read_ddp_buckets(module) == (None, FSDP_HAS_NO_BUCKETS)
+    why = _hook_allreduce(trainer, FaultsConfig(allreduce_delay_s=0.02))  # type: ignore[arg-type]
+    assert why is not None and "allgather_delay_s" in why
+    injection = FaultInjection(FaultsConfig(allreduce_delay_s=0.02))
+    injection.on_train_start(trainer, module)  # type: ignore[arg-type]
+    assert list(injection.not_applied) == ["allreduce_delay_s, overlap_burn_s, network_alpha_s"]
+
+
+def test_a_model_not_sharded_has_no_taps_and_says_why() -> None:
+    module = TwoBlocks()
+    taps, why = taps_for(module)
+    assert taps is None and why == "not sharded by FSDP2 (TwoBlocks)"
+    injection = FaultInjection(FaultsConfig(allgather_delay_s=0.02))
+    injection.on_train_start(trainer_of(module), module)  # type: ignore[arg-type]
+    assert "allgather_delay_s" in injection.not_applied
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_fsdps_pre_forward_is_bracketed_on_the_compute_stream() -> None:
+    """CUDA-event marks around FSDP's pre-forward of every sharded module: a prepended
+    forward pre-hook before FSDP's own, a plain one after it; the all-gather's slot of the
+    step holds their span once the events are read."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible (torch.cuda.is_available() is False)")
+    device = torch.device("cuda", torch.cuda.current_device())
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.cuda.set_device(device)
+        module = TwoBlocks().to(device)
+        for block in module.blocks:
+            fully_shard(block)
+        fully_shard(module)
+        probe = StepBreakdown(DiagnosisConfig(), Timings(process_start_unix=0.0))
+        trainer = SimpleNamespace(
+            strategy=SimpleNamespace(model=module, root_device=device),
+            lightning_module=module,
+            world_size=2,  # the hooks' gate; the group itself has one rank
+        )
+        assert attach_waits(probe, trainer, module) == "fsdp"  # type: ignore[arg-type]
+        assert probe.clock.kind == "cuda_events"
+        hooks = list(module._forward_pre_hooks.values())
+        assert hooks[0] == probe.fsdp._before_unshard
+        assert hooks[-1] == probe.fsdp._after_unshard
+        probe._counting = True
+        module(torch.ones(4, 8, device=device)).sum().backward()
+        probe.clock.settle()
+        assert probe.clock.steps["all_gather"][0] >= 0.0
+        assert probe.clock.totals["comm_wait_s"] >= 0.0
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_fsdp_baseline_section_is_left_out_of_a_run_not_sharded() -> None:
+    from scalescope.job.diagnosis import fsdp_baseline
+    from scalescope.job.diagnosis.section import assemble
+
+    def section(fsdp: Any) -> dict[str, Any]:
+        return assemble(
+            per_rank=[{}],
+            steady_steps=None,
+            per_device_batch_size=1,
+            allreduce={},
+            nvml={},
+            calibration={"steps": 8},
+            calibration_steps=8,
+            fsdp_collectives=fsdp,
+        )
+
+    module = TwoBlocks()
+    part = fsdp_baseline.FsdpBaseline().measure(
+        trainer_of(module),
+        module,
+        DiagnosisConfig(),
+        None,  # type: ignore[arg-type]
+    )
+    assert part == {"status": "skipped", "reason": fsdp_baseline.NOT_FSDP}
+    assert "fsdp_collectives" not in section(part)
+    assert section({"status": "measured"})["fsdp_collectives"] == {"status": "measured"}
