@@ -46,6 +46,21 @@ TINY = (
 )
 """Overrides that make a real training run take a few seconds on two shared CPU cores."""
 
+TINY_GPT = (
+    "workload.name=gpt",
+    "workload.preset=tiny",
+    "workload.train_sequences=256",
+    "workload.val_sequences=64",
+    "workload.lr=0.01",
+    "trainer.batch_size=32",
+    "trainer.max_epochs=3",
+    "trainer.accelerator=cpu",
+    "trainer.warmup_steps=2",
+    "trainer.log_every_n_steps=4",
+    "tracking.mode=off",
+)
+"""The gpt workload's tiny preset shrunk to a few seconds a run on two shared CPU cores."""
+
 TRAIN_TIMEOUT_S = 600
 """Generous: the machine's two cores are shared with other test runs."""
 

@@ -8,6 +8,11 @@ from pathlib import Path
 from core_helpers import REPO
 
 EXAMPLE = "examples/my_project.yaml"
+# The example MLP 32 -> 128 -> 128 -> 4: 6 FLOPs per multiply-add (forward 2, backward 4),
+# less the input gradient of the first layer, which backward does not compute (the data need
+# no gradient): 2 x 32 x 128.
+EXAMPLE_MACS = 32 * 128 + 128 * 128 + 128 * 4
+EXAMPLE_FLOPS = 6 * EXAMPLE_MACS - 2 * 32 * 128
 
 MODEL = "examples.my_project.model"
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from core_helpers import TrainRun, run_train
-from test_gpt_runs import TINY_GPT
-from test_user_module_runs import EXAMPLE_FLOPS
-from user_module_helpers import _example_sweep
+from core_helpers import TINY_GPT, TrainRun, run_train
+from user_module_helpers import EXAMPLE_FLOPS, _example_sweep
 
 from scalescope.record import ResultRecord
 

@@ -8,25 +8,11 @@ import math
 from pathlib import Path
 
 import pytest
-from core_helpers import TrainRun, run_train
+from core_helpers import TINY_GPT, TrainRun, run_train
 
 from scalescope.record import ResultRecord
 from scalescope.workloads.gpt import GptModel
 from scalescope.workloads.params import GptParams
-
-TINY_GPT = (
-    "workload.name=gpt",
-    "workload.preset=tiny",
-    "workload.train_sequences=256",
-    "workload.val_sequences=64",
-    "workload.lr=0.01",
-    "trainer.batch_size=32",
-    "trainer.max_epochs=3",
-    "trainer.accelerator=cpu",
-    "trainer.warmup_steps=2",
-    "trainer.log_every_n_steps=4",
-    "tracking.mode=off",
-)
 
 
 def test_heads_not_dividing_width_fails_train_before_anything_runs(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from core_helpers import TRAIN_TIMEOUT_S, TrainRun, clean_env, run_train
 from user_module_helpers import (
     BAD,
     EXAMPLE,
+    EXAMPLE_FLOPS,
     MODEL,
     QUIET,
     REPO,
@@ -23,13 +24,6 @@ from user_module_helpers import (
 
 from scalescope import cli
 from scalescope.record import ResultRecord, decode_line
-
-# The example MLP 32 -> 128 -> 128 -> 4 (examples/my_project.yaml): 6 FLOPs per
-# multiply-add (forward 2, backward 4), less the input gradient of the first layer, which
-# backward does not compute (the data need no gradient): 2 x 32 x 128.
-EXAMPLE_MACS = 32 * 128 + 128 * 128 + 128 * 4
-
-EXAMPLE_FLOPS = 6 * EXAMPLE_MACS - 2 * 32 * 128
 
 
 def test_a_refused_workload_exits_2_from_a_real_process(tmp_path: Path) -> None:
