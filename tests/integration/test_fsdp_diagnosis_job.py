@@ -78,9 +78,8 @@ def test_no_communication_is_counted_as_compute(runs: dict[str, list[ResultRecor
                 assert row["comm_wait_s"] > 0 and row["syncs_per_step"] == 1.0
                 issued = row["collectives_per_step"]
                 assert issued["reduce_scatter"] == {"count": 3.0, "bytes": 55_936.0}
-                # 5 or 6 (the root gathered again for backward where it reshards after
-                # forward), never validation's all-gathers on top
-                assert issued["all_gather"]["count"] in (5.0, 6.0)
+                # 5 a step, never validation's all-gathers on top (see below)
+                assert 4.0 < issued["all_gather"]["count"] <= 5.0
             assert d["step_waits"]["steps"] > 0
 
 
@@ -114,6 +113,28 @@ def test_one_slow_rank_is_skew_not_exposed_communication(
     assert _mean(slow, wait(1)) < 0.25 * SLOW_S
 
 
+def test_the_built_in_sharding_issues_what_fsdp_issues(
+    runs: dict[str, list[ResultRecord]],
+) -> None:
+    """gpt tiny sharded per block, then the root, by its configure_model: per optimizer step
+    5 all-gathers (the root's once: FSDP2 keeps the root gathered from forward to backward;
+    each of the 2 blocks' twice), 211,200 B, and 3 reduce-scatters, 55,936 B, on each rank.
+    Passing reshard_after_forward to the root as well gathered it again: 6, 223,744 B. A
+    validation pass leaves the root gathered (its forward has no backward to reshard after),
+    so the first training step after it skips the root's gather: the mean over the steady
+    steps is a little under 5, and the bytes follow the count."""
+    root, block = 12_544, 49_664
+    for record in runs["plain"]:
+        for row in diag(record)["ranks"]:
+            issued = row["collectives_per_step"]
+            gathers = issued["all_gather"]["count"]
+            assert 4.0 < gathers <= 5.0, issued  # the 4 block gathers, the root's once at most
+            assert issued["all_gather"]["bytes"] == pytest.approx(
+                4 * block + (gathers - 4) * root
+            ), issued
+            assert issued["reduce_scatter"] == {"count": 3.0, "bytes": 55_936.0}, issued
+
+
 def test_accumulating_micro_batches_gather_but_do_not_reduce(
     runs: dict[str, list[ResultRecord]], tmp_path: Path
 ) -> None:
@@ -127,7 +148,10 @@ def test_accumulating_micro_batches_gather_but_do_not_reduce(
         assert row["syncs_per_step"] == 1.0
         issued = row["collectives_per_step"]
         assert issued["reduce_scatter"] == plain["reduce_scatter"]
-        assert issued["all_gather"]["count"] == 2 * plain["all_gather"]["count"]
+        # each micro-batch gathers (the root's gather skipped once after a validation pass)
+        assert issued["all_gather"]["count"] == pytest.approx(
+            2 * plain["all_gather"]["count"], abs=0.25
+        )
 
 
 def test_the_fsdp_baseline_times_the_sizes_fsdp_gathers(tmp_path: Path) -> None:

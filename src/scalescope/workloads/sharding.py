@@ -63,8 +63,10 @@ def data_parallel_mesh(module: Any) -> Any:
 
 def shard(module: nn.Module, blocks: Iterable[nn.Module], mesh: Any, setting: FsdpSetting) -> None:
     """``fully_shard`` each of ``blocks``, then ``module`` (the root). The root's parameters
-    are gathered once per step and kept until backward whatever the setting (FSDP2 does not
-    free the root's after forward)."""
+    are gathered once per step and kept until backward whatever the setting: the root is
+    left to FSDP2's own choice (``reshard_after_forward=None``), which keeps the root's
+    gathered after forward since backward would gather them again at once. Passing the
+    setting to the root too turned that off: one more all-gather of the root every step."""
     from torch.distributed.fsdp import fully_shard
 
     policy = setting.policy()
@@ -75,9 +77,7 @@ def shard(module: nn.Module, blocks: Iterable[nn.Module], mesh: Any, setting: Fs
             reshard_after_forward=setting.reshard_after_forward,
             mp_policy=policy,
         )
-    fully_shard(
-        module, mesh=mesh, reshard_after_forward=setting.reshard_after_forward, mp_policy=policy
-    )
+    fully_shard(module, mesh=mesh, reshard_after_forward=None, mp_policy=policy)
 
 
 def is_sharded(module: nn.Module) -> bool:
