@@ -22,7 +22,7 @@ import lightning as L
 from ...collectives import FSDP_ALL_GATHER
 from ...config import DiagnosisConfig, FaultsConfig
 from ..faults.fsdp_comms import fsdp_modules
-from .strategies import BASELINES
+from .strategies import BASELINES, never_started
 
 SECTION = "fsdp_collectives"
 NOT_FSDP = "not trained under FSDP2"
@@ -95,7 +95,7 @@ class FsdpBaseline:
     section = SECTION
 
     def not_started(self) -> dict[str, Any]:
-        return {"status": "skipped", "reason": "training never started"}
+        return never_started()
 
     def measure(
         self,

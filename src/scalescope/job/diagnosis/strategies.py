@@ -55,6 +55,11 @@ class Baseline(Protocol):
         ...
 
 
+def never_started() -> dict[str, Any]:
+    """A baseline's section where training never started (every strategy's the same)."""
+    return {"status": "skipped", "reason": "training never started"}
+
+
 WAIT_HOOKS: dict[str, WaitHooks] = {}
 BASELINES: dict[str, Baseline] = {}
 
@@ -87,7 +92,7 @@ class AllReduceBaseline:
     section = "allreduce"
 
     def not_started(self) -> dict[str, Any]:
-        return {"status": "skipped", "reason": "training never started"}
+        return never_started()
 
     def measure(
         self,
