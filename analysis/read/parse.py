@@ -262,6 +262,7 @@ class _Assembler:
         out.failures += self._unfinished(finished)
         out.failures += self.unplanned
         out.runs.sort(key=lambda r: (r.record.identity.job_id, r.record.identity.run_id))
+        out.problems += [p for run in out.runs for p in _faults_not_applied(run)]
         return out
 
     def _results_by_job(self) -> dict[tuple[str, str], list[tuple[ResultRecord, list[str]]]]:
@@ -418,3 +419,18 @@ def parse(
             gc.enable()
     result.files_read = len(files)
     return result
+
+
+def _faults_not_applied(run: Run) -> list[Problem]:
+    """A warning per requested fault the run's strategy gave nothing to act on: its figures
+    are a run without that fault, whatever its config says."""
+    missed = run.record.faults_not_applied or {}
+    ident = run.record.identity
+    return [
+        Problem(
+            run.sources[0] if run.sources else ident.run_dir,
+            f"job {ident.job_id}: faults.{fault} was not applied ({why}): the run is one "
+            "without it",
+        )
+        for fault, why in sorted(missed.items())
+    ]

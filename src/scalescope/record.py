@@ -221,6 +221,10 @@ class ResultRecord:
     ``overhead_s`` (writing and reading the traces) and ``top_ops`` (by rank: the top
     operations by self time, on the device where there is one, communication labelled).
     None when off and in older records."""
+    faults_not_applied: dict[str, str] | None = None
+    """Each requested fault (``faults.*``) that the trained model's strategy gave nothing to
+    act on, and why: the DDP communication hook's faults under FSDP, ``allgather_delay_s``
+    under DDP. None where every requested fault applied, and in older records."""
     train_start_unix: float | None = None
     """Wall clock (Unix seconds) when the timed interval began, on the last rank to reach it
     (every rank meets at a barrier first); with ``train_end_unix`` it bounds the interval

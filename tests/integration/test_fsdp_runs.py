@@ -1,6 +1,7 @@
 """FSDP2 (``trainer.strategy: fsdp``) with real processes on the CPU (gloo): the built-in gpt
-workload against DDP, a user's module that shards itself, one sharded by a ``fsdp.wrap`` rule,
-and the model state per rank halving from one rank to two.
+workload against DDP (eager and compiled), resnet's residual blocks, a user's module that shards
+itself, one sharded by a ``fsdp.wrap`` rule, the model state per rank halving from one rank to
+two, and the faults a strategy cannot apply named in the record.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from core_helpers import TINY_GPT, TrainRun, run_train
+from resnet_helpers import RESNET
 from user_module_helpers import EXAMPLE_FLOPS, _example_sweep
 
 from scalescope.record import ResultRecord
@@ -26,9 +28,26 @@ def _finished(run: TrainRun) -> ResultRecord:
 def gpt(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResultRecord]:
     root = tmp_path_factory.mktemp("fsdp_gpt")
     runs = {
-        "ddp2": run_train(root, *TINY_GPT, "trainer.devices=2", output_dir=root / "out"),
+        # each strategy asked for the other's fault: nothing to act on, which the record says
+        "ddp2": run_train(
+            root,
+            *TINY_GPT,
+            "trainer.devices=2",
+            "faults.allgather_delay_s=0.05",
+            output_dir=root / "out",
+        ),
         "fsdp2": run_train(
             root, *TINY_GPT, "trainer.devices=2", "trainer.strategy=fsdp", output_dir=root / "out"
+        ),
+        "fsdp2_compiled": run_train(
+            root,
+            *TINY_GPT,
+            "trainer.devices=2",
+            "trainer.strategy=fsdp",
+            "trainer.compile=true",
+            "trainer.max_epochs=4",
+            "trainer.warmup_steps=8",
+            output_dir=root / "out",
         ),
         "fsdp1": run_train(root, *TINY_GPT, "trainer.strategy=fsdp", output_dir=root / "out"),
         "fsdp2_bf16": run_train(
@@ -40,6 +59,7 @@ def gpt(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResultRecord]:
             "trainer.precision=bf16-mixed",
             "fsdp.reshard_after_forward=false",
             "trainer.accumulate_grad_batches=2",
+            "faults.allreduce_delay_s=0.05",
             output_dir=root / "out",
         ),
     }
@@ -89,6 +109,61 @@ def test_model_state_per_rank_halves_from_one_rank_to_two(gpt: dict[str, ResultR
     # reshard_after_forward=false, bf16 gathers: still only the shards are model state
     mixed = gpt["fsdp2_bf16"].memory
     assert mixed is not None and mixed["model_state_bytes"] == two["model_state_bytes"]
+
+
+def test_a_fault_the_strategy_cannot_apply_is_in_the_record(gpt: dict[str, ResultRecord]) -> None:
+    """DDP's hook fault under FSDP, FSDP's all-gather fault under DDP: each run says, by name,
+    which fault it could not apply and why; a run without faults says nothing."""
+    fsdp = gpt["fsdp2_bf16"].faults_not_applied
+    assert fsdp is not None and list(fsdp) == ["allreduce_delay_s"]
+    assert "allgather_delay_s" in fsdp["allreduce_delay_s"]  # it names the counterpart
+    ddp = gpt["ddp2"].faults_not_applied
+    assert ddp is not None and list(ddp) == ["allgather_delay_s"]
+    assert "not sharded by FSDP2" in ddp["allgather_delay_s"]
+    assert gpt["fsdp2"].faults_not_applied is None
+
+
+def test_a_compiled_fsdp_model_issues_and_counts_the_same_collectives(
+    gpt: dict[str, ResultRecord],
+) -> None:
+    """``trainer.compile`` under FSDP2: FSDP's hooks stay outside the compiled graph, so the
+    taps count the collectives eager FSDP issues (gpt tiny at 2 ranks: 3 reduce-scatters,
+    55,936 B, and the gathers of 211,200 B a step; fewer on the step after each validation,
+    which leaves the root gathered)."""
+    compiled, eager = gpt["fsdp2_compiled"], gpt["fsdp2"]
+    assert compiled.compile is not None and compiled.compile["enabled"] is True
+    assert compiled.compile["by"] == "scalescope" and compiled.compile["warnings"] == []
+    for r in (compiled, eager):
+        assert r.diagnosis is not None and r.diagnosis["status"] == "recorded"
+    per_step = [rank["collectives_per_step"] for rank in compiled.diagnosis["ranks"]]
+    eager_step = eager.diagnosis["ranks"][0]["collectives_per_step"]
+    for step in per_step:
+        assert step["reduce_scatter"] == {"count": 3.0, "bytes": 55936.0}
+        gathers = step["all_gather"]
+        assert 4.5 <= gathers["count"] <= 5.0
+        per_gather = eager_step["all_gather"]["bytes"] / eager_step["all_gather"]["count"]
+        assert gathers["bytes"] / gathers["count"] == pytest.approx(per_gather, rel=0.05)
+    assert compiled.val_loss_final == pytest.approx(eager.val_loss_final, abs=0.5)
+
+
+def test_resnet_shards_its_residual_blocks_and_learns(tmp_path: Path) -> None:
+    """The resnet workload under FSDP2: each residual block, then the root (stem and head);
+    its model state per rank is half of what one rank holds at 2 ranks, and it learns."""
+    out = tmp_path / "out"
+    tiny = (*RESNET, f"workload.cache_dir={tmp_path / 'cache'}", "trainer.strategy=fsdp")
+    one = _finished(run_train(tmp_path, *tiny, output_dir=out))
+    two = _finished(run_train(tmp_path, *tiny, "trainer.devices=2", output_dir=out))
+    assert two.sharding is not None
+    assert two.sharding["wrapped"] == ["", "net.blocks.0", "net.blocks.1"]
+    assert two.sharding["wrapped_classes"] == ["BasicBlock", "ResnetModule"]
+    assert one.memory is not None and two.memory is not None
+    whole = one.memory["model_state_bytes"][0]
+    for per_rank in two.memory["model_state_bytes"]:
+        assert per_rank == pytest.approx(whole / 2, rel=0.10)
+    assert two.diagnosis is not None
+    for rank in two.diagnosis["ranks"]:  # one reduce-scatter per unit and step
+        assert rank["collectives_per_step"]["reduce_scatter"]["count"] == 3.0
+    assert two.val_acc_final is not None and two.val_acc_final > 0.4  # 4 classes: chance 0.25
 
 
 SHARDS_ITSELF = """

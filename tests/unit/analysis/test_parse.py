@@ -206,3 +206,20 @@ def test_altered_record_is_a_problem_and_left_out(tmp_path: Path) -> None:
     )
     (failure,) = result.failures  # its start event still says which job it was
     assert failure.job_id == "23"
+
+
+def test_a_fault_the_strategy_could_not_apply_is_a_warning_naming_it(tmp_path: Path) -> None:
+    """A run whose record says a requested fault was not applied (a DDP hook's fault under
+    FSDP) is kept as a run without that fault, and a warning names the fault and why."""
+    why = "trained under FSDP2: no DDP buckets to hook (use faults.allgather_delay_s)"
+    r = replace(make_result("21"), faults_not_applied={"allreduce_delay_s": why})
+    write_log(tmp_path / "slurm-21.out", start_of(r), r)
+    runs, _, problems = load_all(tmp_path)
+    assert runs["job_id"].tolist() == ["21"]
+    (p,) = problems
+    assert p.severity == "warning" and p.file.endswith("slurm-21.out")
+    assert "job 21: faults.allreduce_delay_s was not applied" in p.message and why in p.message
+    clean = make_result("22")
+    write_log(tmp_path / "slurm-22.out", start_of(clean), clean)
+    _, _, problems = load_all(tmp_path)
+    assert [q.message for q in problems] == [p.message]

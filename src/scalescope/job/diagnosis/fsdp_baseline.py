@@ -3,8 +3,8 @@ at the sizes FSDP uses, on the job's own allocation, before training.
 
 Per sharded module (each block, then the root), FSDP gathers its parameters' local shards
 into the whole (``world`` times the shard) and reduce-scatters the whole gradient into a
-shard. Each distinct size is timed here with ``all_gather_into_tensor`` and
-``reduce_scatter_tensor`` (a few repetitions, after one untimed), with nccl-tests'
+shard. Each distinct size is timed here with the calls FSDP2 makes (``all_gather_single``
+and ``reduce_scatter_single``; a few repetitions, after one untimed), with nccl-tests'
 conventions: algbw = the full size / time, busbw = algbw x (n - 1) / n. It runs beside DDP's
 all-reduce sweep (:class:`.strategies.AllReduceBaseline`), which runs under FSDP too. On gloo
 the reduce-scatter runs as an all-reduce, and the section says so.
@@ -70,6 +70,9 @@ def measure_sizes(shards: list[int], device: Any, world: int) -> list[dict[str, 
     import torch
     import torch.distributed as dist
 
+    # What FSDP2 itself calls (torch 2.13 names them ``*_single``; the older names warn)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     rows = []
     for shard in sorted(set(shards)):
         n = max(1, shard // 4)  # float32 elements
@@ -77,8 +80,8 @@ def measure_sizes(shards: list[int], device: Any, world: int) -> list[dict[str, 
         whole = torch.empty(n * world, device=device)
         row: dict[str, Any] = {"shard_bytes": n * 4, "full_bytes": n * 4 * world}
         for name, op in (
-            ("all_gather", lambda w=whole, s=small: dist.all_gather_into_tensor(w, s)),
-            ("reduce_scatter", lambda w=whole, s=small: dist.reduce_scatter_tensor(s, w)),
+            ("all_gather", lambda w=whole, s=small: gather(w, s)),
+            ("reduce_scatter", lambda w=whole, s=small: scatter(s, w)),
         ):
             seconds = _timed(op, device)
             algbw = row["full_bytes"] / seconds / 1e9

@@ -22,7 +22,7 @@ right cause:
   (:mod:`.fsdp_comms`) holds each optimizer step's first all-gather back that long before it
   starts, so every rank's forward waits that much longer (exposed communication). Under DDP
   it has nothing to hold, and the DDP hooks' faults have nothing to hook under FSDP: each
-  says so in :attr:`FaultInjection.not_applied` and on the job's log, never silently;
+  says so in the record's ``faults_not_applied`` and on the job's log, never silently;
 * ``overlap_burn_s`` -- communication that slows backward: the same kind of hook busy-loops
   on the CPU for each bucket but backward's last, before its all-reduce, while backward
   still has gradients to compute (overlapped, yet it costs backward that long);
@@ -74,10 +74,12 @@ class FaultInjection(L.Callback):
         if slow and f.slow_rank_at == "forward":
             seconds = f.slow_rank_sleep_s
             _slow_forward(trainer, seconds)
-        if f.allreduce_delay_s > 0 or f.overlap_burn_s > 0 or f.emulates_network:
+        hooked = _allreduce_hook_faults(f)
+        if hooked:
             why = _hook_allreduce(trainer, f)
             if why is not None:
-                self._not_applied("allreduce_delay_s, overlap_burn_s, network_alpha_s", why)
+                for name in hooked:
+                    self._not_applied(name, why)
         if f.allgather_delay_s > 0:
             self._hold_first_all_gather(trainer, f.allgather_delay_s)
 
@@ -98,9 +100,9 @@ class FaultInjection(L.Callback):
 
         taps.holds.append(hold)
 
-    def _not_applied(self, faults: str, why: str) -> None:
-        self.not_applied[faults] = why
-        print(f"scalescope: faults.{faults} not applied: {why}", file=sys.stderr, flush=True)
+    def _not_applied(self, fault: str, why: str) -> None:
+        self.not_applied[fault] = why
+        print(f"scalescope: faults.{fault} not applied: {why}", file=sys.stderr, flush=True)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
@@ -114,6 +116,27 @@ class FaultInjection(L.Callback):
             trainer.global_rank
         ):
             time.sleep(rotating)
+
+
+def _allreduce_hook_faults(f: FaultsConfig) -> list[str]:
+    """The requested faults that act through a DDP communication hook, by name."""
+    asked = {
+        "allreduce_delay_s": f.allreduce_delay_s > 0,
+        "overlap_burn_s": f.overlap_burn_s > 0,
+        "network_alpha_s": f.network_alpha_s > 0,
+        "network_busbw_gbps": f.network_busbw_gbps > 0,
+    }
+    return [name for name, on in asked.items() if on]
+
+
+def not_applied(trainer: L.Trainer) -> dict[str, str] | None:
+    """The record's ``faults_not_applied``: each requested fault the trained model gave
+    nothing to act on, and why (None where every requested fault applied)."""
+    found: dict[str, str] = {}
+    for callback in trainer.callbacks:
+        if isinstance(callback, FaultInjection):
+            found.update(callback.not_applied)
+    return found or None
 
 
 def rotating_rank(step: int, world_size: int, seed: int = 0) -> int:

@@ -268,6 +268,7 @@ def build_result(
     """
     from ...workloads.user_measurement import measured_batch
     from ..clocks.model_state import memory_section
+    from ..faults.injection import not_applied
 
     steps = int(trainer.global_step)
     counted = measures.counted if measures is not None else None
@@ -305,6 +306,7 @@ def build_result(
         batch=batch_section,
         memory=memory_section(agreed.per_rank, agreed.reserved_peak_gib, ident.accelerator),
         sharding=_sharding(model, cfg),
+        faults_not_applied=not_applied(trainer),
     )
 
 

@@ -24,7 +24,7 @@ from scalescope.job.diagnosis.step_breakdown import StepBreakdown
 from scalescope.job.diagnosis.step_clock import COLLECTIVES
 from scalescope.job.diagnosis.strategies import attach_waits
 from scalescope.job.faults.fsdp_comms import taps_for
-from scalescope.job.faults.injection import FaultInjection, _hook_allreduce
+from scalescope.job.faults.injection import FaultInjection, _hook_allreduce, not_applied
 
 cpu = torch.device("cpu")
 
@@ -95,9 +95,14 @@ def test_every_ddp_only_path_says_why_under_fsdp() -> None:
     assert read_ddp_buckets(module) == (None, FSDP_HAS_NO_BUCKETS)
     why = _hook_allreduce(trainer, FaultsConfig(allreduce_delay_s=0.02))  # type: ignore[arg-type]
     assert why is not None and "allgather_delay_s" in why
-    injection = FaultInjection(FaultsConfig(allreduce_delay_s=0.02))
+    injection = FaultInjection(FaultsConfig(allreduce_delay_s=0.02, network_busbw_gbps=1.0))
     injection.on_train_start(trainer, module)  # type: ignore[arg-type]
-    assert list(injection.not_applied) == ["allreduce_delay_s, overlap_burn_s, network_alpha_s"]
+    # each requested fault by name, and only those requested; the record reads them
+    assert list(injection.not_applied) == ["allreduce_delay_s", "network_busbw_gbps"]
+    trainer.callbacks = [object(), injection]
+    assert not_applied(trainer) == injection.not_applied  # type: ignore[arg-type]
+    trainer.callbacks = [FaultInjection(FaultsConfig())]
+    assert not_applied(trainer) is None  # type: ignore[arg-type]
 
 
 def test_a_model_not_sharded_has_no_taps_and_says_why() -> None:
