@@ -124,7 +124,7 @@ def describe(module: nn.Module, setting: FsdpSetting | None, applied_by: str) ->
     return out
 
 
-def unit_bytes(units: list[tuple[str, nn.Module]]) -> list[int]:
+def unit_bytes(units: list[tuple[str, Any]]) -> list[int]:
     """Each FSDP unit's own parameters, unsharded, in the dtype it gathers them in (its
     policy's ``param_dtype``, else the parameter's own), in ``units``' order: the modules'
     order, the root first, as forward gathers them (the root's gather comes first, then each
@@ -132,7 +132,7 @@ def unit_bytes(units: list[tuple[str, nn.Module]]) -> list[int]:
     root's are those no block holds; a tied weight counts once), so the units' bytes add up
     to the model's parameters in that dtype. The all-gather of a unit moves these bytes
     (padding to a multiple of the ranks aside)."""
-    owner: dict[int, tuple[int, nn.Parameter]] = {}
+    owner: dict[int, tuple[int, Any]] = {}
     for i, (_, unit) in enumerate(units):  # outer units first: an inner one takes its own
         for p in unit.parameters():
             owner[id(p)] = (i, p)
