@@ -26,15 +26,17 @@ import pandas as pd
 from analysis.compute.metrics import EFFICIENCY_REFERENCE
 from analysis.compute.model_error import ErrorModel, features
 from analysis.compute.model_error import load as load_error_model
+from analysis.compute.step_time.network import (
+    Network,
+    network_from_points,
+    network_from_profile,
+)
 from analysis.compute.step_time.step_model import (
     CARRIES,
     Fit,
-    Network,
     ScalePoint,
     StepModel,
     fit_series,
-    network_from_points,
-    network_from_profile,
 )
 from analysis.read.strategy import frame_strategy
 from scalescope.allreduce_model import split_into_buckets

@@ -58,7 +58,8 @@ from analysis.compute.model_error import (
 from analysis.compute.model_error import load as load_error_model
 from analysis.compute.projection import DRAWS
 from analysis.compute.step_time.fsdp_comm import FsdpStepModel, block_bytes
-from analysis.compute.step_time.step_model import CARRIES, Level, Network, StepModel, expected_max
+from analysis.compute.step_time.network import Level, Network
+from analysis.compute.step_time.step_model import CARRIES, StepModel, expected_max
 from analysis.read.cases import Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import split_into_buckets
 

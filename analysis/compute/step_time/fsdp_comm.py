@@ -34,11 +34,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analysis.compute.step_time.step_model import (
-    BACKWARD_SHARE,
-    Level,
-    StepModel,
-)
+from analysis.compute.step_time.network import Level
+from analysis.compute.step_time.step_model import BACKWARD_SHARE, StepModel
 from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER, Collective, link_bytes
 
 
