@@ -26,26 +26,32 @@ import pandas as pd
 from analysis.compute.metrics import EFFICIENCY_REFERENCE
 from analysis.compute.model_error import ErrorModel, features
 from analysis.compute.model_error import load as load_error_model
-from analysis.compute.step_time.step_model import (
-    CARRIES,
-    Fit,
+from analysis.compute.step_time.fsdp_comm import FsdpStepModel, FsdpTerm
+from analysis.compute.step_time.network import (
     Network,
-    ScalePoint,
-    StepModel,
-    fit_series,
     network_from_points,
     network_from_profile,
 )
-from analysis.read.strategy import frame_strategy
+from analysis.compute.step_time.step_model import (
+    CARRIES,
+    DDP_TERM,
+    CommTerm,
+    Fit,
+    ScalePoint,
+    StepModel,
+    fit_series,
+)
+from analysis.read.strategy import frame_strategy, fsdp_sharding
 from scalescope.allreduce_model import split_into_buckets
 
 DRAWS = 400
 INTERVAL = (2.5, 97.5)
 SCAN_NODES = tuple(2**i for i in range(13))
 """Node counts scanned for the 75% crossing (up to 4096)."""
-FSDP_NOT_YET = (
-    "an FSDP series is not projected from its records yet (the step model's FSDP term waits "
-    "for the records' per-block bytes; docs/fsdp.md)"
+FSDP_NO_UNIT_BYTES = (
+    "an FSDP series is projected from each wrapped unit's gathered bytes (the record's "
+    "sharding.unit_bytes), which these records do not hold (made before they were "
+    "recorded): rerun the series to project it"
 )
 
 
@@ -60,6 +66,9 @@ class WhatIf:
     bucket_cap_mb: float | None = None
     """DDP's ``bucket_cap_mb`` (MiB): its first bucket takes the cap too."""
     grad_bytes_factor: float = 1.0
+    """On the bytes the network term times (DDP's gradients, FSDP's gathers)."""
+    model_fields: tuple[tuple[str, Any], ...] = ()
+    """Fields of the step model itself the setting changes (FSDP's resharding)."""
 
 
 def what_ifs(model: StepModel, precision: str = "") -> list[WhatIf]:
@@ -68,13 +77,43 @@ def what_ifs(model: StepModel, precision: str = "") -> list[WhatIf]:
     out.append(WhatIf("per-device batch x2", batch_factor=2.0))
     k = 4 if model.accumulate < 4 else 2 * model.accumulate
     out.append(WhatIf(f"accumulation {k}", accumulate=k))
+    if isinstance(model, FsdpStepModel):
+        return out + fsdp_what_ifs(model, precision)
     out.append(WhatIf("DDP bucket_cap_mb=100", bucket_cap_mb=100.0))
     if "bf16-true" not in precision and "16-true" not in precision:
         out.append(WhatIf("gradients in bf16", grad_bytes_factor=0.5))
     return out
 
 
+def fsdp_what_ifs(model: FsdpStepModel, precision: str = "") -> list[WhatIf]:
+    """FSDP's own settings: the blocks kept gathered from forward to backward (one gather
+    pass fewer, the memory of the gathered blocks more) and bf16 gathers (half the gathered
+    bytes; the gradients still reduced in fp32, as ``bf16-mixed`` does), each where the
+    series does not run it already."""
+    out = []
+    if model.reshard_after_forward:
+        out.append(
+            WhatIf("reshard_after_forward off", model_fields=(("reshard_after_forward", False),))
+        )
+    gathers_16bit = model.param_dtype in ("bfloat16", "float16") or "16-true" in precision
+    if not gathers_16bit:
+        out.append(
+            WhatIf(
+                "gathers in bf16",
+                grad_bytes_factor=0.5,
+                model_fields=(("scatter_factor", 2.0 * model.scatter_factor),),
+            )
+        )
+    return out
+
+
+def _under(model: StepModel, w: WhatIf) -> StepModel:
+    """The step model under what-if ``w`` (``model`` itself unless the setting changes it)."""
+    return replace(model, **dict(w.model_fields)) if w.model_fields else model
+
+
 def _apply(model: StepModel, w: WhatIf) -> dict[str, Any]:
+    """What-if ``w``'s settings for :meth:`StepModel.efficiency`."""
     kw: dict[str, Any] = {}
     if w.batch_factor != 1.0:
         kw["batch"] = model.per_device_batch * w.batch_factor
@@ -146,9 +185,11 @@ def project_points(
     draws: int = DRAWS,
     seed: int = 0,
     error_model: ErrorModel | None = None,
+    term: CommTerm = DDP_TERM,
 ) -> list[dict[str, Any]]:
     """Rows of (what-if, nodes, devices per node) with the central projection and its
-    interval; ``targets`` are (nodes, devices per node).
+    interval; ``targets`` are (nodes, devices per node); ``term``: what the network term
+    times (DDP's buckets, or an FSDP series' units) as the fit took it.
 
     The centre is the middle of the structural explanations (:data:`CARRIES`) at the
     network band's middle, shifted by the error model's mean. Each draw resamples every
@@ -164,13 +205,13 @@ def project_points(
         shipped, noise=run_noise(points, model.anchor_world, floor=shipped.noise)
     )
     ifs = what_ifs(model, precision)
-    samples = _draw(points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed)
+    samples = _draw(points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed, term)
     rows = []
     for w in ifs:
-        kw = _apply(model, w)
+        changed, kw = _under(model, w), _apply(model, w)
         for nodes, dpn in targets:
             drawn = samples.get((w.name, nodes, dpn), [])
-            rows.append(_centre_row(model, w, kw, nodes, dpn, em, drawn))
+            rows.append(_centre_row(changed, w, kw, nodes, dpn, em, drawn))
     return rows
 
 
@@ -184,26 +225,29 @@ def _draw(
     em: ErrorModel,
     draws: int,
     seed: int,
+    term: CommTerm = DDP_TERM,
 ) -> dict[tuple[str, int, int], list[float]]:
     """(what-if, nodes, devices per node) -> the efficiency of every draw (see
-    :func:`project_points`): the fit redone on resampled runs, the explanations in turn, a
-    point of the network band, the error model's residual and one run's noise."""
+    :func:`project_points`): the fit redone on resampled runs (``term`` as one draw takes it:
+    FSDP's hidden share on GPUs), the explanations in turn, a point of the network band, the
+    error model's residual and one run's noise."""
     rng = np.random.default_rng(seed)
     samples: dict[tuple[str, int, int], list[float]] = {}
     for i in range(draws):
         base_draw = resample([baseline], rng)[0]
         pts = resample(points, rng)
         carry = CARRIES[i % len(CARRIES)]
-        drawn = fit_series(pts, base_draw, scaling_mode, _network(pts, profile), carry).model
+        net, t = _network(pts, profile), term.drawn(rng)
+        drawn = fit_series(pts, base_draw, scaling_mode, net, carry, t).model
         u, z, z_noise = float(rng.uniform()), rng.standard_normal(), rng.standard_normal()
         if drawn is None:
             continue
         for w in ifs:
-            kw = _apply(drawn, w)
+            changed, kw = _under(drawn, w), _apply(drawn, w)
             for nodes, dpn in targets:
                 d, s = features(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes)
                 spread = math.sqrt(em.sd_d**2 * d + em.sd_s**2 * s)
-                e, _, _ = drawn.efficiency(
+                e, _, _ = changed.efficiency(
                     nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
                 )
                 e *= math.exp(float(em.mean(d, s)) + spread * z + em.noise * z_noise)
@@ -345,13 +389,13 @@ def scan_crossing(
 ) -> tuple[int | None, int | None, int | None]:
     """Nodes (of :data:`SCAN_NODES`) where efficiency first falls below the threshold: at the
     central projection, at its interval's low end (earliest), at its high end (latest)."""
-    kw = _apply(model, w)
+    changed, kw = _under(model, w), _apply(model, w)
     central = next(
         (
             n
             for n in SCAN_NODES
             if n * dpn > model.baseline_world
-            and model.efficiency(n * dpn, n, **kw)[0] < EFFICIENCY_REFERENCE
+            and changed.efficiency(n * dpn, n, **kw)[0] < EFFICIENCY_REFERENCE
         ),
         None,
     )
@@ -382,13 +426,14 @@ def project(
     for _, label, members in series_scale_groups(runs, confidence):
         mode = str(members[0].rows["scaling_mode"].iloc[0])
         precision = str(members[0].rows["precision"].iloc[0])
-        if frame_strategy(members[0].rows) == "fsdp":
-            notes.append(f"{label}: no projection: {FSDP_NOT_YET}.")
+        term, why = series_term(members)
+        if term is None:
+            notes.append(f"{label}: no projection: {why}.")
             continue
         base, _ = pick_baseline(members, baseline)
         points, base_pt = _points_of(members, base)
         net = _network(points, profile)
-        fit = fit_series(points, base_pt, mode, net)
+        fit = fit_series(points, base_pt, mode, net, term=term)
         if fit.model is None:
             notes.append(f"{label}: no projection: {fit.reason}.")
             continue
@@ -405,6 +450,7 @@ def project(
             profile=profile,
             precision=precision,
             draws=draws,
+            term=term,
         )
         crossing = _crossings(fit.model, precision, dpn, projected)
         rows += [
@@ -419,11 +465,26 @@ def project(
         ]
         out.append(SeriesProjection(label, fit, fit.model.network.note, crossing, dpn))
         notes += _few_repeats_notes(label, points)
-        check = self_check(members, points, base, base_pt, mode, profile, precision, draws)
+        check = self_check(members, points, base, base_pt, mode, profile, precision, draws, term)
         if check is not None:
             checks.append({"series": label, **check})
     table = pd.DataFrame(rows, columns=PROJECTION_COLUMNS)
     return ProjectionResult(table, pd.DataFrame(checks, columns=CHECK_COLUMNS), out, notes)
+
+
+def series_term(members: Sequence[Any]) -> tuple[CommTerm | None, str]:
+    """What a series' network term times (its scale groups ``members``): DDP's buckets, or
+    an FSDP series' wrapped units as its records give them (:func:`analysis.read.strategy.
+    fsdp_sharding`), their collectives hidden by prefetching on GPUs and on CPUs not; None
+    and why where the records do not hold the units' bytes."""
+    rows = pd.concat([g.rows for g in members])
+    if frame_strategy(rows) != "fsdp":
+        return DDP_TERM, ""
+    sharding = fsdp_sharding(rows)
+    if sharding is None or sharding.unit_bytes is None:
+        return None, FSDP_NO_UNIT_BYTES
+    accelerator = str(rows["accelerator"].iloc[0]) if "accelerator" in rows.columns else ""
+    return FsdpTerm.of(sharding, gpu=accelerator.lower() != "cpu"), ""
 
 
 def _crossings(
@@ -467,9 +528,10 @@ def self_check(
     profile: Mapping[str, Any] | None,
     precision: str,
     draws: int,
+    term: CommTerm = DDP_TERM,
 ) -> dict[str, Any] | None:
     """The largest measured scale predicted from the smaller ones (three scales or more,
-    the baseline counted), against its measured efficiency."""
+    the baseline counted), against its measured efficiency; ``term`` as the series' fit."""
     worlds = sorted({pt.world for pt in points})
     if len(worlds) < 3:
         return None
@@ -477,7 +539,7 @@ def self_check(
     # every scale as large as the one predicted is held out (a 1x4 beside a 2x2 too), so
     # the prediction comes from smaller world sizes alone, as it says
     rest = [pt for pt in points if pt.world < top.world]
-    fit = fit_series(rest, base_pt, mode, _network(rest, profile))
+    fit = fit_series(rest, base_pt, mode, _network(rest, profile), term=term)
     if fit.model is None or not top.parts:
         return None
     (row,) = project_points(
@@ -489,6 +551,7 @@ def self_check(
         profile=profile,
         precision=precision,
         draws=draws,
+        term=term,
     )[:1]
     g = next(m for m in members if m.world_size == top.world and m.nodes == top.nodes)
     x = g.stats["steady_samples_per_s_per_device"].mean

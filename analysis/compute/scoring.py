@@ -25,7 +25,7 @@ it from what it states, and the rest is an assumption, drawn over its band in th
 * the rest of the anchor's step (the whole loss, since a table has no parts) carried by each
   of the projection's explanations in turn (:data:`analysis.compute.step_time.step_model.CARRIES`);
 * FSDP's cases: the share of what prefetching can hide that it does, within
-  ``FSDP_HIDDEN_BAND`` (the centre: all of it);
+  ``FSDP_HIDDEN_BAND`` (:mod:`analysis.compute.step_time.fsdp_comm`; the centre: all of it);
 * the error model: the shipped one (:mod:`analysis.compute.model_error`), or for
   cross-validation one fitted on the other sources.
 
@@ -57,8 +57,9 @@ from analysis.compute.model_error import (
 )
 from analysis.compute.model_error import load as load_error_model
 from analysis.compute.projection import DRAWS
-from analysis.compute.step_time.fsdp_comm import FsdpStepModel, block_bytes
-from analysis.compute.step_time.step_model import CARRIES, Level, Network, StepModel, expected_max
+from analysis.compute.step_time.fsdp_comm import FSDP_HIDDEN_BAND, FsdpStepModel, block_bytes
+from analysis.compute.step_time.network import Level, Network
+from analysis.compute.step_time.step_model import CARRIES, StepModel, expected_max
 from analysis.read.cases import Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import split_into_buckets
 
@@ -72,11 +73,6 @@ UNKNOWN_INTER_BAND = (0.1, 1.0)
 one (centre 32%), from Ethernet beside PCIe to a rail of NICs per GPU beside NVLink."""
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
-FSDP_HIDDEN_BAND = (0.0, 1.0)
-"""FSDP cases: the share of the communication prefetching can hide (each block's gather
-behind the block before, the reduce-scatters behind the next blocks' backward) that it does
-hide, drawn over the interval: from none, as on CPUs (the IBM Cloud FSDP post found the
-overlap of T5-11B "very limited" before its rate limiter), to all, the centre's model."""
 
 
 def reference(case: Case) -> tuple[Point, str]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.compute.step_time.fsdp_comm import FsdpStepModel
 from analysis.present.display import DisplayTable, pct, sig, with_ci
 
 
@@ -50,6 +51,16 @@ def projection_table(result: Any) -> DisplayTable | None:
         "projection.csv has every one at every N. Efficiency and speedup against the "
         "series' baseline, as in the speedup table.",
     ]
+    fsdp = [sp.series for sp in result.series if isinstance(sp.fit.model, FsdpStepModel)]
+    if fsdp:
+        caption.append(
+            f"FSDP series ({', '.join(fsdp)}): FSDP's model in place of DDP's buckets: per "
+            "wrapped unit (its gathered bytes as recorded, sharding.unit_bytes) an all-gather "
+            "before forward, another before backward unless reshard_after_forward is off, "
+            "and a reduce-scatter after backward, the next unit's gather prefetched behind "
+            "compute on GPUs, nothing hidden on CPUs "
+            "(analysis/compute/step_time/fsdp_comm.py)."
+        )
     caption += sorted({f"Network: {n}." for n in t["network"] if n})
     return DisplayTable(
         "projection",

@@ -9,6 +9,7 @@ from typing import Any
 
 from analysis.compute.projection import SCAN_NODES, ProjectionResult, SeriesProjection
 from analysis.compute.projection import percent_text as _pc
+from analysis.compute.step_time.fsdp_comm import FsdpStepModel
 from analysis.compute.step_time.step_model import CARRIES, CARRY_WORDS, StepModel
 
 
@@ -65,9 +66,9 @@ def _paragraph(sp: SeriesProjection, rows: Any) -> list[str]:
     top = rows[rows["nodes"] == rows["nodes"].max()]
     plain = top[top["what_if"] == "as measured"].iloc[0]
     e = plain["efficiency"]
-    text = [_at_largest(plain)]
     model = sp.fit.model
     assert model is not None
+    text = [_at_largest(plain, isinstance(model, FsdpStepModel))]
     if math.isfinite(e):
         text.append(_explanation(model, plain))
     text.append(_crossing(sp, model))
@@ -81,8 +82,34 @@ def _paragraph(sp: SeriesProjection, rows: Any) -> list[str]:
         )
     if sp.network_note:
         text.append(f"Network: {sp.network_note}.")
-    text.append(readiness_sentence(model))
+    if isinstance(model, FsdpStepModel):
+        text.append(fsdp_sentence(model))
+    else:
+        text.append(readiness_sentence(model))
     return text
+
+
+def fsdp_sentence(model: FsdpStepModel) -> str:
+    """How an FSDP series' communication is modelled: its units' collectives, not DDP's
+    all-reduce, and how much of them prefetching hides."""
+    units = model.bucket_bytes
+    sizes = (
+        f"{min(units) / 1e6:.3g} to {max(units) / 1e6:.3g} MB"
+        if min(units) != max(units)
+        else f"{units[0] / 1e6:.3g} MB each"
+    )
+    again = "another before its backward, " if model.reshard_after_forward else ""
+    hidden = (
+        "on GPUs the next unit's gather prefetched behind this one's compute, the interval "
+        "spanning from none to all of what prefetching can hide"
+        if model.overlap
+        else "on CPUs none of them hidden (gloo runs them on the training thread)"
+    )
+    return (
+        f"Communication: FSDP's model, per wrapped unit ({len(units)} units, {sizes} "
+        f"gathered, as recorded): an all-gather before its forward, {again}a reduce-scatter "
+        f"of its gradients after its backward; {hidden}."
+    )
 
 
 def readiness_sentence(model: StepModel) -> str:
@@ -103,20 +130,22 @@ def readiness_sentence(model: StepModel) -> str:
     )
 
 
-def _at_largest(plain: Any) -> str:
-    """The efficiency at the largest projected N, with its step's three biggest parts."""
+def _at_largest(plain: Any, fsdp: bool = False) -> str:
+    """The efficiency at the largest projected N, with its step's three biggest parts
+    (``fsdp``: its communication is FSDP's gathers and reduce-scatters)."""
     e, lo, hi = plain["efficiency"], plain["efficiency_low"], plain["efficiency_high"]
     if not math.isfinite(e):
         return (
             f"At {_nodes_word(int(plain['nodes']))} no efficiency can be projected "
             "(less than one sample per device and micro-batch)."
         )
+    comm = "FSDP's gathers and reduce-scatters" if fsdp else "the all-reduce"
     parts = {
-        "exposed all-reduce": plain["exposed_comm_step_s"],
+        f"exposed {comm.removeprefix('the ')}": plain["exposed_comm_step_s"],
         "waiting for the slowest rank": plain["straggler_step_s"],
         "compute": plain["compute_step_s"],
         "input wait": plain["input_step_s"],
-        "backward slowed by the all-reduce": plain["overlap_step_s"],
+        f"backward slowed by {comm}": plain["overlap_step_s"],
     }
     big = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)[:3]
     return (

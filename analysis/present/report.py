@@ -203,7 +203,7 @@ def document(
         "methods": METHODS,
         "environment": environment(runs),
         "notes": analysis.notes,
-        "runs": records(runs, drop=("versions", "diagnosis", "profile", "config")),
+        "runs": records(runs, drop=("versions", "diagnosis", "profile", "config", "sharding")),
         "shared_nodes": records(analysis.overlaps),
         "groups": records(analysis.groups),
         "scaling": records(analysis.scaling),

@@ -63,6 +63,7 @@ UNLESS_RECORDED: dict[str, Any] = {
     "strategy": "ddp",
     "model_state_gib_max": None,
     "reserved_peak_gib_max": None,
+    "sharding": None,
 }
 """Columns a written table (JSON, CSV) carries only where some row holds more than this
 default (None: missing): records made before they existed, and DDP-only sweeps, are
@@ -160,6 +161,7 @@ RUN_COLUMNS: dict[str, str] = {
     "diagnosis": "object",
     "profile": "object",
     "config": "object",
+    "sharding": "object",
     "sweep_command": "str",
     "restart_reasons": "str",
     "sources": "str",

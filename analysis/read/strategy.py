@@ -1,4 +1,5 @@
-"""A series' parallel strategy as the analysis reads it: ``ddp`` or ``fsdp``.
+"""A series' parallel strategy as the analysis reads it: ``ddp`` or ``fsdp``, and under FSDP
+the sharding its records say was applied (:func:`fsdp_sharding`).
 
 The record's ``identity.strategy`` is a series key; records made before FSDP carry none, and
 a frame or table row without the column is DDP's (:func:`strategy_of`)."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -28,3 +30,70 @@ def frame_strategy(rows: pd.DataFrame) -> str:
     if "strategy" not in rows.columns or rows.empty:
         return DEFAULT
     return strategy_of({"strategy": rows["strategy"].iloc[0]})
+
+
+# --- FSDP's sharding, as the projection needs it -------------------------------------------
+
+DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes per element of the dtypes a record's ``sharding`` names."""
+
+
+@dataclass(frozen=True)
+class FsdpSharding:
+    """What a series' records say FSDP gathered and reduced (the record's ``sharding``)."""
+
+    unit_bytes: tuple[int, ...] | None
+    """Each unit's gathered bytes in forward order, the root first (units without
+    parameters of their own, which gather nothing, left out); None where the records
+    predate them."""
+    reshard_after_forward: bool
+    """Whether the blocks gather again before backward (FSDP's default, true, where the
+    record cannot say)."""
+    param_dtype: str | None
+    """What the units gather in (None: the parameters' own dtype)."""
+    reduce_dtype: str | None
+    """What gradients are reduce-scattered in (None: as gathered)."""
+
+    @property
+    def scatter_factor(self) -> float:
+        """Bytes reduce-scattered per byte gathered: 2 for bf16 gathers with fp32
+        reductions (``bf16-mixed``), else 1."""
+        gathered = DTYPE_BYTES.get(self.param_dtype or "")
+        reduced = DTYPE_BYTES.get(self.reduce_dtype or "")
+        return reduced / gathered if gathered and reduced else 1.0
+
+
+def fsdp_sharding(rows: pd.DataFrame) -> FsdpSharding | None:
+    """The sharding of a series' runs: the first run's whose record holds a ``sharding``
+    section (a series shares it: the unsharded sizes do not change with the world size),
+    preferring one with ``unit_bytes``; None where no run's record has the section."""
+    if "sharding" not in rows.columns:
+        return None
+    sections = [s for s in rows["sharding"] if isinstance(s, Mapping)]
+    if not sections:
+        return None
+    with_units = [s for s in sections if _unit_bytes(s) is not None]
+    s = (with_units or sections)[0]
+    reshard = s.get("reshard_after_forward")
+    return FsdpSharding(
+        unit_bytes=_unit_bytes(s),
+        reshard_after_forward=reshard if isinstance(reshard, bool) else True,
+        param_dtype=_text(s.get("param_dtype")),
+        reduce_dtype=_text(s.get("reduce_dtype")),
+    )
+
+
+def _unit_bytes(section: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The section's ``unit_bytes`` with the empty units left out; None where absent or not
+    a list of non-negative integers with some bytes."""
+    values = section.get("unit_bytes")
+    if not isinstance(values, list):
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return None
+    kept = tuple(v for v in values if v > 0)
+    return kept or None
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if isinstance(value, str) and value else None

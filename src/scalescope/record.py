@@ -245,7 +245,11 @@ class ResultRecord:
     wrapped, by name, the root ``""``), ``wrapped_classes``, ``mesh`` (dims, shape, device
     type), ``reshard_after_forward``, ``param_dtype`` and ``reduce_dtype`` (what parameters
     are gathered and gradients reduced in; None = the parameter's own), ``autocast`` (the
-    dtype Lightning's autocast computes in, or None). None under DDP and in older records."""
+    dtype Lightning's autocast computes in, or None), ``unit_bytes`` (per unit of
+    ``wrapped``, in its order, which is the order forward gathers them, the root first: the
+    unsharded bytes of the unit's own parameters in the dtype it gathers them in; they add up
+    to the model's parameters in that dtype; absent in records made before it). None under
+    DDP and in older records."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 

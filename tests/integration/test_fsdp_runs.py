@@ -88,9 +88,27 @@ def test_the_record_says_what_was_sharded(gpt: dict[str, ResultRecord]) -> None:
     assert sharding["param_dtype"] is None and sharding["autocast"] is None
     mixed = gpt["fsdp2_bf16"].sharding
     assert mixed is not None
+    # each unit's gathered bytes, root first; bf16 gathers half of them
+    assert sharding["unit_bytes"] == [12_544, 49_664, 49_664]
+    assert mixed["unit_bytes"] == [6_272, 24_832, 24_832]
     assert mixed["param_dtype"] == "bfloat16" and mixed["reduce_dtype"] == "float32"
     assert mixed["autocast"] == "bfloat16" and mixed["reshard_after_forward"] is False
     assert gpt["fsdp2_bf16"].identity.accumulate_grad_batches == 2
+
+
+def test_the_units_bytes_are_what_each_step_gathers(gpt: dict[str, ResultRecord]) -> None:
+    """What FSDP issued per optimizer step, counted where issued, from the record's
+    ``unit_bytes`` alone: each block gathered twice (before forward and before backward),
+    the root once (FSDP2 keeps it gathered from forward to backward; a validation pass
+    leaves it gathered, so the steady mean of its gathers is a little under 1)."""
+    record = gpt["fsdp2"]
+    assert record.sharding is not None and record.diagnosis is not None
+    root, *blocks = record.sharding["unit_bytes"]
+    for row in record.diagnosis["ranks"]:
+        gathers = row["collectives_per_step"]["all_gather"]
+        roots = gathers["count"] - 2 * len(blocks)
+        assert 0.0 < roots <= 1.0, gathers
+        assert gathers["bytes"] == pytest.approx(2 * sum(blocks) + roots * root), gathers
 
 
 def test_model_state_per_rank_halves_from_one_rank_to_two(gpt: dict[str, ResultRecord]) -> None:

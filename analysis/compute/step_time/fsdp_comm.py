@@ -25,21 +25,31 @@ What of it is exposed (:func:`microbatch_exposed`):
 
 Forward is ``1 - BACKWARD_SHARE`` of a micro-batch's compute, backward the rest, each shared
 evenly over the blocks. :class:`FsdpStepModel` can also hide only a share of what the
-timeline hides (``hidden_share``: 1 the timeline, 0 as on CPUs), which the backtest draws.
+timeline hides (``hidden_share``: 1 the timeline, 0 as on CPUs), which the interval draws
+over :data:`FSDP_HIDDEN_BAND`, for published cases (:mod:`analysis.compute.scoring`) and a
+sweep's own FSDP series (:class:`FsdpTerm`, :mod:`analysis.compute.projection`) alike.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
-from analysis.compute.step_time.step_model import (
-    BACKWARD_SHARE,
-    Level,
-    StepModel,
-)
+import numpy as np
+
+from analysis.compute.step_time.network import Level
+from analysis.compute.step_time.step_model import BACKWARD_SHARE, CommTerm, StepModel
+from analysis.read.strategy import FsdpSharding
 from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER, Collective, link_bytes
+
+FSDP_HIDDEN_BAND = (0.0, 1.0)
+"""On GPUs, the share of the communication prefetching can hide (each block's gather behind
+the block before, the reduce-scatters behind the next blocks' backward) that it does hide,
+drawn over the interval (published cases and a sweep's own FSDP series alike): from none, as
+on CPUs (the IBM Cloud FSDP post found the overlap of T5-11B "very limited" before its rate
+limiter), to all, the centre's model."""
 
 
 def collective_s(
@@ -114,14 +124,19 @@ def step_exposed(
     bw_factor: float = 1.0,
     reshard_after_forward: bool = True,
     overlap: bool = True,
+    scatter_factor: float = 1.0,
 ) -> float:
     """FSDP's exposed communication per optimizer step of ``k`` micro-batches (compute
     ``compute_s`` for all of them): every micro-batch gathers, the last one also
-    reduce-scatters."""
+    reduce-scatters, ``scatter_factor`` bytes per byte gathered (2 for bf16 gathers with fp32
+    reductions)."""
     if world <= 1 or not block_bytes:
         return 0.0
     gathers = [collective_s(level, FSDP_ALL_GATHER, b, world, bw_factor) for b in block_bytes]
-    scatters = [collective_s(level, FSDP_REDUCE_SCATTER, b, world, bw_factor) for b in block_bytes]
+    scatters = [
+        collective_s(level, FSDP_REDUCE_SCATTER, b * scatter_factor, world, bw_factor)
+        for b in block_bytes
+    ]
     micro = compute_s / k
     kw = {"reshard_after_forward": reshard_after_forward, "overlap": overlap}
     last = microbatch_exposed(gathers, scatters, micro, sync=True, **kw)
@@ -147,7 +162,12 @@ class FsdpStepModel(StepModel):
     hidden_share: float = 1.0
     """On GPUs, the share of what prefetching can hide (the timeline's hidden time against
     every collective exposed) that it does hide: 1 the timeline of the module doc, 0 as on
-    CPUs (the backtest draws it, :data:`analysis.compute.scoring.FSDP_HIDDEN_BAND`)."""
+    CPUs (the interval draws it over :data:`FSDP_HIDDEN_BAND`)."""
+    scatter_factor: float = 1.0
+    """Bytes reduce-scattered per byte gathered: 2 where the units gather bf16 parameters and
+    reduce fp32 gradients (``bf16-mixed``), else 1."""
+    param_dtype: str | None = None
+    """What the units gather in, as recorded (None: the parameters' own dtype)."""
 
     def modelled_exposed(
         self, world: int, nodes: int, buckets: Sequence[float], k: int, bw: float, batch: float
@@ -158,7 +178,11 @@ class FsdpStepModel(StepModel):
         if level is None:
             return math.nan
         args = (level, buckets, world, self.compute_s(batch, k), k)
-        kw = {"bw_factor": bw, "reshard_after_forward": self.reshard_after_forward}
+        kw: dict[str, Any] = {
+            "bw_factor": bw,
+            "reshard_after_forward": self.reshard_after_forward,
+            "scatter_factor": self.scatter_factor,
+        }
         hidden = step_exposed(*args, overlap=self.overlap, **kw)
         if not self.overlap or self.hidden_share >= 1.0:
             return hidden
@@ -175,7 +199,53 @@ class FsdpStepModel(StepModel):
         bw = self.network.factor(nodes)
         gathers = math.fsum(collective_s(level, FSDP_ALL_GATHER, b, world, bw) for b in buckets)
         scatters = math.fsum(
-            collective_s(level, FSDP_REDUCE_SCATTER, b, world, bw) for b in buckets
+            collective_s(level, FSDP_REDUCE_SCATTER, b * self.scatter_factor, world, bw)
+            for b in buckets
         )
         passes = 2 if self.reshard_after_forward else 1
         return self.accumulate * passes * gathers + scatters
+
+
+@dataclass(frozen=True)
+class FsdpTerm(CommTerm):
+    """A sweep's FSDP series in the step model's fit (:func:`..step_model.fit_series`): its
+    units' gathered bytes in forward order (``messages``: the record's
+    ``sharding.unit_bytes``) on :class:`FsdpStepModel`, with the series' setting."""
+
+    needs: str = "exposed communication and the all-reduce sweep"
+    reshard_after_forward: bool = True
+    overlap: bool = True
+    """GPUs (prefetch hides) or CPUs (nothing hidden): the series' accelerator."""
+    hidden_share: float = 1.0
+    scatter_factor: float = 1.0
+    param_dtype: str | None = None
+
+    @classmethod
+    def of(cls, sharding: FsdpSharding, *, gpu: bool) -> FsdpTerm:
+        """The term of a series whose records say ``sharding`` (with its units' bytes), on
+        GPUs (prefetch hides) or CPUs."""
+        assert sharding.unit_bytes is not None
+        return cls(
+            messages=tuple(float(b) for b in sharding.unit_bytes),
+            reshard_after_forward=sharding.reshard_after_forward,
+            overlap=gpu,
+            scatter_factor=sharding.scatter_factor,
+            param_dtype=sharding.param_dtype,
+        )
+
+    def build(self, **fields: Any) -> StepModel:
+        return FsdpStepModel(
+            **fields,
+            reshard_after_forward=self.reshard_after_forward,
+            overlap=self.overlap,
+            hidden_share=self.hidden_share,
+            scatter_factor=self.scatter_factor,
+            param_dtype=self.param_dtype,
+        )
+
+    def drawn(self, rng: np.random.Generator) -> CommTerm:
+        """On GPUs, the share prefetching hides drawn over :data:`FSDP_HIDDEN_BAND` (on CPUs
+        nothing is hidden: nothing to draw)."""
+        if not self.overlap:
+            return self
+        return replace(self, hidden_share=float(rng.uniform(*FSDP_HIDDEN_BAND)))

@@ -53,7 +53,7 @@ per-block gathers and reduce-scatters replace the all-reduce in :mod:`.fsdp_comm
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from typing import Any
@@ -62,6 +62,7 @@ import numpy as np
 
 from analysis.compute.stats import finite_mean
 from analysis.compute.step_time.bucket_overlap import exposed_after_backward, ready_shares
+from analysis.compute.step_time.network import Level, Network, network_from_points
 from scalescope.collectives import link_bytes, modelled
 
 CARRIES = ("one-time", "network", "stragglers")
@@ -80,46 +81,7 @@ BACKWARD_SHARE = 2.0 / 3.0
 """Share of a micro-batch's compute that is backward (forward : backward about 1 : 2)."""
 
 
-# --- the network --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Level:
-    """The all-reduce cost at one level of the network, as fitted at ``at_world`` ranks."""
-
-    alpha_s: float
-    busbw_gbps: float
-    at_world: int
-    source: str
-
-
-@dataclass(frozen=True)
-class Network:
-    """Intra-node and inter-node levels, and the band of the inter-node bus bandwidth.
-
-    ``inter_band``: (low, high) factors on ``inter.busbw_gbps``; the central value is their
-    geometric mean. ``inter`` is None where nothing says what crosses nodes (then only
-    single-node scales can be projected)."""
-
-    intra: Level | None
-    inter: Level | None
-    inter_band: tuple[float, float] = (1.0, 1.0)
-    note: str = ""
-    measured_nodes: int = 1
-    """Up to this many nodes the inter-node level is as measured (factor 1)."""
-    missing: str = ""
-    """Why a level the anchor needs is missing ('' when none is)."""
-
-    def level(self, nodes: int) -> Level | None:
-        return self.intra if nodes <= 1 else self.inter
-
-    def factor(self, nodes: int, u: float | None = None) -> float:
-        """The factor on the level's bus bandwidth at ``nodes``: 1 where measured, else the
-        band's geometric middle, or the point ``u`` in [0, 1] of it (log scale)."""
-        if nodes <= self.measured_nodes:
-            return 1.0
-        lo, hi = (math.log(b) for b in self.inter_band)
-        return math.exp(lo + (0.5 if u is None else u) * (hi - lo))
+# --- the network (its levels: :mod:`.network`) ----------------------------------------------
 
 
 def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0) -> float:
@@ -375,6 +337,30 @@ class Fit:
     scaled_points: int = 0
 
 
+@dataclass(frozen=True)
+class CommTerm:
+    """What a series' network term times and which step model times it. This one is DDP's:
+    :class:`StepModel` on the anchor's recorded buckets and their readiness. Another
+    strategy's (FSDP's per-unit gathers and reduce-scatters, :class:`.fsdp_comm.FsdpTerm`)
+    gives its own ``messages`` and :meth:`build`."""
+
+    messages: tuple[float, ...] | None = None
+    """The messages in the order issued; None: the anchor's recorded DDP buckets."""
+    needs: str = "exposed communication, the all-reduce sweep and DDP's buckets"
+    """What a multi-device run's diagnosis must hold for the fit (the reason's words)."""
+
+    def build(self, **fields: Any) -> StepModel:
+        """The step model of this term with :class:`StepModel`'s ``fields``."""
+        return StepModel(**fields)
+
+    def drawn(self, rng: np.random.Generator) -> CommTerm:
+        """This term as one draw of the interval takes it (DDP's: nothing drawn)."""
+        return self
+
+
+DDP_TERM = CommTerm()
+
+
 def _step_of(p: Any) -> float:
     b = p.per_device_batch_size
     return p.t_s * b if b else math.nan
@@ -386,21 +372,23 @@ def fit_series(
     scaling_mode: str,
     network: Network | None = None,
     carry: str = CARRIES[0],
+    term: CommTerm = DDP_TERM,
 ) -> Fit:
     """A :class:`StepModel` from a series' measured points (any order): the anchor is the
     largest multi-device point with a recorded breakdown and an all-reduce fit; what its
-    parts leave of its step carries as ``carry`` says."""
-    multi = [
-        pt for pt in points if pt.world > 1 and any(p.recorded and p.bucket_bytes for p in pt.parts)
-    ]
+    parts leave of its step carries as ``carry`` says; ``term`` says what the network term
+    times and with which model (DDP's buckets by default)."""
+
+    def usable(p: Any) -> bool:
+        return bool(p.recorded and (term.messages is not None or p.bucket_bytes))
+
+    multi = [pt for pt in points if pt.world > 1 and any(usable(p) for p in pt.parts)]
     if not multi:
         return Fit(
-            None,
-            "no multi-device run with a diagnosis (exposed communication, the "
-            "all-reduce sweep and DDP's buckets): nothing to project from",
+            None, f"no multi-device run with a diagnosis ({term.needs}): nothing to project from"
         )
     anchor = max(multi, key=lambda pt: (pt.world, pt.nodes))
-    a_parts = [p for p in anchor.parts if p.recorded and p.bucket_bytes]
+    a_parts = [p for p in anchor.parts if usable(p)]
     b_parts = [p for p in baseline.parts if math.isfinite(p.t_s)]
     if not b_parts:
         return Fit(None, "the baseline has no steady-state throughput")
@@ -414,9 +402,9 @@ def fit_series(
     overlap = finite_mean([p.overlap_step_s for p in a_parts])
     overlap = 0.0 if math.isnan(overlap) else overlap
     sigma_share = _straggler_share(multi)
-    buckets = tuple(float(b) for b in a_parts[0].bucket_bytes)
+    buckets = tuple(float(b) for b in term.messages or a_parts[0].bucket_bytes)
     exposed_meas = finite_mean([p.comm_step_s for p in a_parts])
-    draft = StepModel(
+    draft = term.build(
         per_device_batch=batch,
         accumulate=k,
         compute_fixed_s=fixed,
@@ -435,7 +423,7 @@ def fit_series(
         baseline_world=baseline.world,
         scaling_mode=scaling_mode,
         carry=carry,
-        bucket_ready=_bucket_ready(a_parts),
+        bucket_ready=_bucket_ready(a_parts) if term.messages is None else (),
     )
     draft = replace(draft, sigma_share=sigma_share)
     model = draft.calibrated(exposed_meas, finite_mean([_step_of(p) for p in a_parts]))
@@ -501,93 +489,3 @@ def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
         if a >= 0 and c >= 0:
             return float(a), float(c)
     return 0.0, float(np.sum(x * y) / np.sum(x * x))
-
-
-def network_from_points(multi: Sequence[ScalePoint]) -> Network:
-    """The levels the sweep measured: intra-node from its largest single-node point,
-    inter-node from its largest multi-node one, with the band the number of nodes allows."""
-    intra = _measured_level([p for p in multi if p.nodes <= 1], "intra-node")
-    inter_pts = [p for p in multi if p.nodes > 1]
-    inter = _measured_level(inter_pts, "inter-node")
-    missing = (
-        "the all-reduce sweep measured no bus bandwidth (latency-bound, or cut short by "
-        "diagnosis.allreduce_budget_s): nothing says what a larger gradient costs; pass "
-        "--network with the cluster's bus bandwidth"
-    )
-    if inter is None and inter_pts:
-        return Network(intra, None, missing=missing)
-    if inter is not None:
-        most = max(p.nodes for p in inter_pts)
-        if most <= 2:
-            return Network(
-                intra,
-                inter,
-                (0.5, 1.0),
-                measured_nodes=most,
-                note=(
-                    "inter-node bus bandwidth measured at 2 nodes only, taken at 50-100% of it "
-                    "beyond: at 2 nodes NCCL's tree can show about twice the per-NIC figure, "
-                    "and bus bandwidth falls from 2 to 6 nodes and across racks"
-                ),
-            )
-        return Network(
-            intra,
-            inter,
-            (0.7, 1.0),
-            measured_nodes=most,
-            note=(
-                f"inter-node bus bandwidth measured at {most} nodes, taken at 70-100% of it "
-                "beyond (it falls again across racks)"
-            ),
-        )
-    if intra is None:
-        return Network(None, None, missing=missing)
-    assumed = Level(
-        intra.alpha_s,
-        intra.busbw_gbps,
-        intra.at_world,
-        "inter-node: assumed from the intra-node sweep (no multi-node run)",
-    )
-    return Network(
-        intra,
-        assumed,
-        (0.1, 1.0),
-        note=(
-            "no multi-node run and no --network profile: inter-node bus bandwidth assumed at "
-            "10-100% of the intra-node one measured; run 2 nodes or pass --network for a "
-            "narrower band"
-        ),
-    )
-
-
-def _measured_level(pts: Sequence[ScalePoint], where: str) -> Level | None:
-    """The level the all-reduce sweep of the largest of ``pts`` fitted (None without one)."""
-    if not pts:
-        return None
-    pt = max(pts, key=lambda q: (q.nodes, q.world))
-    rec = [p for p in pt.parts if p.recorded]
-    alpha = finite_mean([p.alpha_s for p in rec])
-    bw = finite_mean([p.fit_busbw_gbps for p in rec])
-    source = f"{where}: the all-reduce sweep of the {pt.nodes}x{pt.devices_per_node} runs"
-    if not math.isfinite(bw):  # a latency-only fit: never an infinite bandwidth
-        bw = finite_mean([p.busbw_gbps for p in rec])
-        source += " (its fit had no bandwidth term: the bus bandwidth of its largest message)"
-    if not math.isfinite(alpha) or not math.isfinite(bw) or bw <= 0:
-        return None
-    return Level(alpha, bw, pt.world, source)
-
-
-def network_from_profile(profile: Mapping[str, Any], intra: Level | None) -> Network:
-    """A user's cluster profile (``--network FILE``): the inter-node bus bandwidth (GB/s)
-    and latency at the target size, e.g. from nccl-tests there; band +-15%."""
-    bw = float(profile["inter_busbw_gbps"])
-    alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
-    at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
-    source = str(profile.get("source") or "the --network profile")
-    inter = Level(alpha, bw, at, f"inter-node: {source}")
-    return Network(
-        intra,
-        inter,
-        (0.85, 1.15),
-        note=(f"inter-node bus bandwidth {bw:g} GB/s from {source} (+-15%)"),
-    )

@@ -91,7 +91,7 @@ def describe(module: nn.Module, setting: FsdpSetting | None, applied_by: str) ->
     ``""``) and their classes, the mesh, whether the blocks free their gathered parameters
     after forward, and what parameters are gathered and gradients reduced in, read back from
     FSDP's own state (read only) where the module sharded itself; ``applied_by`` says who
-    applied it."""
+    applied it; ``unit_bytes``, each unit's gathered bytes (:func:`unit_bytes`)."""
     from torch.distributed.fsdp import FSDPModule
 
     units = [(name, m) for name, m in module.named_modules() if isinstance(m, FSDPModule)]
@@ -100,6 +100,7 @@ def describe(module: nn.Module, setting: FsdpSetting | None, applied_by: str) ->
         "applied_by": applied_by,
         "wrapped": [name for name, _ in units],
         "wrapped_classes": sorted({_own_class(m) for _, m in units}),
+        "unit_bytes": unit_bytes(units),
         "mesh": None,
         "param_dtype": None,
         "reduce_dtype": None,
@@ -121,6 +122,31 @@ def describe(module: nn.Module, setting: FsdpSetting | None, applied_by: str) ->
     if setting is not None:
         out["reshard_after_forward"] = setting.reshard_after_forward
     return out
+
+
+def unit_bytes(units: list[tuple[str, Any]]) -> list[int]:
+    """Each FSDP unit's own parameters, unsharded, in the dtype it gathers them in (its
+    policy's ``param_dtype``, else the parameter's own), in ``units``' order: the modules'
+    order, the root first, as forward gathers them (the root's gather comes first, then each
+    block's as forward reaches it). A parameter belongs to the innermost unit holding it (the
+    root's are those no block holds; a tied weight counts once), so the units' bytes add up
+    to the model's parameters in that dtype. The all-gather of a unit moves these bytes
+    (padding to a multiple of the ranks aside)."""
+    owner: dict[int, tuple[int, Any]] = {}
+    for i, (_, unit) in enumerate(units):  # outer units first: an inner one takes its own
+        for p in unit.parameters():
+            owner[id(p)] = (i, p)
+    out = [0] * len(units)
+    for i, p in owner.values():
+        dtype = _gathered_dtype(units[i][1]) or p.dtype
+        out[i] += p.numel() * dtype.itemsize  # a DTensor's numel is the unsharded one
+    return out
+
+
+def _gathered_dtype(unit: nn.Module) -> torch.dtype | None:
+    """What a unit gathers its parameters in where its policy says (None: their own)."""
+    groups = _param_groups(unit)
+    return groups[0].mp_policy.param_dtype if groups else None
 
 
 def _param_groups(unit: nn.Module) -> list[Any]:

@@ -86,11 +86,12 @@ def test_the_diagnosis_table_says_what_exposed_comm_is_under_fsdp(tmp_path: Path
 
 
 def test_an_fsdp_series_is_not_projected_as_ddp(tmp_path: Path) -> None:
-    """The step model fitted to records is DDP's: an FSDP series gets a note saying it is not
-    projected yet, never DDP's projection; the same runs without the strategy are projected."""
+    """An FSDP series whose records hold no units' bytes gets a note saying why it is not
+    projected, never DDP's projection; the same runs without the strategy are projected
+    (an FSDP series with them: tests/unit/analysis/test_fsdp_projection.py)."""
     from projection_helpers import FIXTURE
 
-    from analysis.compute.projection import FSDP_NOT_YET, project
+    from analysis.compute.projection import FSDP_NO_UNIT_BYTES, project
     from analysis.read.frame import load
 
     runs = load(FIXTURE)
@@ -98,4 +99,4 @@ def test_an_fsdp_series_is_not_projected_as_ddp(tmp_path: Path) -> None:
     assert len(ddp.table) and not any("FSDP" in n for n in ddp.notes)
     fsdp = project(runs.assign(strategy="fsdp"), [4], draws=40)
     assert fsdp.table.empty and not fsdp.series
-    assert any(n.endswith(f"no projection: {FSDP_NOT_YET}.") for n in fsdp.notes)
+    assert any(n.endswith(f"no projection: {FSDP_NO_UNIT_BYTES}.") for n in fsdp.notes)

@@ -1,0 +1,144 @@
+"""The network a series' step model runs on: the all-reduce cost at each level (within a
+node, across nodes), as the series' own all-reduce sweeps measured it
+(:func:`network_from_points`) or a cluster profile gives it (:func:`network_from_profile`),
+with the band the interval draws the inter-node bus bandwidth from (see the module doc of
+:mod:`.step_model`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.compute.stats import finite_mean
+
+
+@dataclass(frozen=True)
+class Level:
+    """The all-reduce cost at one level of the network, as fitted at ``at_world`` ranks."""
+
+    alpha_s: float
+    busbw_gbps: float
+    at_world: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Network:
+    """Intra-node and inter-node levels, and the band of the inter-node bus bandwidth.
+
+    ``inter_band``: (low, high) factors on ``inter.busbw_gbps``; the central value is their
+    geometric mean. ``inter`` is None where nothing says what crosses nodes (then only
+    single-node scales can be projected)."""
+
+    intra: Level | None
+    inter: Level | None
+    inter_band: tuple[float, float] = (1.0, 1.0)
+    note: str = ""
+    measured_nodes: int = 1
+    """Up to this many nodes the inter-node level is as measured (factor 1)."""
+    missing: str = ""
+    """Why a level the anchor needs is missing ('' when none is)."""
+
+    def level(self, nodes: int) -> Level | None:
+        return self.intra if nodes <= 1 else self.inter
+
+    def factor(self, nodes: int, u: float | None = None) -> float:
+        """The factor on the level's bus bandwidth at ``nodes``: 1 where measured, else the
+        band's geometric middle, or the point ``u`` in [0, 1] of it (log scale)."""
+        if nodes <= self.measured_nodes:
+            return 1.0
+        lo, hi = (math.log(b) for b in self.inter_band)
+        return math.exp(lo + (0.5 if u is None else u) * (hi - lo))
+
+
+def network_from_points(multi: Sequence[Any]) -> Network:
+    """The levels the sweep measured (``multi``: its multi-device scale points,
+    :class:`.step_model.ScalePoint`): intra-node from its largest single-node point,
+    inter-node from its largest multi-node one, with the band the number of nodes allows."""
+    intra = _measured_level([p for p in multi if p.nodes <= 1], "intra-node")
+    inter_pts = [p for p in multi if p.nodes > 1]
+    inter = _measured_level(inter_pts, "inter-node")
+    missing = (
+        "the all-reduce sweep measured no bus bandwidth (latency-bound, or cut short by "
+        "diagnosis.allreduce_budget_s): nothing says what a larger gradient costs; pass "
+        "--network with the cluster's bus bandwidth"
+    )
+    if inter is None and inter_pts:
+        return Network(intra, None, missing=missing)
+    if inter is not None:
+        most = max(p.nodes for p in inter_pts)
+        if most <= 2:
+            return Network(
+                intra,
+                inter,
+                (0.5, 1.0),
+                measured_nodes=most,
+                note=(
+                    "inter-node bus bandwidth measured at 2 nodes only, taken at 50-100% of it "
+                    "beyond: at 2 nodes NCCL's tree can show about twice the per-NIC figure, "
+                    "and bus bandwidth falls from 2 to 6 nodes and across racks"
+                ),
+            )
+        return Network(
+            intra,
+            inter,
+            (0.7, 1.0),
+            measured_nodes=most,
+            note=(
+                f"inter-node bus bandwidth measured at {most} nodes, taken at 70-100% of it "
+                "beyond (it falls again across racks)"
+            ),
+        )
+    if intra is None:
+        return Network(None, None, missing=missing)
+    assumed = Level(
+        intra.alpha_s,
+        intra.busbw_gbps,
+        intra.at_world,
+        "inter-node: assumed from the intra-node sweep (no multi-node run)",
+    )
+    return Network(
+        intra,
+        assumed,
+        (0.1, 1.0),
+        note=(
+            "no multi-node run and no --network profile: inter-node bus bandwidth assumed at "
+            "10-100% of the intra-node one measured; run 2 nodes or pass --network for a "
+            "narrower band"
+        ),
+    )
+
+
+def _measured_level(pts: Sequence[Any], where: str) -> Level | None:
+    """The level the all-reduce sweep of the largest of ``pts`` fitted (None without one)."""
+    if not pts:
+        return None
+    pt = max(pts, key=lambda q: (q.nodes, q.world))
+    rec = [p for p in pt.parts if p.recorded]
+    alpha = finite_mean([p.alpha_s for p in rec])
+    bw = finite_mean([p.fit_busbw_gbps for p in rec])
+    source = f"{where}: the all-reduce sweep of the {pt.nodes}x{pt.devices_per_node} runs"
+    if not math.isfinite(bw):  # a latency-only fit: never an infinite bandwidth
+        bw = finite_mean([p.busbw_gbps for p in rec])
+        source += " (its fit had no bandwidth term: the bus bandwidth of its largest message)"
+    if not math.isfinite(alpha) or not math.isfinite(bw) or bw <= 0:
+        return None
+    return Level(alpha, bw, pt.world, source)
+
+
+def network_from_profile(profile: Mapping[str, Any], intra: Level | None) -> Network:
+    """A user's cluster profile (``--network FILE``): the inter-node bus bandwidth (GB/s)
+    and latency at the target size, e.g. from nccl-tests there; band +-15%."""
+    bw = float(profile["inter_busbw_gbps"])
+    alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
+    at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
+    source = str(profile.get("source") or "the --network profile")
+    inter = Level(alpha, bw, at, f"inter-node: {source}")
+    return Network(
+        intra,
+        inter,
+        (0.85, 1.15),
+        note=(f"inter-node bus bandwidth {bw:g} GB/s from {source} (+-15%)"),
+    )
