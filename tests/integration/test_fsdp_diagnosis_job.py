@@ -170,3 +170,20 @@ def test_the_fsdp_baseline_times_the_sizes_fsdp_gathers(tmp_path: Path) -> None:
             assert timed["busbw_gbps"] == pytest.approx(timed["algbw_gbps"] / 2)
             assert timed["algbw_gbps"] == pytest.approx(row["full_bytes"] / timed["time_s"] / 1e9)
     assert d["allreduce"]["status"] == "measured"  # DDP's sweep beside it
+
+
+def test_three_ranks_that_hold_uneven_shards_time_the_padded_ones(tmp_path: Path) -> None:
+    """At a world size that does not divide a parameter's rows, FSDP2 pads every rank's
+    shard to ceil(rows / ranks); the baseline times that padded size on every rank (each
+    rank's own shorter shard would differ between ranks and fail the collective)."""
+    drop = ("diagnosis.allreduce_baseline", "trainer.devices", "trainer.batch_size")
+    args = [a for a in FSDP_GPT if not a.startswith(drop)]
+    run = run_train(REPO, *args, "trainer.devices=3", "trainer.batch_size=30", output_dir=tmp_path)
+    d = diag(only_result(run))
+    section = d["fsdp_collectives"]
+    assert section["status"] == "measured" and section["world_size"] == 3
+    for row in section["sizes"]:
+        assert row["full_bytes"] == 3 * row["shard_bytes"]
+    # padded: at least a third of each size the 2-rank run gathers (12,544 B, 49,664 B)
+    fulls = [row["full_bytes"] for row in section["sizes"]]
+    assert len(fulls) == 2 and fulls[0] >= 12_544 and fulls[1] >= 49_664

@@ -14,6 +14,7 @@ The record's ``diagnosis.fsdp_collectives``, only for runs sharded by FSDP2.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -33,8 +34,11 @@ REPEATS = 5
 
 
 def shard_bytes(pl_module: Any) -> list[int]:
-    """Per sharded module (its own parameters, not its sharded children's), the bytes of
-    this rank's shards."""
+    """Per sharded module (its own parameters, not its sharded children's), the bytes each
+    rank contributes to its all-gather: every parameter's shard padded as FSDP2 pads it (dim
+    0 split in ceil(dim0 / world) rows), the same on every rank, where a rank's own shard can
+    be shorter (3 ranks over 10 rows hold 4, 4 and 2) and sizes that differ between ranks
+    would fail the collective."""
     from torch.distributed.tensor import DTensor
 
     out = []
@@ -44,11 +48,23 @@ def shard_bytes(pl_module: Any) -> list[int]:
         for p in module.parameters():
             if id(p) in owned:
                 continue
-            local = p.to_local() if isinstance(p, DTensor) else p
-            total += local.numel() * local.element_size()
+            total += (
+                padded_shard_bytes(p) if isinstance(p, DTensor) else p.numel() * p.element_size()
+            )
         if total:
             out.append(total)
     return out
+
+
+def padded_shard_bytes(param: Any) -> int:
+    """A dim-0-sharded parameter's padded shard in bytes: ceil(rows / ranks) rows."""
+    shape = tuple(param.shape)  # a DTensor's shape is the whole parameter's
+    ranks = param.device_mesh.size()
+    if not shape:
+        return param.element_size()
+    rows = -(-shape[0] // ranks)
+    per_row = math.prod(shape[1:])
+    return rows * per_row * param.to_local().element_size()
 
 
 def _timed(op: Any, device: Any) -> float:
