@@ -85,8 +85,12 @@ METHODS = {
         "all-reduce(N) + straggler(N) + other, fitted at the largest measured multi-device "
         "scale; all-reduce of DDP's buckets on the fitted latency-bandwidth model (latency "
         "log2 N as a tree's, bandwidth 2(N-1)/N as a ring's), less what backward hides; "
-        "straggler = sigma x E[max of N normals]; 95% prediction interval from draws over "
-        "repeats (bootstrap), the network band and a model error; see analysis/projection.py"
+        "an FSDP series has each wrapped unit's all-gathers (before forward, and before "
+        "backward unless reshard_after_forward is off) and reduce-scatter at (N-1)/N of its "
+        "bytes in the all-reduce's place, the next unit's gather behind the current one's "
+        "compute on GPUs; straggler = sigma x E[max of N normals]; 95% prediction interval "
+        "from draws over repeats (bootstrap), the network band and a model error; see "
+        "analysis/compute/projection.py"
     ),
 }
 
