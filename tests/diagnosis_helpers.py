@@ -19,6 +19,7 @@ def windows(rank: int) -> dict[str, Any]:
         "reason": None,
         "steps": 8,
         "windows": 2,
+        "isolates": "all_reduce",
         "fwd_bwd_windows_s": [0.010 + rank * 0.001] * 2,
         "fwd_bwd_sync_windows_s": [0.014 + rank * 0.001] * 2,
         "seconds": 0.5,

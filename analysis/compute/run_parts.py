@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute.stats import finite_number, is_number, number_at, summarize
+from scalescope.collectives import DDP_GRADIENT
 
 
 class _Malformed(ValueError):
@@ -48,7 +49,9 @@ class RunParts:
     """Where exposed communication came from: ``steps`` (every rank's training steps),
     ``calibration`` (older records) or '' (one device, or not recorded)."""
     calibration_comm_s: float = math.nan
-    """The calibration windows' estimate, a cross-check (NaN when not measured)."""
+    """The calibration windows' estimate, a cross-check (NaN when not measured): of the
+    exposed all-reduce under DDP, of the exposed reduce-scatter only under FSDP (its
+    ``isolates``)."""
     typical_rank: int | None = None
     slowest_rank: int | None = None
     slowest_node: str | None = None
@@ -286,10 +289,14 @@ def _communication(
             skew_s = min(max(own_slow - own_typ, 0.0), max(wait, 0.0))
             jitter = wait - skew_s
         else:  # an older record: the calibration's estimate, and no rotating part
-            exposed, source = calibrated, "calibration" if math.isfinite(calibrated) else ""
+            whole = isolates_all_communication(calibration)
+            exposed = calibrated if whole else math.nan
+            source = "calibration" if math.isfinite(exposed) else ""
             skew_s = own_slow - own_typ
             jitter_reason = "no per-step waits in this record (recorded before they existed)"
         comm_reason = _why(calibration, "calibration") if math.isnan(exposed) else ""
+        if math.isnan(exposed) and not isolates_all_communication(calibration):
+            comm_reason = f"no per-step waits, and {ISOLATES_REDUCE_SCATTER}"
         predicted = (
             number_at(allreduce, "predicted_step_s")
             if allreduce.get("status") == "measured"
@@ -309,6 +316,19 @@ def _communication(
         hidden_share=hidden,
         hidden_reason=hidden_reason,
     )
+
+
+ISOLATES_REDUCE_SCATTER = (
+    "FSDP's calibration windows isolate the exposed reduce-scatter only: the all-gathers run "
+    "in both kinds of window (their waits are the per-step measure)"
+)
+
+
+def isolates_all_communication(calibration: Mapping[str, Any]) -> bool:
+    """Whether the calibration's synced - no_sync is the whole exposed communication: DDP's
+    all-reduce (records before ``isolates`` are DDP's); not under FSDP, whose windows without
+    gradient sync keep the all-gathers and isolate the reduce-scatter."""
+    return calibration.get("isolates", DDP_GRADIENT.operation) == DDP_GRADIENT.operation
 
 
 def _allreduce(allreduce: Mapping[str, Any]) -> dict[str, Any]:

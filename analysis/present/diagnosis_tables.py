@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.analyze import Analysis
+from analysis.compute.run_parts import ISOLATES_REDUCE_SCATTER
 from analysis.present.display import MISSING, DisplayTable, devices_header, is_missing, pct, sig
 from analysis.read.strategy import strategy_of
 
@@ -146,7 +147,9 @@ def _diagnosis_caption(t: pd.DataFrame, split: bool) -> list[str]:
             "FSDP series: exposed comm is FSDP's all-gathers of each wrapped block's parameters "
             "(before forward, and before backward unless reshard_after_forward is off) and "
             "reduce-scatters of its gradients, the least wait of any rank; compute/sample "
-            "includes FSDP's framework overhead."
+            "includes FSDP's framework overhead. "
+            f"{ISOLATES_REDUCE_SCATTER}; no comm "
+            "overlap is measured (FSDP2 marks no last gradient in backward)."
         )
     missing = sorted({s for s in t["status"] if s != "recorded"})
     caption += [f"Not recorded: {m.removeprefix(NOT_RECORDED).strip(' ()')}." for m in missing]

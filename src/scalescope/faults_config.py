@@ -70,6 +70,14 @@ class FaultsConfig:
         "exposed communication); 0 = off",
         check=non_negative,
     )
+    reducescatter_delay_s: float = option(
+        0.0,
+        help="under FSDP, every rank holds the first reduce-scatter of each backward that "
+        "synchronises gradients back this long (FSDP's custom reduce-scatter: a slower "
+        "gradient reduction; shows as exposed communication, and in the calibration's synced "
+        "windows); 0 = off",
+        check=non_negative,
+    )
     overlap_burn_s: float = option(
         0.0,
         help="every rank busy-loops this long on the CPU in the DDP communication hook of "
@@ -120,6 +128,7 @@ class FaultsConfig:
             or self.rotating_sleep_s > 0
             or self.allreduce_delay_s > 0
             or self.allgather_delay_s > 0
+            or self.reducescatter_delay_s > 0
             or self.overlap_burn_s > 0
             or self.emulates_network
         )

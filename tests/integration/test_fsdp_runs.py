@@ -252,6 +252,9 @@ def test_a_wrap_rule_shards_the_classes_it_names(user: dict[str, ResultRecord]) 
     assert r.sharding is not None and r.sharding["applied_by"] == "fsdp.wrap"
     assert r.sharding["wrapped"] == ["", "net.0", "net.2", "net.4"]
     assert r.sharding["wrapped_classes"] == ["Linear", "MyModel"]
+    for run in user.values():  # their training_step calibrates, its windows under FSDP
+        cal = run.diagnosis["calibration"] if run.diagnosis else {}
+        assert (cal.get("status"), cal.get("isolates")) == ("measured", "reduce_scatter"), cal
     assert r.model_flops_per_sample == EXAMPLE_FLOPS
     assert r.val_loss_final == pytest.approx(user["own"].val_loss_final, rel=0.05)
     # 3,000 training samples at 32 per rank, 2 micro-batches per optimizer step

@@ -80,9 +80,9 @@ def test_the_diagnosis_table_says_what_exposed_comm_is_under_fsdp(tmp_path: Path
     wf = replace(analysis.waterfall, table=analysis.waterfall.table.assign(strategy="fsdp"))
     table = diagnosis_table(replace(analysis, waterfall=wf))
     assert table is not None
-    assert any(
-        c.startswith("FSDP series: exposed comm is FSDP's all-gathers") for c in table.caption
-    )
+    (fsdp,) = [c for c in table.caption if c.startswith("FSDP series: exposed comm is FSDP's")]
+    assert "calibration windows isolate the exposed reduce-scatter only" in fsdp
+    assert not any("reduce-scatter" in c for c in plain.caption)
 
 
 def test_an_fsdp_series_is_not_projected_as_ddp(tmp_path: Path) -> None:

@@ -60,6 +60,26 @@ def test_an_older_record_takes_communication_from_its_calibration() -> None:
     assert (p.comm_step_s, p.comm_source) == (0.007, "calibration")
 
 
+def test_an_fsdp_calibration_is_never_taken_for_the_whole_communication() -> None:
+    """FSDP's windows isolate the exposed reduce-scatter only (the all-gathers run in both
+    kinds): a record without per-step waits keeps it as the cross-check it is, and its
+    exposed communication is not recorded, with that reason; with per-step waits the
+    steps carry it, as under DDP."""
+    d = make_diagnosis(2, batch=128, input_s=0.002, compute_s=0.05, exposed_s=0.01)
+    d["calibration"].update(exposed_comm_s=0.003, isolates="reduce_scatter")
+    p = run_parts(d, 128 / 0.062, 2)
+    assert (p.comm_step_s, p.comm_source) == (pytest.approx(0.01), "steps")
+    assert p.calibration_comm_s == 0.003
+    for row in d["ranks"]:
+        del row["wait_s"], row["exposed_comm_s"]
+    p = run_parts(d, 128 / 0.062, 2)
+    assert math.isnan(p.comm_step_s) and p.comm_source == ""
+    assert "isolate the exposed reduce-scatter only" in p.comm_reason
+    assert p.calibration_comm_s == 0.003
+    d["calibration"]["isolates"] = "all_reduce"  # DDP's, as records before the field
+    assert run_parts(d, 128 / 0.062, 2).comm_step_s == 0.003
+
+
 def test_per_step_waits_carry_communication_without_calibration() -> None:
     """The calibration is a cross-check: communication comes from the training steps."""
     d = make_diagnosis(

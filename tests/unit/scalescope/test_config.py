@@ -80,6 +80,7 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         "rotating_sleep_s": 0.0,
         "allreduce_delay_s": 0.0,
         "allgather_delay_s": 0.0,
+        "reducescatter_delay_s": 0.0,
         "overlap_burn_s": 0.0,
         "network_alpha_s": 0.0,
         "network_busbw_gbps": 0.0,

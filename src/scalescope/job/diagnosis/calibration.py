@@ -6,6 +6,11 @@ taken; the gradients are discarded, buffers (e.g. batch-norm statistics) and RNG
 restored. ``sync - no_sync`` per pass is the exposed all-reduce time without any skew between
 ranks. Every rank's part is combined in :func:`.cross_rank.gather_calibration`.
 
+Under FSDP2 the windows without sync switch it off on every sharded unit
+(``set_requires_gradient_sync(False)``): their passes skip the reduce-scatters and keep the
+all-gathers, so ``sync - no_sync`` is the exposed reduce-scatter only; the section's
+``isolates`` names the collective (:mod:`.fsdp_calibration`).
+
 After the timed pairs, one more window of synced passes runs under the profiler: how long the
 collectives' kernels ran in a pass, for the compute split (:mod:`.comm_kernels`).
 """
@@ -25,6 +30,7 @@ import torch
 from ...config import DiagnosisConfig, FaultsConfig
 from ...errors import first_line
 from ..faults.fsdp_comms import fsdp_modules
+from . import fsdp_calibration as fsdp
 from .allreduce import SKIPPED_ONE_DEVICE
 from .comm_kernels import profiled_window
 
@@ -86,9 +92,16 @@ def calibrate(
     3. only then DDP passes: pairs of windows, no_sync and synced, in ABBA order (the first
        pair no_sync first, the next synced first...), so neither kind always runs first.
 
+    Under FSDP2 every pass gathers the parameters, the trial pass too: there every rank first
+    agrees that it can start one, and a trial pass that fails leaves the process group as a
+    window's does (:func:`_leave_after_failure`). Afterwards gradient sync is on again on
+    every unit, the gradients are dropped (the unsharded ones too) and every unit is
+    resharded, whatever happened.
+
     Each window also times every pass from its start to its last gradient (``set_probe``
     installs the mark): the synced passes' excess over the no_sync ones there is backward
-    slowed by the all-reduce running beside it (the overlap slowdown).
+    slowed by the all-reduce running beside it (the overlap slowdown). Under FSDP2 no such
+    mark exists (its parameters' gradient hooks fire after the reduce-scatter).
     """
     not_run = _not_run(trainer, cfg, pass_estimate_s)
     if not_run is not None:
@@ -104,20 +117,13 @@ def calibrate(
         try:
             return _windows_planned_and_run(trainer, cfg, passes)
         finally:
-            pl_module.zero_grad(set_to_none=True)
+            passes.finish()
             if set_probe is not None:
                 set_probe(None)
 
 
 def _skipped(cfg: DiagnosisConfig, reason: str, status: str = "skipped") -> dict[str, Any]:
     return {"status": status, "reason": reason, "steps": cfg.calibration_steps}
-
-
-NOT_RUN_UNDER_FSDP = (
-    "not run under FSDP2: its windows (set_requires_gradient_sync(False) against synced "
-    "passes) would isolate the exposed reduce-scatter only, not the all-gathers; the "
-    "per-step waits are the measure"
-)
 
 
 def _not_run(
@@ -131,9 +137,11 @@ def _not_run(
     model = trainer.strategy.model
     if trainer.world_size <= 1:
         return _skipped(cfg, SKIPPED_ONE_DEVICE)
-    if fsdp_modules(trainer.lightning_module):
-        return _skipped(cfg, NOT_RUN_UNDER_FSDP)
-    if not isinstance(model, DistributedDataParallel):
+    units = fsdp_modules(trainer.lightning_module)
+    if units:
+        if fsdp.sharded_params(units) is None:
+            return _skipped(cfg, fsdp.NO_GRAD_STATE)
+    elif not isinstance(model, DistributedDataParallel):
         return _skipped(cfg, f"not trained under DDP ({type(model).__name__})")
     too_long = pair_exceeds_budget(pass_estimate_s, cfg.calibration_budget_s)
     if too_long is not None:
@@ -167,6 +175,25 @@ class _Passes:
         """Marks at each pass's last gradient (see ``mark_gradient``)."""
         self.probed = False
         """Whether the last gradient of each pass is marked."""
+        self.fsdp = fsdp_modules(pl_module)
+        """Under FSDP2, its sharded units (empty under DDP)."""
+        self._sharded = (fsdp.sharded_params(self.fsdp) or []) if self.fsdp else []
+        """FSDP2's per-parameter state, whose unsharded gradients :meth:`zero_grad` drops."""
+        self.isolates = fsdp.ISOLATES["fsdp" if self.fsdp else "ddp"]
+
+    def zero_grad(self) -> None:
+        """No gradient left, under FSDP2 the unsharded ones a pass without sync left too."""
+        self.pl_module.zero_grad(set_to_none=True)
+        fsdp.discard_unsharded_grads(self._sharded)
+
+    def finish(self) -> None:
+        """After the passes, whatever came of them: no gradient left and, under FSDP2,
+        gradient sync on again on every unit (as each optimizer step leaves it) and every
+        unit resharded."""
+        self.zero_grad()
+        if self.fsdp:
+            fsdp.set_gradient_sync(self.fsdp, True)
+            fsdp.resharded(self.fsdp)
 
     def sync(self) -> None:
         if self.cuda:
@@ -188,10 +215,13 @@ class _Passes:
     def one_pass(self, grad_sync: bool) -> None:
         loss_of, pl_module, model = self.loss_of, self.pl_module, self.model
         assert not isinstance(loss_of, str)
-        pl_module.zero_grad(set_to_none=True)
+        self.zero_grad()
         self.synced_passes += grad_sync
         if self.raises_in_window and self.synced_passes == 2:
             raise RuntimeError("injected by faults.window_error_rank")
+        if self.fsdp:
+            self._fsdp_pass(grad_sync)
+            return
         # As in a training step: the precision plugin's autocast around the forward.
         with (
             self.precision.train_step_context(),
@@ -204,12 +234,27 @@ class _Passes:
                     loss = model()
         loss.backward()
 
+    def _fsdp_pass(self, grad_sync: bool) -> None:
+        """One pass as Lightning's training step runs it under FSDP2: the loss on the module
+        itself (its sharded units gather as it runs), the reduce-scatters in backward only
+        where ``grad_sync`` (switched on every unit before the pass: FSDP reads it then)."""
+        loss_of = self.loss_of
+        assert not isinstance(loss_of, str)
+        fsdp.set_gradient_sync(self.fsdp, grad_sync)
+        with self.precision.train_step_context(), _in_training_step(self.pl_module):
+            loss = loss_of(self.batch)
+        loss.backward()
+
     def trial_pass(self) -> None:
         """Forward and backward on the module itself: DDP's reducer expects no gradients
-        (its forward was not called), so nothing is all-reduced."""
+        (its forward was not called), so nothing is all-reduced. Under FSDP2 a synced pass
+        (the longer kind, for the budget): its all-gathers cannot be left out."""
         loss_of, pl_module = self.loss_of, self.pl_module
         assert not isinstance(loss_of, str)
-        pl_module.zero_grad(set_to_none=True)
+        self.zero_grad()
+        if self.fsdp:
+            self._fsdp_pass(True)
+            return
         with (
             self.precision.train_step_context(),
             _forward_as(pl_module, lambda: loss_of(self.batch)),
@@ -241,9 +286,12 @@ def _windows_planned_and_run(
 ) -> dict[str, Any]:
     """The trial pass agreed on, the windows planned from it within the budget, then run:
     this rank's part, measured, skipped or failed."""
-    pass_s, failed = _trial_pass_agreed(passes)
+    if passes.fsdp:
+        pass_s, failed, status = _fsdp_trial_pass_agreed(trainer, passes)
+    else:
+        (pass_s, failed), status = _trial_pass_agreed(passes), "skipped"
     if failed:
-        return _skipped(cfg, failed)
+        return _skipped(cfg, failed, status)
     k, windows = calibration_plan(
         pass_s, cfg.calibration_steps, cfg.calibration_windows, cfg.calibration_budget_s
     )
@@ -262,7 +310,11 @@ def _windows_planned_and_run(
     kernels, failure = _profiled_window(trainer, passes, k)
     if failure:
         return _skipped(cfg, failure, "failed")
-    return {**_measured(k, windows, pass_s, times), "comm_kernels": kernels}
+    return {
+        **_measured(k, windows, pass_s, times),
+        "isolates": passes.isolates,
+        "comm_kernels": kernels,
+    }
 
 
 def _profiled_window(trainer: L.Trainer, passes: _Passes, k: int) -> tuple[dict[str, Any], str]:
@@ -288,16 +340,38 @@ def _trial_pass_agreed(passes: _Passes) -> tuple[float, str]:
         except Exception as exc:  # e.g. a user's training_step outside the loop
             failed = f"the calibration pass failed: {type(exc).__name__}: "
             failed += first_line(exc)
+    return _agreed(passes, failed, time.perf_counter() - started)
+
+
+def _agreed(passes: _Passes, failed: str, seconds: float) -> tuple[float, str]:
+    """One all-reduce (MAX) of whether a rank failed and of ``seconds``: (the most seconds,
+    this rank's ``failed``, or that another rank failed, or '')."""
     agreed = torch.tensor(
-        [1.0 if failed else 0.0, time.perf_counter() - started],
-        dtype=torch.float64,
-        device=passes.device,
+        [1.0 if failed else 0.0, seconds], dtype=torch.float64, device=passes.device
     )
     torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MAX)
-    failed_anywhere, pass_s = agreed.tolist()
+    failed_anywhere, most = agreed.tolist()
     if failed_anywhere > 0:
-        return pass_s, failed or f"the calibration pass failed {ANOTHER_RANK}"
-    return pass_s, ""
+        return most, failed or f"the calibration pass failed {ANOTHER_RANK}"
+    return most, ""
+
+
+def _fsdp_trial_pass_agreed(trainer: L.Trainer, passes: _Passes) -> tuple[float, str, str]:
+    """Under FSDP2 the trial pass gathers parameters: every rank first agrees that it can
+    start one (one all-reduce), then runs it, leaving the process group where it fails as a
+    window's pass does, then one all-reduce (MAX) of its time: (the slowest rank's pass,
+    why the calibration cannot run or '', the part's status then)."""
+    _, failed = _agreed(passes, passes.loss_of if isinstance(passes.loss_of, str) else "", 0.0)
+    if failed:
+        return 0.0, failed, "skipped"
+    started = time.perf_counter()
+    try:
+        passes.trial_pass()
+        passes.sync()
+    except Exception as exc:  # e.g. a user's training_step outside the loop
+        return 0.0, _leave_after_failure(trainer, "the calibration's trial pass", exc), "failed"
+    pass_s, _ = _agreed(passes, "", time.perf_counter() - started)
+    return pass_s, "", ""
 
 
 def _timed_windows(
@@ -426,23 +500,32 @@ class _NoLoss(RuntimeError):
 
 
 @contextmanager
+def _in_training_step(pl_module: L.LightningModule) -> Any:
+    """``self.log`` allowed as in a training step."""
+    previous_fx = getattr(pl_module, "_current_fx_name", None)
+    pl_module._current_fx_name = "training_step"
+    try:
+        yield
+    finally:
+        pl_module._current_fx_name = previous_fx
+
+
+@contextmanager
 def _forward_as(pl_module: L.LightningModule, fn: Callable[[], torch.Tensor]) -> Any:
     """Route DDP's forward to ``fn`` (as Lightning's own forward redirection does), with
     ``self.log`` allowed as in a training step."""
-    previous_fx = getattr(pl_module, "_current_fx_name", None)
 
     def outer(*args: Any, **kwargs: Any) -> torch.Tensor:
         del pl_module.forward  # only DDP's call is redirected; the loss calls the real one
         return fn()
 
     pl_module.forward = outer  # type: ignore[method-assign]
-    pl_module._current_fx_name = "training_step"
     try:
-        yield
+        with _in_training_step(pl_module):
+            yield
     finally:
         if "forward" in vars(pl_module):
             del pl_module.forward
-        pl_module._current_fx_name = previous_fx
 
 
 @contextmanager

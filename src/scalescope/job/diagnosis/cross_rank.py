@@ -4,7 +4,7 @@
   (:func:`reduce_step_waits`), against which each rank's own waits are split into the exposed
   communication and its wait for slower ranks (:func:`step_wait_stats`);
 * the calibration windows: every rank's part combined into one cross-check of the exposed
-  all-reduce (:func:`gather_calibration`).
+  all-reduce (under FSDP2: of the exposed reduce-scatter; :func:`gather_calibration`).
 
 The rest of each rank's figures travels in the end-of-run gather of :func:`..clocks.timing.agree`.
 """
@@ -87,8 +87,8 @@ def step_wait_stats(
 
 
 def combine_calibration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Every rank's windows into one cross-check of the exposed all-reduce, and the
-    overlap slowdown.
+    """Every rank's windows into one cross-check of the exposed all-reduce (under FSDP2 of
+    the exposed reduce-scatter only: ``isolates`` says which), and the overlap slowdown.
 
     Per pair of windows p: the median over ranks of the synced window minus the slowest
     rank's no_sync window (the synced passes wait for it anyway), less the pair's overlap
@@ -128,6 +128,7 @@ def combine_calibration(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "reason": None,
         "steps": measured[0]["steps"],
         "windows": measured[0]["windows"],
+        "isolates": measured[0]["isolates"],  # the collective synced - no_sync isolates
         "fwd_bwd_s": statistics.median(nosync),
         "fwd_bwd_sync_s": statistics.median(synced),
         "exposed_comm_s": statistics.median(diffs),

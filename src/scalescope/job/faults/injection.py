@@ -23,6 +23,11 @@ right cause:
   starts, so every rank's forward waits that much longer (exposed communication). Under DDP
   it has nothing to hold, and the DDP hooks' faults have nothing to hook under FSDP: each
   says so in the record's ``faults_not_applied`` and on the job's log, never silently;
+* ``reducescatter_delay_s`` -- FSDP's gradient reduction of known size: its custom
+  reduce-scatter holds the first reduce-scatter after each forward of the sharded model
+  back that long (one per optimizer step, in its synchronising backward; one per synced
+  pass of the calibration windows, which take no optimizer step), so backward ends that
+  much later on every rank;
 * ``overlap_burn_s`` -- communication that slows backward: the same kind of hook busy-loops
   on the CPU for each bucket but backward's last, before its all-reduce, while backward
   still has gradients to compute (overlapped, yet it costs backward that long);
@@ -48,7 +53,7 @@ from typing import Any
 import lightning as L
 
 from ...config import FaultsConfig
-from .fsdp_comms import ALL_GATHER, taps_for
+from .fsdp_comms import ALL_GATHER, REDUCE_SCATTER, fsdp_modules, taps_for
 
 
 class FaultInjection(L.Callback):
@@ -82,6 +87,8 @@ class FaultInjection(L.Callback):
                     self._not_applied(name, why)
         if f.allgather_delay_s > 0:
             self._hold_first_all_gather(trainer, f.allgather_delay_s)
+        if f.reducescatter_delay_s > 0:
+            self._hold_first_reduce_scatter(trainer, f.reducescatter_delay_s)
 
     def _hold_first_all_gather(self, trainer: L.Trainer, seconds: float) -> None:
         """FSDP's custom all-gather sleeps ``seconds`` before the first all-gather of every
@@ -94,10 +101,32 @@ class FaultInjection(L.Callback):
         armed = self._first_gather = [True]
 
         def hold(kind: str) -> None:
-            if kind == ALL_GATHER and armed[0]:
+            # validation's gathers leave it armed: the step after a validation pass is held too
+            if kind == ALL_GATHER and armed[0] and trainer.training:
                 armed[0] = False
                 time.sleep(seconds)
 
+        taps.holds.append(hold)
+
+    def _hold_first_reduce_scatter(self, trainer: L.Trainer, seconds: float) -> None:
+        """FSDP's custom reduce-scatter sleeps ``seconds`` before the first reduce-scatter
+        after each forward of the sharded model (re-armed by a forward pre-hook on its
+        outermost sharded module): once in each backward that synchronises gradients, inside
+        the span the diagnosis times, on every rank."""
+        module = trainer.lightning_module
+        taps, why = taps_for(module)
+        if taps is None:
+            self._not_applied("reducescatter_delay_s", f"nothing to hold: {why}")
+            return
+        armed = [False]
+
+        def hold(kind: str) -> None:
+            if kind == REDUCE_SCATTER and armed[0]:
+                armed[0] = False
+                time.sleep(seconds)
+
+        outermost = fsdp_modules(module)[0]  # module order: the outermost comes first
+        outermost.register_forward_pre_hook(lambda _module, _args: armed.__setitem__(0, True))
         taps.holds.append(hold)
 
     def _not_applied(self, fault: str, why: str) -> None:

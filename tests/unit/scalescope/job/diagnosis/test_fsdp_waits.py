@@ -19,7 +19,7 @@ from torch.distributed.fsdp import fully_shard
 from scalescope.config import DiagnosisConfig, FaultsConfig
 from scalescope.job.clocks.timing import Timings
 from scalescope.job.diagnosis.allreduce import FSDP_HAS_NO_BUCKETS, read_ddp_buckets
-from scalescope.job.diagnosis.calibration import NOT_RUN_UNDER_FSDP, _not_run
+from scalescope.job.diagnosis.calibration import _not_run
 from scalescope.job.diagnosis.step_breakdown import StepBreakdown
 from scalescope.job.diagnosis.step_clock import COLLECTIVES
 from scalescope.job.diagnosis.strategies import attach_waits
@@ -64,6 +64,7 @@ def trainer_of(module: torch.nn.Module, world_size: int = 2) -> Any:
         world_size=world_size,
         global_rank=0,
         global_step=0,
+        training=True,
     )
 
 
@@ -86,12 +87,12 @@ def test_fsdps_hooks_take_a_sharded_model_and_ddps_marks_stay_off() -> None:
 
 
 @pytest.mark.usefixtures("one_rank_group")
-def test_every_ddp_only_path_says_why_under_fsdp() -> None:
+def test_every_ddp_only_path_measures_or_says_why_under_fsdp() -> None:
     module = sharded()
     trainer = trainer_of(module)
     cfg = DiagnosisConfig()
-    part = _not_run(trainer, cfg, None)  # type: ignore[arg-type]
-    assert part is not None and part["reason"] == NOT_RUN_UNDER_FSDP
+    # the calibration runs (its windows isolate the reduce-scatter: test_fsdp_calibration.py)
+    assert _not_run(trainer, cfg, None) is None  # type: ignore[arg-type]
     assert read_ddp_buckets(module) == (None, FSDP_HAS_NO_BUCKETS)
     why = _hook_allreduce(trainer, FaultsConfig(allreduce_delay_s=0.02))  # type: ignore[arg-type]
     assert why is not None and "allgather_delay_s" in why
@@ -175,3 +176,24 @@ def test_the_fsdp_baseline_section_is_left_out_of_a_run_not_sharded() -> None:
     assert part == {"status": "skipped", "reason": fsdp_baseline.NOT_FSDP}
     assert "fsdp_collectives" not in section(part)
     assert section({"status": "measured"})["fsdp_collectives"] == {"status": "measured"}
+
+
+@pytest.mark.usefixtures("one_rank_group")
+def test_the_all_gather_hold_waits_for_training_not_validation() -> None:
+    """``faults.allgather_delay_s`` holds each optimizer step's first all-gather; a validation
+    pass gathers too, and must leave the hold armed for the next training step's gather
+    (else the step after each validation pass runs unheld)."""
+    module = sharded()
+    trainer = trainer_of(module)
+    injection = FaultInjection(FaultsConfig(allgather_delay_s=0.001))
+    injection.on_train_start(trainer, module)  # type: ignore[arg-type]
+    taps, _ = taps_for(module)
+    assert taps is not None and injection._first_gather == [True]
+    trainer.training = False  # validating
+    for hold in taps.holds:
+        hold("all_gather")
+    assert injection._first_gather == [True]
+    trainer.training = True
+    for hold in taps.holds:
+        hold("all_gather")
+    assert injection._first_gather == [False]
