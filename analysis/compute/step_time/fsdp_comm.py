@@ -169,14 +169,11 @@ class FsdpStepModel(StepModel):
     param_dtype: str | None = None
     """What the units gather in, as recorded (None: the parameters' own dtype)."""
 
-    def modelled_exposed(
-        self, world: int, nodes: int, buckets: Sequence[float], k: int, bw: float, batch: float
+    def exposed_on(
+        self, level: Level, world: int, buckets: Sequence[float], k: int, bw: float, batch: float
     ) -> float:
-        level = self.network.level(nodes)
-        if world <= 1 or not buckets:
-            return 0.0
-        if level is None:
-            return math.nan
+        """FSDP's exposed gathers and reduce-scatters per step on ``level``: the timeline of
+        the module doc, less ``hidden_share`` of what it hides on GPUs."""
         args = (level, buckets, world, self.compute_s(batch, k), k)
         kw: dict[str, Any] = {
             "bw_factor": bw,

@@ -153,6 +153,13 @@ class StepModel:
             return 0.0
         if level is None:
             return math.nan
+        return self.exposed_on(level, world, buckets, k, bw, batch)
+
+    def exposed_on(
+        self, level: Level, world: int, buckets: Sequence[float], k: int, bw: float, batch: float
+    ) -> float:
+        """The exposed communication per step on ``level`` (``world`` > 1, buckets known):
+        DDP's all-reduce of each bucket after backward, less what backward hides."""
         times = [allreduce_s(level, b, world, bw) for b in buckets]
         backward = BACKWARD_SHARE * self.compute_s(batch, k) / k  # the last micro-batch's
         ready = None
