@@ -4,11 +4,13 @@
 * no fault (FSDP's own all-gathers and reduce-scatters: on CPUs they run on the training
   thread, so all of them are exposed);
 * ``faults.allgather_delay_s`` (each optimizer step's first all-gather held back);
+* ``faults.reducescatter_delay_s`` (each step's first reduce-scatter held back, the same
+  ``--delay-ms``);
 * ``faults.slow_rank`` sleeping ``--sleep-ms`` each step on one rank;
 
 and prints, from each run's record through the analysis' run parts, the exposed communication
 and the skew per step (mean over the repeats), and what each fault added to each against the
-runs without one: the delay should land in communication, the slow rank in skew.
+runs without one: the delays should land in communication, the slow rank in skew.
 
     python benchmarks/fsdp_causes.py [--devices 2] [--repeats 3] [--delay-ms 20] [--sleep-ms 40]
 
@@ -63,6 +65,9 @@ def main() -> None:
         "none": [],
         f"all-gather delay {args.delay_ms:g} ms": [
             f"faults.allgather_delay_s={args.delay_ms / 1e3}"
+        ],
+        f"reduce-scatter delay {args.delay_ms:g} ms": [
+            f"faults.reducescatter_delay_s={args.delay_ms / 1e3}"
         ],
         f"slow rank {args.sleep_ms:g} ms": [
             "faults.slow_rank=1",
