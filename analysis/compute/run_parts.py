@@ -214,7 +214,11 @@ def _recorded(
         compute_step_s=compute,
         overlap_step_s=overlap,
         overlap_note=overlap_note,
-        **_communication(typ, own_typ, own_slow, calibration, allreduce, calibrated, world_size),
+        **_fsdp_hidden(
+            diagnosis,
+            world_size,
+            _communication(typ, own_typ, own_slow, calibration, allreduce, calibrated, world_size),
+        ),
         calibration_comm_s=calibrated,
         typical_rank=typical,
         slowest_rank=slowest,
@@ -316,6 +320,22 @@ def _communication(
         hidden_share=hidden,
         hidden_reason=hidden_reason,
     )
+
+
+FSDP_NOT_PREDICTED = (
+    "under FSDP the all-reduce baseline predicts no step: FSDP's collectives are each unit's "
+    "all-gathers and reduce-scatter (diagnosis.fsdp_collectives times them)"
+)
+
+
+def _fsdp_hidden(
+    diagnosis: Mapping[str, Any], world_size: int, parts: dict[str, Any]
+) -> dict[str, Any]:
+    """``parts`` with no hidden share under FSDP (a record with FSDP's baseline section):
+    the all-reduce the share is computed against is not what an FSDP step communicates."""
+    if world_size > 1 and "fsdp_collectives" in diagnosis:
+        parts.update(hidden_share=math.nan, hidden_reason=FSDP_NOT_PREDICTED)
+    return parts
 
 
 ISOLATES_REDUCE_SCATTER = (

@@ -82,7 +82,7 @@ LABELS = {
     "input": "input wait",
     "skew": "rank skew",
     "jitter": "rotating stragglers",
-    "compute": "compute per sample (DDP overhead included)",
+    "compute": "compute per sample (the framework's own work included)",
     "remainder": "unexplained",
 }
 

@@ -80,6 +80,19 @@ def test_an_fsdp_calibration_is_never_taken_for_the_whole_communication() -> Non
     assert run_parts(d, 128 / 0.062, 2).comm_step_s == 0.003
 
 
+def test_under_fsdp_no_share_of_the_all_reduce_is_called_hidden() -> None:
+    """The hidden share compares the exposed wait with the all-reduce the baseline predicts:
+    under FSDP (a record with FSDP's baseline section) that all-reduce is not what a step
+    communicates, so the share is not computed, and the reason says why; DDP keeps it."""
+    d = make_diagnosis(2, batch=128, input_s=0.002, compute_s=0.05, exposed_s=0.01)
+    ddp = run_parts(d, 128 / 0.062, 2)
+    assert math.isfinite(ddp.hidden_share) and ddp.hidden_reason == ""
+    d["fsdp_collectives"] = {"status": "measured", "sizes": []}
+    fsdp = run_parts(d, 128 / 0.062, 2)
+    assert math.isnan(fsdp.hidden_share) and "under FSDP" in fsdp.hidden_reason
+    assert fsdp.comm_step_s == ddp.comm_step_s  # the exposed wait itself is unchanged
+
+
 def test_per_step_waits_carry_communication_without_calibration() -> None:
     """The calibration is a cross-check: communication comes from the training steps."""
     d = make_diagnosis(
