@@ -6,6 +6,7 @@ DDP (see :func:`strategy_table`: speed, each one's efficiency, model state and m
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
@@ -65,17 +66,8 @@ def precision_table(runs: pd.DataFrame, *, confidence: float = DEFAULT_CONFIDENC
     """
     groups = scale_groups(runs, confidence)
     labels = series_labels([g.series_key for g in groups])
-    i = SERIES_KEYS.index("precision")
-
-    def twin_key(g: ScaleGroup) -> tuple[Any, ...]:
-        return (*g.series_key[:i], *g.series_key[i + 1 :], g.nodes, g.devices_per_node)
-
-    fp32 = {twin_key(g): g for g in groups if str(g.series_key[i]) == FP32}
     rows = []
-    for g in groups:
-        base = fp32.get(twin_key(g))
-        if base is None or str(g.series_key[i]) == FP32:
-            continue
+    for g, base in twins(groups, "precision", FP32):
         row = group_row(labels[g.series_key], g)
         row["fp32_series"] = labels[base.series_key]
         row.update(_against_fp32(g, base, confidence))
@@ -83,27 +75,62 @@ def precision_table(runs: pd.DataFrame, *, confidence: float = DEFAULT_CONFIDENC
     return pd.DataFrame(rows, columns=PRECISION_COLUMNS)
 
 
-def _against_fp32(g: ScaleGroup, base: ScaleGroup, confidence: float) -> dict[str, Any]:
-    """A mixed-precision group's figures beside its fp32 twin ``base``."""
+def twins(
+    groups: list[ScaleGroup], key: str, base_value: str
+) -> Iterator[tuple[ScaleGroup, ScaleGroup]]:
+    """Each group paired with its twin on ``base_value``: the group whose series keys differ
+    only in ``key`` (``base_value`` there) at the same scale; groups that are the base, or
+    have no twin, are left out. In the groups' order."""
+    i = SERIES_KEYS.index(key)
+
+    def twin_key(g: ScaleGroup) -> tuple[Any, ...]:
+        return (*g.series_key[:i], *g.series_key[i + 1 :], g.nodes, g.devices_per_node)
+
+    bases = {twin_key(g): g for g in groups if str(g.series_key[i]) == base_value}
+    for g in groups:
+        base = bases.get(twin_key(g))
+        if base is not None and str(g.series_key[i]) != base_value:
+            yield g, base
+
+
+def _speed(g: ScaleGroup, base: ScaleGroup, confidence: float, prefix: str) -> dict[str, Any]:
+    """The headline throughput of ``g`` beside its twin's (columns of the twin ``prefix``)
+    and their ratio with its :func:`ratio_ci` interval."""
     x, _, basis = headline_columns(g, base)
     speed = ratio_ci(g.stats[x], base.stats[x], confidence)
-    mem, base_mem = (
-        _mean_recorded(g.rows, "peak_mem_gib_max"),
-        _mean_recorded(base.rows, "peak_mem_gib_max"),
-    )
+    return {
+        "n": g.stats[x].n,
+        f"{prefix}n": base.stats[x].n,
+        "headline_basis": basis,
+        "samples_per_s_mean": g.stats[x].mean,
+        f"{prefix}samples_per_s_mean": base.stats[x].mean,
+        "speed_ratio": speed[0],
+        "speed_ratio_ci_low": speed[1],
+        "speed_ratio_ci_high": speed[2],
+    }
+
+
+def _recorded_ratio(
+    g: ScaleGroup, base: ScaleGroup, column: str, name: str, prefix: str
+) -> dict[str, float]:
+    """The mean recorded ``column`` of ``g`` and of its twin, and their ratio (NaN where
+    either recorded none): ``{name}_mean``, ``{prefix}{name}_mean`` and the ratio without the
+    unit (``peak_mem_gib`` gives ``peak_mem_ratio``)."""
+    mine, theirs = _mean_recorded(g.rows, column), _mean_recorded(base.rows, column)
+    stem = name.removesuffix("_gib")
+    return {
+        f"{name}_mean": mine,
+        f"{prefix}{name}_mean": theirs,
+        f"{stem}_ratio": ratio_or_nan(mine, theirs),
+    }
+
+
+def _against_fp32(g: ScaleGroup, base: ScaleGroup, confidence: float) -> dict[str, Any]:
+    """A mixed-precision group's figures beside its fp32 twin ``base``."""
     loss, base_loss = g.stats["val_loss_final"].mean, base.stats["val_loss_final"].mean
     return dict(
-        n=g.stats[x].n,
-        fp32_n=base.stats[x].n,
-        headline_basis=basis,
-        samples_per_s_mean=g.stats[x].mean,
-        fp32_samples_per_s_mean=base.stats[x].mean,
-        speed_ratio=speed[0],
-        speed_ratio_ci_low=speed[1],
-        speed_ratio_ci_high=speed[2],
-        peak_mem_gib_mean=mem,
-        fp32_peak_mem_gib_mean=base_mem,
-        peak_mem_ratio=ratio_or_nan(mem, base_mem),
+        **_speed(g, base, confidence, "fp32_"),
+        **_recorded_ratio(g, base, "peak_mem_gib_max", "peak_mem_gib", "fp32_"),
         val_loss_final_mean=loss,
         fp32_val_loss_final_mean=base_loss,
         val_loss_rel_diff=ratio_or_nan(loss - base_loss, base_loss),
@@ -158,17 +185,8 @@ def strategy_table(
         return pd.DataFrame(columns=STRATEGY_COLUMNS)
     groups = scale_groups(runs, confidence)
     labels = series_labels([g.series_key for g in groups])
-    i = SERIES_KEYS.index("strategy")
-
-    def twin_key(g: ScaleGroup) -> tuple[Any, ...]:
-        return (*g.series_key[:i], *g.series_key[i + 1 :], g.nodes, g.devices_per_node)
-
-    ddp = {twin_key(g): g for g in groups if str(g.series_key[i]) == DDP}
     rows = []
-    for g in groups:
-        base = ddp.get(twin_key(g))
-        if base is None or str(g.series_key[i]) == DDP:
-            continue
+    for g, base in twins(groups, "strategy", DDP):
         row = group_row(labels[g.series_key], g)
         row["ddp_series"] = labels[base.series_key]
         row.update(_against_ddp(g, base, confidence))
@@ -179,27 +197,11 @@ def strategy_table(
 
 
 def _against_ddp(g: ScaleGroup, base: ScaleGroup, confidence: float) -> dict[str, Any]:
-    x, _, basis = headline_columns(g, base)
-    speed = ratio_ci(g.stats[x], base.stats[x], confidence)
-    state = _mean_recorded(g.rows, "model_state_gib_max")
-    base_state = _mean_recorded(base.rows, "model_state_gib_max")
-    mem = _mean_recorded(g.rows, "peak_mem_gib_max")
-    base_mem = _mean_recorded(base.rows, "peak_mem_gib_max")
+    """Another strategy's group beside its DDP twin ``base``: speed, model state, peak."""
     return dict(
-        n=g.stats[x].n,
-        ddp_n=base.stats[x].n,
-        headline_basis=basis,
-        samples_per_s_mean=g.stats[x].mean,
-        ddp_samples_per_s_mean=base.stats[x].mean,
-        speed_ratio=speed[0],
-        speed_ratio_ci_low=speed[1],
-        speed_ratio_ci_high=speed[2],
-        model_state_gib_mean=state,
-        ddp_model_state_gib_mean=base_state,
-        model_state_ratio=ratio_or_nan(state, base_state),
-        peak_mem_gib_mean=mem,
-        ddp_peak_mem_gib_mean=base_mem,
-        peak_mem_ratio=ratio_or_nan(mem, base_mem),
+        **_speed(g, base, confidence, "ddp_"),
+        **_recorded_ratio(g, base, "model_state_gib_max", "model_state_gib", "ddp_"),
+        **_recorded_ratio(g, base, "peak_mem_gib_max", "peak_mem_gib", "ddp_"),
     )
 
 
