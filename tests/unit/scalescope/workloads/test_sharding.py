@@ -6,24 +6,12 @@ move these bytes (the root's once, each block's twice) is tested with 2 processe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from scalescope.workloads.gpt import build
 from scalescope.workloads.params import GptParams
 from scalescope.workloads.sharding import FsdpSetting, describe, shard
-
-
-@pytest.fixture
-def one_rank_group() -> Iterator[None]:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def _sharded(precision: str) -> tuple[dict[str, object], torch.nn.Module]:

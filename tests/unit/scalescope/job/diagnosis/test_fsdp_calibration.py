@@ -8,13 +8,11 @@ excess is the reduce-scatter, and rises by a held one, is tested with 2 processe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from lightning.pytorch.plugins.precision import Precision
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -28,13 +26,7 @@ from scalescope.job.faults.injection import FaultInjection
 cpu = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_rank_group() -> Iterator[None]:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("one_rank_group")
 
 
 class BlocksAndHead(torch.nn.Module):

@@ -7,7 +7,6 @@ test_fsdp_diagnosis_job.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,15 +26,6 @@ from scalescope.job.faults.fsdp_comms import taps_for
 from scalescope.job.faults.injection import FaultInjection, _hook_allreduce, not_applied
 
 cpu = torch.device("cpu")
-
-
-@pytest.fixture
-def one_rank_group() -> Iterator[None]:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 class TwoBlocks(torch.nn.Module):
