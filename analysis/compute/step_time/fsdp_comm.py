@@ -40,9 +40,14 @@ from typing import Any
 import numpy as np
 
 from analysis.compute.step_time.network import Level
-from analysis.compute.step_time.step_model import BACKWARD_SHARE, CommTerm, StepModel
+from analysis.compute.step_time.step_model import (
+    BACKWARD_SHARE,
+    CommTerm,
+    StepModel,
+    collective_s,
+)
 from analysis.read.strategy import FsdpSharding
-from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER, Collective, link_bytes
+from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER
 
 FSDP_HIDDEN_BAND = (0.0, 1.0)
 """On GPUs, the share of the communication prefetching can hide (each block's gather behind
@@ -50,20 +55,6 @@ the block before, the reduce-scatters behind the next blocks' backward) that it 
 drawn over the interval (published cases and a sweep's own FSDP series alike): from none, as
 on CPUs (the IBM Cloud FSDP post found the overlap of T5-11B "very limited" before its rate
 limiter), to all, the centre's model."""
-
-
-def collective_s(
-    level: Level, collective: Collective, nbytes: float, world: int, bw_factor: float = 1.0
-) -> float:
-    """One collective of ``nbytes`` at ``world`` ranks on ``level`` (0 on one rank; NaN
-    without a bandwidth)."""
-    if world <= 1:
-        return 0.0
-    scale = math.log2(world) / math.log2(level.at_world) if level.at_world > 1 else 1.0
-    bw = level.busbw_gbps * bw_factor
-    if not bw > 0:
-        return math.nan
-    return level.alpha_s * scale + link_bytes(collective, nbytes, world) / (bw * 1e9)
 
 
 def _phase(gathers: Sequence[float], compute: Sequence[float], scatters: Sequence[float]) -> float:

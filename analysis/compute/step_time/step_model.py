@@ -63,7 +63,7 @@ import numpy as np
 from analysis.compute.stats import finite_mean
 from analysis.compute.step_time.bucket_overlap import exposed_after_backward, ready_shares
 from analysis.compute.step_time.network import Level, Network, network_from_points
-from scalescope.collectives import link_bytes, modelled
+from scalescope.collectives import Collective, link_bytes, modelled
 
 CARRIES = ("one-time", "network", "stragglers")
 """The structural explanations of the loss the parts leave at the anchor (``other``):
@@ -84,16 +84,24 @@ BACKWARD_SHARE = 2.0 / 3.0
 # --- the network (its levels: :mod:`.network`) ----------------------------------------------
 
 
-def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0) -> float:
-    """t(n, N) of the module doc at ``world`` ranks (0 on one rank; NaN without a bandwidth,
-    which is unknown, never infinite)."""
+def collective_s(
+    level: Level, collective: Collective, nbytes: float, world: int, bw_factor: float = 1.0
+) -> float:
+    """One ``collective`` of ``nbytes`` at ``world`` ranks on ``level``: the latency as a
+    tree's, log2 N, and the collective's bytes over the busiest link (0 on one rank; NaN
+    without a bandwidth, which is unknown, never infinite)."""
     if world <= 1:
         return 0.0
     scale = math.log2(world) / math.log2(level.at_world) if level.at_world > 1 else 1.0
     bw = level.busbw_gbps * bw_factor
     if not bw > 0:
         return math.nan
-    return level.alpha_s * scale + link_bytes(NETWORK_TERM, nbytes, world) / (bw * 1e9)
+    return level.alpha_s * scale + link_bytes(collective, nbytes, world) / (bw * 1e9)
+
+
+def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0) -> float:
+    """t(n, N) of the module doc at ``world`` ranks: the all-reduce of one bucket."""
+    return collective_s(level, NETWORK_TERM, nbytes, world, bw_factor)
 
 
 @lru_cache(maxsize=4096)

@@ -10,11 +10,10 @@ import pytest
 from analysis.compute.step_time.fsdp_comm import (
     FsdpStepModel,
     block_bytes,
-    collective_s,
     microbatch_exposed,
     step_exposed,
 )
-from analysis.compute.step_time.step_model import Level, Network
+from analysis.compute.step_time.step_model import Level, Network, collective_s
 from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER
 
 BUS = Level(alpha_s=0.0, busbw_gbps=1.0, at_world=2, source="by hand")
