@@ -1,6 +1,6 @@
 """A sweep file's ``plan:``: the training its summary plans (``python -m analysis.summarize
 --plan-work``). Checked here where it is read; the summary checks it again against the
-records (a unit they do not count) and does the arithmetic (``analysis/compute/plan.py``)."""
+records (a unit they do not count) and does the arithmetic (``analysis/compute/plan/``)."""
 
 from __future__ import annotations
 
