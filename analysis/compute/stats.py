@@ -236,3 +236,40 @@ def number_at(data: Any, key: str) -> float:
     """``data[key]`` as a float when ``data`` is a mapping and that is a finite number, else NaN."""
     value = finite_number(data.get(key)) if isinstance(data, Mapping) else None
     return math.nan if value is None else value
+
+
+REPEATS_CAP = 1000
+"""The most repeats per scale :func:`repeats_to_settle` searches: beyond it, repeating is not
+how the question gets answered."""
+
+
+def repeats_to_settle(
+    cvs: Sequence[float], margin_log: float, confidence: float = 0.95, cap: int = REPEATS_CAP
+) -> int | None:
+    """The fewest repeats m per group that would settle a comparison made from a ratio of
+    group means R (a product of means over means, e.g. an efficiency against a floor, or one
+    efficiency against another): the interval of :func:`ratio_ci`, taken with ``m`` runs in
+    every group at the spreads measured (``cvs``, one coefficient of variation per group),
+    excludes a value ``|margin_log|`` away from log R:
+
+        t_{(1+c)/2, df(m)} * sqrt(sum cv^2 / m) < |margin_log|,
+        df(m) = (m - 1) (sum cv^2)^2 / sum cv^4  (Welch-Satterthwaite, equal m).
+
+    It assumes the spread stays as measured: a sample size of the t-test's kind, not a
+    promise. None where a spread is unknown (NaN), the margin is zero, or no m <= ``cap``
+    does it."""
+    if not cvs or any(not math.isfinite(c) or c < 0 for c in cvs) or not math.isfinite(margin_log):
+        return None
+    margin = abs(margin_log)
+    if margin == 0:
+        return None
+    s2 = math.fsum(c * c for c in cvs)
+    if s2 == 0:
+        return 2
+    s4 = math.fsum(c**4 for c in cvs)
+    q = 0.5 + confidence / 2.0
+    for m in range(2, cap + 1):
+        df = (m - 1) * s2 * s2 / s4
+        if t_ppf(q, df) * math.sqrt(s2 / m) < margin:
+            return m
+    return None

@@ -113,7 +113,7 @@ def _plan_figures(analysis: Analysis) -> list[tuple[str, Any]]:
 
     plan = analysis.plan
     return [
-        (stem, plan_chart(plan.table, series, plan.request.floor))
+        (stem, plan_chart(plan.table, series, plan.request.floor, plan.request.charge))
         for series, stem in plan_charts(analysis)
         if plan is not None
     ]

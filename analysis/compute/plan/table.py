@@ -1,6 +1,6 @@
-"""The plan: from efficiency to a decision. For a given amount of training (samples, tokens or
-optimizer steps), the time to train, node-hours, device-hours and cost at every measured and
-projected scale, each with an interval, and the rule that picks the scale to ask for.
+"""The plan's table: for a given amount of training (samples, tokens or optimizer steps), the
+time to train, node-hours, device-hours, the charged hours and cost at every measured and
+projected scale, each with an interval, and the model state one device holds there.
 
 Time to train at a scale = the work in samples / the steady-state throughput + the start-up
 and warm-up cost of one job, measured:
@@ -10,21 +10,28 @@ and warm-up cost of one job, measured:
   the steady throughput, ``train_time_s * (1 - samples_per_s / steady_samples_per_s)``;
 * at a projected scale both are the largest measured scale's (the nearest one measured).
 
-The interval of a measured scale is its steady throughput's confidence interval (of the
-geometric mean, :func:`analysis.compute.groups.group_stats`; none for a scale run once); of
-a projected scale, the projection's prediction interval (the throughput moves with the
-efficiency). The start-up cost is added as its mean to both ends.
+Throughput is the arithmetic mean over a scale's runs, the mean the scaling table's speedup
+and efficiency divide (one mean everywhere). Its interval is the rate's confidence interval
+(:func:`analysis.compute.groups.group_stats`: taken on the log scale), as a ratio to the
+geometric mean, around that mean; none for a scale run once. A projected scale's throughput
+is its efficiency x its devices x the baseline's throughput per device, so that the row
+multiplies back, and its interval the projection's prediction interval. The start-up cost is
+added as its mean to both ends.
 
-The rule (:func:`answers`), per series: the fastest scale whose efficiency stays at or
-above the floor at the lower end of its interval (the centre where it has none); the cheapest
-scale (least cost with a price, else least node-hours); and where the marginal node stops
-paying: the first step up whose added devices each deliver less than the floor's share of a
-baseline device's throughput (marginal efficiency), with whether its interval settles it.
-"""
+What is charged (:attr:`PlanRequest.charge`): whole nodes (``node``: node-hours, the default,
+as on sites that allocate nodes exclusively) or devices (``device``: device-hours, shared
+nodes); times the centre's charge factor where one is given. A price turns charged hours into
+money: a device-hour's price, a node charged as the most devices a scale of the series uses
+on one node. ``charged_efficiency`` is the throughput per charged unit against the
+baseline's: under node charging a node's second device is free, so 1x2 can clear a floor
+that 1x2's per-device efficiency would not. :mod:`.rule` decides from it.
+
+``steps`` plans the same training at every scale: optimizer steps at the baseline's global
+batch, in samples (under weak scaling a larger scale takes those samples in fewer, larger
+steps)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -34,8 +41,10 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute.groups import series_scale_groups
+from analysis.compute.plan.memory import memory_columns
 
 UNITS = ("samples", "tokens", "steps")
+CHARGES = ("node", "device")
 DEFAULT_FLOOR = 0.70
 HOUR_S = 3600.0
 
@@ -52,11 +61,14 @@ class PlanRequest:
     """The training to plan, in ``unit``."""
     unit: str = "samples"
     floor: float = DEFAULT_FLOOR
-    """The efficiency a scale must keep (lower end of its interval) to be chosen."""
+    """The efficiency per charged unit a scale must keep (lower end of its interval) to be
+    chosen, against the baseline's."""
     charge_factor: float | None = None
-    """A centre's charged node-hours per node-hour."""
+    """A centre's charged hours per hour of what it charges (nodes or devices)."""
     price_per_gpu_hour: float | None = None
     """Price of one device-hour (GPU-hour)."""
+    charge: str = "node"
+    """What the centre charges: ``node`` (whole nodes: node-hours) or ``device``."""
 
     def problem(self) -> str | None:
         """What is wrong with the request, in one line naming the setting; None if nothing."""
@@ -64,6 +76,8 @@ class PlanRequest:
             return f"work: must be a number > 0 ({self.unit}), got {self.work:g}"
         if self.unit not in UNITS:
             return f"unit: one of {', '.join(UNITS)}, got {self.unit!r}"
+        if self.charge not in CHARGES:
+            return f"charge: one of {', '.join(CHARGES)}, got {self.charge!r}"
         if not 0 < self.floor < 1:
             return f"floor: an efficiency between 0 and 1 (0.7 = 70%), got {self.floor:g}"
         for name in ("charge_factor", "price_per_gpu_hour"):
@@ -86,6 +100,7 @@ PLAN_COLUMNS = [
     "throughput",
     "throughput_low",
     "throughput_high",
+    "throughput_cv",
     "work_samples",
     "startup_s",
     "warmup_cost_s",
@@ -98,16 +113,31 @@ PLAN_COLUMNS = [
     "device_hours",
     "device_hours_low",
     "device_hours_high",
-    "charged_node_hours",
-    "charged_node_hours_low",
-    "charged_node_hours_high",
+    "charged_efficiency",
+    "charged_efficiency_low",
+    "charged_efficiency_high",
+    "charged_hours",
+    "charged_hours_low",
+    "charged_hours_high",
     "cost",
     "cost_low",
     "cost_high",
+    "dominated_by",
+    "model_state_gib",
+    "model_state_basis",
+    "peak_mem_gib",
+    "device_memory_gib",
+    "fits",
 ]
 """Columns of ``plan.csv`` (and summary.json's ``plan``): ``source`` measured or projected;
-efficiencies as fractions; throughput in samples/s (steady state); times in hours; the
-charged node-hours and cost empty without a charge factor or price."""
+efficiencies as fractions (``efficiency`` per device, ``charged_efficiency`` per charged
+unit); throughput in samples/s (steady state, mean over runs); times in hours; the charged
+hours (node-hours or device-hours, times the charge factor) always, the cost empty without
+a price; ``dominated_by`` the scale that trains faster for no more charged cost (empty
+where none does); the model state one device holds (GiB, ``model_state_basis`` says how it
+is known), the measured training peak and the device's memory where recorded (GPUs), and
+``fits`` (False where the model state alone exceeds the device's memory; empty where
+unknown)."""
 
 
 # --- units ------------------------------------------------------------------------------------
@@ -167,6 +197,7 @@ def _measured_rows(
             s = g.stats["steady_samples_per_s"]
             if s.n != g.stats["samples_per_s"].n or s.n == 0:
                 s = g.stats["samples_per_s"]
+            rel = s.mean / s.gmean if s.gmean > 0 else math.nan
             eff = part[
                 (part["nodes"] == g.nodes) & (part["devices_per_node"] == g.devices_per_node)
             ]
@@ -184,9 +215,10 @@ def _measured_rows(
                     "efficiency": e[col] if e is not None else math.nan,
                     "efficiency_low": e[f"{col}_ci_low"] if e is not None else math.nan,
                     "efficiency_high": e[f"{col}_ci_high"] if e is not None else math.nan,
-                    "throughput": s.gmean,
-                    "throughput_low": s.ci_low,
-                    "throughput_high": s.ci_high,
+                    "throughput": s.mean,
+                    "throughput_low": s.ci_low * rel,
+                    "throughput_high": s.ci_high * rel,
+                    "throughput_cv": s.cv,
                     "startup_s": startup,
                     "warmup_cost_s": warm,
                     "samples_per_step": float(g.rows["global_batch_size"].astype(float).mean()),
@@ -196,11 +228,22 @@ def _measured_rows(
     return out
 
 
+def baseline_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The measured row the series' efficiencies are against: the one whose efficiency is 1
+    by definition (no interval), else the smallest measured scale."""
+    measured = [r for r in rows if r["source"] == "measured"]
+    for r in measured:
+        if float(r["efficiency"]) == 1.0 and not math.isfinite(float(r["efficiency_low"])):
+            return r
+    return measured[0]
+
+
 def _projected_rows(
     projection: pd.DataFrame | None, measured: Mapping[str, list[dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """The projection's "as measured" rows at scales not measured, the throughput's interval
-    from the efficiency's (they move together), the largest measured scale's job costs."""
+    """The projection's "as measured" rows at scales not measured: the throughput is the
+    efficiency x devices x the baseline's throughput per device (so the row multiplies back),
+    its interval the efficiency's; the largest measured scale's job costs."""
     if projection is None or projection.empty:
         return []
     out = []
@@ -212,8 +255,10 @@ def _projected_rows(
         ):
             continue
         largest = max(mine, key=lambda m: (m["world_size"], m["nodes"]))
-        e, th = float(r["efficiency"]), float(r["throughput"])
-        scale = th / e if e > 0 else math.nan
+        base = baseline_row(mine)
+        per_device = float(base["throughput"]) / int(base["world_size"])
+        world = int(r["world_size"])
+        e = float(r["efficiency"])
         out.append(
             {
                 **{k: r[k] for k in ("series", "nodes", "devices_per_node", "world_size")},
@@ -222,24 +267,46 @@ def _projected_rows(
                 "efficiency": e,
                 "efficiency_low": float(r["efficiency_low"]),
                 "efficiency_high": float(r["efficiency_high"]),
-                "throughput": th,
-                "throughput_low": scale * float(r["efficiency_low"]),
-                "throughput_high": scale * float(r["efficiency_high"]),
+                "throughput": e * world * per_device,
+                "throughput_low": float(r["efficiency_low"]) * world * per_device,
+                "throughput_high": float(r["efficiency_high"]) * world * per_device,
+                "throughput_cv": math.nan,
                 "startup_s": largest["startup_s"],
                 "warmup_cost_s": largest["warmup_cost_s"],
-                "samples_per_step": float(r["per_device_batch_size"]) * int(r["world_size"]),
+                "samples_per_step": float(r["per_device_batch_size"]) * world,
                 "_rows": largest["_rows"],
             }
         )
     return out
 
 
-def _costs(row: dict[str, Any], request: PlanRequest) -> dict[str, Any]:
-    """The row's time, node-hours, device-hours, charged node-hours and cost, with intervals
-    (a slower throughput gives the longer time)."""
-    per_step = row["samples_per_step"] if request.unit == "steps" else 1.0
-    work = work_in_samples(request, row["_rows"], row["series"]) * per_step
+def charged_units(row: Mapping[str, Any], charge: str) -> int:
+    """What a row is charged for at once: its nodes, or its devices."""
+    return int(row["nodes"]) if charge == "node" else int(row["world_size"])
+
+
+def _charged(row: Mapping[str, Any], base: Mapping[str, Any], charge: str) -> dict[str, float]:
+    """The row's efficiency per charged unit against the baseline's (the per-device
+    efficiency x the devices a charged unit holds here over the baseline's)."""
+    ratio = (int(row["world_size"]) / charged_units(row, charge)) / (
+        int(base["world_size"]) / charged_units(base, charge)
+    )
+    return {
+        f"charged_efficiency{end}": float(row[f"efficiency{end}"]) * ratio
+        for end in ("", "_low", "_high")
+    }
+
+
+def _costs(
+    row: dict[str, Any], request: PlanRequest, work: float, node_devices: int
+) -> dict[str, Any]:
+    """The row's time, node-hours, device-hours, charged hours and cost, with intervals (a
+    slower throughput gives the longer time); ``node_devices``: what a node is charged as,
+    in devices, when a price is given under node charging."""
     fixed = row["startup_s"] + row["warmup_cost_s"]
+    factor, price = request.charge_factor or 1.0, request.price_per_gpu_hour
+    per_unit_devices = node_devices if request.charge == "node" else 1
+    units = charged_units(row, request.charge)
     out: dict[str, Any] = {"work_samples": work}
     for end, rate in (("", "throughput"), ("_low", "throughput_high"), ("_high", "throughput_low")):
         x = float(row[rate])
@@ -247,10 +314,25 @@ def _costs(row: dict[str, Any], request: PlanRequest) -> dict[str, Any]:
         out[f"time{end}_h"] = hours
         out[f"node_hours{end}"] = hours * row["nodes"]
         out[f"device_hours{end}"] = hours * row["world_size"]
-        factor, price = request.charge_factor, request.price_per_gpu_hour
-        out[f"charged_node_hours{end}"] = hours * row["nodes"] * factor if factor else math.nan
-        out[f"cost{end}"] = hours * row["world_size"] * price if price else math.nan
+        out[f"charged_hours{end}"] = hours * units * factor
+        out[f"cost{end}"] = hours * units * factor * per_unit_devices * price if price else math.nan
     return out
+
+
+def _series_rows(rows: list[dict[str, Any]], request: PlanRequest) -> list[dict[str, Any]]:
+    """One series' rows with their costs, charged efficiency and memory: the work in samples
+    the same at every scale (``steps`` at the baseline's global batch)."""
+    rows = sorted(rows, key=lambda r: (int(r["world_size"]), int(r["nodes"])))
+    base = baseline_row(rows)
+    work = work_in_samples(request, base["_rows"], base["series"])
+    if request.unit == "steps":
+        work *= float(base["samples_per_step"])
+    node_devices = max(int(r["devices_per_node"]) for r in rows)
+    memory = memory_columns(rows)
+    return [
+        {**r, **_costs(r, request, work, node_devices), **_charged(r, base, request.charge), **m}
+        for r, m in zip(rows, memory, strict=True)
+    ]
 
 
 def plan_table(
@@ -261,148 +343,13 @@ def plan_table(
     projection: pd.DataFrame | None = None,
     confidence: float = 0.95,
 ) -> pd.DataFrame:
-    """One row per series and scale, measured then projected, by world size (columns:
-    :data:`PLAN_COLUMNS`). Raises :class:`PlanError` when the unit does not fit a series."""
+    """One row per series and scale, by world size (columns: :data:`PLAN_COLUMNS`;
+    ``dominated_by`` left empty: :func:`analysis.compute.plan.rule.mark_dominated` fills it).
+    Raises :class:`PlanError` when the unit does not fit a series."""
     measured = _measured_rows(runs, scaling, confidence)
-    rows = [
-        *(r for part in measured.values() for r in part),
-        *_projected_rows(projection, measured),
-    ]
-    out = [{**r, **_costs(r, request)} for r in rows]
-    frame = pd.DataFrame(out, columns=PLAN_COLUMNS)
-    order = {s: i for i, s in enumerate(measured)}
-    frame["_order"] = frame["series"].map(order)
-    frame = frame.sort_values(["_order", "world_size", "nodes"], kind="stable")
-    return frame.drop(columns="_order").reset_index(drop=True)
-
-
-# --- the rule ---------------------------------------------------------------------------------
-
-
-def lower_end(row: Mapping[str, Any]) -> float:
-    """The efficiency a row is judged on: the lower end of its interval, the centre without."""
-    low = float(row["efficiency_low"])
-    return low if math.isfinite(low) else float(row["efficiency"])
-
-
-def _pick(rows: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
-    finite = [r for r in rows if math.isfinite(float(r[key]))]
-    return min(finite, key=lambda r: (float(r[key]), r["world_size"])) if finite else None
-
-
-def marginal(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each step up in world size: the throughput its added devices deliver, per device, as a
-    share of a baseline device's (the first row's), with its interval (the two throughputs'
-    opposite ends)."""
-    if not rows:
-        return []
-    base = float(rows[0]["throughput"]) / int(rows[0]["world_size"])
-    steps = []
-    for a, b in itertools.pairwise(rows):
-        added = int(b["world_size"]) - int(a["world_size"])
-        if added <= 0 or not base > 0:
-            continue
-
-        def share(hi: str, lo: str, a: Any = a, b: Any = b, added: int = added) -> float:
-            return (float(b[hi]) - float(a[lo])) / added / base
-
-        steps.append(
-            {
-                "from": a,
-                "to": b,
-                "marginal": share("throughput", "throughput"),
-                "marginal_low": share("throughput_low", "throughput_high"),
-                "marginal_high": share("throughput_high", "throughput_low"),
-            }
-        )
-    return steps
-
-
-def answers(table: pd.DataFrame, request: PlanRequest) -> list[dict[str, Any]]:
-    """Per series: ``fastest`` (the fastest row whose :func:`lower_end` is at or above the
-    floor), ``cheapest`` (least cost with a price, else least node-hours), ``stops_paying``
-    (the first step up whose marginal efficiency is below the floor; ``settled`` when the
-    upper end of its interval is too), ``no_projected_clears`` and ``measure_next``: the scales
-    to run or repeat, each with why (``projected``, ``beyond``, ``check_floor``, ``once``)."""
-    out = []
-    for series, part in table.groupby("series", sort=False):
-        rows = part.sort_values(["world_size", "nodes"]).to_dict("records")
-        above = [r for r in rows if lower_end(r) >= request.floor]
-        fastest = _pick(above, "time_h")
-        cheapest = _pick(rows, "cost" if request.price_per_gpu_hour else "node_hours")
-        stop = next((s for s in marginal(rows) if s["marginal"] < request.floor), None)
-        if stop is not None:
-            high = float(stop["marginal_high"])
-            stop = {**stop, "settled": math.isfinite(high) and high < request.floor}
-        projected = [r for r in rows if r["source"] == "projected"]
-        out.append(
-            {
-                "series": series,
-                "fastest": fastest,
-                "cheapest": cheapest,
-                "stops_paying": stop,
-                "has_projection": bool(projected),
-                "no_projected_clears": bool(projected) and not any(r in above for r in projected),
-                "measure_next": _measure_next(rows, fastest, cheapest, projected),
-            }
-        )
-    return out
-
-
-def _measure_next(
-    rows: Sequence[Mapping[str, Any]],
-    fastest: Mapping[str, Any] | None,
-    cheapest: Mapping[str, Any] | None,
-    projected: Sequence[Mapping[str, Any]],
-) -> list[tuple[Mapping[str, Any], str]]:
-    """(row, why) of the scales whose measurement would firm the answers up, most useful
-    first: a projected answer (``projected``); the first projected scale when none clears the
-    floor (``check_floor``); the next scale up when the fastest is the largest measured and
-    nothing was projected (``beyond``); a measured answer run once (``once``)."""
-    out: list[tuple[Mapping[str, Any], str]] = []
-    measured = [r for r in rows if r["source"] == "measured"]
-    for answer in (fastest, cheapest):
-        if answer is not None and answer["source"] == "projected":
-            out.append((answer, "projected"))
-    if fastest is not None and fastest["source"] == "measured":
-        if projected and not out:
-            out.append((projected[0], "check_floor"))
-        elif not projected and fastest is measured[-1]:
-            out.append((fastest, "beyond"))
-    for answer in (fastest, cheapest):
-        if answer is not None and answer["source"] == "measured" and int(answer["n"]) < 2:
-            out.append((answer, "once"))
-    seen: set[tuple[int, int, str]] = set()
-    unique = []
-    for row, why in out:
-        key = (int(row["nodes"]), int(row["devices_per_node"]), why)
-        if key not in seen:
-            seen.add(key)
-            unique.append((row, why))
-    return unique
-
-
-@dataclass
-class PlanResult:
-    request: PlanRequest
-    table: pd.DataFrame
-    """:data:`PLAN_COLUMNS`, one row per series and scale."""
-    answers: list[dict[str, Any]]
-    """:func:`answers`: per series, the rule's picks."""
-
-
-def make_plan(
-    runs: pd.DataFrame,
-    scaling: pd.DataFrame,
-    request: PlanRequest,
-    *,
-    projection: pd.DataFrame | None = None,
-    confidence: float = 0.95,
-) -> PlanResult:
-    """The plan table and the rule's answers (:class:`PlanError` for a unit the records do
-    not count, ``ValueError`` for a request :meth:`PlanRequest.problem` refuses)."""
-    problem = request.problem()
-    if problem is not None:
-        raise PlanError(problem)
-    table = plan_table(runs, scaling, request, projection=projection, confidence=confidence)
-    return PlanResult(request, table, answers(table, request))
+    projected = _projected_rows(projection, measured)
+    out: list[dict[str, Any]] = []
+    for series, mine in measured.items():
+        rows = _series_rows([*mine, *(r for r in projected if r["series"] == series)], request)
+        out += rows
+    return pd.DataFrame(out, columns=PLAN_COLUMNS)

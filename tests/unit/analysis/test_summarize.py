@@ -316,7 +316,9 @@ def test_the_plan_is_written_and_without_it_nothing_changes(tmp_path: Path) -> N
     plan = pd.read_csv(tmp_path / "a" / "plan.csv")
     # steps x the global batch (256) samples at each scale
     assert plan["work_samples"].tolist() == [4000 * 256] * 2
-    assert (plan["cost"] == plan["device_hours"] * 2).all()
+    # a node is charged whole (the default): as the 2 devices a scale here uses on it, at 2 each
+    assert plan["nodes"].tolist() == [1, 1] and plan["devices_per_node"].tolist() == [1, 2]
+    assert (plan["cost"] == plan["node_hours"] * 2 * 2).all()
     doc = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert doc["plan_request"]["unit"] == "steps" and len(doc["plan"]) == 2
     assert "## Scaling study" in (tmp_path / "a" / "report.md").read_text()
