@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis.present.display import DisplayTable
 from analysis.present.outdir import OutputError
-from analysis.present.tables import markdown, rich_table
+from analysis.present.tables.tables import markdown, rich_table
 from analysis.read.files import Problem
 from analysis.read.frame import Loaded, load_all
 from analysis.read.overlap import node_overlaps, side_note

@@ -52,7 +52,7 @@ from analysis.present.outdir import check_replaceable
 from analysis.present.plan.text import study_markdown
 from analysis.present.report import Settings, document, dumps
 from analysis.present.summary_files import csv_frames, write_outputs
-from analysis.present.tables import all_tables, markdown, rich_table
+from analysis.present.tables.tables import all_tables, markdown, rich_table
 from analysis.read.frame import Loaded, load_all, written
 
 CSV_TABLES = (
@@ -284,8 +284,8 @@ def _markdown_all(tables: Sequence[DisplayTable], notes: Sequence[str]) -> str:
 def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 0) -> None:
     """The terminal's default: the headline tables, a line per failed job (its cause; at
     most ``max_rows``, 0 = all), and the notes."""
-    from analysis.present.headline_tables import headline_tables
-    from analysis.present.tables import failure_label
+    from analysis.present.tables.headline_tables import headline_tables
+    from analysis.present.tables.tables import failure_label
 
     console = rich_console(sys.stdout)
     for t in headline_tables(analysis):
