@@ -421,7 +421,7 @@ def _read(args: argparse.Namespace, target: Path | None) -> Loaded:
         # matplotlib's import (about a second) overlaps the reading, where this process
         # mostly waits for its workers; the chart process forked later inherits it.
         prefetch = threading.Thread(
-            target=importlib.import_module, args=("analysis.present.charts",)
+            target=importlib.import_module, args=("analysis.present.charts.charts",)
         )
         prefetch.start()
     loaded = load_all(args.paths, jobs=args.jobs, exclude=[target] if target else [])

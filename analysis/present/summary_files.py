@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.analyze import Analysis
-from analysis.present.chart_files import chart_links, start_charts
+from analysis.present.charts.chart_files import chart_links, start_charts
 from analysis.present.display import DisplayTable
 from analysis.present.html_report import report_html
 from analysis.present.outdir import write_atomically
