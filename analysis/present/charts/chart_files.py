@@ -27,7 +27,7 @@ def save_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> d
     import matplotlib
 
     from analysis.present.charts import charts
-    from analysis.present.html_report import figure_svg
+    from analysis.present.report.html_report import figure_svg
 
     # No timestamps and no random ids in the files (matplotlib salts SVG ids at random unless
     # told otherwise): a summary of the same inputs is byte-identical.

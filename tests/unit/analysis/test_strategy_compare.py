@@ -13,7 +13,7 @@ from waterfall_helpers import JITTER, diag_record
 
 from analysis.analyze import analyze
 from analysis.present.charts.charts import memory_chart
-from analysis.present.report import records
+from analysis.present.report.report import records
 from analysis.present.tables.headline_tables import headline_tables, strategy_findings
 from analysis.read.frame import load_all
 

@@ -230,7 +230,7 @@ def _projection(analysis: Analysis) -> dict[str, Any]:
     result = analysis.projection
     if result is None:
         return {}
-    from analysis.present.projection_text import findings as projection_findings
+    from analysis.present.report.projection_text import findings as projection_findings
 
     crossings = [
         {"series": sp.series, "what_if": w, "nodes_below_75": c, "earliest": lo, "latest": hi}
