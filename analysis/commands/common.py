@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 
 from analysis.present.display import DisplayTable
-from analysis.present.outdir import OutputError
-from analysis.present.tables import markdown, rich_table
+from analysis.present.report.outdir import OutputError
+from analysis.present.tables.tables import markdown, rich_table
 from analysis.read.files import Problem
 from analysis.read.frame import Loaded, load_all
 from analysis.read.overlap import node_overlaps, side_note
@@ -91,7 +91,7 @@ def warn(problems: Sequence[Problem]) -> None:
 def say_shared_nodes(command: str, name: str, runs: pd.DataFrame) -> list[dict[str, Any]]:
     """One line on stderr when ``runs`` (named ``name``) hold runs timed beside another job
     on their node; the overlaps, as the JSON output carries them (empty when none)."""
-    from analysis.present.report import records
+    from analysis.present.report.report import records
 
     overlaps = node_overlaps(runs)
     line = side_note(name, overlaps)
@@ -110,7 +110,7 @@ def emit(
     elif fmt == "markdown":
         sys.stdout.write(markdown(table))
     elif fmt == "json":
-        from analysis.present.report import SUMMARY_SCHEMA_VERSION, records
+        from analysis.present.report.report import SUMMARY_SCHEMA_VERSION, records
 
         doc = {"schema_version": SUMMARY_SCHEMA_VERSION, **head, rows_key: records(frame)}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

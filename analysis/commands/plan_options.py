@@ -14,7 +14,7 @@ import pandas as pd
 
 from analysis.commands.common import _fraction, rich_console
 from analysis.compute.plan import DEFAULT_FLOOR, PlanRequest
-from analysis.present.tables import rich_table
+from analysis.present.tables.tables import rich_table
 
 NEGATIVE_NUMBER = re.compile(r"^-\.?\d")
 """What Python 3.13's argparse takes for a negative number (``-2e11`` too); 3.10-3.12 take

@@ -48,11 +48,11 @@ from analysis.compute.metrics import (
 )
 from analysis.compute.plan import PlanError, PlanRequest
 from analysis.present.display import DisplayTable
-from analysis.present.outdir import check_replaceable
 from analysis.present.plan.text import study_markdown
-from analysis.present.report import Settings, document, dumps
-from analysis.present.summary_files import csv_frames, write_outputs
-from analysis.present.tables import all_tables, markdown, rich_table
+from analysis.present.report.outdir import check_replaceable
+from analysis.present.report.report import Settings, document, dumps
+from analysis.present.report.summary_files import csv_frames, write_outputs
+from analysis.present.tables.tables import all_tables, markdown, rich_table
 from analysis.read.frame import Loaded, load_all, written
 
 CSV_TABLES = (
@@ -284,8 +284,8 @@ def _markdown_all(tables: Sequence[DisplayTable], notes: Sequence[str]) -> str:
 def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 0) -> None:
     """The terminal's default: the headline tables, a line per failed job (its cause; at
     most ``max_rows``, 0 = all), and the notes."""
-    from analysis.present.headline_tables import headline_tables
-    from analysis.present.tables import failure_label
+    from analysis.present.tables.headline_tables import headline_tables
+    from analysis.present.tables.tables import failure_label
 
     console = rich_console(sys.stdout)
     for t in headline_tables(analysis):
@@ -351,9 +351,9 @@ def _print_tables(tables: Sequence[DisplayTable], notes: Sequence[str]) -> None:
 
 
 def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, runs: Any) -> None:
-    """The scaling-summary experiments (analysis.present.comet); a failure is a warning line, never
-    a failed summary (the files are written already)."""
-    from analysis.present.comet import log_scaling_summaries
+    """The scaling-summary experiments (analysis.present.report.comet); a failure is a warning
+    line, never a failed summary (the files are written already)."""
+    from analysis.present.report.comet import log_scaling_summaries
 
     try:
         lines = log_scaling_summaries(
@@ -375,7 +375,7 @@ def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, 
             line = line.replace(f"tracking.mode={args.comet}", f"--comet {args.comet}")
             print(f"{PROG}: comet: {line}", file=sys.stderr)
     if args.comet_view:
-        from analysis.present.comet import publish_scaling_view
+        from analysis.present.report.comet import publish_scaling_view
 
         made, line = publish_scaling_view(
             project=args.comet_project, workspace=args.comet_workspace
@@ -421,7 +421,7 @@ def _read(args: argparse.Namespace, target: Path | None) -> Loaded:
         # matplotlib's import (about a second) overlaps the reading, where this process
         # mostly waits for its workers; the chart process forked later inherits it.
         prefetch = threading.Thread(
-            target=importlib.import_module, args=("analysis.present.charts",)
+            target=importlib.import_module, args=("analysis.present.charts.charts",)
         )
         prefetch.start()
     loaded = load_all(args.paths, jobs=args.jobs, exclude=[target] if target else [])

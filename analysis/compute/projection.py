@@ -3,7 +3,7 @@
 The step model (:mod:`..step_time.step_model`) is fitted to each series' measured scale points and
 evaluated at larger ones; this module draws its interval, the what-ifs, the 75% crossing
 and the self-check (the largest measured scale predicted from the smaller ones). The words
-of the report are :mod:`.projection_text`'s, a network profile's reading
+of the report are :mod:`analysis.present.report.projection_text`'s, a network profile's reading
 :mod:`.network_profile`'s.
 
 The interval is a prediction interval: percentiles of draws that (1) resample each measured

@@ -2,7 +2,7 @@
 
 A :class:`DisplayTable` is a frame of strings with a title and caption; the same tables
 render as Markdown (report, ``--format markdown``) and as rich tables (terminal), see
-:mod:`analysis.present.tables`. Machine formats (CSV, JSON) use the numeric frames, never
+:mod:`analysis.present.tables.tables`. Machine formats (CSV, JSON) use the numeric frames, never
 these strings.
 """
 

@@ -24,7 +24,7 @@ import pytest
 from analysis_helpers import REPO, run_summarize
 from tracking_helpers import LoopbackJson, serve_loopback
 
-from analysis.present.comet import (
+from analysis.present.report.comet import (
     VIEW_NAME,
     copy_workspace_view,
     publish_scaling_view,

@@ -32,7 +32,7 @@ def _sweep(folder: Path, times: dict[int, list[float]]) -> Path:
 def test_import_and_summarize_never_load_the_training_stack(tmp_path: Path) -> None:
     _sweep(tmp_path / "in", {1: [10.0, 11.0], 2: [6.0, 6.5]})
     code = f"""
-import sys, analysis, analysis.summarize, analysis.present.charts
+import sys, analysis, analysis.summarize, analysis.present.charts.charts
 rc = analysis.summarize.main([{str(tmp_path / "in")!r}, '--out', {str(tmp_path / "out")!r},
                               '--format', 'json'])
 heavy = sorted(m for m in sys.modules

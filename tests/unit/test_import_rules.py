@@ -102,7 +102,7 @@ def test_the_shared_run_length_imports_only_the_standard_library() -> None:
 
 def _module_graph() -> dict[str, set[str]]:
     """analysis.<...> -> the analysis modules it imports (at any depth of its code); a package
-    imported by name (``from analysis.present import charts``) counts as its module."""
+    imported by name (``from analysis.present.charts import charts``) counts as its module."""
     mods = {module_name(p): p for p in ANALYSIS_FILES}
     graph = {}
     for name, path in mods.items():

@@ -13,7 +13,7 @@ from projection_helpers import series
 from analysis.compute.run_parts import run_parts
 from analysis.compute.step_time.bucket_overlap import exposed_after_backward, ready_shares
 from analysis.compute.step_time.step_model import Level, Network, StepModel, fit_series
-from analysis.present.projection_text import readiness_sentence
+from analysis.present.report.projection_text import readiness_sentence
 
 
 def test_a_bucket_ready_early_is_hidden_where_bytes_would_expose_it() -> None:

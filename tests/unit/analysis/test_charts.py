@@ -1,4 +1,4 @@
-"""The charts (analysis.present.charts), drawn to PNG from a waterfall."""
+"""The charts (analysis.present.charts.charts), drawn to PNG from a waterfall."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from analysis.compute.waterfall import NOT_RECORDED, waterfall
 
 
 def test_charts_render_to_png(tmp_path: Path) -> None:
-    from analysis.present.charts import ranks_chart, step_parts_chart
+    from analysis.present.charts.charts import ranks_chart, step_parts_chart
 
     wf = waterfall(runs_of(tmp_path / "logs", pattern_records("skew")))
     series = wf.table["series"].iloc[0]
@@ -29,7 +29,7 @@ def test_charts_render_to_png(tmp_path: Path) -> None:
 
 
 def test_a_scale_without_a_breakdown_is_labelled_in_the_chart(tmp_path: Path) -> None:
-    from analysis.present.charts import step_parts_chart
+    from analysis.present.charts.charts import step_parts_chart
 
     records = [r for r in pattern_records("input") if r.identity.world_size == 1]
     records += [

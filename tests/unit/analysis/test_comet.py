@@ -1,5 +1,5 @@
-"""The scaling-summary experiment's metrics (analysis.present.comet.series_metrics): one value per
-metric and Comet step (step = world size), whatever shapes the series has."""
+"""The scaling-summary experiment's metrics (analysis.present.report.comet.series_metrics): one
+value per metric and Comet step (step = world size), whatever shapes the series has."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analysis.compute.waterfall import PARTS
-from analysis.present.comet import series_metrics
+from analysis.present.report.comet import series_metrics
 
 SERIES = "spiral · strong · fp32"
 

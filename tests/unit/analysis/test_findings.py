@@ -71,7 +71,7 @@ def test_the_diagnosis_table_says_what_exposed_comm_is_under_fsdp(tmp_path: Path
     from dataclasses import replace
 
     from analysis.analyze import analyze
-    from analysis.present.tables import diagnosis_table
+    from analysis.present.tables.tables import diagnosis_table
 
     analysis = analyze(runs_of(tmp_path, pattern_records("comm")))
     assert analysis.waterfall is not None

@@ -139,7 +139,7 @@ def test_the_reader_takes_the_units_and_how_they_are_reduced() -> None:
 def test_an_fsdp_series_is_projected_with_fsdps_model_and_checked() -> None:
     """The same records as an FSDP series: FSDP's model on the recorded units, nothing hidden
     on the CPU, FSDP's what-ifs, a self-check of the largest scale, and words that say so."""
-    from analysis.present.projection_text import findings
+    from analysis.present.report.projection_text import findings
 
     runs = load(FIXTURE)
     ddp = project(runs, [4], draws=40)

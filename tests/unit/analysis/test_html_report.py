@@ -19,9 +19,9 @@ import pytest
 from analysis_helpers import FIXTURES, make_result, start_of, write_log
 
 import analysis.summarize as cli
-from analysis.present.chart_files import CHART_TITLES
+from analysis.present.charts.chart_files import CHART_TITLES
 from analysis.present.display import with_ci
-from analysis.present.html_report import figure_svg, inline_svg
+from analysis.present.report.html_report import figure_svg, inline_svg
 
 WEIRD = "<b>&x"
 """A configuration name that is also markup."""

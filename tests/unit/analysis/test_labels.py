@@ -19,9 +19,9 @@ from analysis_helpers import REPO
 
 from analysis.analyze import Analysis, analyze
 from analysis.compute.groups import STEADY
-from analysis.present.charts import CHARTS, step_parts_chart
+from analysis.present.charts.charts import CHARTS, step_parts_chart
 from analysis.present.display import DisplayTable
-from analysis.present.tables import all_tables
+from analysis.present.tables.tables import all_tables
 from analysis.read.frame import Loaded, load_all
 
 QUICKSTART = REPO / "tests" / "fixtures" / "quickstart"

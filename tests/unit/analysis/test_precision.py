@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from analysis.analyze import analyze
 from analysis.compute.metrics import precision_table
-from analysis.present.tables import all_tables, markdown
-from analysis.present.tables import precision_table as precision_display
+from analysis.present.tables.tables import all_tables, markdown
+from analysis.present.tables.tables import precision_table as precision_display
 from analysis.read.frame import runs_frame
 from analysis.read.parse import ParseResult, Run
 from scalescope.record import ResultRecord, encode

@@ -1,6 +1,6 @@
-"""The profiled ranks' top operations in the summary (analysis.present.profile_tables): a table
-per series from its largest profiled scale, in the terminal, report.md, summary.json and
-report.html, with links to the trace files."""
+"""The profiled ranks' top operations in the summary (analysis.present.tables.profile_tables):
+a table per series from its largest profiled scale, in the terminal, report.md, summary.json
+and report.html, with links to the trace files."""
 
 from __future__ import annotations
 

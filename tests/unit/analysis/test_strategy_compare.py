@@ -12,9 +12,9 @@ from analysis_helpers import make_result, start_of, write_log
 from waterfall_helpers import JITTER, diag_record
 
 from analysis.analyze import analyze
-from analysis.present.charts import memory_chart
-from analysis.present.headline_tables import headline_tables, strategy_findings
-from analysis.present.report import records
+from analysis.present.charts.charts import memory_chart
+from analysis.present.report.report import records
+from analysis.present.tables.headline_tables import headline_tables, strategy_findings
 from analysis.read.frame import load_all
 
 MIB = 2**20

@@ -22,7 +22,8 @@ from analysis_helpers import (
 
 import analysis.summarize as cli
 from analysis.commands.summarize import build_parser
-from analysis.present import chart_files, summary_files
+from analysis.present.charts import chart_files
+from analysis.present.report import summary_files
 
 
 def test_empty_folder_exits_1_with_what_was_looked_for(tmp_path: Path) -> None:

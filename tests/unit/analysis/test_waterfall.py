@@ -35,7 +35,7 @@ from analysis.compute.findings import finding, findings
 from analysis.compute.run_parts import run_parts
 from analysis.compute.waterfall import NOT_RECORDED, PARTS, attribute, chart_slugs
 from analysis.present.display import MISSING
-from analysis.present.tables import diagnosis_table
+from analysis.present.tables.tables import diagnosis_table
 from scalescope.record import ResultRecord, decode_line, encode
 
 

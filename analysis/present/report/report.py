@@ -21,8 +21,8 @@ from analysis.analyze import Analysis
 from analysis.compute.findings import findings
 from analysis.present.display import DisplayTable
 from analysis.present.plan.text import plan_study, study_markdown
-from analysis.present.profile_tables import profile_index
-from analysis.present.tables import markdown
+from analysis.present.tables.profile_tables import profile_index
+from analysis.present.tables.tables import markdown
 from analysis.read.files import Problem
 from analysis.read.frame import written
 from scalescope.record import SCHEMA_VERSION as RECORD_SCHEMA_VERSION
@@ -230,7 +230,7 @@ def _projection(analysis: Analysis) -> dict[str, Any]:
     result = analysis.projection
     if result is None:
         return {}
-    from analysis.present.projection_text import findings as projection_findings
+    from analysis.present.report.projection_text import findings as projection_findings
 
     crossings = [
         {"series": sp.series, "what_if": w, "nodes_below_75": c, "earliest": lo, "latest": hi}
@@ -250,7 +250,7 @@ def _strategy(analysis: Analysis) -> dict[str, Any]:
     compared."""
     if analysis.strategy.empty:
         return {}
-    from analysis.present.headline_tables import strategy_findings
+    from analysis.present.tables.headline_tables import strategy_findings
 
     return {
         "strategy": records(analysis.strategy),

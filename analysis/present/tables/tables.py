@@ -21,7 +21,6 @@ from analysis.compute.metrics import (
     series_keys,
     series_labels,
 )
-from analysis.present.diagnosis_tables import diagnosis_table
 from analysis.present.display import (
     MISSING,
     DisplayTable,
@@ -33,10 +32,11 @@ from analysis.present.display import (
     times,
     with_ci,
 )
-from analysis.present.gpu_columns import GPU_CAPTION, gpu_cells, gpu_columns
-from analysis.present.headline_tables import strategy_display
-from analysis.present.profile_tables import profile_tables
-from analysis.present.projection_tables import projection_check_table, projection_table
+from analysis.present.tables.diagnosis_tables import diagnosis_table
+from analysis.present.tables.gpu_columns import GPU_CAPTION, gpu_cells, gpu_columns
+from analysis.present.tables.headline_tables import strategy_display
+from analysis.present.tables.profile_tables import profile_tables
+from analysis.present.tables.projection_tables import projection_check_table, projection_table
 from analysis.read.files import Problem
 from analysis.read.overlap import run_cells
 

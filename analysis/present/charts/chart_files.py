@@ -26,8 +26,8 @@ def save_charts(directory: Path, analysis: Analysis, loss_tolerance: float) -> d
     report.html (the diagnosis charts are written as PNG only: their SVG stays in memory)."""
     import matplotlib
 
-    from analysis.present import charts
-    from analysis.present.html_report import figure_svg
+    from analysis.present.charts import charts
+    from analysis.present.report.html_report import figure_svg
 
     # No timestamps and no random ids in the files (matplotlib salts SVG ids at random unless
     # told otherwise): a summary of the same inputs is byte-identical.
@@ -75,7 +75,7 @@ def projection_charts(analysis: Analysis) -> list[tuple[str, str]]:
 
 
 def _projection_figures(analysis: Analysis) -> list[tuple[str, Any]]:
-    from analysis.present import charts
+    from analysis.present.charts import charts
 
     result = analysis.projection
     return [
@@ -89,7 +89,7 @@ MEMORY_CHART = "memory"
 
 
 def _memory_figures(analysis: Analysis) -> list[tuple[str, Any]]:
-    from analysis.present import charts
+    from analysis.present.charts import charts
 
     if analysis.strategy.empty or analysis.strategy["model_state_gib_mean"].isna().all():
         return []
@@ -147,7 +147,7 @@ def diagnosis_chart_links(analysis: Analysis) -> list[tuple[str, str]]:
 
 
 def _diagnosis_figures(analysis: Analysis) -> list[tuple[str, Any]]:
-    from analysis.present import charts
+    from analysis.present.charts import charts
 
     w = analysis.waterfall
     out = []

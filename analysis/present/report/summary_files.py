@@ -1,6 +1,6 @@
 """The summary folder's files: the CSV tables, summary.json, report.md, report.html and the
 charts, written into a fresh folder that replaces the previous summary whole
-(:mod:`analysis.present.outdir`)."""
+(:mod:`analysis.present.report.outdir`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 import pandas as pd
 
 from analysis.analyze import Analysis
-from analysis.present.chart_files import chart_links, start_charts
+from analysis.present.charts.chart_files import chart_links, start_charts
 from analysis.present.display import DisplayTable
-from analysis.present.html_report import report_html
-from analysis.present.outdir import write_atomically
-from analysis.present.report import report_markdown
+from analysis.present.report.html_report import report_html
+from analysis.present.report.outdir import write_atomically
+from analysis.present.report.report import report_markdown
 from analysis.read.frame import Loaded, written
 
 
