@@ -3,9 +3,6 @@ start's logs, the projected rows' intervals, and the recommendation rule in buil
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pandas as pd
 import pytest
 from analysis_helpers import REPO, make_result
