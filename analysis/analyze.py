@@ -117,7 +117,57 @@ def analyze(
     if plan is not None:
         projected = result.projection.table if result.projection is not None else None
         result.plan = make_plan(runs, scaling, plan, projection=projected, confidence=confidence)
+    result.notes += _settle_notes(result)
     return result
+
+
+def _repeats_text(m: Any, rows: str) -> str:
+    if m is None or (isinstance(m, float) and math.isnan(m)):
+        return f"repeat {rows} to size how many runs would settle it (one run has no spread)"
+    return f"about {int(m)} repeats of {rows}, at the spread measured, would settle it"
+
+
+def _settle_notes(result: Analysis) -> list[str]:
+    """Where the intervals leave a question open, what would settle it: which strategy scales
+    better (at the largest scale both ran), and the plan's choice of scale."""
+    notes: list[str] = []
+    for series, part in result.strategy.groupby("series", sort=False):
+        r = part.sort_values(["world_size", "nodes"]).iloc[-1]
+        e, lo, hi = r["efficiency"], r["efficiency_ci_low"], r["efficiency_ci_high"]
+        d, dlo, dhi = r["ddp_efficiency"], r["ddp_efficiency_ci_low"], r["ddp_efficiency_ci_high"]
+        if any(pd.isna(v) for v in (e, d)):
+            continue
+        if any(pd.isna(v) for v in (lo, hi, dlo, dhi)):
+            shape = f"{r['nodes']}x{r['devices_per_node']}"
+            notes.append(
+                f"{series} against DDP at {shape}: a scale ran once, so there is no interval "
+                "to say which scales better; repeat every scale of both (2 runs at least)."
+            )
+            continue
+        if lo > dhi or dlo > hi:
+            continue
+        shape = f"{r['nodes']}x{r['devices_per_node']}"
+        notes.append(
+            f"{series} against DDP at {shape}: the intervals overlap, so these repeats do not "
+            "settle which scales better; "
+            + _repeats_text(r["repeats_to_settle"], "every scale of both")
+            + "."
+        )
+    for a in result.plan.answers if result.plan is not None else []:
+        row = a["open"]
+        if a["settled"] or row is None:
+            continue
+        shape = f"{int(row['nodes'])}x{int(row['devices_per_node'])}"
+        how = (
+            f"measuring {shape} would settle it"
+            if row["source"] == "projected"
+            else _repeats_text(a["open_repeats"], f"{shape} and its baseline")
+        )
+        notes.append(
+            f"{a['series']}: the plan's choice is open: {shape} keeps the efficiency floor at "
+            f"the centre of its interval but not at its lower end; {how}."
+        )
+    return notes
 
 
 def _series_notes(scaling: pd.DataFrame) -> list[str]:

@@ -46,13 +46,21 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         type=_fraction,
         default=DEFAULT_FLOOR,
         metavar="F",
-        help="the efficiency the chosen scale keeps at the lower end of its interval (default 0.7)",
+        help="the efficiency per charged unit (against the baseline's) the chosen scale keeps "
+        "at the lower end of its interval, as a fraction (default 0.7)",
+    )
+    plan.add_argument(
+        "--plan-charge",
+        default="node",
+        metavar="WHAT",
+        help="what the centre charges: node (whole nodes: node-hours; the default) or device "
+        "(shared nodes: device-hours); the floor is judged on throughput per charged unit",
     )
     plan.add_argument(
         "--plan-charge-factor",
         type=float,
         metavar="F",
-        help="the centre's charge factor: charged node-hours = node-hours x F",
+        help="the centre's charge factor: charged hours = node-hours (or device-hours) x F",
     )
     plan.add_argument(
         "--plan-price",
@@ -62,7 +70,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-PLAN_ONLY = ("plan_unit", "plan_floor", "plan_charge_factor", "plan_price")
+PLAN_ONLY = ("plan_unit", "plan_floor", "plan_charge", "plan_charge_factor", "plan_price")
 
 
 def plan_request(args: argparse.Namespace, defaults: dict[str, Any]) -> PlanRequest | None:
@@ -74,7 +82,12 @@ def plan_request(args: argparse.Namespace, defaults: dict[str, Any]) -> PlanRequ
             raise ValueError(f"--{given[0].replace('_', '-')} needs --plan-work N")
         return None
     request = PlanRequest(
-        args.plan_work, args.plan_unit, args.plan_floor, args.plan_charge_factor, args.plan_price
+        args.plan_work,
+        args.plan_unit,
+        args.plan_floor,
+        args.plan_charge_factor,
+        args.plan_price,
+        args.plan_charge,
     )
     problem = request.problem()
     if problem is not None:
@@ -87,12 +100,18 @@ PLAN_FLAGS = {
     "work": "--plan-work",
     "unit": "--plan-unit",
     "floor": "--plan-floor",
+    "charge": "--plan-charge",
     "charge_factor": "--plan-charge-factor",
     "price_per_gpu_hour": "--plan-price",
 }
 
 
-TERMINAL_OMITS = ["Samples/s (mean)", "Start-up + warm-up s"]
+TERMINAL_OMITS = ["Mean samples/s", "Start-up + warm-up s", "Model state per device"]
+"""Columns report.md and report.html show and the terminal leaves out (with the per-device
+efficiency where a node is what is charged: the floor judges the node's)."""
+
+
+TERMINAL_HEADERS = {"Efficiency per node": "Eff./node", "Efficiency per device": "Eff./device"}
 
 
 def print_plan(doc: dict[str, Any]) -> None:
@@ -103,7 +122,14 @@ def print_plan(doc: dict[str, Any]) -> None:
     console = rich_console(sys.stdout)
     for s in doc.get("plan_study", []):
         # the terminal's table: the decision's columns (throughput and job costs: report.md)
-        frame = pd.DataFrame(s["rows"], columns=s["columns"]).drop(columns=TERMINAL_OMITS)
+        frame = pd.DataFrame(s["rows"], columns=s["columns"])
+        omit = [*TERMINAL_OMITS]
+        if "Efficiency per node" in frame.columns:
+            omit.append("Efficiency per device")
+        frame = frame.drop(columns=[c for c in omit if c in frame.columns])
+        # "measured (n=3)" as "n=3": the terminal's table fits 100 columns
+        frame["Source"] = frame["Source"].str.replace(r"^measured \((n=\d+)\)$", r"\1", regex=True)
+        frame = frame.rename(columns=TERMINAL_HEADERS)
         console.print()
         console.print(rich_table(display_table(s["series"], frame), narrow=True))
         text = textwrap.fill(s["answer"], width=max(40, console.width), break_on_hyphens=False)

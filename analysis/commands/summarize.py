@@ -38,6 +38,7 @@ from analysis.commands.common import (
     rich_console,
     warn,
 )
+from analysis.commands.findings_text import print_findings
 from analysis.commands.plan_options import PLAN_ONLY, add_plan_arguments, plan_request, print_plan
 from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
@@ -50,7 +51,7 @@ from analysis.compute.plan import PlanError, PlanRequest
 from analysis.present.display import DisplayTable
 from analysis.present.plan.text import study_markdown
 from analysis.present.report.outdir import check_replaceable
-from analysis.present.report.report import Settings, document, dumps
+from analysis.present.report.report import FINDINGS_SECTIONS, Settings, document, dumps
 from analysis.present.report.summary_files import csv_frames, write_outputs
 from analysis.present.tables.tables import all_tables, markdown, rich_table
 from analysis.read.frame import Loaded, load_all, written
@@ -483,9 +484,11 @@ def _print(
     """The summary on stdout in the asked ``--format``."""
     if args.format == "table" and args.wide:
         _print_tables(tables, analysis.notes)
+        print_findings(doc, [key for key, *_ in FINDINGS_SECTIONS])
         print_plan(doc)
     elif args.format == "table":
         _print_headline(analysis, loaded.failures, args.max_rows)
+        print_findings(doc)
         print_plan(doc)
     elif args.format == "markdown":
         sys.stdout.write(_markdown_all(tables, analysis.notes))
@@ -550,6 +553,7 @@ def summarize_sweep(
         args.plan_work = plan.get("work")
         args.plan_unit = plan.get("unit", args.plan_unit)
         args.plan_floor = plan.get("floor", args.plan_floor)
+        args.plan_charge = plan.get("charge", args.plan_charge)
         args.plan_charge_factor = plan.get("charge_factor")
         args.plan_price = plan.get("price_per_gpu_hour")
     return guarded(summarize, args)

@@ -20,7 +20,7 @@ from analysis.compute.groups import (
     scale_groups,
     series_labels,
 )
-from analysis.compute.stats import ratio_ci, ratio_or_nan
+from analysis.compute.stats import ratio_ci, ratio_or_nan, repeats_to_settle
 from analysis.read.frame import SCALE_KEYS, SERIES_KEYS
 
 FP32 = "32"
@@ -165,6 +165,7 @@ STRATEGY_COLUMNS = [
     "peak_mem_gib_mean",
     "ddp_peak_mem_gib_mean",
     "peak_mem_ratio",
+    "repeats_to_settle",
 ]
 
 
@@ -179,8 +180,9 @@ def strategy_table(
     at that scale against its own baseline (the scaling table's, with its interval): which
     strategy scales better; ``model_state_ratio`` other / DDP mean largest model state per
     rank (parameters, gradients, optimizer state: exact, so no interval), and
-    ``peak_mem_ratio`` the same for the GPU's training peak where both recorded it. Empty
-    when no twins exist."""
+    ``peak_mem_ratio`` the same for the GPU's training peak where both recorded it;
+    ``repeats_to_settle`` the repeats per scale that would settle which scales better at the
+    spread measured (:func:`_repeats`). Empty when no twins exist."""
     if "strategy" not in runs.columns:
         return pd.DataFrame(columns=STRATEGY_COLUMNS)
     groups = scale_groups(runs, confidence)
@@ -192,8 +194,33 @@ def strategy_table(
         row.update(_against_ddp(g, base, confidence))
         for prefix, label in (("", labels[g.series_key]), ("ddp_", labels[base.series_key])):
             row.update(_efficiency(scaling, label, g.nodes, g.devices_per_node, prefix))
+        row["repeats_to_settle"] = _repeats(groups, g, base, row)
         rows.append(row)
     return pd.DataFrame(rows, columns=STRATEGY_COLUMNS)
+
+
+def _repeats(
+    groups: list[ScaleGroup], g: ScaleGroup, twin: ScaleGroup, row: dict[str, Any]
+) -> int | None:
+    """Repeats per scale that would settle which of the two scales better: each efficiency is
+    a ratio of the group's mean throughput to its series' baseline's, so the ratio of the two
+    efficiencies rests on four groups' spreads (:func:`repeats_to_settle`). None at a
+    baseline, or where a spread is unknown (a group run once)."""
+    x, _, _ = headline_columns(g, twin)
+
+    def first(key: tuple[Any, ...]) -> ScaleGroup:
+        return min(
+            (m for m in groups if m.series_key == key), key=lambda m: (m.world_size, m.nodes)
+        )
+
+    mine, theirs = first(g.series_key), first(twin.series_key)
+    if mine is g or theirs is twin:
+        return None
+    eff, ddp = row["efficiency"], row["ddp_efficiency"]
+    if not (eff > 0 and ddp > 0):
+        return None
+    cvs = [m.stats[x].cv for m in (g, mine, twin, theirs)]
+    return repeats_to_settle(cvs, math.log(eff / ddp))
 
 
 def _against_ddp(g: ScaleGroup, base: ScaleGroup, confidence: float) -> dict[str, Any]:

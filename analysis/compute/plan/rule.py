@@ -13,7 +13,8 @@ Per series:
 * **cheapest**: least charged cost (the cost with a price, else the charged hours); *open*
   where the next cheapest scale's interval overlaps it.
 * **stops paying**: the first step up that adds charged units (nodes, or devices) whose
-  added throughput per added unit is below the floor's share of a baseline unit's.
+  added throughput per added unit is below the floor's share of what one charged unit
+  delivers at best (:func:`analysis.compute.plan.table.charged_reference`).
 * **repeats**: where a measured interval leaves a choice open, the repeats per scale that
   would settle it at the spread measured (:func:`analysis.compute.stats.repeats_to_settle`);
   a projected scale is settled by measuring it.
@@ -31,7 +32,7 @@ import pandas as pd
 from analysis.compute.plan.table import (
     PlanError,
     PlanRequest,
-    baseline_row,
+    charged_reference,
     charged_units,
     plan_table,
 )
@@ -81,12 +82,13 @@ def mark_dominated(rows: Sequence[Mapping[str, Any]], request: PlanRequest) -> l
 
 def marginal(rows: Sequence[Mapping[str, Any]], charge: str) -> list[dict[str, Any]]:
     """Each step up that adds charged units (``charge``: nodes or devices): the throughput
-    its added units deliver, per unit, as a share of a baseline unit's, with its interval
+    its added units deliver, per unit, as a share of the reference unit's
+    (:func:`charged_reference`), with its interval
     (the two throughputs' opposite ends). A scale that adds devices on the nodes already
     charged adds nothing to pay for: the next step is measured from it."""
     if not rows:
         return []
-    base = baseline_row(rows)
+    base = charged_reference(rows, charge)
     per_unit = float(base["throughput"]) / charged_units(base, charge)
     if not per_unit > 0:
         return []
@@ -105,6 +107,7 @@ def marginal(rows: Sequence[Mapping[str, Any]], charge: str) -> list[dict[str, A
             {
                 "from": prev,
                 "to": b,
+                "reference": base,
                 "added": added,
                 "added_nodes": int(b["nodes"]) - int(prev["nodes"]),
                 "added_devices": int(b["world_size"]) - int(prev["world_size"]),
@@ -130,11 +133,11 @@ def _cv(row: Mapping[str, Any], pooled: float) -> float:
 
 
 def _floor_repeats(
-    row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], floor: float
+    row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], floor: float, charge: str
 ) -> int | None:
-    """Repeats per scale (the row's and the baseline's) that would put the lower end of the
+    """Repeats per scale (the row's and the reference's) that would put the lower end of the
     row's interval above the floor, its centre staying where it is."""
-    base, pooled = baseline_row(rows), _pooled_cv(rows)
+    base, pooled = charged_reference(rows, charge), _pooled_cv(rows)
     centre = float(row["charged_efficiency"])
     if row["source"] != "measured" or row is base or not centre > floor:
         return None
@@ -210,7 +213,9 @@ def _series_answer(rows: list[dict[str, Any]], request: PlanRequest) -> dict[str
         "fastest": chosen,
         "settled": chosen is not None and not unsure and contender is None,
         "open": open_row,
-        "open_repeats": _floor_repeats(open_row, rows, request.floor) if open_row else None,
+        "open_repeats": (
+            _floor_repeats(open_row, rows, request.floor, request.charge) if open_row else None
+        ),
         "cheapest": cheapest,
         "cheapest_rival": rival,
         "cheapest_repeats": rival_repeats,

@@ -22,9 +22,11 @@ What is charged (:attr:`PlanRequest.charge`): whole nodes (``node``: node-hours,
 as on sites that allocate nodes exclusively) or devices (``device``: device-hours, shared
 nodes); times the centre's charge factor where one is given. A price turns charged hours into
 money: a device-hour's price, a node charged as the most devices a scale of the series uses
-on one node. ``charged_efficiency`` is the throughput per charged unit against the
-baseline's: under node charging a node's second device is free, so 1x2 can clear a floor
-that 1x2's per-device efficiency would not. :mod:`.rule` decides from it.
+on one node. ``charged_efficiency`` is the throughput per charged unit against what one
+charged unit delivers at best, measured (:func:`charged_reference`): under node charging the
+best measured single-node scale, so that 1x1 on a 2-device node (charged the whole node,
+using half of it) keeps 50% and 1x2 100%, and a scale of several nodes is judged against a
+node used well, not against a lone device. :mod:`.rule` decides from it.
 
 ``steps`` plans the same training at every scale: optimizer steps at the baseline's global
 batch, in samples (under weak scaling a larger scale takes those samples in fewer, larger
@@ -42,6 +44,7 @@ import pandas as pd
 
 from analysis.compute.groups import series_scale_groups
 from analysis.compute.plan.memory import memory_columns
+from analysis.compute.stats import ratio_ci
 
 UNITS = ("samples", "tokens", "steps")
 CHARGES = ("node", "device")
@@ -223,6 +226,7 @@ def _measured_rows(
                     "warmup_cost_s": warm,
                     "samples_per_step": float(g.rows["global_batch_size"].astype(float).mean()),
                     "_rows": g.rows,
+                    "_stats": s,
                 }
             )
     return out
@@ -285,15 +289,42 @@ def charged_units(row: Mapping[str, Any], charge: str) -> int:
     return int(row["nodes"]) if charge == "node" else int(row["world_size"])
 
 
-def _charged(row: Mapping[str, Any], base: Mapping[str, Any], charge: str) -> dict[str, float]:
-    """The row's efficiency per charged unit against the baseline's (the per-device
-    efficiency x the devices a charged unit holds here over the baseline's)."""
-    ratio = (int(row["world_size"]) / charged_units(row, charge)) / (
-        int(base["world_size"]) / charged_units(base, charge)
+def charged_reference(rows: Sequence[Mapping[str, Any]], charge: str) -> Mapping[str, Any]:
+    """What a charged unit delivers at best, measured: among the measured scales on the
+    fewest charged units (one node; one device), the one with the highest throughput. Under
+    node charging that is a node used as well as it was measured (not a 1-device run that
+    leaves the rest of its node idle but is charged for all of it); under device charging,
+    the series' baseline device."""
+    measured = [r for r in rows if r["source"] == "measured"]
+    fewest = min(charged_units(r, charge) for r in measured)
+    return max(
+        (r for r in measured if charged_units(r, charge) == fewest),
+        key=lambda r: (float(r["throughput"]), -int(r["world_size"])),
     )
+
+
+def _charged(row: Mapping[str, Any], ref: Mapping[str, Any], charge: str) -> dict[str, float]:
+    """The row's throughput per charged unit against the reference's
+    (:func:`charged_reference`). A measured row's interval is the ratio of the two groups'
+    means' (:func:`analysis.compute.stats.ratio_ci`, as the scaling table's efficiencies);
+    a projected row's is its efficiency's prediction interval, in proportion."""
+    per_ref = float(ref["throughput"]) / charged_units(ref, charge)
+    units = charged_units(row, charge)
+    centre = float(row["throughput"]) / units / per_ref if per_ref > 0 else math.nan
+    if row is ref:
+        low = high = math.nan
+    elif row["source"] == "measured":
+        _, lo, hi = ratio_ci(row["_stats"], ref["_stats"])
+        rel = charged_units(ref, charge) / units
+        low, high = lo * rel, hi * rel
+    else:
+        e = float(row["efficiency"])
+        low = centre * float(row["efficiency_low"]) / e if e > 0 else math.nan
+        high = centre * float(row["efficiency_high"]) / e if e > 0 else math.nan
     return {
-        f"charged_efficiency{end}": float(row[f"efficiency{end}"]) * ratio
-        for end in ("", "_low", "_high")
+        "charged_efficiency": centre,
+        "charged_efficiency_low": low,
+        "charged_efficiency_high": high,
     }
 
 
@@ -324,13 +355,14 @@ def _series_rows(rows: list[dict[str, Any]], request: PlanRequest) -> list[dict[
     the same at every scale (``steps`` at the baseline's global batch)."""
     rows = sorted(rows, key=lambda r: (int(r["world_size"]), int(r["nodes"])))
     base = baseline_row(rows)
+    ref = charged_reference(rows, request.charge)
     work = work_in_samples(request, base["_rows"], base["series"])
     if request.unit == "steps":
         work *= float(base["samples_per_step"])
     node_devices = max(int(r["devices_per_node"]) for r in rows)
     memory = memory_columns(rows)
     return [
-        {**r, **_costs(r, request, work, node_devices), **_charged(r, base, request.charge), **m}
+        {**r, **_costs(r, request, work, node_devices), **_charged(r, ref, request.charge), **m}
         for r, m in zip(rows, memory, strict=True)
     ]
 

@@ -92,7 +92,7 @@ def _memory(r: Mapping[str, Any]) -> str:
 def _note(r: Mapping[str, Any], chosen: Mapping[str, Any] | None) -> str:
     by = dominated_by(r)
     if by is not None:
-        return f"dominated by {by}"
+        return f"beaten by {by}"
     return "chosen" if chosen is not None and scale(r) == scale(chosen) else ""
 
 
@@ -112,21 +112,22 @@ def table_rows(
         line = {
             "Scale": scale(r),
             "Source": r["source"] + (f" (n={int(r['n'])})" if r["source"] == "measured" else ""),
-            "Efficiency/device [interval]": _efficiency(r),
+            "Efficiency per device": _efficiency(r),
         }
         if request.charge == "node":
-            line["Efficiency/node [interval]"] = _efficiency(r, "charged_efficiency")
+            line["Efficiency per node"] = _efficiency(r, "charged_efficiency")
         line |= {
-            "Samples/s (mean)": f"{float(r['throughput']):,.4g}",
+            "Mean samples/s": f"{float(r['throughput']):,.4g}",
             "Start-up + warm-up s": f"{float(r['startup_s']) + float(r['warmup_cost_s']):.1f}",
-            "Time to train h": f"{amount(r['time_h'])} {_interval(r, 'time_low_h', 'time_high_h')}",
+            "Time to train (h)": f"{amount(r['time_h'])} "
+            f"{_interval(r, 'time_low_h', 'time_high_h')}",
             _charged_label(request): f"{amount(r['charged_hours'])} "
             f"{_interval(r, 'charged_hours_low', 'charged_hours_high')}",
         }
         if request.price_per_gpu_hour:
             line["Cost"] = f"{amount(r['cost'])} {_interval(r, 'cost_low', 'cost_high')}"
         if memory:
-            line["Model state/device"] = _memory(r)
+            line["Model state per device"] = _memory(r)
         line["Note"] = _note(r, chosen)
         out.append(line)
     return pd.DataFrame(out)
@@ -276,8 +277,8 @@ def _stops(a: Mapping[str, Any], request: PlanRequest) -> str:
     s, unit, floor = a["stops_paying"], unit_word(request), _pct(request.floor)
     if s is None:
         return (
-            f"Every step up that adds {unit}s, to the largest scale planned, adds {unit}s that "
-            f"each deliver at least {floor} of a baseline {unit}'s throughput: the marginal "
+            f"Every step up to the largest scale planned adds {unit}s that each deliver at "
+            f"least {floor} of what one {unit} delivers at its best measured: the marginal "
             f"{unit} still pays."
         )
     lo, hi = float(s["marginal_low"]), float(s["marginal_high"])
@@ -298,8 +299,8 @@ def _stops(a: Mapping[str, Any], request: PlanRequest) -> str:
     each = "that delivers" if n == 1 else "that each deliver"
     return (
         f"The marginal {unit} stops paying beyond {scale(s['from'])}: going to {_where(s['to'])} "
-        f"adds {added} {each} {_pct(s['marginal'])}{band} of a baseline {unit}'s "
-        f"throughput, under the {floor} floor ({how})."
+        f"adds {added} {each} {_pct(s['marginal'])}{band} of what one {unit} delivers "
+        f"in {scale(s['reference'])}, under the {floor} floor ({how})."
     )
 
 

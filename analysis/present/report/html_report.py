@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.compute.metrics import efficiency_column
 from analysis.present.display import DisplayTable, devices_header, sig, with_ci
+from analysis.present.report.report import FINDINGS_SECTIONS
 
 CSS = """
 :root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --head: #f3f5f7; --alt: #fafbfc;
@@ -175,7 +176,7 @@ def headline_table(doc: dict[str, Any]) -> DisplayTable | None:
         dev,
         "Nodes",
         "n",
-        "Throughput (samples/s)",
+        "Mean throughput (samples/s)",
         "Speedup [95% CI]",
         "Efficiency [95% CI]",
         "Parity",
@@ -343,18 +344,13 @@ def report_html(
         items = "".join(f"<li>{_e(n)}</li>" for n in doc["notes"])
         notes = f'<h2>Read this first</h2>\n<ul class="notes">{items}</ul>'
         sections.append(("notes", "Read this first", notes))
-    if doc.get("diagnosis_findings"):
-        findings = "<h2>Where the efficiency went, in words</h2>" + "".join(
-            f'\n<h3>{_e(f["series"])}</h3>\n<p class="finding">{_e(f["text"])}</p>'
-            for f in doc["diagnosis_findings"]
-        )
-        sections.append(("findings", "In words", findings))
-    if doc.get("projection_findings"):
-        projected = "<h2>Projection, in words</h2>" + "".join(
-            f'\n<h3>{_e(f["series"])}</h3>\n<p class="finding">{_e(f["text"])}</p>'
-            for f in doc["projection_findings"]
-        )
-        sections.append(("projection", "Projection", projected))
+    for key, anchor, heading, label in FINDINGS_SECTIONS:
+        if doc.get(key):
+            inner = f"<h2>{_e(heading)}</h2>" + "".join(
+                f'\n<h3>{_e(f["series"])}</h3>\n<p class="finding">{_e(f["text"])}</p>'
+                for f in doc[key]
+            )
+            sections.append((anchor, label, inner))
     study = _study_html(doc)
     if study:
         sections.append(("plan", "Scaling study", study))

@@ -288,6 +288,16 @@ def _environment_md(env: dict[str, Any]) -> list[str]:
     return lines
 
 
+FINDINGS_SECTIONS = (
+    ("diagnosis_findings", "findings", "Where the efficiency went, in words", "In words"),
+    ("strategy_findings", "strategy", "Sharded (FSDP) vs DDP, in words", "FSDP vs DDP"),
+    ("projection_findings", "projection", "Projection, in words", "Projection"),
+)
+"""The paragraphs per series, in page order: (summary.json's key, report.html's anchor, the
+heading, report.html's navigation label). report.md, report.html and the terminal each walk
+this one list, so a paragraph cannot be in one and missing from another."""
+
+
 def report_markdown(
     *,
     doc: dict[str, Any],
@@ -311,18 +321,11 @@ def report_markdown(
     ]
     if doc["notes"]:
         out += ["## Read this first", "", *(f"- {n}" for n in doc["notes"]), ""]
-    if doc.get("diagnosis_findings"):
-        out += ["## Where the efficiency went, in words", ""]
-        for item in doc["diagnosis_findings"]:
-            out += [f"### {item['series']}", "", item["text"], ""]
-    if doc.get("strategy_findings"):
-        out += ["## Sharded (FSDP) vs DDP, in words", ""]
-        for item in doc["strategy_findings"]:
-            out += [f"### {item['series']}", "", item["text"], ""]
-    if doc.get("projection_findings"):
-        out += ["## Projection, in words", ""]
-        for item in doc["projection_findings"]:
-            out += [f"### {item['series']}", "", item["text"], ""]
+    for key, _, heading, _ in FINDINGS_SECTIONS:
+        if doc.get(key):
+            out += [f"## {heading}", ""]
+            for item in doc[key]:
+                out += [f"### {item['series']}", "", item["text"], ""]
     out += study_markdown(doc)
     if charts:
         out += ["## Charts", ""]

@@ -5,6 +5,7 @@ as a table and in words."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
@@ -51,7 +52,7 @@ def headline_tables(analysis: Analysis) -> list[DisplayTable]:
     columns = [
         "Shape",
         "n",
-        "Samples/s",
+        "Mean samples/s",
         "Speedup [95% CI]",
         "Efficiency [95% CI]",
         "Most lost (pts)",
@@ -83,7 +84,13 @@ def headline_tables(analysis: Analysis) -> list[DisplayTable]:
                 "headline",
                 str(series),
                 pd.DataFrame(rows, columns=columns, dtype="object"),
-                right={"n", "Samples/s", "Speedup [95% CI]", "Efficiency [95% CI]", "Model state"},
+                right={
+                    "n",
+                    "Mean samples/s",
+                    "Speedup [95% CI]",
+                    "Efficiency [95% CI]",
+                    "Model state",
+                },
             )
         )
     result = analysis.projection
@@ -208,8 +215,12 @@ def strategy_findings(analysis: Analysis) -> list[dict[str, str]]:
             verdict = f"At {shape} the efficiency of one of the two is not known."
         else:
             better = "FSDP" if eff > base else "DDP"
-            apart = r["efficiency_ci_low"] > r["ddp_efficiency_ci_high"] or (
-                r["ddp_efficiency_ci_low"] > r["efficiency_ci_high"]
+            bounds = ("efficiency_ci_low", "efficiency_ci_high")
+            bounds += tuple(f"ddp_{b}" for b in bounds)
+            unknown = any(is_missing(r[b]) for b in bounds)
+            apart = not unknown and (
+                r["efficiency_ci_low"] > r["ddp_efficiency_ci_high"]
+                or r["ddp_efficiency_ci_low"] > r["efficiency_ci_high"]
             )
             verdict = (
                 f"At {shape}, FSDP keeps "
@@ -217,10 +228,13 @@ def strategy_findings(analysis: Analysis) -> list[dict[str, str]]:
                 f"efficiency against DDP's "
                 f"{with_ci(base, r['ddp_efficiency_ci_low'], r['ddp_efficiency_ci_high'], '%')}"
                 + (
-                    f": {better} scales better on this cluster."
+                    f": {better} is ahead at the centres; a scale ran once, so there is no "
+                    "interval to settle which scales better: repeat every scale of both."
+                    if unknown
+                    else f": {better} scales better on this cluster."
                     if apart
                     else f": {better} is ahead, but the intervals overlap: these repeats do "
-                    "not settle which scales better."
+                    "not settle which scales better" + _settle(r["repeats_to_settle"])
                 )
             )
         speed = with_ci(r["speed_ratio"], r["speed_ratio_ci_low"], r["speed_ratio_ci_high"])
@@ -255,8 +269,47 @@ def _why(analysis: Analysis, series: str, ddp: str, nodes: int, dpn: int) -> str
     if not diffs:
         return "Why is not known: the parts were not recorded for both."
     part = max(diffs, key=lambda p: abs(diffs[p]))
+    lo, hi = _difference_interval(a, b, part)
+    said = (
+        f"{SHORT_PARTS[part]} costs FSDP {a[f'{part}_pts_mean']:.1f} points of efficiency "
+        f"and DDP {b[f'{part}_pts_mean']:.1f}"
+    )
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return (
+            f"The parts cannot say why yet: the largest difference, {said}, has no interval "
+            "(a scale ran once)."
+        )
+    if lo <= 0 <= hi:
+        return (
+            f"The parts' differences are within noise: the largest, {said}, differs by "
+            f"{diffs[part]:+.1f} points [{lo:+.1f}, {hi:+.1f}], an interval that includes zero."
+        )
     return (
-        f"The parts say why: {SHORT_PARTS[part]} costs FSDP {a[f'{part}_pts_mean']:.1f} "
-        f"points of efficiency and DDP {b[f'{part}_pts_mean']:.1f}, the largest difference "
-        "between them."
+        f"The parts say why: {said}, the largest difference between them "
+        f"({diffs[part]:+.1f} points [{lo:+.1f}, {hi:+.1f}])."
+    )
+
+
+def _difference_interval(a: Any, b: Any, part: str) -> tuple[float, float]:
+    """The interval of FSDP's points minus DDP's for one part: the difference of the means
+    -/+ the two intervals' half-widths added in quadrature (independent groups); NaN where
+    either has none."""
+    halves = []
+    for r in (a, b):
+        low, high = r[f"{part}_pts_ci_low"], r[f"{part}_pts_ci_high"]
+        if is_missing(low) or is_missing(high):
+            return math.nan, math.nan
+        halves.append((float(high) - float(low)) / 2)
+    diff = float(a[f"{part}_pts_mean"]) - float(b[f"{part}_pts_mean"])
+    half = math.hypot(*halves)
+    return diff - half, diff + half
+
+
+def _settle(repeats: Any) -> str:
+    """``; about 9 repeats per scale …`` (the sentence's end), or ``.`` where not known."""
+    if is_missing(repeats):
+        return "."
+    return (
+        f"; about {int(repeats)} repeats per scale of both, at the spread measured, would "
+        "settle it."
     )

@@ -206,7 +206,7 @@ def _speedup_table(series: Any, part: pd.DataFrame) -> DisplayTable:
             dev,
             "Nodes",
             "n",
-            "Throughput (samples/s)",
+            "Mean throughput (samples/s)",
             "Karp-Flatt e",
             "MFU",
             "Whole-training speedup",
@@ -222,7 +222,7 @@ def _speedup_table(series: Any, part: pd.DataFrame) -> DisplayTable:
 def _speedup_columns(dev: str, weak: bool, with_mfu: bool) -> list[str]:
     """Weak scaling: scaled speedup and per-device efficiency; strong: speedup, parallel
     efficiency and Karp-Flatt. Both: the scale first, convergence parity last."""
-    scale = [dev, "Nodes", "n", "Throughput (samples/s)"]
+    scale = [dev, "Nodes", "n", "Mean throughput (samples/s)"]
     mfu = ["MFU"] if with_mfu else []
     parity = ["Val loss vs base", "Val acc vs base", "Parity"]
     if weak:
