@@ -63,6 +63,7 @@ UNLESS_RECORDED: dict[str, Any] = {
     "strategy": "ddp",
     "model_state_gib_max": None,
     "reserved_peak_gib_max": None,
+    "device_memory_gib": None,
     "sharding": None,
 }
 """Columns a written table (JSON, CSV) carries only where some row holds more than this
@@ -147,6 +148,7 @@ RUN_COLUMNS: dict[str, str] = {
     "peak_host_rss_gib_max": "float64",
     "model_state_gib_max": "float64",
     "reserved_peak_gib_max": "float64",
+    "device_memory_gib": "float64",
     "model_flops_per_sample": "float64",
     "mfu": "float64",
     "warmup_steps": "Int64",
@@ -229,6 +231,13 @@ def _max(values: Sequence[float] | None) -> float | None:
     return max(finite) if finite else None
 
 
+def _min(values: Any) -> float | None:
+    if not isinstance(values, list):
+        return None
+    finite = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return min(finite) if finite else None
+
+
 def _gpu_figures(diagnosis: Any) -> dict[str, float | None]:
     """NVML's steady-state utilisation (mean over the run's sampled GPUs) and the share of
     compute the GPUs idled (the compute split's mean); None where not recorded."""
@@ -248,8 +257,9 @@ def _gpu_figures(diagnosis: Any) -> dict[str, float | None]:
 
 
 def _memory_figures(memory: Any) -> dict[str, float | None]:
-    """The largest model state any rank held (GiB) and, on GPUs, the largest reserved peak;
-    None where not recorded (older records, the reserved peak off CUDA)."""
+    """The largest model state any rank held (GiB) and, on GPUs, the largest reserved peak
+    and the smallest device's memory (GiB); None where not recorded (older records, the
+    reserved peak and device memory off CUDA)."""
     m = memory if isinstance(memory, dict) else {}
     state = m.get("model_state_bytes")
     numbers = [v for v in state or () if isinstance(v, (int, float))]
@@ -257,6 +267,7 @@ def _memory_figures(memory: Any) -> dict[str, float | None]:
     return {
         "model_state_gib_max": max(numbers) / 2**30 if numbers else None,
         "reserved_peak_gib_max": _max(reserved) if isinstance(reserved, list) else None,
+        "device_memory_gib": _min(m.get("device_memory_gib")),
     }
 
 

@@ -237,7 +237,8 @@ class ResultRecord:
     """Memory per rank, in rank order: the model state this rank holds (``model_state_bytes``,
     and its parts ``parameter_bytes``, ``gradient_bytes``, ``optimizer_state_bytes``: local
     shards under FSDP, counted from the tensors, exact on any device), and on GPUs training's
-    ``reserved_peak_gib`` (the allocator's cache included), ``alloc_retries`` and ``ooms``
+    ``reserved_peak_gib`` (the allocator's cache included), ``alloc_retries``, ``ooms`` and
+    ``device_memory_gib`` (the device's total memory; absent in records made before it)
     (None elsewhere, ``allocator_reason`` says why). None in older records."""
     sharding: dict[str, Any] | None = None
     """Under ``strategy: fsdp``, the sharding applied: ``applied_by`` (scalescope, a wrap

@@ -202,7 +202,8 @@ def _series_answer(rows: list[dict[str, Any]], request: PlanRequest) -> dict[str
                 [_cv(cheapest, pooled), _cv(rival, pooled)], math.log(ratio)
             )
     open_row = contender if contender is not None else (chosen if unsure else None)
-    stop = next((s for s in marginal(rows, request.charge) if s["marginal"] < request.floor), None)
+    steps = marginal(rows, request.charge)
+    stop = next((s for s in steps if s["marginal"] < request.floor), None)
     if stop is not None:
         high = float(stop["marginal_high"])
         stop = {**stop, "settled": math.isfinite(high) and high < request.floor}
@@ -221,6 +222,7 @@ def _series_answer(rows: list[dict[str, Any]], request: PlanRequest) -> dict[str
         "cheapest_repeats": rival_repeats,
         "dominated": [r for r in rows if dominated_by(r) is not None],
         "stops_paying": stop,
+        "adds_units": bool(steps),
         "has_projection": bool(projected),
         "no_projected_clears": bool(projected)
         and not any(lower_end(r) >= request.floor for r in projected),

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -80,7 +81,9 @@ def _draw(ax, rows: pd.DataFrame, x: str, style: dict) -> None:  # type: ignore[
 
 def _place_labels(ax, fig: Figure, points: Sequence[tuple[float, float, str]]) -> None:  # type: ignore[no-untyped-def]
     """Each label at the first offset whose box overlaps no label placed before it and no
-    point (boxes estimated from the text's length at the font's size)."""
+    point (boxes estimated from the text's length at the font's size). The layout is drawn
+    once first (on Agg, which needs no display), so the points sit where they will be saved."""
+    FigureCanvasAgg(fig)
     fig.canvas.draw()
     to_px = ax.transData.transform
     scale = fig.dpi / 72.0

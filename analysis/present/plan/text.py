@@ -275,6 +275,8 @@ def _cheapest(a: Mapping[str, Any], request: PlanRequest) -> str:
 
 def _stops(a: Mapping[str, Any], request: PlanRequest) -> str:
     s, unit, floor = a["stops_paying"], unit_word(request), _pct(request.floor)
+    if s is None and not a["adds_units"]:
+        return f"No scale planned adds a {unit} to another: there is no marginal {unit} to judge."
     if s is None:
         return (
             f"Every step up to the largest scale planned adds {unit}s that each deliver at "
@@ -438,6 +440,11 @@ def plan_study(plan: PlanResult, scaling: pd.DataFrame, runs: pd.DataFrame) -> l
     return study
 
 
+def table_heading(scaling_mode: str) -> str:
+    """The line above the study's table: ``Strong-scaling table:``."""
+    return f"{'Weak' if scaling_mode == 'weak' else 'Strong'}-scaling table:"
+
+
 def study_markdown(doc: Mapping[str, Any]) -> list[str]:
     """report.md's "Scaling study" section, no line wider than :data:`WIDTH`."""
     if not doc.get("plan_study"):
@@ -448,9 +455,8 @@ def study_markdown(doc: Mapping[str, Any]) -> list[str]:
 
     out = ["## Scaling study", ""]
     for s in doc["plan_study"]:
-        kind = "Weak" if s["scaling_mode"] == "weak" else "Strong"
         out += [f"### {s['series']}", "", *fill(s["answer"]), ""]
-        out += [f"{kind}-scaling table:", ""]
+        out += [table_heading(s["scaling_mode"]), ""]
         out += markdown_table(pd.DataFrame(s["rows"], columns=s["columns"]))
         out += ["", *fill(s["chosen"]), "", *fill(s["method"]), ""]
     return out

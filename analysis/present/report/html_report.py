@@ -308,7 +308,7 @@ def _study_html(doc: dict[str, Any]) -> str:
     """report.html's "Scaling study" section's inner HTML ("" without a plan)."""
     if not doc.get("plan_study"):
         return ""
-    from analysis.present.plan.text import display_table
+    from analysis.present.plan.text import display_table, table_heading
 
     parts = ["<h2>Scaling study</h2>"]
     for s in doc["plan_study"]:
@@ -316,6 +316,7 @@ def _study_html(doc: dict[str, Any]) -> str:
         parts += [
             f"<h3>{_e(s['series'])}</h3>",
             f'<p class="finding">{_e(s["answer"])}</p>',
+            f"<p>{_e(table_heading(s['scaling_mode']))}</p>",
             html_table(display_table(s["series"], frame)),
             f'<p class="finding">{_e(s["chosen"])}</p>',
             f'<p class="finding">{_e(s["method"])}</p>',

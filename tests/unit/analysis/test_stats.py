@@ -7,11 +7,20 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from analysis.compute.stats import below_test, ratio_ci, summarize, t_ppf, t_sf, welch_test
+from analysis.compute.stats import (
+    REPEATS_CAP,
+    below_test,
+    ratio_ci,
+    repeats_to_settle,
+    summarize,
+    t_ppf,
+    t_sf,
+    welch_test,
+)
 
 positive = st.floats(min_value=1e-2, max_value=1e5, allow_nan=False, allow_infinity=False)
 
@@ -83,6 +92,9 @@ def test_t_quantile_matches_scipy(df: float, q: float) -> None:
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # scipy on near-identical samples
 @given(st.lists(positive, min_size=2, max_size=8), st.lists(positive, min_size=2, max_size=8))
 def test_welch_matches_scipy(a: list[float], b: list[float]) -> None:
+    # two constant samples: scipy's variance is rounding noise (1e-24 for 43691.1, thrice),
+    # which it turns into an arbitrary p-value; there is no spread to test
+    assume(len(set(a)) > 1 or len(set(b)) > 1)
     ours = welch_test(a, b)
     ref = sps.ttest_ind(a, b, equal_var=False)
     assume(math.isfinite(ref.pvalue))  # scipy gives NaN when both samples are constant
@@ -100,3 +112,41 @@ def test_below_test_is_scipys_one_sided_t_test_on_logs(values: list[float], boun
     assert (ours.p_value < 0.05) == (ours.upper < bound) or math.isclose(
         ours.upper, bound, rel_tol=1e-9
     )
+
+
+# --- repeats that would settle a comparison ---------------------------------------------------
+
+
+def _settles(cvs: list[float], margin: float, m: int) -> bool:
+    s2 = sum(c * c for c in cvs)
+    s4 = sum(c**4 for c in cvs)
+    df = (m - 1) * s2 * s2 / s4
+    return t_ppf(0.975, df) * math.sqrt(s2 / m) < margin
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cvs=st.lists(st.floats(min_value=1e-3, max_value=0.5), min_size=2, max_size=4),
+    margin=st.floats(min_value=1e-3, max_value=2.0),
+)
+def test_repeats_to_settle_is_the_fewest_that_do(cvs: list[float], margin: float) -> None:
+    m = repeats_to_settle(cvs, margin)
+    if m is None:
+        assert not _settles(cvs, margin, REPEATS_CAP)
+        return
+    assert _settles(cvs, margin, m)
+    assert m == 2 or not _settles(cvs, margin, m - 1)
+    # a wider margin never needs more; a larger spread never fewer
+    wider = repeats_to_settle(cvs, margin * 1.5)
+    assert wider is not None and wider <= m
+    noisier = repeats_to_settle([c * 1.5 for c in cvs], margin)
+    assert noisier is None or noisier >= m
+
+
+def test_repeats_to_settle_matches_a_hand_case() -> None:
+    """Two groups of 5% spread, a 10% gap (log 0.0953): 3 runs leave t(0.975, 4) x
+    sqrt(0.005 / 3) = 0.113 > 0.0953; 4 runs give t(0.975, 6) x sqrt(0.005 / 4) = 0.0865."""
+    assert repeats_to_settle([0.05, 0.05], math.log(1.1)) == 4
+    assert repeats_to_settle([0.05, math.nan], 0.1) is None
+    assert repeats_to_settle([0.05, 0.05], 0.0) is None
+    assert repeats_to_settle([0.0, 0.0], 0.1) == 2

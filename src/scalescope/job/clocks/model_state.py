@@ -60,9 +60,10 @@ def _reshard(module: Any) -> None:
             unit.reshard()
 
 
-def allocator_counters(device: Any) -> dict[str, int] | None:
+def allocator_counters(device: Any) -> dict[str, Any] | None:
     """The CUDA allocator's allocation retries (it freed its cache to satisfy a request) and
-    out-of-memory errors since the process started; None off CUDA."""
+    out-of-memory errors since the process started, and the device's memory (GiB: what a
+    plan checks a model state against); None off CUDA."""
     import torch
 
     if getattr(device, "type", None) != "cuda":
@@ -71,6 +72,7 @@ def allocator_counters(device: Any) -> dict[str, int] | None:
     return {
         "alloc_retries": int(stats.get("num_alloc_retries", 0)),
         "ooms": int(stats.get("num_ooms", 0)),
+        "device_memory_gib": torch.cuda.get_device_properties(device).total_memory / 2**30,
     }
 
 
@@ -89,8 +91,8 @@ def memory_section(
     per_rank: list[dict[str, Any]], reserved_gib: list[float] | None, accelerator: str
 ) -> dict[str, Any] | None:
     """The record's ``memory``: per rank (rank order) the model state's bytes and its parts,
-    and on GPUs training's reserved peak, allocation retries and OOMs (None elsewhere, with
-    the reason). None where no rank measured its model state."""
+    and on GPUs training's reserved peak, allocation retries, OOMs and the device's memory
+    (None elsewhere, with the reason). None where no rank measured its model state."""
     parts = [r.get("model_state") for r in per_rank]
     if any(p is None for p in parts):
         return None
@@ -100,5 +102,6 @@ def memory_section(
     out["reserved_peak_gib"] = reserved_gib if on_gpu else None
     out["alloc_retries"] = [p["alloc_retries"] for p in parts] if on_gpu else None
     out["ooms"] = [p["ooms"] for p in parts] if on_gpu else None
+    out["device_memory_gib"] = [p.get("device_memory_gib") for p in parts] if on_gpu else None
     out["allocator_reason"] = None if on_gpu else f"a {accelerator} run: no CUDA allocator to read"
     return out
