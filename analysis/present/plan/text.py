@@ -217,11 +217,12 @@ def _fastest(a: Mapping[str, Any], request: PlanRequest) -> str:
             + "."
         )
     else:
-        judged = (
-            "at the lower end of its interval"
-            if _has_interval(f)
-            else "(no interval: judged on its centre)"
-        )
+        if _has_interval(f):
+            judged = "at the lower end of its interval"
+        elif f["source"] == "measured" and int(f["n"]) >= 2:
+            judged = f"(the reference: what one {unit} delivers at its best measured)"
+        else:
+            judged = "(no interval: judged on its centre)"
         text = f"The fastest scale that keeps the {floor} floor per {unit} {judged} is {head}"
         if a["open"] is not None:
             o = a["open"]
