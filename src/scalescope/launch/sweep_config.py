@@ -55,29 +55,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import (
-    Precision,
-    Strategy,
     TrainConfig,
     check_one_step,
     check_workload,
     load_train_config,
     merge,
     name_route,
-    read_yaml,
     resolve_batch,
 )
 from ..errors import ConfigError
-from ..schema import (
-    UnknownKeyError,
-    below_one,
-    build,
-    check_axis,
-    non_negative,
-    option,
-    positive,
-    set_dotted,
-)
-from .plan_spec import PlanSpec
+from ..schema import UnknownKeyError, set_dotted
 from .resources import (
     GpuCounter,
     Resources,
@@ -87,6 +74,9 @@ from .resources import (
     may_use_gpus,
     slurm_resources,
 )
+from .sweep_file import NAME, SweepConfig, load_sweep_config
+
+__all__ = ["ShapePlan", "SweepConfig", "SweepPlan", "load_sweep_config", "plan_sweep"]
 
 if TYPE_CHECKING:
     from .cluster import ClusterProfile
@@ -102,106 +92,6 @@ SWEEP_OWNED_KEYS = (
     "cluster",
     "repeat_index",
 )
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    name: str = option(
-        help="sweep family: prefix of the sweep id and the Comet project "
-        "(unless the overrides set tracking.project)"
-    )
-    train_config: str = option(
-        help="train config YAML, relative to the sweep file's folder (or absolute)"
-    )
-    shapes: list[Shape] = option(help="list of {nodes, devices_per_node}; one job per repeat")
-    overrides: dict[str, Any] = option(
-        {}, help="dotted train-config keys applied to every run, e.g. trainer.max_epochs: 3"
-    )
-    precisions: list[Precision] | None = option(
-        None,
-        help='run every shape at each of these trainer.precision values (e.g. ["32", '
-        '"bf16-mixed"]); null = the train config\'s precision',
-    )
-    accumulate_grad_batches: list[int] | None = option(
-        None,
-        help="run every shape at each of these trainer.accumulate_grad_batches values (e.g. "
-        "[1, 4]: the effect of gradient accumulation on efficiency at each scale); null = "
-        "the train config's",
-    )
-    strategies: list[Strategy] | None = option(
-        None,
-        help="run every shape under each of these trainer.strategy values (e.g. [ddp, "
-        "fsdp]: one series each in the summary, compared); null = the train config's",
-    )
-    repeats: int = option(
-        3,
-        help="runs per shape, submitted round by round (every shape once per round)",
-        check=positive,
-    )
-    profile_repeat: int | None = option(
-        None,
-        help="profile this repeat (0-based) of every shape only: the trainer.profile "
-        "overrides apply to it, every other repeat runs with trainer.profile.steps=0, so "
-        "its timings stay clean; null = every repeat as the overrides say",
-        check=non_negative,
-    )
-    order_seed: int | None = option(
-        None,
-        help="seed of the shuffled shape order within each round; null = a random one "
-        "(recorded in sweep.json)",
-    )
-    timeout_min: int | None = option(
-        None, help="time limit per job in minutes; null = the cluster profile's", check=positive
-    )
-    project_nodes: list[int] | None = option(
-        None,
-        help="the summary projects each series to these node counts (e.g. [2, 4, 8]: "
-        "`python -m analysis.summarize --project 2,4,8`); null = no projection",
-    )
-    plan: PlanSpec | None = option(
-        None,
-        help="the summary plans this training, e.g. {work: 2e11, unit: tokens} (`python -m "
-        "analysis.summarize --plan-work 2e11 --plan-unit tokens`); null = no plan",
-    )
-
-    def validate(self, where: str) -> None:
-        if not _NAME.match(self.name):
-            raise ConfigError(
-                f"name: use letters, digits, '.', '_' and '-' only (it names folders), got "
-                f"{self.name!r}"
-            )
-        if not self.shapes:
-            raise ConfigError("shapes: the list is empty; add e.g. {nodes: 1, devices_per_node: 1}")
-        seen: set[str] = set()
-        for shape in self.shapes:
-            if shape.label in seen:
-                raise ConfigError(f"shapes: {shape.label} is listed twice; use repeats instead")
-            seen.add(shape.label)
-        if self.precisions is not None:
-            check_axis("precisions", self.precisions)
-        if self.strategies is not None:
-            check_axis("strategies", self.strategies)
-        if self.project_nodes is not None:
-            check_axis(
-                "project_nodes", self.project_nodes, bad=below_one, wanted="a node count >= 1"
-            )
-        if self.accumulate_grad_batches is not None:
-            check_axis(
-                "accumulate_grad_batches",
-                self.accumulate_grad_batches,
-                bad=below_one,
-                wanted="a count >= 1",
-            )
-
-
-def load_sweep_config(path: str | os.PathLike[str]) -> SweepConfig:
-    data = read_yaml(path, what="sweep config")
-    try:
-        return build(SweepConfig, data)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -367,7 +257,7 @@ def plan_sweep(
     train_path = _train_config_path(sweep, sweep_path)
     overrides, routes = _overrides(sweep, sweep_path, extra_overrides)
     sweep_id = sweep_id or make_sweep_id(sweep.name)
-    if not _NAME.match(sweep_id):
+    if not NAME.match(sweep_id):
         raise ConfigError(f"sweep id {sweep_id!r}: use letters, digits, '.', '_' and '-' only")
 
     def load(extra: Mapping[str, Any]) -> Any:
