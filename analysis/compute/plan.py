@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute.groups import series_scale_groups
+from scalescope import tokens
 
 UNITS = ("samples", "tokens", "steps")
 DEFAULT_FLOOR = 0.70
@@ -113,18 +114,20 @@ charged node-hours and cost empty without a charge factor or price."""
 # --- units ------------------------------------------------------------------------------------
 
 
-def tokens_per_sample(workload: Any, params_json: Any) -> int | None:
-    """Tokens in one sample of a language-model workload (its sequence length); None for a
+def tokens_per_sample(workload: Any, params_json: Any, recorded: Any = None) -> int | None:
+    """Tokens in one sample of a series' runs: the record's ``tokens_per_sample``
+    (``recorded``), else, for a record made before it, what :mod:`scalescope.tokens` makes
+    of its workload and parameters (the gpt workload's sequence length); None for a
     workload that does not count tokens."""
-    if workload != "gpt":
-        return None
-    from scalescope.workloads.params import GptParams
-
+    if recorded is not None and not pd.isna(recorded) and float(recorded) > 0:
+        return int(recorded)
     try:
         params = json.loads(params_json or "{}")
-        return int(GptParams(**params).shape().seq_len)
     except (TypeError, ValueError):
         return None
+    if not isinstance(params, dict):
+        return None
+    return tokens.tokens_per_sample({**params, "name": workload})
 
 
 def work_in_samples(request: PlanRequest, rows: pd.DataFrame, series: str) -> float:
@@ -133,13 +136,15 @@ def work_in_samples(request: PlanRequest, rows: pd.DataFrame, series: str) -> fl
     if request.unit == "samples" or request.unit == "steps":
         return request.work
     first = rows.iloc[0]
-    tokens = tokens_per_sample(first.get("workload"), first.get("workload_params"))
-    if tokens is None:
+    workload = first.get("workload")
+    count = tokens_per_sample(workload, first.get("workload_params"), first.get(tokens.KEY, None))
+    if count is None:
+        # "unit: ...": the command line names the option or the sweep file's key
         raise PlanError(
-            f"unit tokens does not match the records' throughput unit, samples ({series}: "
-            f"workload {first.get('workload')} counts no tokens); plan in samples or steps"
+            f"unit: tokens, but the records count samples ({series}: "
+            f"{tokens.no_tokens(workload)}); plan in samples or steps"
         )
-    return request.work / tokens
+    return request.work / count
 
 
 # --- the table --------------------------------------------------------------------------------

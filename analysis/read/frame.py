@@ -64,6 +64,7 @@ UNLESS_RECORDED: dict[str, Any] = {
     "model_state_gib_max": None,
     "reserved_peak_gib_max": None,
     "sharding": None,
+    "tokens_per_sample": None,
 }
 """Columns a written table (JSON, CSV) carries only where some row holds more than this
 default (None: missing): records made before they existed, and DDP-only sweeps, are
@@ -148,6 +149,7 @@ RUN_COLUMNS: dict[str, str] = {
     "model_state_gib_max": "float64",
     "reserved_peak_gib_max": "float64",
     "model_flops_per_sample": "float64",
+    "tokens_per_sample": "Int64",
     "mfu": "float64",
     "warmup_steps": "Int64",
     "steady_steps": "Int64",
