@@ -66,20 +66,23 @@ PLAN_ONLY = ("plan_unit", "plan_floor", "plan_charge_factor", "plan_price")
 
 
 def plan_request(args: argparse.Namespace, defaults: dict[str, Any]) -> PlanRequest | None:
-    """The plan asked for, checked (``ValueError``: one line naming the option); a rate,
-    unit or floor without ``--plan-work`` refused. ``defaults``: the parser's."""
+    """The plan asked for, checked (``ValueError``: one line naming the option, or the sweep
+    file's key for a sweep's own summary: ``args.plan_names``); a rate, unit or floor
+    without ``--plan-work`` refused. ``defaults``: the parser's."""
+    names = plan_names(args)
     if args.plan_work is None:
         given = [n for n in PLAN_ONLY if getattr(args, n) != defaults[n]]
         if given:
-            raise ValueError(f"--{given[0].replace('_', '-')} needs --plan-work N")
+            field = ARG_FIELDS[given[0]]
+            work = names["work"] + (" N" if names is PLAN_FLAGS else "")
+            raise ValueError(f"{names[field]} needs {work}")
         return None
     request = PlanRequest(
         args.plan_work, args.plan_unit, args.plan_floor, args.plan_charge_factor, args.plan_price
     )
     problem = request.problem()
     if problem is not None:
-        field, why = problem.split(": ", 1)
-        raise ValueError(f"{PLAN_FLAGS[field]}: {why}")
+        raise ValueError(named_problem(problem, names))
     return request
 
 
@@ -90,6 +93,31 @@ PLAN_FLAGS = {
     "charge_factor": "--plan-charge-factor",
     "price_per_gpu_hour": "--plan-price",
 }
+"""The plan's settings (:class:`PlanRequest`'s fields) as the command line names them."""
+ARG_FIELDS = {
+    "plan_unit": "unit",
+    "plan_floor": "floor",
+    "plan_charge_factor": "charge_factor",
+    "plan_price": "price_per_gpu_hour",
+}
+
+
+def sweep_plan_names(sweep_file: str | None) -> dict[str, str]:
+    """The plan's settings as a sweep file names them (``plan.unit``), after the file."""
+    where = f"{sweep_file}: " if sweep_file else ""
+    return {field: f"{where}plan.{field}" for field in PLAN_FLAGS}
+
+
+def plan_names(args: argparse.Namespace) -> dict[str, str]:
+    """How the user wrote the plan's settings: the options, or a sweep file's keys."""
+    return getattr(args, "plan_names", None) or PLAN_FLAGS
+
+
+def named_problem(problem: str, names: dict[str, str]) -> str:
+    """``field: why`` (:meth:`PlanRequest.problem`, a ``PlanError``) with the field as the
+    user wrote it; a line that names no field is kept as it is."""
+    field, sep, why = problem.partition(": ")
+    return f"{names[field]}: {why}" if sep and field in names else problem
 
 
 TERMINAL_OMITS = ["Samples/s", "Start-up + warm-up s"]

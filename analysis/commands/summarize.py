@@ -38,7 +38,15 @@ from analysis.commands.common import (
     rich_console,
     warn,
 )
-from analysis.commands.plan_options import PLAN_ONLY, add_plan_arguments, plan_request, print_plan
+from analysis.commands.plan_options import (
+    PLAN_ONLY,
+    add_plan_arguments,
+    named_problem,
+    plan_names,
+    plan_request,
+    print_plan,
+    sweep_plan_names,
+)
 from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_CONFIDENCE,
@@ -519,7 +527,7 @@ def summarize(args: argparse.Namespace) -> int:
     try:
         analysis = _analyze(args, loaded, baseline, profile, plan)
     except PlanError as exc:  # a unit the records do not count: nothing written
-        print(f"{PROG}: error: --plan-{exc}", file=sys.stderr)
+        print(f"{PROG}: error: {named_problem(str(exc), plan_names(args))}", file=sys.stderr)
         return 2
     tables = all_tables(
         loaded.runs, loaded.failures, loaded.problems, analysis, max_rows=args.max_rows
@@ -538,12 +546,17 @@ def summarize(args: argparse.Namespace) -> int:
 
 
 def summarize_sweep(
-    folder: Path, *, project_nodes: Sequence[int] = (), plan: Mapping[str, Any] | None = None
+    folder: Path,
+    *,
+    project_nodes: Sequence[int] = (),
+    plan: Mapping[str, Any] | None = None,
+    sweep_file: str | os.PathLike[str] | None = None,
 ) -> int:
     """The summary a sweep makes of its own folder (written beside its logs, printed): the
     defaults of ``python -m analysis.summarize FOLDER``, projected to ``project_nodes``,
     planned as the sweep file's ``plan:`` says (its keys: ``work``, ``unit``, ``floor``,
-    ``charge_factor``, ``price_per_gpu_hour``)."""
+    ``charge_factor``, ``price_per_gpu_hour``). Its errors name the sweep file's keys
+    (``sweep_file: plan.unit``), not the options the user never typed."""
     args = build_parser().parse_args([str(folder)])
     args.project = list(project_nodes) or None
     if plan:
@@ -552,4 +565,5 @@ def summarize_sweep(
         args.plan_floor = plan.get("floor", args.plan_floor)
         args.plan_charge_factor = plan.get("charge_factor")
         args.plan_price = plan.get("price_per_gpu_hour")
+        args.plan_names = sweep_plan_names(None if sweep_file is None else str(sweep_file))
     return guarded(summarize, args)

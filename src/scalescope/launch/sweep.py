@@ -347,7 +347,9 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
             f"log {h.stdout}, errors {h.stderr}",
             markup=False,
         )
-    rc = run_summary(plan.sweep_dir, console, plan.project_nodes, plan.summary_plan)
+    rc = run_summary(
+        plan.sweep_dir, console, plan.project_nodes, plan.summary_plan, plan.sweep_file
+    )
     if rc is None:
         console.print(
             f"results: {plan.sweep_dir} (each job's log holds its :::SCALESCOPE record)",
@@ -365,6 +367,7 @@ def run_summary(
     console: Any,
     project: Sequence[int] = (),
     work_plan: Mapping[str, Any] | None = None,
+    sweep_file: Path | None = None,
 ) -> int | None:
     """The summary of the sweep's folder (``analysis.summarize.summarize_sweep``, a typed
     call), when the analysis package is installed beside the launcher."""
@@ -379,7 +382,9 @@ def run_summary(
     if not callable(summarize_sweep):
         return None
     try:
-        kw = {"plan": dict(work_plan)} if work_plan else {}  # an older analysis takes none
+        kw: dict[str, Any] = {}  # an older analysis takes neither
+        if work_plan:  # its errors name the sweep file's keys (plan.unit), not --plan-unit
+            kw = {"plan": dict(work_plan), "sweep_file": sweep_file}
         return int(summarize_sweep(sweep_dir, project_nodes=tuple(project), **kw) or 0)
     except Exception as exc:
         console.print(f"summary failed: {type(exc).__name__}: {exc}", markup=False)

@@ -65,6 +65,8 @@ from ..config import (
 )
 from ..errors import ConfigError
 from ..schema import UnknownKeyError, set_dotted
+from ..tokens import tokens_per_sample
+from .plan_spec import check_plan
 from .resources import (
     GpuCounter,
     Resources,
@@ -269,7 +271,17 @@ def plan_sweep(
             raise name_route(exc, routes, str(train_path)) from None
 
     base = load(overrides)
-    _check_base_workload(base, train_path)
+    resolved = _check_base_workload(base, train_path)
+    if sweep.plan is not None:  # the summary's plan, against what the records will count
+        declared = getattr(resolved, "tokens_per_sample", None)
+        try:
+            check_plan(
+                sweep.plan,
+                tokens_per_sample(base.to_dict()["workload"], declared),
+                base.workload_name,
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{sweep_path}: {exc}") from None
     _check_profile_repeat(sweep, base, repeats if repeats is not None else sweep.repeats)
     sweep_dir = (Path(base.output_dir) / "sweeps" / sweep_id).absolute()
     plans = _ShapePlanner(
@@ -349,11 +361,12 @@ def _overrides(
     return overrides, routes
 
 
-def _check_base_workload(base: TrainConfig, train_path: Path) -> None:
+def _check_base_workload(base: TrainConfig, train_path: Path) -> Any:
+    """What checking the workload resolved (an import-path workload's classes), or None."""
     try:
         # An import-path workload is imported and checked here, on the submitting machine
         # (this imports lightning); built-in workloads need nothing more.
-        check_workload(base, resolve_batch(base.trainer, 1))
+        return check_workload(base, resolve_batch(base.trainer, 1))
     except ConfigError as exc:
         raise ConfigError(f"{train_path}: {exc}") from None
 
