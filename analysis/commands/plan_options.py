@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.commands.common import _fraction, rich_console
+from analysis.commands.common import _fraction, _number, rich_console
 from analysis.compute.plan import DEFAULT_FLOOR, PlanRequest
 from analysis.present.tables import rich_table
 
@@ -28,7 +28,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     plan = parser.add_argument_group("the plan: time to train and node-hours")
     plan.add_argument(
         "--plan-work",
-        type=float,
+        type=_number,
         metavar="N",
         help="plan this much training (e.g. 2e11) at every measured and projected scale: time "
         "to train, node-hours, device-hours with intervals, the node count to ask for and a "

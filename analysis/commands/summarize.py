@@ -62,6 +62,7 @@ from analysis.present.report import Settings, document, dumps
 from analysis.present.summary_files import csv_frames, write_outputs
 from analysis.present.tables import all_tables, markdown, rich_table
 from analysis.read.frame import Loaded, load_all, written
+from scalescope.cli_parser import OneLineParser
 
 CSV_TABLES = (
     "runs",
@@ -81,7 +82,7 @@ CSV_TABLES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
         description="Summarise scaling runs: tables, speedup analysis, failed jobs, charts. "
         f"Use '{PROG} compare A B' to compare two result folders.",

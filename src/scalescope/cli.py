@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from .cli_parser import OneLineParser
 from .errors import ScalescopeError
 
 # name -> (module, one-line help)
@@ -35,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """Only the selected command's module is imported (others may pull in heavy imports)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scalescope", description="How does your training scale on a SLURM cluster?"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

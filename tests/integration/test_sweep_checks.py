@@ -80,3 +80,11 @@ def test_a_users_module_that_says_its_tokens_plans_in_tokens(tmp_path: Path) -> 
         _one_error_line(proc)
     )
     assert not (tmp_path / "outputs").exists()
+
+
+def test_a_sweep_given_the_summarys_project_option_names_project_nodes(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path, shapes=((1, 1),), train=SPIRAL)
+    proc = scalescope(tmp_path, "sweep", "--config", str(sweep), "--project", "2,4")
+    line = _one_error_line(proc)
+    assert "--project: not an option of scalescope sweep" in line and "project_nodes" in line
+    assert not (tmp_path / "outputs").exists()

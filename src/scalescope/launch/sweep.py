@@ -101,10 +101,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the order seed (over the sweep file's order_seed): a --dry-run prints the seed "
         "it drew; pass it here to submit that very order",
     )
+    _add_summary_options(parser)
+
+
+_PROJECT = (
+    "the projection's node counts are the sweep file's project_nodes key (e.g. project_nodes: "
+    "[2, 4]); a finished sweep: python -m analysis.summarize <sweep folder> --project 2,4"
+)
+_PLAN = (
+    "the training to plan is the sweep file's plan key (e.g. plan: {work: 2e11, unit: "
+    "tokens}); a finished sweep: python -m analysis.summarize <sweep folder> --plan-work 2e11"
+)
+SUMMARY_ONLY = {
+    "--project": _PROJECT,
+    **{f"--plan-{name}": _PLAN for name in ("work", "unit", "floor", "charge-factor", "price")},
+}
+"""The summary's options a sweep takes from its file instead, and what to say instead of
+argparse's "unrecognized arguments"."""
+
+
+def _add_summary_options(parser: argparse.ArgumentParser) -> None:
+    """The summary's ``--project`` and ``--plan-*`` options, hidden: given to a sweep, they are
+    refused in one line that names the sweep file's key (:func:`_refuse_summary_options`)."""
+    for flag in SUMMARY_ONLY:
+        parser.add_argument(flag, dest=f"summary{flag}", help=argparse.SUPPRESS)
+
+
+def _refuse_summary_options(args: argparse.Namespace) -> None:
+    for flag, why in SUMMARY_ONLY.items():
+        if getattr(args, f"summary{flag}", None) is not None:
+            raise ConfigError(f"{flag}: not an option of scalescope sweep: {why}")
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+
+    _refuse_summary_options(args)
 
     console = Console(highlight=False, soft_wrap=True)
     plan, why = _plan(args)
