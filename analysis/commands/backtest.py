@@ -30,7 +30,7 @@ from analysis.compute.scoring import (
     read_cases,
     split,
 )
-from scalescope.cli_parser import OneLineParser
+from scalescope.cli import OneLineParser
 
 PROG = "python -m analysis.project"
 

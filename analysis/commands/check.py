@@ -38,7 +38,7 @@ from analysis.compute.gate import (
     write_reference,
 )
 from analysis.present.display import MISSING, DisplayTable, pct, sig
-from scalescope.cli_parser import OneLineParser
+from scalescope.cli import OneLineParser
 
 
 def build_check_parser() -> argparse.ArgumentParser:

@@ -28,7 +28,7 @@ from analysis.compute.compare import (
 )
 from analysis.present.display import MISSING, DisplayTable, devices_header, sig
 from analysis.read.frame import load_all
-from scalescope.cli_parser import OneLineParser
+from scalescope.cli import OneLineParser
 
 
 def build_compare_parser() -> argparse.ArgumentParser:

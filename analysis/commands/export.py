@@ -12,7 +12,7 @@ from typing import Any
 from analysis.commands.common import PROG, add_jobs, add_paths, finished_runs
 from analysis.compute.gate import EXPORT_FORMATS, export_bencher, export_github_action_benchmark
 from scalescope.atomic import write_text_atomic
-from scalescope.cli_parser import OneLineParser
+from scalescope.cli import OneLineParser
 
 
 def build_export_parser() -> argparse.ArgumentParser:

@@ -62,7 +62,7 @@ from analysis.present.report import Settings, document, dumps
 from analysis.present.summary_files import csv_frames, write_outputs
 from analysis.present.tables import all_tables, markdown, rich_table
 from analysis.read.frame import Loaded, load_all, written
-from scalescope.cli_parser import OneLineParser
+from scalescope.cli import OneLineParser
 
 CSV_TABLES = (
     "runs",

@@ -34,7 +34,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute.groups import series_scale_groups
-from scalescope import tokens
+from scalescope.workloads import tokens
 
 UNITS = ("samples", "tokens", "steps")
 DEFAULT_FLOOR = 0.70
@@ -116,7 +116,7 @@ charged node-hours and cost empty without a charge factor or price."""
 
 def tokens_per_sample(workload: Any, params_json: Any, recorded: Any = None) -> int | None:
     """Tokens in one sample of a series' runs: the record's ``tokens_per_sample``
-    (``recorded``), else, for a record made before it, what :mod:`scalescope.tokens` makes
+    (``recorded``), else, for a record made before it, what :mod:`scalescope.workloads.tokens` makes
     of its workload and parameters (the gpt workload's sequence length); None for a
     workload that does not count tokens."""
     if recorded is not None and not pd.isna(recorded) and float(recorded) > 0:

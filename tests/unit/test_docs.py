@@ -228,5 +228,10 @@ def test_a_name_placed_in_the_wrong_file_is_found() -> None:
     assert broken_references("`src/scalescope/nothing.py`") == [
         "src/scalescope/nothing.py: src/scalescope/nothing.py does not exist"
     ]
-    assert broken_references("`src/scalescope/tokens.py: KEY` and `scalescope.tokens.KEY`") == []
-    assert broken_references("`scalescope.tokens.NOPE`")[0].endswith("defines no NOPE")
+    assert (
+        broken_references(
+            "`src/scalescope/workloads/tokens.py: KEY` and `scalescope.workloads.tokens.KEY`"
+        )
+        == []
+    )
+    assert broken_references("`scalescope.workloads.tokens.NOPE`")[0].endswith("defines no NOPE")

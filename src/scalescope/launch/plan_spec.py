@@ -10,7 +10,7 @@ from typing import Literal
 
 from ..errors import ConfigError
 from ..schema import option, positive
-from ..tokens import no_tokens
+from ..workloads.tokens import no_tokens
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ class PlanSpec:
 
 def check_plan(plan: PlanSpec, tokens_per_sample: int | None, workload: str) -> None:
     """Refuse a plan the summary could not make from the records this workload writes: work
-    in tokens where one sample's tokens are unknown (:mod:`scalescope.tokens`). ConfigError
-    naming the key, before anything is submitted."""
+    in tokens where one sample's tokens are unknown (:mod:`scalescope.workloads.tokens`).
+    ConfigError naming the key, before anything is submitted."""
     if plan.unit == "tokens" and tokens_per_sample is None:
         raise ConfigError(
             f"plan.unit: tokens, but {no_tokens(workload)}; plan in samples or steps instead"

@@ -65,7 +65,7 @@ from ..config import (
 )
 from ..errors import ConfigError
 from ..schema import UnknownKeyError, set_dotted
-from ..tokens import tokens_per_sample
+from ..workloads.tokens import tokens_per_sample
 from .plan_spec import check_plan
 from .resources import (
     GpuCounter,

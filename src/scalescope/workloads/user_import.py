@@ -30,7 +30,7 @@ size is used as written; samples are counted from what the loader yields either 
 Tokens: a language model says how many tokens one sample holds with
 ``workload.tokens_per_sample`` or a ``tokens_per_sample`` class attribute on its module or
 data module, read here once (:attr:`Resolved.tokens_per_sample`); the key wins over the
-attribute. :mod:`scalescope.tokens` gives the answer every side uses.
+attribute. :mod:`scalescope.workloads.tokens` gives the answer every side uses.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..schema import option, positive
-from ..tokens import KEY as TOKENS_KEY
-from ..tokens import is_count
+from .tokens import KEY as TOKENS_KEY
+from .tokens import is_count
 
 IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 BATCH_SIZE_ARG = "batch_size"

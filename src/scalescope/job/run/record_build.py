@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import __version__, record
 from ...config import TrainConfig
-from ...tokens import tokens_per_sample
+from ...workloads.tokens import tokens_per_sample
 from .topology import Topology
 
 if TYPE_CHECKING:

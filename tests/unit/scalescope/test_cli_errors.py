@@ -1,5 +1,5 @@
 """Argument errors are one line naming the option and a one-line hint, exit 2, for scalescope
-and for python -m analysis.summarize (scalescope.cli_parser)."""
+and for python -m analysis.summarize (scalescope.cli.OneLineParser)."""
 
 from __future__ import annotations
 

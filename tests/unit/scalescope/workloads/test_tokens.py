@@ -1,12 +1,12 @@
-"""Tokens in one sample (scalescope.tokens): the one answer the job, the sweep's check and the
-summary's plan share."""
+"""Tokens in one sample (scalescope.workloads.tokens): the one answer the job, the sweep's
+check and the summary's plan share."""
 
 from __future__ import annotations
 
 import pytest
 
 from scalescope.errors import ConfigError
-from scalescope.tokens import no_tokens, tokens_per_sample
+from scalescope.workloads.tokens import no_tokens, tokens_per_sample
 from scalescope.workloads.user_import import declared_tokens
 
 USER = "examples.my_project.model:MyModel"

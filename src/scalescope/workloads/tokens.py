@@ -41,7 +41,7 @@ def tokens_per_sample(workload: Mapping[str, Any], declared: int | None = None) 
     name = workload.get("name")
     params = {k: v for k, v in workload.items() if k != "name"}
     if name == "gpt":
-        from .workloads.params import GptParams
+        from .params import GptParams
 
         try:
             return int(GptParams(**params).shape().seq_len)
