@@ -30,6 +30,7 @@ from analysis.compute.scoring import (
     read_cases,
     split,
 )
+from scalescope.cli import OneLineParser
 
 PROG = "python -m analysis.project"
 
@@ -89,7 +90,7 @@ def _nested_words(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     bt = sub.add_parser("backtest", help="score the projection on published multi-node cases")
     bt.add_argument("cases", metavar="CASES.yaml")

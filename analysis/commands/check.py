@@ -38,10 +38,11 @@ from analysis.compute.gate import (
     write_reference,
 )
 from analysis.present.display import MISSING, DisplayTable, pct, sig
+from scalescope.cli import OneLineParser
 
 
 def build_check_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=f"{PROG} check",
         description="Regression gate: check per-device throughput and scaling efficiency "
         "against a reference file. A value fails only when it is below reference x "

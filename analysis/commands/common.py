@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -33,10 +34,26 @@ LOOKED_FOR = (
 
 
 def _fraction(text: str) -> float:
-    value = float(text)
+    """A fraction strictly between 0 and 1: the docs' "70%" is 0.7 here."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
     if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: expected a number between 0 and 1")
+        raise argparse.ArgumentTypeError(
+            f"a fraction between 0 and 1 (70% is 0.7), got {text}"
+        ) from None
     return value
+
+
+def _number(text: str) -> float:
+    """A plain number (``2e11``): the unit is an option of its own."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a number, e.g. 2e11 (the unit goes in --plan-unit), got {text!r}"
+        ) from None
 
 
 def _positive_int(text: str) -> int:

@@ -28,10 +28,11 @@ from analysis.compute.compare import (
 )
 from analysis.present.display import MISSING, DisplayTable, devices_header, sig
 from analysis.read.frame import load_all
+from scalescope.cli import OneLineParser
 
 
 def build_compare_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=f"{PROG} compare",
         description="Compare two result folders. A change is marked only when it is larger "
         "than the tolerance AND significant by Welch's t-test; with fewer than two repeats "
@@ -86,13 +87,13 @@ def _compare_table(
             ]
         )
     cols = [
-        "Configuration",
+        "Series",  # short enough not to fold on an 80-column terminal
         dev,
         "Nodes",
         "n A",
         "n B",
-        f"A mean {metric}",
-        f"B mean {metric}",
+        "A mean",  # of the metric the title names: a long name would fold the header
+        "B mean",
         "Change",
         "p (Welch)",
         "Verdict",

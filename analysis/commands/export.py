@@ -12,10 +12,11 @@ from typing import Any
 from analysis.commands.common import PROG, add_jobs, add_paths, finished_runs
 from analysis.compute.gate import EXPORT_FORMATS, export_bencher, export_github_action_benchmark
 from scalescope.atomic import write_text_atomic
+from scalescope.cli import OneLineParser
 
 
 def build_export_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=f"{PROG} export",
         description="Write per-device throughput and scaling efficiency (means with 95%% "
         "intervals) for a CI benchmark tracker: github-action-benchmark (tool: "

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.commands.common import _fraction, rich_console
+from analysis.commands.common import _fraction, _number, rich_console
 from analysis.compute.plan import DEFAULT_FLOOR, PlanRequest
 from analysis.present.tables.tables import rich_table
 
@@ -28,7 +28,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     plan = parser.add_argument_group("the plan: time to train and node-hours")
     plan.add_argument(
         "--plan-work",
-        type=float,
+        type=_number,
         metavar="N",
         help="plan this much training (e.g. 2e11) at every measured and projected scale: time "
         "to train, node-hours, device-hours with intervals, the node count to ask for and a "
@@ -74,12 +74,16 @@ PLAN_ONLY = ("plan_unit", "plan_floor", "plan_charge", "plan_charge_factor", "pl
 
 
 def plan_request(args: argparse.Namespace, defaults: dict[str, Any]) -> PlanRequest | None:
-    """The plan asked for, checked (``ValueError``: one line naming the option); a rate,
-    unit or floor without ``--plan-work`` refused. ``defaults``: the parser's."""
+    """The plan asked for, checked (``ValueError``: one line naming the option, or the sweep
+    file's key for a sweep's own summary: ``args.plan_names``); a rate, unit or floor
+    without ``--plan-work`` refused. ``defaults``: the parser's."""
+    names = plan_names(args)
     if args.plan_work is None:
         given = [n for n in PLAN_ONLY if getattr(args, n) != defaults[n]]
         if given:
-            raise ValueError(f"--{given[0].replace('_', '-')} needs --plan-work N")
+            field = ARG_FIELDS[given[0]]
+            work = names["work"] + (" N" if names is PLAN_FLAGS else "")
+            raise ValueError(f"{names[field]} needs {work}")
         return None
     request = PlanRequest(
         args.plan_work,
@@ -91,8 +95,7 @@ def plan_request(args: argparse.Namespace, defaults: dict[str, Any]) -> PlanRequ
     )
     problem = request.problem()
     if problem is not None:
-        field, why = problem.split(": ", 1)
-        raise ValueError(f"{PLAN_FLAGS[field]}: {why}")
+        raise ValueError(named_problem(problem, names))
     return request
 
 
@@ -104,6 +107,32 @@ PLAN_FLAGS = {
     "charge_factor": "--plan-charge-factor",
     "price_per_gpu_hour": "--plan-price",
 }
+"""The plan's settings (:class:`PlanRequest`'s fields) as the command line names them."""
+ARG_FIELDS = {
+    "plan_unit": "unit",
+    "plan_floor": "floor",
+    "plan_charge": "charge",
+    "plan_charge_factor": "charge_factor",
+    "plan_price": "price_per_gpu_hour",
+}
+
+
+def sweep_plan_names(sweep_file: str | None) -> dict[str, str]:
+    """The plan's settings as a sweep file names them (``plan.unit``), after the file."""
+    where = f"{sweep_file}: " if sweep_file else ""
+    return {field: f"{where}plan.{field}" for field in PLAN_FLAGS}
+
+
+def plan_names(args: argparse.Namespace) -> dict[str, str]:
+    """How the user wrote the plan's settings: the options, or a sweep file's keys."""
+    return getattr(args, "plan_names", None) or PLAN_FLAGS
+
+
+def named_problem(problem: str, names: dict[str, str]) -> str:
+    """``field: why`` (:meth:`PlanRequest.problem`, a ``PlanError``) with the field as the
+    user wrote it; a line that names no field is kept as it is."""
+    field, sep, why = problem.partition(": ")
+    return f"{names[field]}: {why}" if sep and field in names else problem
 
 
 TERMINAL_OMITS = ["Mean samples/s", "Start-up + warm-up s", "Model state per device"]

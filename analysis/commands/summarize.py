@@ -39,7 +39,15 @@ from analysis.commands.common import (
     warn,
 )
 from analysis.commands.findings_text import print_findings
-from analysis.commands.plan_options import PLAN_ONLY, add_plan_arguments, plan_request, print_plan
+from analysis.commands.plan_options import (
+    PLAN_ONLY,
+    add_plan_arguments,
+    named_problem,
+    plan_names,
+    plan_request,
+    print_plan,
+    sweep_plan_names,
+)
 from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_CONFIDENCE,
@@ -55,6 +63,7 @@ from analysis.present.report.report import FINDINGS_SECTIONS, Settings, document
 from analysis.present.report.summary_files import csv_frames, write_outputs
 from analysis.present.tables.tables import all_tables, markdown, rich_table
 from analysis.read.frame import Loaded, load_all, written
+from scalescope.cli import OneLineParser
 
 CSV_TABLES = (
     "runs",
@@ -74,7 +83,7 @@ CSV_TABLES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
         description="Summarise scaling runs: tables, speedup analysis, failed jobs, charts. "
         f"Use '{PROG} compare A B' to compare two result folders.",
@@ -522,7 +531,7 @@ def summarize(args: argparse.Namespace) -> int:
     try:
         analysis = _analyze(args, loaded, baseline, profile, plan)
     except PlanError as exc:  # a unit the records do not count: nothing written
-        print(f"{PROG}: error: --plan-{exc}", file=sys.stderr)
+        print(f"{PROG}: error: {named_problem(str(exc), plan_names(args))}", file=sys.stderr)
         return 2
     tables = all_tables(
         loaded.runs, loaded.failures, loaded.problems, analysis, max_rows=args.max_rows
@@ -541,12 +550,17 @@ def summarize(args: argparse.Namespace) -> int:
 
 
 def summarize_sweep(
-    folder: Path, *, project_nodes: Sequence[int] = (), plan: Mapping[str, Any] | None = None
+    folder: Path,
+    *,
+    project_nodes: Sequence[int] = (),
+    plan: Mapping[str, Any] | None = None,
+    sweep_file: str | os.PathLike[str] | None = None,
 ) -> int:
     """The summary a sweep makes of its own folder (written beside its logs, printed): the
     defaults of ``python -m analysis.summarize FOLDER``, projected to ``project_nodes``,
     planned as the sweep file's ``plan:`` says (its keys: ``work``, ``unit``, ``floor``,
-    ``charge_factor``, ``price_per_gpu_hour``)."""
+    ``charge_factor``, ``price_per_gpu_hour``). Its errors name the sweep file's keys
+    (``sweep_file: plan.unit``), not the options the user never typed."""
     args = build_parser().parse_args([str(folder)])
     args.project = list(project_nodes) or None
     if plan:
@@ -556,4 +570,5 @@ def summarize_sweep(
         args.plan_charge = plan.get("charge", args.plan_charge)
         args.plan_charge_factor = plan.get("charge_factor")
         args.plan_price = plan.get("price_per_gpu_hour")
+        args.plan_names = sweep_plan_names(None if sweep_file is None else str(sweep_file))
     return guarded(summarize, args)

@@ -65,6 +65,7 @@ UNLESS_RECORDED: dict[str, Any] = {
     "reserved_peak_gib_max": None,
     "device_memory_gib": None,
     "sharding": None,
+    "tokens_per_sample": None,
 }
 """Columns a written table (JSON, CSV) carries only where some row holds more than this
 default (None: missing): records made before they existed, and DDP-only sweeps, are
@@ -150,6 +151,7 @@ RUN_COLUMNS: dict[str, str] = {
     "reserved_peak_gib_max": "float64",
     "device_memory_gib": "float64",
     "model_flops_per_sample": "float64",
+    "tokens_per_sample": "Int64",
     "mfu": "float64",
     "warmup_steps": "Int64",
     "steady_steps": "Int64",

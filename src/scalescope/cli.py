@@ -9,10 +9,34 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .errors import ScalescopeError
+
+_ARGUMENT = re.compile(r"^argument ([^:]+): ")
+
+
+def one_line(prog: str, message: str) -> str:
+    """``prog: error: message`` and the hint, as the parser prints them (``argument --x: y``
+    read as ``--x: y``)."""
+    said = _ARGUMENT.sub(r"\1: ", message)
+    return f"{prog}: error: {said}\ntry '{prog} --help'\n"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument error in one line naming the option, then ``try 'PROG --help'``; exit 2.
+
+    argparse prints the whole usage (a dozen lines and more) before its error, which pushes
+    the one line that matters off a small terminal; ``--help`` still prints everything. The
+    commands of ``python -m analysis.summarize`` build their parsers from it too (this module
+    imports nothing heavy)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, one_line(self.prog, message))
+
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -35,7 +59,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """Only the selected command's module is imported (others may pull in heavy imports)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scalescope", description="How does your training scale on a SLURM cluster?"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

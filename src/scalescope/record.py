@@ -251,6 +251,10 @@ class ResultRecord:
     unsharded bytes of the unit's own parameters in the dtype it gathers them in; they add up
     to the model's parameters in that dtype; absent in records made before it). None under
     DDP and in older records."""
+    tokens_per_sample: int | None = None
+    """Tokens in one training sample (:mod:`scalescope.workloads.tokens`): the ``gpt`` workload's
+    sequence length, a user's module's ``workload.tokens_per_sample`` or its class attribute.
+    None for a workload that counts no tokens, and in older records."""
     schema_version: int = SCHEMA_VERSION
     event: str = EVENT_RESULT
 

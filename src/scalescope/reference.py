@@ -14,7 +14,10 @@ from .atomic import write_text_atomic
 from .config import TrainConfig
 from .errors import ScalescopeError
 from .launch.cluster import ClusterProfile
+from .launch.plan_spec import PlanSpec
+from .launch.sweep_file import SweepConfig
 from .schema import describe
+from .workloads.user_import import UserParams
 
 
 def markdown() -> str:
@@ -24,7 +27,11 @@ def markdown() -> str:
     for name, spec in sorted(workloads.REGISTRY.items()):
         rows = [(f"workload.{k}", t, d, h) for k, t, d, h in describe(spec.params)]
         sections.append((f"Workload `{name}` ({spec.description})", rows))
+    user = [(f"workload.{k}", t, d, h) for k, t, d, h in describe(UserParams)]
+    sections.append(("Your own module (`workload.name: package.module:ClassName`)", user))
     sections.append(("Cluster profile (`configs/clusters/*.yaml`)", describe(ClusterProfile)))
+    plan = [(f"plan.{k}", t, d, h) for k, t, d, h in describe(PlanSpec)]
+    sections.append(("Sweep file (`configs/sweeps/*.yaml`)", describe(SweepConfig) + plan))
     out: list[str] = []
     for title, rows in sections:
         out += [f"#### {title}", "", "| key | type | default | meaning |", "|---|---|---|---|"]

@@ -13,7 +13,15 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from analysis_helpers import REPO, make_result, noise, run_summarize, start_of, write_log
+from analysis_helpers import (
+    REPO,
+    make_result,
+    noise,
+    run_summarize,
+    start_of,
+    write_log,
+    write_runs,
+)
 
 import analysis.read.parse as parse_mod
 from analysis.read.parse import parse
@@ -147,3 +155,27 @@ def test_a_sweep_files_plan_reaches_its_summary(tmp_path: Path) -> None:
     assert rows[(2, 2)]["charged_node_hours"] == 1.5 * rows[(2, 2)]["node_hours"]
     bad = summarize_sweep(folder, plan={"work": 2e11, "unit": "images"})
     assert bad == 2
+
+
+def test_a_sweeps_summary_names_the_sweep_files_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sweep's own summary speaks of ``plan.unit`` in the sweep file, never of a
+    ``--plan-unit`` the user did not type: a bad value, and a unit the records do not count
+    (spiral records made before the sweep refused it up front)."""
+    import shutil
+
+    from analysis.summarize import summarize_sweep
+
+    folder = shutil.copytree(REPO / "tests" / "fixtures" / "quickstart", tmp_path / "sweep")
+    bad = {"work": 2e11, "unit": "images"}
+    assert summarize_sweep(folder, plan=bad, sweep_file="s.yaml") == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("error: s.yaml: plan.unit: one of samples, tokens, steps, got 'images'")
+    assert summarize_sweep(folder, plan={"work": 2e11, "floor": 70}, sweep_file="s.yaml") == 2
+    assert "s.yaml: plan.floor: " in capsys.readouterr().err
+    spiral = write_runs(tmp_path / "spiral", {1: [10.0, 10.2], 2: [5.5, 5.6]})
+    assert summarize_sweep(spiral, plan={"work": 1e9, "unit": "tokens"}, sweep_file="s.yaml") == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "s.yaml: plan.unit: tokens, but the records count samples" in line
+    assert "--plan" not in line and not (spiral / "summary").exists()

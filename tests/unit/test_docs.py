@@ -101,3 +101,137 @@ def test_relative_links_resolve(path: Path) -> None:
 def test_the_readme_links_every_docs_page() -> None:
     linked = {(REPO / t.partition("#")[0]).resolve() for t in relative_links(README)}
     assert not [p.name for p in DOCS if p.resolve() not in linked]
+
+
+# --- the code the documents name ----------------------------------------------------------
+
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+PATH = re.compile(r"^(?:[\w.-]+/)*[\w.-]+\.(?:py|md|yaml|yml|json|sh|toml)$")
+REPO_ROOTS = ("src", "analysis", "tests", "benchmarks", "examples", "configs", "scripts", "docs")
+PACKAGE_ROOTS = {
+    **{d: REPO / "src" / "scalescope" for d in ("job", "launch", "workloads")},
+    **{d: REPO / "analysis" for d in ("read", "compute", "present", "commands")},
+}
+"""A path that starts inside a package (``job/run/measure.py``) is read from that package."""
+NAME = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+# `NAME` in `path.py`, `NAME` (`path.py` ..., and `path.py: NAME`
+NAME_IN_PATH = re.compile(rf"`({NAME})` (?:in|\(in|\() ?`([\w./-]+\.py)`")
+PATH_COLON_NAME = re.compile(rf"^([\w./-]+\.py): ?({NAME})$")
+DOTTED = re.compile(rf"^(?:scalescope|analysis)\.{NAME}$")
+
+
+USERS_OWN = {"configs/clusters/mysite.yaml"}
+"""Files the documents tell the user to make."""
+
+
+def code_path(text: str) -> Path | None:
+    """The file a code span names as a path from the repository or a package root; None for
+    anything else (a bare file name, a command, a pattern)."""
+    if not PATH.match(text) or "<" in text or text in USERS_OWN:
+        return None
+    first = text.split("/", 1)[0]
+    if first in REPO_ROOTS or text in ("README.md", "pyproject.toml"):
+        return REPO / text
+    if first in PACKAGE_ROOTS and "/" in text:
+        return PACKAGE_ROOTS[first] / text
+    return None
+
+
+def defines(path: Path, name: str, *, imported: bool = False) -> bool:
+    """Whether ``path`` defines ``name`` (its first part): a function, class or assignment at
+    any level. An import is not a definition (a name is placed where it is made), except with
+    ``imported`` (an import path, ``analysis.summarize.main``, works through a re-export)."""
+    import ast
+
+    head = name.split(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found = node.name == head
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found = any(isinstance(t, ast.Name) and t.id == head for t in targets)
+        elif imported and isinstance(node, (ast.Import, ast.ImportFrom)):
+            found = any((a.asname or a.name.split(".")[0]) == head for a in node.names)
+        else:
+            found = False
+        if found:
+            return True
+    return False
+
+
+def module_file(dotted: str) -> tuple[Path, str] | None:
+    """``scalescope.collectives.FSDP`` -> (src/scalescope/collectives.py, ``FSDP``): the
+    longest prefix that is a module, and the rest; None when no prefix is one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = REPO / "src" if parts[0] == "scalescope" else REPO
+        stem = base.joinpath(*parts[:cut])
+        for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
+            if candidate.is_file():
+                return candidate, ".".join(parts[cut:])
+    return None
+
+
+def code_references(text: str) -> list[tuple[Path, str | None, str]]:
+    """(file, name or None, as written) for every code reference of a document's text; a
+    dotted import path is written without backticks around a file."""
+    out: list[tuple[Path, str | None, str]] = []
+    for span in CODE_SPAN.findall(text):
+        span = span.strip()
+        colon = PATH_COLON_NAME.match(span)
+        path = code_path(colon.group(1) if colon else span)
+        if path is not None:
+            out.append((path, colon.group(2) if colon else None, span))
+        elif DOTTED.match(span):
+            found = module_file(span)
+            if found is None:
+                out.append((REPO / span.replace(".", "/"), None, span))
+            elif found[1]:
+                out.append((found[0], found[1], span))
+    for name, where in NAME_IN_PATH.findall(text):
+        path = code_path(where)
+        if path is not None:
+            out.append((path, name, f"`{name}` in `{where}`"))
+    return out
+
+
+def broken_references(text: str) -> list[str]:
+    problems = []
+    for path, name, written in code_references(text):
+        if not path.exists():
+            problems.append(f"{written}: {_shown(path)} does not exist")
+        elif name is not None and path.suffix == ".py":
+            if defines(path, name, imported="/" not in written and "`" not in written):
+                continue
+            problems.append(f"{written}: {_shown(path)} defines no {name.split('.')[0]}")
+    return problems
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=_shown)
+def test_code_the_documents_name_exists(path: Path) -> None:
+    """Every file path the documents name in code (`src/scalescope/record.py`), and every name
+    they place in a file (`NAME` in `path.py`, `path.py: NAME`, `scalescope.module.NAME`), is
+    there."""
+    assert broken_references(path.read_text(encoding="utf-8")) == []
+
+
+def test_a_name_placed_in_the_wrong_file_is_found() -> None:
+    """The check itself: a constant named in a file that does not define it, a file that does
+    not exist, and the right place passing."""
+    wrong = "from none to all (`FSDP_HIDDEN_BAND` in `analysis/compute/scoring.py`)"
+    assert broken_references(wrong) == [
+        "`FSDP_HIDDEN_BAND` in `analysis/compute/scoring.py`: analysis/compute/scoring.py "
+        "defines no FSDP_HIDDEN_BAND"
+    ]
+    right = "over `FSDP_HIDDEN_BAND` (`analysis/compute/step_time/fsdp_comm.py`; none to all"
+    assert broken_references(right) == []
+    assert broken_references("`src/scalescope/nothing.py`") == [
+        "src/scalescope/nothing.py: src/scalescope/nothing.py does not exist"
+    ]
+    assert (
+        broken_references(
+            "`src/scalescope/workloads/tokens.py: KEY` and `scalescope.workloads.tokens.KEY`"
+        )
+        == []
+    )
+    assert broken_references("`scalescope.workloads.tokens.NOPE`")[0].endswith("defines no NOPE")

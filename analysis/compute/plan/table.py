@@ -45,6 +45,7 @@ import pandas as pd
 from analysis.compute.groups import series_scale_groups
 from analysis.compute.plan.memory import memory_columns
 from analysis.compute.stats import ratio_ci
+from scalescope.workloads import tokens
 
 UNITS = ("samples", "tokens", "steps")
 CHARGES = ("node", "device")
@@ -146,33 +147,37 @@ unknown)."""
 # --- units ------------------------------------------------------------------------------------
 
 
-def tokens_per_sample(workload: Any, params_json: Any) -> int | None:
-    """Tokens in one sample of a language-model workload (its sequence length); None for a
+def tokens_per_sample(workload: Any, params_json: Any, recorded: Any = None) -> int | None:
+    """Tokens in one sample of a series' runs: the record's ``tokens_per_sample``
+    (``recorded``), else, for a record made before it, what :mod:`scalescope.workloads.tokens` makes
+    of its workload and parameters (the gpt workload's sequence length); None for a
     workload that does not count tokens."""
-    if workload != "gpt":
-        return None
-    from scalescope.workloads.params import GptParams
-
+    if recorded is not None and not pd.isna(recorded) and float(recorded) > 0:
+        return int(recorded)
     try:
         params = json.loads(params_json or "{}")
-        return int(GptParams(**params).shape().seq_len)
     except (TypeError, ValueError):
         return None
+    if not isinstance(params, dict):
+        return None
+    return tokens.tokens_per_sample({**params, "name": workload})
 
 
 def work_in_samples(request: PlanRequest, rows: pd.DataFrame, series: str) -> float:
-    """The work in samples for a series' runs (``steps`` is handled per scale: its samples
-    per step are the global batch)."""
+    """The work in samples for a series' runs (``steps`` is counted at the baseline's global
+    batch by :func:`plan_table`)."""
     if request.unit == "samples" or request.unit == "steps":
         return request.work
     first = rows.iloc[0]
-    tokens = tokens_per_sample(first.get("workload"), first.get("workload_params"))
-    if tokens is None:
+    workload = first.get("workload")
+    count = tokens_per_sample(workload, first.get("workload_params"), first.get(tokens.KEY, None))
+    if count is None:
+        # "unit: ...": the command line names the option or the sweep file's key
         raise PlanError(
-            f"unit tokens does not match the records' throughput unit, samples ({series}: "
-            f"workload {first.get('workload')} counts no tokens); plan in samples or steps"
+            f"unit: tokens, but the records count samples ({series}: "
+            f"{tokens.no_tokens(workload)}); plan in samples or steps"
         )
-    return request.work / tokens
+    return request.work / count
 
 
 # --- the table --------------------------------------------------------------------------------

@@ -36,10 +36,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from .dry_run import _jobs_breakdown, _round_orders, _what_is_shuffled, dry_run_lines
 
 if TYPE_CHECKING:
     from .monitor import SweepWatch
-    from .sweep_config import ShapePlan, SweepPlan
+    from .sweep_config import SweepPlan
 
 # Nothing heavy at import time: `scalescope --help` builds every subcommand's parser.
 
@@ -100,10 +101,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the order seed (over the sweep file's order_seed): a --dry-run prints the seed "
         "it drew; pass it here to submit that very order",
     )
+    _add_summary_options(parser)
+
+
+_PROJECT = (
+    "the projection's node counts are the sweep file's project_nodes key (e.g. project_nodes: "
+    "[2, 4]); a finished sweep: python -m analysis.summarize <sweep folder> --project 2,4"
+)
+_PLAN = (
+    "the training to plan is the sweep file's plan key (e.g. plan: {work: 2e11, unit: "
+    "tokens}); a finished sweep: python -m analysis.summarize <sweep folder> --plan-work 2e11"
+)
+SUMMARY_ONLY = {
+    "--project": _PROJECT,
+    **{
+        f"--plan-{name}": _PLAN
+        for name in ("work", "unit", "floor", "charge", "charge-factor", "price")
+    },
+}
+"""The summary's options a sweep takes from its file instead, and what to say instead of
+argparse's "unrecognized arguments"."""
+
+
+def _add_summary_options(parser: argparse.ArgumentParser) -> None:
+    """The summary's ``--project`` and ``--plan-*`` options, hidden: given to a sweep, they are
+    refused in one line that names the sweep file's key (:func:`_refuse_summary_options`)."""
+    for flag in SUMMARY_ONLY:
+        parser.add_argument(flag, dest=f"summary{flag}", help=argparse.SUPPRESS)
+
+
+def _refuse_summary_options(args: argparse.Namespace) -> None:
+    for flag, why in SUMMARY_ONLY.items():
+        if getattr(args, f"summary{flag}", None) is not None:
+            raise ConfigError(f"{flag}: not an option of scalescope sweep: {why}")
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+
+    _refuse_summary_options(args)
 
     console = Console(highlight=False, soft_wrap=True)
     plan, why = _plan(args)
@@ -157,154 +193,6 @@ def max_parallel(plan: SweepPlan, requested: int | None) -> int | None:
     if plan.executor == "local":
         return 1
     return plan.profile.max_parallel if plan.profile is not None else None
-
-
-def _rel(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _jobs_breakdown(plan: SweepPlan) -> str:
-    """``2 shapes x 3 repeats``, or ``2 shapes x 2 precisions x 3 repeats`` (and ``x 2
-    accumulations`` in a sweep over gradient accumulation)."""
-    shapes = len({sp.shape.label for sp in plan.shapes})
-    axis = ""
-    if any(sp.precision_axis for sp in plan.shapes):
-        axis += f" x {len({sp.precision for sp in plan.shapes})} precisions"
-    if any(sp.accumulate_axis for sp in plan.shapes):
-        axis += f" x {len({sp.accumulate for sp in plan.shapes})} accumulations"
-    if any(sp.strategy_axis for sp in plan.shapes):
-        axis += f" x {len({sp.strategy for sp in plan.shapes})} strategies"
-    return f"{shapes} shapes{axis} x {plan.repeats} repeats"
-
-
-def _what_is_shuffled(plan: SweepPlan) -> str:
-    names = ["shape"]
-    if any(sp.precision_axis for sp in plan.shapes):
-        names.append("precision")
-    if any(sp.accumulate_axis for sp in plan.shapes):
-        names.append("accumulation")
-    if any(sp.strategy_axis for sp in plan.shapes):
-        names.append("strategy")
-    if len(names) == 1:
-        return "shapes"
-    kind = {2: "pairs", 3: "triples"}.get(len(names), "tuples")
-    return f"({', '.join(names)}) {kind}"
-
-
-def _round_orders(plan: SweepPlan) -> list[str]:
-    rounds: dict[int, list[str]] = {}
-    for repeat, sp in plan.submission_order():
-        rounds.setdefault(repeat, []).append(sp.label)
-    return [f"{r + 1}: {' '.join(labels)}" for r, labels in rounds.items()]
-
-
-def _same_order(plan: SweepPlan) -> str:
-    """How the submission gets the dry run's order: the file fixes the seed, or --seed does."""
-    if plan.seed_source == "drawn":
-        return (
-            f"drawn now; a submission draws its own: pass --seed {plan.order_seed} to submit "
-            "this order"
-        )
-    return f"the seed comes from {plan.seed_source}: a submission uses the same"
-
-
-def _profiling(plan: SweepPlan) -> str | None:
-    """Which jobs capture a profile (``trainer.profile``), or None where none does."""
-    steps = {sp.config.trainer.profile.steps for sp in plan.shapes} - {0}
-    if not steps:
-        return None
-    what = f"trainer.profile.steps={'/'.join(str(s) for s in sorted(steps))}"
-    k = plan.profile_repeat
-    if k is None:
-        return f"every job profiles ({what})"
-    return (
-        f"repeat {k} of every shape (round {k + 1}) profiles ({what}); the other repeats run "
-        "with trainer.profile.steps=0"
-    )
-
-
-def _profiled_jobs(plan: SweepPlan, sp: ShapePlan) -> str:
-    """``, repeat 0 profiled``: which of a shape's jobs profile, where any does."""
-    repeats = [r for r in range(plan.repeats) if sp.profiles(r)]
-    if not repeats:
-        return ""
-    if len(repeats) == plan.repeats:
-        return ", every one profiled"
-    return f", repeat {', '.join(str(r) for r in repeats)} profiled"
-
-
-def dry_run_lines(plan: SweepPlan, why: str, at_once: int | None = None) -> list[str]:
-    """What --dry-run prints: the sweep, then every shape's resources and sbatch script;
-    ``at_once``: :func:`max_parallel`."""
-    from .executor import local_parameters, render_sbatch
-
-    where = plan.executor + (f" (profile {plan.profile.name})" if plan.profile else "")
-    lines = [
-        f"sweep {plan.sweep_id}: dry run, nothing submitted",
-        f"  sweep file    {_rel(plan.sweep_file)}",
-        f"  train config  {_rel(plan.train_config_file)}",
-        f"  executor      {where}: {why}",
-        f"  folder        {plan.sweep_dir}",
-        f"  jobs          {plan.num_jobs} ({_jobs_breakdown(plan)})",
-        f"  order         round by round, {_what_is_shuffled(plan)} shuffled "
-        f"(seed {plan.order_seed}): " + "; ".join(_round_orders(plan)),
-        f"  same order    {_same_order(plan)}",
-    ]
-    if plan.executor == "slurm":
-        lines.append(
-            f"  at once       {at_once} job(s), by afterany dependencies"
-            if at_once
-            else "  at once       no limit: Slurm starts each job when it fits"
-            + (
-                ""
-                if plan.shapes and plan.shapes[0].resources.exclusive
-                else ", and jobs may share a node (the profile's exclusive: true, or "
-                "--max-parallel N)"
-            )
-        )
-    profiling = _profiling(plan)
-    if profiling:
-        lines.append(f"  profile       {profiling}")
-    for i, sp in enumerate(plan.shapes, 1):
-        r = sp.resources
-        t = sp.config.trainer
-        lines += [
-            "",
-            f"[{i}/{len(plan.shapes)}] shape {sp.label}: world size {sp.shape.world_size}, "
-            f"{t.scaling} scaling, global batch {sp.global_batch_size} "
-            f"({sp.per_device_batch_size} per device), accelerator {t.accelerator}, "
-            f"precision {t.precision}"
-            + (f", strategy {t.strategy}" if sp.strategy_axis else "")
-            + (
-                f", {t.accumulate_grad_batches} micro-batches per step"
-                if t.accumulate_grad_batches > 1
-                else ""
-            )
-            + f", {plan.repeats} job(s)"
-            + _profiled_jobs(plan, sp),
-            f"  nodes {r.nodes}, tasks per node {r.tasks_per_node}, gpus per node "
-            f"{r.gpus_per_node}, cpus per task {r.cpus_per_task}, "
-            f"mem {f'{r.mem_gb} GB' if r.mem_gb is not None else 'site default'}, "
-            f"time {r.timeout_min} min",
-        ]
-        if plan.executor == "slurm":
-            lines.append(
-                f"  partition {r.partition or 'default'}, account {r.account or '-'}, "
-                f"qos {r.qos or '-'}, constraint {r.constraint or '-'}"
-            )
-            text = render_sbatch(plan, sp)
-            if text is None:
-                lines.append("  (this submitit version cannot render the sbatch script)")
-            else:
-                lines.append("  sbatch script:")
-                lines += [f"    {ln}".rstrip() for ln in text.rstrip("\n").splitlines()]
-        else:
-            params = ", ".join(f"{k}={v}" for k, v in local_parameters(sp).items())
-            lines.append(f"  submitit LocalExecutor: {params} ({at_once or 1} run(s) at a time)")
-    return lines
 
 
 # --- launching and watching -------------------------------------------------------------------
@@ -494,7 +382,9 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
             f"log {h.stdout}, errors {h.stderr}",
             markup=False,
         )
-    rc = run_summary(plan.sweep_dir, console, plan.project_nodes, plan.summary_plan)
+    rc = run_summary(
+        plan.sweep_dir, console, plan.project_nodes, plan.summary_plan, plan.sweep_file
+    )
     if rc is None:
         console.print(
             f"results: {plan.sweep_dir} (each job's log holds its :::SCALESCOPE record)",
@@ -512,6 +402,7 @@ def run_summary(
     console: Any,
     project: Sequence[int] = (),
     work_plan: Mapping[str, Any] | None = None,
+    sweep_file: Path | None = None,
 ) -> int | None:
     """The summary of the sweep's folder (``analysis.summarize.summarize_sweep``, a typed
     call), when the analysis package is installed beside the launcher."""
@@ -526,7 +417,9 @@ def run_summary(
     if not callable(summarize_sweep):
         return None
     try:
-        kw = {"plan": dict(work_plan)} if work_plan else {}  # an older analysis takes none
+        kw: dict[str, Any] = {}  # an older analysis takes neither
+        if work_plan:  # its errors name the sweep file's keys (plan.unit), not --plan-unit
+            kw = {"plan": dict(work_plan), "sweep_file": sweep_file}
         return int(summarize_sweep(sweep_dir, project_nodes=tuple(project), **kw) or 0)
     except Exception as exc:
         console.print(f"summary failed: {type(exc).__name__}: {exc}", markup=False)

@@ -55,29 +55,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import (
-    Precision,
-    Strategy,
     TrainConfig,
     check_one_step,
     check_workload,
     load_train_config,
     merge,
     name_route,
-    read_yaml,
     resolve_batch,
 )
 from ..errors import ConfigError
-from ..schema import (
-    UnknownKeyError,
-    below_one,
-    build,
-    check_axis,
-    non_negative,
-    option,
-    positive,
-    set_dotted,
-)
-from .plan_spec import PlanSpec
+from ..schema import UnknownKeyError, set_dotted
+from ..workloads.tokens import tokens_per_sample
+from .plan_spec import check_plan
 from .resources import (
     GpuCounter,
     Resources,
@@ -87,6 +76,9 @@ from .resources import (
     may_use_gpus,
     slurm_resources,
 )
+from .sweep_file import NAME, SweepConfig, load_sweep_config
+
+__all__ = ["ShapePlan", "SweepConfig", "SweepPlan", "load_sweep_config", "plan_sweep"]
 
 if TYPE_CHECKING:
     from .cluster import ClusterProfile
@@ -102,106 +94,6 @@ SWEEP_OWNED_KEYS = (
     "cluster",
     "repeat_index",
 )
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    name: str = option(
-        help="sweep family: prefix of the sweep id and the Comet project "
-        "(unless the overrides set tracking.project)"
-    )
-    train_config: str = option(
-        help="train config YAML, relative to the sweep file's folder (or absolute)"
-    )
-    shapes: list[Shape] = option(help="list of {nodes, devices_per_node}; one job per repeat")
-    overrides: dict[str, Any] = option(
-        {}, help="dotted train-config keys applied to every run, e.g. trainer.max_epochs: 3"
-    )
-    precisions: list[Precision] | None = option(
-        None,
-        help='run every shape at each of these trainer.precision values (e.g. ["32", '
-        '"bf16-mixed"]); null = the train config\'s precision',
-    )
-    accumulate_grad_batches: list[int] | None = option(
-        None,
-        help="run every shape at each of these trainer.accumulate_grad_batches values (e.g. "
-        "[1, 4]: the effect of gradient accumulation on efficiency at each scale); null = "
-        "the train config's",
-    )
-    strategies: list[Strategy] | None = option(
-        None,
-        help="run every shape under each of these trainer.strategy values (e.g. [ddp, "
-        "fsdp]: one series each in the summary, compared); null = the train config's",
-    )
-    repeats: int = option(
-        3,
-        help="runs per shape, submitted round by round (every shape once per round)",
-        check=positive,
-    )
-    profile_repeat: int | None = option(
-        None,
-        help="profile this repeat (0-based) of every shape only: the trainer.profile "
-        "overrides apply to it, every other repeat runs with trainer.profile.steps=0, so "
-        "its timings stay clean; null = every repeat as the overrides say",
-        check=non_negative,
-    )
-    order_seed: int | None = option(
-        None,
-        help="seed of the shuffled shape order within each round; null = a random one "
-        "(recorded in sweep.json)",
-    )
-    timeout_min: int | None = option(
-        None, help="time limit per job in minutes; null = the cluster profile's", check=positive
-    )
-    project_nodes: list[int] | None = option(
-        None,
-        help="the summary projects each series to these node counts (e.g. [2, 4, 8]: "
-        "`python -m analysis.summarize --project 2,4,8`); null = no projection",
-    )
-    plan: PlanSpec | None = option(
-        None,
-        help="the summary plans this training, e.g. {work: 2e11, unit: tokens} (`python -m "
-        "analysis.summarize --plan-work 2e11 --plan-unit tokens`); null = no plan",
-    )
-
-    def validate(self, where: str) -> None:
-        if not _NAME.match(self.name):
-            raise ConfigError(
-                f"name: use letters, digits, '.', '_' and '-' only (it names folders), got "
-                f"{self.name!r}"
-            )
-        if not self.shapes:
-            raise ConfigError("shapes: the list is empty; add e.g. {nodes: 1, devices_per_node: 1}")
-        seen: set[str] = set()
-        for shape in self.shapes:
-            if shape.label in seen:
-                raise ConfigError(f"shapes: {shape.label} is listed twice; use repeats instead")
-            seen.add(shape.label)
-        if self.precisions is not None:
-            check_axis("precisions", self.precisions)
-        if self.strategies is not None:
-            check_axis("strategies", self.strategies)
-        if self.project_nodes is not None:
-            check_axis(
-                "project_nodes", self.project_nodes, bad=below_one, wanted="a node count >= 1"
-            )
-        if self.accumulate_grad_batches is not None:
-            check_axis(
-                "accumulate_grad_batches",
-                self.accumulate_grad_batches,
-                bad=below_one,
-                wanted="a count >= 1",
-            )
-
-
-def load_sweep_config(path: str | os.PathLike[str]) -> SweepConfig:
-    data = read_yaml(path, what="sweep config")
-    try:
-        return build(SweepConfig, data)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -367,7 +259,7 @@ def plan_sweep(
     train_path = _train_config_path(sweep, sweep_path)
     overrides, routes = _overrides(sweep, sweep_path, extra_overrides)
     sweep_id = sweep_id or make_sweep_id(sweep.name)
-    if not _NAME.match(sweep_id):
+    if not NAME.match(sweep_id):
         raise ConfigError(f"sweep id {sweep_id!r}: use letters, digits, '.', '_' and '-' only")
 
     def load(extra: Mapping[str, Any]) -> Any:
@@ -379,7 +271,17 @@ def plan_sweep(
             raise name_route(exc, routes, str(train_path)) from None
 
     base = load(overrides)
-    _check_base_workload(base, train_path)
+    resolved = _check_base_workload(base, train_path)
+    if sweep.plan is not None:  # the summary's plan, against what the records will count
+        declared = getattr(resolved, "tokens_per_sample", None)
+        try:
+            check_plan(
+                sweep.plan,
+                tokens_per_sample(base.to_dict()["workload"], declared),
+                base.workload_name,
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{sweep_path}: {exc}") from None
     _check_profile_repeat(sweep, base, repeats if repeats is not None else sweep.repeats)
     sweep_dir = (Path(base.output_dir) / "sweeps" / sweep_id).absolute()
     plans = _ShapePlanner(
@@ -459,11 +361,12 @@ def _overrides(
     return overrides, routes
 
 
-def _check_base_workload(base: TrainConfig, train_path: Path) -> None:
+def _check_base_workload(base: TrainConfig, train_path: Path) -> Any:
+    """What checking the workload resolved (an import-path workload's classes), or None."""
     try:
         # An import-path workload is imported and checked here, on the submitting machine
         # (this imports lightning); built-in workloads need nothing more.
-        check_workload(base, resolve_batch(base.trainer, 1))
+        return check_workload(base, resolve_batch(base.trainer, 1))
     except ConfigError as exc:
         raise ConfigError(f"{train_path}: {exc}") from None
 

@@ -8,6 +8,8 @@ Config (the ``workload`` section)::
                                                      # the module has its own train_dataloader)
       init_args: {hidden: 64}                        # keyword arguments of MyModel(...)
       datamodule_init_args: {num_samples: 4096}      # keyword arguments of MyData(...)
+      tokens_per_sample: 1024                        # a language model's tokens per sample
+                                                     # (optional; see below)
 
 :class:`UserParams` validates the section without importing anything. :func:`check` imports
 the classes (and so lightning) and refuses, with one line naming the key, a path that does
@@ -24,6 +26,11 @@ module) takes a ``batch_size`` argument, scalescope passes the per-device batch 
 args (it would bypass the scaling mode). Without such an argument the loaders' own batch
 size is used as written; samples are counted from what the loader yields either way
 (:mod:`scalescope.workloads.user_measurement`, inside the job).
+
+Tokens: a language model says how many tokens one sample holds with
+``workload.tokens_per_sample`` or a ``tokens_per_sample`` class attribute on its module or
+data module, read here once (:attr:`Resolved.tokens_per_sample`); the key wins over the
+attribute. :mod:`scalescope.workloads.tokens` gives the answer every side uses.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..schema import option
+from ..schema import option, positive
+from .tokens import KEY as TOKENS_KEY
+from .tokens import is_count
 
 IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 BATCH_SIZE_ARG = "batch_size"
@@ -68,6 +77,13 @@ class UserParams:
     init_args: dict[str, Any] = option({}, help="keyword arguments of the module's constructor")
     datamodule_init_args: dict[str, Any] = option(
         {}, help="keyword arguments of the data module's constructor"
+    )
+    tokens_per_sample: int | None = option(
+        None,
+        help="a language model's tokens in one sample (its sequence length): lets the "
+        "summary plan in tokens (plan.unit: tokens); over the module's or data module's "
+        "tokens_per_sample attribute; null = the attribute's, else no tokens counted",
+        check=positive,
     )
 
     def validate(self, where: str) -> None:
@@ -179,6 +195,8 @@ class Resolved:
     module_kwargs: dict[str, Any]
     datamodule_cls: type | None
     datamodule_kwargs: dict[str, Any]
+    tokens_per_sample: int | None = None
+    """The classes' ``tokens_per_sample`` attribute (:func:`declared_tokens`), or None."""
 
     @property
     def batch_size_passed(self) -> bool:
@@ -235,7 +253,33 @@ def check(
             batch_size,
             batch_error,
         )
-    return Resolved(module_cls, module_kwargs, datamodule_cls, datamodule_kwargs)
+    tokens = declared_tokens(module_cls, datamodule_cls)
+    return Resolved(module_cls, module_kwargs, datamodule_cls, datamodule_kwargs, tokens)
+
+
+def declared_tokens(module_cls: type, datamodule_cls: type | None) -> int | None:
+    """The ``tokens_per_sample`` class attribute of the module or its data module (a whole
+    number > 0); None where neither has one; ConfigError for another value or two that
+    disagree."""
+    found: dict[str, int] = {}
+    for cls in (module_cls, datamodule_cls):
+        value = getattr(cls, TOKENS_KEY, None) if cls is not None else None
+        if cls is None or value is None:
+            continue
+        if not is_count(value):
+            raise ConfigError(
+                f"{cls.__name__}.{TOKENS_KEY}: a class attribute holding the tokens in one "
+                f"sample, a whole number > 0 (e.g. {TOKENS_KEY} = 1024), got {value!r}; or set "
+                f"workload.{TOKENS_KEY} in the train config"
+            )
+        found[cls.__name__] = int(value)
+    if len(set(found.values())) > 1:
+        said = ", ".join(f"{name}.{TOKENS_KEY} = {v}" for name, v in found.items())
+        raise ConfigError(
+            f"{said}: the module and its data module disagree; keep one, or set "
+            f"workload.{TOKENS_KEY} in the train config"
+        )
+    return next(iter(found.values()), None)
 
 
 def _defines(cls: type, method: str, base: type) -> bool:

@@ -3,12 +3,20 @@ start's logs, the projected rows' intervals, and the recommendation rule in buil
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 from analysis_helpers import REPO, make_result
 
 from analysis.analyze import ProjectionRequest, analyze
-from analysis.compute.plan import PlanError, PlanRequest, make_plan
+from analysis.compute.plan import (
+    PlanError,
+    PlanRequest,
+    make_plan,
+    tokens_per_sample,
+    work_in_samples,
+)
 from analysis.read.frame import load_all, runs_frame
 from analysis.read.parse import ParseResult, Run
 
@@ -71,9 +79,33 @@ def test_projected_rows_contain_the_hand_centre_and_widen_with_scale(quickstart)
 def test_a_unit_the_records_do_not_count_is_refused(quickstart) -> None:  # type: ignore[no-untyped-def]
     spiral = _frame({(1, 1): 100.0, (2, 1): 55.0})
     with pytest.raises(
-        PlanError, match="tokens does not match the records' throughput unit, samples"
+        PlanError, match=r"^unit: tokens, but the records count samples \(.*workload spiral "
     ):
         make_plan(spiral, analyze(spiral).scaling, PlanRequest(1e9, "tokens"))
+
+
+def test_tokens_per_sample_is_the_records_field_else_the_gpt_parameters() -> None:
+    """The record's ``tokens_per_sample`` (a user's module that said it); a record made before
+    the field existed: the gpt workload's sequence length from its parameters."""
+    assert tokens_per_sample("examples.m:M", '{"init_args":{}}', 512) == 512
+    assert tokens_per_sample("examples.m:M", '{"init_args":{}}', pd.NA) is None
+    assert tokens_per_sample("examples.m:M", '{"tokens_per_sample":64}', None) == 64
+    assert tokens_per_sample("gpt", '{"preset":"tiny","seq_len":null}') == 32
+    assert tokens_per_sample("gpt", '{"preset":"small"}', pd.NA) == 256
+    assert tokens_per_sample("spiral", "{}") is None
+    assert tokens_per_sample("gpt", "not json") is None
+
+
+def test_a_plan_in_tokens_reads_the_records_tokens_per_sample() -> None:
+    """Spiral records that say 10 tokens per sample (as a user's module would): the work in
+    samples is the tokens over 10, and the column reaches the runs frame."""
+    runs = []
+    for world, t in {(1, 1): 100.0, (2, 1): 55.0}.items():
+        rec = make_result(f"{world[0]}", world=world, train_time_s=t)
+        runs.append(Run(replace(rec, tokens_per_sample=10), ("x",)))
+    frame = runs_frame(ParseResult(runs=runs))
+    assert frame["tokens_per_sample"].tolist() == [10, 10]
+    assert work_in_samples(PlanRequest(1e9, "tokens"), frame, "s") == pytest.approx(1e8)
 
 
 # --- the rule ---------------------------------------------------------------------------------

@@ -277,7 +277,7 @@ def test_the_summary_fits_the_terminal_width_it_is_given(tmp_path: Path) -> None
     [
         (
             ["--plan-work", "1e9", "--plan-unit", "tokens"],
-            "--plan-unit tokens does not match the records' throughput unit, samples",
+            "--plan-unit: tokens, but the records count samples",
         ),
         (["--plan-work", "0"], "--plan-work: must be a number > 0"),
         (["--plan-work", "-2e11", "--plan-unit", "tokens"], "--plan-work: must be a number > 0"),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import __version__, record
 from ...config import TrainConfig
+from ...workloads.tokens import tokens_per_sample
 from .topology import Topology
 
 if TYPE_CHECKING:
@@ -192,8 +193,10 @@ def rank_zero_record(
     result = build_result(
         cfg, ident, agreed, measures.timing.t, datamodule, model, versions, trainer, user
     )
+    declared = getattr(job.resolved, "tokens_per_sample", None)  # a user's classes' attribute
     return replace(
         result,
+        tokens_per_sample=tokens_per_sample(result.config["workload"], declared),
         diagnosis=(
             diag.section(agreed, result.steady_steps, result.identity.per_device_batch_size)
             if diag

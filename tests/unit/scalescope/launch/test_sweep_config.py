@@ -37,6 +37,7 @@ def test_a_sweep_names_the_training_its_summary_plans(in_tmp: Path) -> None:
         "work": 4e6,
         "unit": "steps",
         "floor": 0.7,
+        "charge": "node",
         "charge_factor": None,
         "price_per_gpu_hour": None,
     }
@@ -93,3 +94,65 @@ def test_without_the_list_every_run_uses_the_train_configs_precision(in_tmp: Pat
     assert plan.num_jobs == 4
     assert [sp.precision for sp in plan.shapes] == ["bf16-mixed", "bf16-mixed"]
     assert [sp.label for sp in plan.shapes] == ["1x1", "1x2"]  # labels unchanged
+
+
+GPT_TRAIN = "name: g\nworkload: {name: gpt}\ntrainer: {batch_size: 8, accelerator: cpu}\n"
+
+
+@pytest.mark.parametrize("train", ["spiral", "resnet"])
+def test_a_plan_in_tokens_on_a_workload_that_counts_none_is_refused_up_front(
+    in_tmp: Path, train: str
+) -> None:
+    """What the summary would refuse after every job ran is refused before anything is
+    submitted, naming the sweep file, the key and what would be valid."""
+    text = f"name: t\nworkload: {{name: {train}}}\ntrainer: {{batch_size: 8, accelerator: cpu}}\n"
+    sweep = write_sweep(
+        in_tmp, shapes=((1, 1),), train=text, extra="plan: {work: 2e11, unit: tokens}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
+    said = str(caught.value)
+    assert said.startswith(f"{sweep}: plan.unit: tokens, but workload {train} counts no tokens")
+    assert "plan in samples or steps" in said and "\n" not in said
+
+
+def test_a_plan_in_tokens_on_gpt_or_in_samples_passes(in_tmp: Path) -> None:
+    tokens = write_sweep(
+        in_tmp, shapes=((1, 1),), train=GPT_TRAIN, extra="plan: {work: 2e11, unit: tokens}\n"
+    )
+    plan = plan_sweep(load_sweep_config(tokens), tokens, executor="local", sweep_id="t")
+    assert plan.summary_plan is not None and plan.summary_plan["unit"] == "tokens"
+    samples = write_sweep(in_tmp, shapes=((1, 1),), extra="plan: {work: 4e6}\n")
+    assert plan_sweep(load_sweep_config(samples), samples, executor="local", sweep_id="u")
+
+
+def test_a_users_module_plans_in_tokens_once_its_train_config_says_how_many(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key ``workload.tokens_per_sample`` (here as a sweep override) is what the check
+    reads; without it (and without the attribute) the plan is refused naming both ways."""
+    import shutil
+    import sys
+
+    from core_helpers import REPO
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    shutil.copytree(REPO / "examples", in_tmp / "examples", ignore=shutil.ignore_patterns("__py*"))
+    train = (REPO / "examples" / "my_project.yaml").read_text()
+    plan_line = "plan: {work: 2e9, unit: tokens}\n"
+    sweep = write_sweep(in_tmp, shapes=((1, 1),), train=train, extra=plan_line)
+    with pytest.raises(
+        ConfigError,
+        match=r"plan.unit: tokens, but workload examples.*"
+        r"set workload.tokens_per_sample",
+    ):
+        plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
+    said = write_sweep(
+        in_tmp,
+        shapes=((1, 1),),
+        train=train,
+        extra=plan_line,
+        overrides="  workload.tokens_per_sample: 64\n",
+    )
+    plan = plan_sweep(load_sweep_config(said), said, executor="local", sweep_id="u")
+    assert plan.shapes[0].config.workload["tokens_per_sample"] == 64

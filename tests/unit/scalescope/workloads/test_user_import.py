@@ -94,6 +94,7 @@ def test_user_keys_are_checked_without_imports() -> None:
         "datamodule": None,
         "init_args": {"hidden": 64},
         "datamodule_init_args": {},
+        "tokens_per_sample": None,
     }
     with pytest.raises(ConfigError, match=r"unknown key workload\.hidden"):
         load_train_config(None, [f"workload.name={MODEL}:MyModel", "workload.hidden=3"])
