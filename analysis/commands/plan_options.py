@@ -135,12 +135,9 @@ def named_problem(problem: str, names: dict[str, str]) -> str:
     return f"{names[field]}: {why}" if sep and field in names else problem
 
 
-TERMINAL_OMITS = ["Mean samples/s", "Start-up + warm-up s", "Model state per device"]
+TERMINAL_OMITS = ["Mean samples/s", "Model state per device"]
 """Columns report.md and report.html show and the terminal leaves out (with the per-device
 efficiency where a node is what is charged: the floor judges the node's)."""
-
-
-TERMINAL_HEADERS = {"Efficiency per node": "Eff./node", "Efficiency per device": "Eff./device"}
 
 
 def print_plan(doc: dict[str, Any]) -> None:
@@ -153,12 +150,9 @@ def print_plan(doc: dict[str, Any]) -> None:
         # the terminal's table: the decision's columns (throughput and job costs: report.md)
         frame = pd.DataFrame(s["rows"], columns=s["columns"])
         omit = [*TERMINAL_OMITS]
-        if "Efficiency per node" in frame.columns:
-            omit.append("Efficiency per device")
+        if "Eff./node" in frame.columns:
+            omit.append("Eff./device")
         frame = frame.drop(columns=[c for c in omit if c in frame.columns])
-        # "measured (n=3)" as "n=3": the terminal's table fits 100 columns
-        frame["Source"] = frame["Source"].str.replace(r"^measured \((n=\d+)\)$", r"\1", regex=True)
-        frame = frame.rename(columns=TERMINAL_HEADERS)
         console.print()
         console.print(rich_table(display_table(s["series"], frame), narrow=True))
         text = textwrap.fill(s["answer"], width=max(40, console.width), break_on_hyphens=False)

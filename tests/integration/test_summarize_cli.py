@@ -149,10 +149,11 @@ def test_a_sweep_files_plan_reaches_its_summary(tmp_path: Path) -> None:
     plan = {"work": 2e11, "unit": "tokens", "floor": 0.8, "charge_factor": 1.5}
     assert summarize_sweep(folder, project_nodes=(2,), plan=plan) == 0
     doc = json.loads((folder / "summary" / "summary.json").read_text())
-    assert doc["plan_request"] == {**plan, "price_per_gpu_hour": None}
+    # whole nodes are charged unless the file says otherwise
+    assert doc["plan_request"] == {**plan, "price_per_gpu_hour": None, "charge": "node"}
     assert (folder / "summary" / "plan.csv").exists()
     rows = {(r["nodes"], r["devices_per_node"]): r for r in doc["plan"]}
-    assert rows[(2, 2)]["charged_node_hours"] == 1.5 * rows[(2, 2)]["node_hours"]
+    assert rows[(2, 2)]["charged_hours"] == 1.5 * rows[(2, 2)]["node_hours"]
     bad = summarize_sweep(folder, plan={"work": 2e11, "unit": "images"})
     assert bad == 2
 

@@ -51,8 +51,13 @@ def _pct(value: Any) -> str:
 
 
 def _efficiency(row: Mapping[str, Any], column: str = "efficiency") -> str:
+    """``91% [77, 100]`` (the interval's ends in percent too)."""
     lo, hi = float(row[f"{column}_low"]), float(row[f"{column}_high"])
-    band = f" [{_pct(lo)}, {_pct(hi)}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    band = (
+        f" [{_pct(lo).rstrip('%')}, {_pct(hi).rstrip('%')}]"
+        if math.isfinite(lo) and math.isfinite(hi)
+        else ""
+    )
     return _pct(row[column]) + band
 
 
@@ -101,24 +106,24 @@ def table_rows(
     request: PlanRequest,
     chosen: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """The plan table of one series as strings: scale, source, efficiency per device (and per
-    node under node charging), steady throughput (mean over runs), the job's start-up and
-    warm-up, time to train, the charged hours (node-hours or device-hours, times the charge
-    factor), cost with a price, the model state per device where recorded, and a note
-    (chosen, dominated by …)."""
+    """The plan table of one series as strings: scale, source (a measured scale's runs, or
+    projected), efficiency per device (and per node under node charging), steady throughput
+    (mean over runs), time to train (the job's start-up and warm-up in it: :func:`_method`), the
+    charged hours (node-hours or device-hours, times the charge factor), cost with a price,
+    the model state per device where recorded, and a note (chosen, beaten by …)."""
     out = []
     memory = any(math.isfinite(float(r["model_state_gib"])) for r in rows)
     for r in rows:
         line = {
             "Scale": scale(r),
-            "Source": r["source"] + (f" (n={int(r['n'])})" if r["source"] == "measured" else ""),
-            "Efficiency per device": _efficiency(r),
+            # a measured row by its runs (n=3), so the table fits report.md's 120 columns
+            "Source": f"n={int(r['n'])}" if r["source"] == "measured" else r["source"],
+            "Eff./device": _efficiency(r),
         }
         if request.charge == "node":
-            line["Efficiency per node"] = _efficiency(r, "charged_efficiency")
+            line["Eff./node"] = _efficiency(r, "charged_efficiency")
         line |= {
             "Mean samples/s": f"{float(r['throughput']):,.4g}",
-            "Start-up + warm-up s": f"{float(r['startup_s']) + float(r['warmup_cost_s']):.1f}",
             "Time to train (h)": f"{amount(r['time_h'])} "
             f"{_interval(r, 'time_low_h', 'time_high_h')}",
             _charged_label(request): f"{amount(r['charged_hours'])} "
@@ -378,10 +383,13 @@ def _method(runs: pd.DataFrame, rows: Sequence[Mapping[str, Any]]) -> str:
     repeats = f"{rep} repeat{'' if hi == 1 else 's'} per scale"
     soft = ", ".join(f"{k} {v}" for k, v in versions.items()) or "versions not recorded"
     where = f"{len(nodes)} node{'' if len(nodes) == 1 else 's'}"
+    fixed = [float(r["startup_s"]) + float(r["warmup_cost_s"]) for r in rows]
+    span = f"{min(fixed):.1f}" if min(fixed) == max(fixed) else f"{min(fixed):.1f}-{max(fixed):.1f}"
     return (
         f"Measured on {', '.join(devices)} over {where} with {soft}, {repeats}; throughput "
         "is the steady state's mean over the runs, which leaves out the warm-up steps, "
-        "start-up and validation (the plan adds start-up and warm-up back once per job). "
+        "start-up and validation (the time to train adds each scale's measured start-up and "
+        f"warm-up back once per job: {span} s; a projected scale the largest measured one's). "
         "Projected rows come from a step model fitted to these runs, with 95% prediction "
         "intervals; measured rows carry 95% confidence intervals of the throughput."
     )
