@@ -1,5 +1,5 @@
-"""FSDP's communication in the step model (analysis.compute.step_time.fsdp_comm), worked by hand:
-two blocks of 1 GB at 2 ranks on a 1 GB/s bus with no latency, so that every all-gather and
+"""FSDP's communication in the step model (analysis.compute.projection.step_time.fsdp_comm), worked
+by hand: two blocks of 1 GB at 2 ranks on a 1 GB/s bus with no latency, so that every all-gather and
 reduce-scatter takes 1 GB x (2 - 1) / 2 / 1 GB/s = 0.5 s, and a micro-batch's compute of 1.8 s
 is 0.3 s of forward and 0.6 s of backward per block."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.compute.step_time.fsdp_comm import (
+from analysis.compute.projection.step_time.fsdp_comm import (
     FsdpStepModel,
     block_bytes,
     microbatch_exposed,
     step_exposed,
 )
-from analysis.compute.step_time.step_model import Level, Network, collective_s
+from analysis.compute.projection.step_time.step_model import Level, Network, collective_s
 from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER
 
 BUS = Level(alpha_s=0.0, busbw_gbps=1.0, at_world=2, source="by hand")
@@ -123,7 +123,7 @@ def test_the_hidden_share_runs_from_the_cpus_none_to_the_timelines_all() -> None
 def test_the_backtest_draws_how_much_an_fsdp_case_hides() -> None:
     """An FSDP case's draws span the hidden share's band: its least efficient draw at 4
     ranks is below the centre's (all hidden), which stays at the band's top."""
-    from analysis.compute.scoring import FSDP_HIDDEN_BAND, case_model, prepare
+    from analysis.compute.projection.scoring import FSDP_HIDDEN_BAND, case_model, prepare
     from analysis.read.cases import Case, Point
 
     case = Case(

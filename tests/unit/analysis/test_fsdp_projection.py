@@ -1,6 +1,6 @@
-"""A sweep's own FSDP series projected (analysis.compute.projection with FsdpTerm): its records'
-units (``sharding.unit_bytes``, read by analysis.read.strategy.fsdp_sharding) on FSDP's step
-model, worked by hand on two units of 1 GB on a 1 GB/s bus with no latency: at N ranks each
+"""A sweep's own FSDP series projected (analysis.compute.projection.project with FsdpTerm): its
+records' units (``sharding.unit_bytes``, read by analysis.read.strategy.fsdp_sharding) on FSDP's
+step model, worked by hand on two units of 1 GB on a 1 GB/s bus with no latency: at N ranks each
 all-gather and reduce-scatter takes 1 GB x (N - 1) / N / 1 GB/s (0.5 s at 2, 0.75 s at 4)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from projection_helpers import FIXTURE, series
 
-from analysis.compute.projection import (
+from analysis.compute.projection.project import (
     FSDP_NO_UNIT_BYTES,
     _apply,
     _under,
@@ -21,8 +21,12 @@ from analysis.compute.projection import (
     project_points,
     what_ifs,
 )
-from analysis.compute.step_time.fsdp_comm import FSDP_HIDDEN_BAND, FsdpStepModel, FsdpTerm
-from analysis.compute.step_time.step_model import StepModel, fit_series
+from analysis.compute.projection.step_time.fsdp_comm import (
+    FSDP_HIDDEN_BAND,
+    FsdpStepModel,
+    FsdpTerm,
+)
+from analysis.compute.projection.step_time.step_model import StepModel, fit_series
 from analysis.read.frame import load
 from analysis.read.strategy import fsdp_sharding
 

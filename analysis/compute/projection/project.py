@@ -1,6 +1,6 @@
 """Projection: the scale a sweep has not run yet, with an interval.
 
-The step model (:mod:`..step_time.step_model`) is fitted to each series' measured scale points and
+The step model (:mod:`.step_time.step_model`) is fitted to each series' measured scale points and
 evaluated at larger ones; this module draws its interval, the what-ifs, the 75% crossing
 and the self-check (the largest measured scale predicted from the smaller ones). The words
 of the report are :mod:`analysis.present.report.projection_text`'s, a network profile's reading
@@ -24,15 +24,15 @@ import numpy as np
 import pandas as pd
 
 from analysis.compute.metrics import EFFICIENCY_REFERENCE
-from analysis.compute.model_error import ErrorModel, features
-from analysis.compute.model_error import load as load_error_model
-from analysis.compute.step_time.fsdp_comm import FsdpStepModel, FsdpTerm
-from analysis.compute.step_time.network import (
+from analysis.compute.projection.model_error import ErrorModel, features
+from analysis.compute.projection.model_error import load as load_error_model
+from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel, FsdpTerm
+from analysis.compute.projection.step_time.network import (
     Network,
     network_from_points,
     network_from_profile,
 )
-from analysis.compute.step_time.step_model import (
+from analysis.compute.projection.step_time.step_model import (
     CARRIES,
     DDP_TERM,
     CommTerm,

@@ -46,7 +46,7 @@ table), speedup = efficiency x N / baseline world size. A what-if that changes t
 batch changes the baseline's step by the same compute and input.
 
 Assumptions: data parallelism only; no bottleneck at scale other than the network term (no
-I/O limit, no memory change). The interval around it is :mod:`..projection`'s. FSDP's
+I/O limit, no memory change). The interval around it is :mod:`..project`'s. FSDP's
 per-block gathers and reduce-scatters replace the all-reduce in :mod:`.fsdp_comm`.
 """
 
@@ -60,9 +60,12 @@ from typing import Any
 
 import numpy as np
 
+from analysis.compute.projection.step_time.bucket_overlap import (
+    exposed_after_backward,
+    ready_shares,
+)
+from analysis.compute.projection.step_time.network import Level, Network, network_from_points
 from analysis.compute.stats import finite_mean
-from analysis.compute.step_time.bucket_overlap import exposed_after_backward, ready_shares
-from analysis.compute.step_time.network import Level, Network, network_from_points
 from scalescope.collectives import Collective, link_bytes, modelled
 
 CARRIES = ("one-time", "network", "stragglers")
