@@ -183,3 +183,28 @@ def test_ddps_series_keeps_ddps_model() -> None:
     runs = load(FIXTURE)
     (sp,) = project(runs, [4], draws=20).series
     assert type(sp.fit.model) is StepModel
+
+
+def test_bytes_reduce_scattered_per_byte_gathered_follow_the_reduce_dtype() -> None:
+    """torch reduce-scatters in ``reduce_dtype``; FSDP2's None there means the gathered
+    dtype, and a gathered dtype of None the parameters' own (fp32 but under a ``-true``
+    precision of 16 bits): fp32 parameters reduced in bf16 move half their bytes."""
+    from analysis.read.strategy import FsdpSharding
+
+    def factor(param: str | None, reduce: str | None, precision: str = "32-true") -> float:
+        rows = pd.DataFrame(
+            {
+                "sharding": [{**SHARDING, "param_dtype": param, "reduce_dtype": reduce}],
+                "precision": [precision],
+            }
+        )
+        got = fsdp_sharding(rows)
+        assert got is not None
+        return got.scatter_factor
+
+    assert factor(None, "bfloat16") == 0.5
+    assert factor("bfloat16", "float32") == 2.0
+    assert factor("bfloat16", None) == 1.0  # reduced as gathered
+    assert factor(None, None) == 1.0
+    assert factor(None, "float32", "bf16-true") == 2.0  # the parameters are bf16 already
+    assert FsdpSharding((8,), True, None, "bfloat16").scatter_factor == 0.5
