@@ -269,7 +269,11 @@ def _centre_row(
     world = nodes * dpn
     carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
     d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
-    e *= math.exp(float(em.mean(d, s)))
+    # the error model's mean shifts the projection, not only its efficiency: the throughput
+    # carries the same factor, so throughput = efficiency x world x the baseline's
+    # per-device throughput (the step's parts stay the model's own)
+    shift = math.exp(float(em.mean(d, s)))
+    e *= shift
     k_used = int(parts.pop("k"))
     got = np.array([v for v in drawn if math.isfinite(v)])
     low, high = (
@@ -278,7 +282,7 @@ def _centre_row(
         else (math.nan, math.nan)
     )
     ratio = world / model.baseline_world
-    x = batch / parts["step"] if parts["step"] > 0 else math.nan
+    x = batch / parts["step"] * shift if parts["step"] > 0 else math.nan
     return {
         "what_if": w.name,
         "nodes": nodes,

@@ -6,6 +6,7 @@ model it stands on: test_step_model.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -182,3 +183,23 @@ def test_the_bucket_what_if_makes_the_buckets_ddp_makes() -> None:
     exposed = model.modelled_exposed(16, 1, buckets, 1, 1.0, 1.0)
     assert exposed == pytest.approx(0.014754, rel=0.05)
     assert exposed == pytest.approx(0.014754, abs=2e-6)  # the hand figure, to its digits
+
+
+def test_the_projected_throughput_carries_the_error_models_shift_as_the_efficiency_does() -> None:
+    """The centre's efficiency is the model's times exp(mean of the error model); the
+    throughput it reports must be the same projection: efficiency x world x the baseline's
+    per-device throughput as the model has it (here 2 doublings beyond the anchor, a mean of
+    -0.1 a doubling: exp(-0.2), about 18% below the model's own step)."""
+    from analysis.compute.projection.model_error import ErrorModel
+
+    pts, base = series(comm=0.004)
+    fit = fit_series(pts, base, "weak")
+    model = fit.model
+    assert model is not None
+    shifted = ErrorModel(mu_d=-0.1, noise=0.0)
+    (row, *_) = project_points(fit, pts, base, "weak", [(1, 8)], draws=10, error_model=shifted)
+    x_base = model.baseline_batch / model.baseline_step(model.baseline_batch)
+    assert row["throughput_per_device"] == pytest.approx(row["efficiency"] * x_base)
+    assert row["throughput"] == pytest.approx(row["efficiency"] * 8 * x_base)
+    model_only = row["per_device_batch_size"] / row["step_s"]
+    assert row["throughput_per_device"] == pytest.approx(model_only * math.exp(-0.2))
