@@ -14,7 +14,6 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compute import projection
 from analysis.compute.amdahl import amdahl_table, serial_fraction_notes
 from analysis.compute.findings import diagnosis_notes
 from analysis.compute.groups import DEFAULT_CONFIDENCE, DEFAULT_CV_THRESHOLD, STEADY, group_stats
@@ -33,6 +32,7 @@ from analysis.compute.precision import (
     precision_table,
     strategy_table,
 )
+from analysis.compute.projection import project as projection
 from analysis.compute.waterfall import Waterfall, waterfall
 from analysis.read.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes
 
@@ -57,7 +57,8 @@ class Analysis:
     waterfall: Waterfall | None = None
     """Where each scale point lost its efficiency (:func:`analysis.compute.waterfall.waterfall`)."""
     projection: Any = None
-    """The projection to scales not run (:func:`~analysis.compute.projection.project`), if asked."""
+    """The projection to scales not run (:func:`~analysis.compute.projection.project.project`),
+    if asked."""
     overlaps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OVERLAP_COLUMNS))
     """Runs timed while another job ran on their node (:func:`node_overlaps`); empty if none."""
     plan: PlanResult | None = None

@@ -14,8 +14,8 @@ from typing import Any
 from analysis_helpers import REPO
 
 from analysis import summarize
+from analysis.compute.projection.step_time.step_model import ScalePoint
 from analysis.compute.run_parts import RunParts
-from analysis.compute.step_time.step_model import ScalePoint
 
 # --- synthetic breakdowns ---------------------------------------------------------------------
 

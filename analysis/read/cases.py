@@ -2,7 +2,7 @@
 case, a model's gradient bytes and buckets (FSDP's: its gathered bytes and wrapped blocks),
 the hardware's devices per node and link bandwidths, its ``measured`` small-scale throughputs
 and its ``published`` larger-scale ones.
-What :mod:`analysis.compute.scoring` makes of them is its own.
+What :mod:`analysis.compute.projection.scoring` makes of them is its own.
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ def frame_strategy(rows: pd.DataFrame) -> str:
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes per element of the dtypes a record's ``sharding`` names."""
+OWN_DTYPES = {"bf16-true": "bfloat16", "16-true": "float16", "64-true": "float64", "64": "float64"}
+"""The parameters' own dtype under a Lightning precision that converts them (fp32 under
+every other, the mixed ones included)."""
 
 
 @dataclass(frozen=True)
@@ -53,13 +56,19 @@ class FsdpSharding:
     """What the units gather in (None: the parameters' own dtype)."""
     reduce_dtype: str | None
     """What gradients are reduce-scattered in (None: as gathered)."""
+    own_dtype: str = "float32"
+    """The parameters' own dtype, which they gather in where ``param_dtype`` is None: as the
+    series' precision leaves them (16 bits under ``bf16-true`` / ``16-true``, else fp32)."""
 
     @property
     def scatter_factor(self) -> float:
-        """Bytes reduce-scattered per byte gathered: 2 for bf16 gathers with fp32
-        reductions (``bf16-mixed``), else 1."""
-        gathered = DTYPE_BYTES.get(self.param_dtype or "")
-        reduced = DTYPE_BYTES.get(self.reduce_dtype or "")
+        """Bytes reduce-scattered per byte gathered: the size of the dtype torch reduces in
+        over the size of the one it gathers in (FSDP2's ``reduce_dtype`` None: the
+        ``param_dtype``; ``param_dtype`` None: the parameters' own). 2 for bf16 gathers with
+        fp32 reductions (``bf16-mixed``), 0.5 for fp32 parameters reduced in bf16."""
+        gathered_dtype = self.param_dtype or self.own_dtype
+        gathered = DTYPE_BYTES.get(gathered_dtype)
+        reduced = DTYPE_BYTES.get(self.reduce_dtype or gathered_dtype)
         return reduced / gathered if gathered and reduced else 1.0
 
 
@@ -75,11 +84,13 @@ def fsdp_sharding(rows: pd.DataFrame) -> FsdpSharding | None:
     with_units = [s for s in sections if _unit_bytes(s) is not None]
     s = (with_units or sections)[0]
     reshard = s.get("reshard_after_forward")
+    precision = str(rows["precision"].iloc[0]) if "precision" in rows.columns else ""
     return FsdpSharding(
         unit_bytes=_unit_bytes(s),
         reshard_after_forward=reshard if isinstance(reshard, bool) else True,
         param_dtype=_text(s.get("param_dtype")),
         reduce_dtype=_text(s.get("reduce_dtype")),
+        own_dtype=OWN_DTYPES.get(precision, "float32"),
     )
 
 

@@ -1,8 +1,8 @@
 """The all-reduce and DDP-bucket arithmetic that both sides need, without torch.
 
 The job measures (:mod:`scalescope.job.diagnosis.allreduce` runs the collectives and reads DDP's
-buckets) and the analysis projects (:mod:`analysis.compute.projection`, the backtest): both use
-these formulas, and the analysis must not import the job's torch-side module to get them. Pure
+buckets) and the analysis projects (:mod:`analysis.compute.projection.project`, the backtest): both
+use these formulas, and the analysis must not import the job's torch-side module to get them. Pure
 functions of numbers only (numpy where a fit needs it).
 """
 

@@ -18,7 +18,7 @@ The job's marks of each strategy's waits and its start-up sweep plug in the same
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .allreduce_model import bus_factor as _all_reduce_bus_factor
 
@@ -139,3 +139,14 @@ factors from here)."""
 def keys(strategy: str) -> tuple[str, ...]:
     """One strategy's collectives' keys, in the order its step meets them."""
     return tuple(c.key for c in STRATEGIES[strategy])
+
+
+def as_run_by(collective: Collective, backend: str) -> Collective:
+    """``collective`` as the process group's ``backend`` runs it. gloo has no reduce-scatter
+    of its own: ``ProcessGroupGloo::reduce_scatter_tensor_coalesced`` clones the input,
+    all-reduces it whole and keeps one chunk, so on gloo a reduce-scatter puts the
+    all-reduce's bytes on the busiest link (:data:`DDP_GRADIENT`'s bus factor). Every other
+    collective, and every one on nccl, as registered."""
+    if backend == "gloo" and collective.operation == "reduce_scatter":
+        return replace(collective, bus_factor=DDP_GRADIENT.bus_factor)
+    return collective

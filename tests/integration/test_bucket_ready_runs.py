@@ -19,7 +19,7 @@ import pytest
 from core_helpers import REPO, run_train
 from diagnosis_helpers import diag, only_result
 
-from analysis.compute.projection import project
+from analysis.compute.projection.project import project
 from analysis.read.frame import load_all
 from scalescope.record import ResultRecord
 

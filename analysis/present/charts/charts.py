@@ -493,7 +493,7 @@ def ranks_chart(ranks: pd.DataFrame, series: str) -> Figure:
 def projection_chart(scaling: pd.DataFrame, projection: pd.DataFrame, series: str) -> Figure:
     """Efficiency against devices for one series: the measured points with their 95% CI,
     the projection (as measured) with its prediction band, ideal scaling and the 75% line.
-    ``projection``: :attr:`analysis.compute.projection.ProjectionResult.table`."""
+    ``projection``: :attr:`analysis.compute.projection.project.ProjectionResult.table`."""
     fig, ax = _figure()
     measured = scaling[scaling["series"] == series].sort_values(["world_size", "nodes"])
     proj = projection[

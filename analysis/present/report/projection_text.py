@@ -7,10 +7,10 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from analysis.compute.projection import SCAN_NODES, ProjectionResult, SeriesProjection
-from analysis.compute.projection import percent_text as _pc
-from analysis.compute.step_time.fsdp_comm import FsdpStepModel
-from analysis.compute.step_time.step_model import CARRIES, CARRY_WORDS, StepModel
+from analysis.compute.projection.project import SCAN_NODES, ProjectionResult, SeriesProjection
+from analysis.compute.projection.project import percent_text as _pc
+from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel
+from analysis.compute.projection.step_time.step_model import CARRIES, CARRY_WORDS, StepModel
 
 
 def _ms(seconds: float) -> str:

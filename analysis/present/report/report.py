@@ -90,7 +90,7 @@ METHODS = {
         "bytes in the all-reduce's place, the next unit's gather behind the current one's "
         "compute on GPUs; straggler = sigma x E[max of N normals]; 95% prediction interval "
         "from draws over repeats (bootstrap), the network band and a model error; see "
-        "analysis/compute/projection.py"
+        "analysis/compute/projection/project.py"
     ),
 }
 

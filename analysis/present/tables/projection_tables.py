@@ -1,6 +1,6 @@
 """The projection to scales not yet run, as tables: every requested node count with its
 prediction interval and what-ifs, and the leave-one-out self-check
-(:mod:`analysis.compute.projection`)."""
+(:mod:`analysis.compute.projection.project`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compute.step_time.fsdp_comm import FsdpStepModel
+from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel
 from analysis.present.display import DisplayTable, pct, sig, with_ci
 
 
 def projection_table(result: Any) -> DisplayTable | None:
-    """The projection (analysis.compute.projection): per series every requested node count as
-    measured, then each what-if at the largest. None without projected rows."""
+    """The projection (analysis.compute.projection.project): per series every requested node
+    count as measured, then each what-if at the largest. None without projected rows."""
     t = result.table
     if t.empty:
         return None
@@ -44,10 +44,11 @@ def projection_table(result: Any) -> DisplayTable | None:
         )
     caption = [
         "Projected from the measured scale points by the step-time model of "
-        "analysis/projection.py: compute and input as measured, DDP's buckets on the fitted "
-        "latency-bandwidth all-reduce (tree latency, ring bandwidth) less what backward "
-        "hides, the expected slowest of N ranks. PI: 2.5-97.5% of draws over the repeats "
-        "(bootstrap), the network band and the model error. What-ifs at the largest N; "
+        "analysis/compute/projection/project.py: compute and input as measured, DDP's buckets "
+        "on the fitted latency-bandwidth all-reduce (tree latency, ring bandwidth) less "
+        "what backward hides, the expected slowest of N ranks. PI: 2.5-97.5% of draws over "
+        "the repeats (bootstrap), the network band and the model error. What-ifs at the "
+        "largest N; "
         "projection.csv has every one at every N. Efficiency and speedup against the "
         "series' baseline, as in the speedup table.",
     ]
@@ -59,7 +60,7 @@ def projection_table(result: Any) -> DisplayTable | None:
             "before forward, another before backward unless reshard_after_forward is off, "
             "and a reduce-scatter after backward, the next unit's gather prefetched behind "
             "compute on GPUs, nothing hidden on CPUs "
-            "(analysis/compute/step_time/fsdp_comm.py)."
+            "(analysis/compute/projection/step_time/fsdp_comm.py)."
         )
     caption += sorted({f"Network: {n}." for n in t["network"] if n})
     return DisplayTable(

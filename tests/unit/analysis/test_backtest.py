@@ -69,8 +69,8 @@ def test_cross_validated_backtest_meets_its_bounds(
     95% intervals >= 80%, median width <= 20 points, median absolute error <= 5 points. Each
     fold's recorded noise is the one its training sources choose, computed here again: the
     folds do not all choose alike, so one level chosen on every source would show."""
-    from analysis.compute.model_error import NOISE_GRID, choose_noise
-    from analysis.compute.scoring import prepare, read_cases, split
+    from analysis.compute.projection.model_error import NOISE_GRID, choose_noise
+    from analysis.compute.projection.scoring import prepare, read_cases, split
 
     out = tmp_path / "cv.json"
     rc, text, err = run(
@@ -121,10 +121,10 @@ def test_a_case_file_with_a_missing_field_is_one_line(
 
 def test_the_shipped_error_model_chose_its_noise_by_the_stated_rule() -> None:
     """The shipped model's noise is the one its recorded leave-one-source-out selection
-    gives under the rule stated before any result was seen (analysis.compute.model_error:
+    gives under the rule stated before any result was seen (analysis.compute.projection.model_error:
     coverage closest to 95%, then the narrowest median width, then the lower level), applied
     here by hand to the recorded rows, over the whole grid."""
-    from analysis.compute.model_error import NOISE_GRID, SHIPPED_PATH
+    from analysis.compute.projection.model_error import NOISE_GRID, SHIPPED_PATH
 
     shipped = json.loads(SHIPPED_PATH.read_text())
     rows = shipped["noise_selection"]
@@ -142,12 +142,12 @@ def test_the_shipped_error_model_chose_its_noise_by_the_stated_rule() -> None:
 def test_the_shipped_error_model_is_the_fit_on_the_shipped_cases(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """analysis/compute/model_error.json is what 'fit-error' makes of
+    """analysis/compute/projection/model_error.json is what 'fit-error' makes of
     benchmarks/projection_cases.yaml (never set by hand): refit, every parameter equal to within
     floating-point noise (other numpy and scipy builds differ in the last digits). A case
     added without refitting fails here. This catches a stale file only: the test above
     checks the choice of the noise against its stated rule."""
-    from analysis.compute.model_error import SHIPPED_PATH
+    from analysis.compute.projection.model_error import SHIPPED_PATH
 
     out = tmp_path / "model_error.json"
     rc, _, err = run(capsys, "fit-error", str(CASES), "--out", str(out))

@@ -1,6 +1,6 @@
-"""The bucket timeline with readiness (analysis.compute.step_time.bucket_overlap) and the step
-model's exposed communication when the record says when each bucket was ready: cases worked by hand,
-each against what the byte-proportional assumption gives for them."""
+"""The bucket timeline with readiness (analysis.compute.projection.step_time.bucket_overlap) and the
+step model's exposed communication when the record says when each bucket was ready: cases worked by
+hand, each against what the byte-proportional assumption gives for them."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from dataclasses import replace
 import pytest
 from projection_helpers import series
 
+from analysis.compute.projection.step_time.bucket_overlap import (
+    exposed_after_backward,
+    ready_shares,
+)
+from analysis.compute.projection.step_time.step_model import Level, Network, StepModel, fit_series
 from analysis.compute.run_parts import run_parts
-from analysis.compute.step_time.bucket_overlap import exposed_after_backward, ready_shares
-from analysis.compute.step_time.step_model import Level, Network, StepModel, fit_series
 from analysis.present.report.projection_text import readiness_sentence
 
 

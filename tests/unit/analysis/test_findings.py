@@ -91,7 +91,7 @@ def test_an_fsdp_series_is_not_projected_as_ddp(tmp_path: Path) -> None:
     (an FSDP series with them: tests/unit/analysis/test_fsdp_projection.py)."""
     from projection_helpers import FIXTURE
 
-    from analysis.compute.projection import FSDP_NO_UNIT_BYTES, project
+    from analysis.compute.projection.project import FSDP_NO_UNIT_BYTES, project
     from analysis.read.frame import load
 
     runs = load(FIXTURE)

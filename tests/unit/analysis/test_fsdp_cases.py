@@ -1,5 +1,5 @@
 """FSDP's published cases: read (analysis.read.cases), routed to FSDP's step model and scored
-apart from the all-reduce cases (analysis.compute.scoring), which stay as they were."""
+apart from the all-reduce cases (analysis.compute.projection.scoring), which stay as they were."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from analysis.commands import backtest as command
-from analysis.compute.scoring import backtest, case_model, fsdp_error_model, split
-from analysis.compute.step_time.fsdp_comm import FsdpStepModel
-from analysis.compute.step_time.step_model import StepModel
+from analysis.compute.projection.scoring import backtest, case_model, fsdp_error_model, split
+from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel
+from analysis.compute.projection.step_time.step_model import StepModel
 from analysis.read.cases import CaseError, read_cases
 
 REPO = Path(__file__).resolve().parents[3]
@@ -97,7 +97,7 @@ def test_fsdp_points_are_scored_apart_and_the_ddp_result_is_unchanged(tmp_path: 
 
 
 def test_fsdps_error_model_keeps_the_spreads_and_takes_the_widest_noise() -> None:
-    from analysis.compute.model_error import NOISE_GRID, load
+    from analysis.compute.projection.model_error import NOISE_GRID, load
 
     em = load()
     wide = fsdp_error_model(em)

@@ -1,6 +1,6 @@
-"""A sweep's own FSDP series projected (analysis.compute.projection with FsdpTerm): its records'
-units (``sharding.unit_bytes``, read by analysis.read.strategy.fsdp_sharding) on FSDP's step
-model, worked by hand on two units of 1 GB on a 1 GB/s bus with no latency: at N ranks each
+"""A sweep's own FSDP series projected (analysis.compute.projection.project with FsdpTerm): its
+records' units (``sharding.unit_bytes``, read by analysis.read.strategy.fsdp_sharding) on FSDP's
+step model, worked by hand on two units of 1 GB on a 1 GB/s bus with no latency: at N ranks each
 all-gather and reduce-scatter takes 1 GB x (N - 1) / N / 1 GB/s (0.5 s at 2, 0.75 s at 4)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from projection_helpers import FIXTURE, series
 
-from analysis.compute.projection import (
+from analysis.compute.projection.project import (
     FSDP_NO_UNIT_BYTES,
     _apply,
     _under,
@@ -21,8 +21,12 @@ from analysis.compute.projection import (
     project_points,
     what_ifs,
 )
-from analysis.compute.step_time.fsdp_comm import FSDP_HIDDEN_BAND, FsdpStepModel, FsdpTerm
-from analysis.compute.step_time.step_model import StepModel, fit_series
+from analysis.compute.projection.step_time.fsdp_comm import (
+    FSDP_HIDDEN_BAND,
+    FsdpStepModel,
+    FsdpTerm,
+)
+from analysis.compute.projection.step_time.step_model import StepModel, fit_series
 from analysis.read.frame import load
 from analysis.read.strategy import fsdp_sharding
 
@@ -179,3 +183,28 @@ def test_ddps_series_keeps_ddps_model() -> None:
     runs = load(FIXTURE)
     (sp,) = project(runs, [4], draws=20).series
     assert type(sp.fit.model) is StepModel
+
+
+def test_bytes_reduce_scattered_per_byte_gathered_follow_the_reduce_dtype() -> None:
+    """torch reduce-scatters in ``reduce_dtype``; FSDP2's None there means the gathered
+    dtype, and a gathered dtype of None the parameters' own (fp32 but under a ``-true``
+    precision of 16 bits): fp32 parameters reduced in bf16 move half their bytes."""
+    from analysis.read.strategy import FsdpSharding
+
+    def factor(param: str | None, reduce: str | None, precision: str = "32-true") -> float:
+        rows = pd.DataFrame(
+            {
+                "sharding": [{**SHARDING, "param_dtype": param, "reduce_dtype": reduce}],
+                "precision": [precision],
+            }
+        )
+        got = fsdp_sharding(rows)
+        assert got is not None
+        return got.scatter_factor
+
+    assert factor(None, "bfloat16") == 0.5
+    assert factor("bfloat16", "float32") == 2.0
+    assert factor("bfloat16", None) == 1.0  # reduced as gathered
+    assert factor(None, None) == 1.0
+    assert factor(None, "float32", "bf16-true") == 2.0  # the parameters are bf16 already
+    assert FsdpSharding((8,), True, None, "bfloat16").scatter_factor == 0.5

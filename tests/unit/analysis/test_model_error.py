@@ -1,5 +1,5 @@
-"""The projection's error model (analysis.compute.model_error): one point's interval and score
-worked by hand, and the nested cross-validation, whose choices must come from the training
+"""The projection's error model (analysis.compute.projection.model_error): one point's interval and
+score worked by hand, and the nested cross-validation, whose choices must come from the training
 sources alone."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from analysis.compute import model_error as me
+from analysis.compute.projection import model_error as me
 
 
 def point(truth: float, *, base: list[float], z_noise: list[float], group: str = "g") -> me.Scored:

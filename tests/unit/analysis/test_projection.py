@@ -1,4 +1,4 @@
-"""The projection (analysis.compute.projection) on synthetic breakdowns: the interval holds
+"""The projection (analysis.compute.projection.project) on synthetic breakdowns: the interval holds
 its central value, each what-if moves the projection its way, the self-check holds out every
 scale as large as the one it predicts, the bootstrap resamples the network's fit. The step
 model it stands on: test_step_model.py.
@@ -6,13 +6,14 @@ model it stands on: test_step_model.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 from projection_helpers import parts, series
 
-from analysis.compute.projection import _apply, project_points, what_ifs
-from analysis.compute.step_time.step_model import (
+from analysis.compute.projection.project import _apply, project_points, what_ifs
+from analysis.compute.projection.step_time.step_model import (
     ScalePoint,
     fit_series,
 )
@@ -95,14 +96,14 @@ def test_every_what_if_moves_the_projection_its_way() -> None:
 def test_the_self_check_holds_out_every_scale_as_large_as_the_one_it_predicts() -> None:
     """A sweep with 1x4 and 2x2: predicting 2x2 from '1,2 alone' must not keep 1x4 (world
     size 4) in the fit, where it became the anchor."""
-    from analysis.compute.projection import self_check
+    from analysis.compute.projection.project import self_check
 
     base = ScalePoint(1, 1, 1, [parts(world=1)] * 3)
     two = ScalePoint(2, 1, 2, [parts()] * 3)
     one_by_four = ScalePoint(4, 1, 4, [parts(comm=0.050, world=4)] * 3)
     two_by_two = ScalePoint(4, 2, 2, [parts(comm=0.004, world=4)] * 3)
     seen: list[list[int]] = []
-    import analysis.compute.projection as projection
+    import analysis.compute.projection.project as projection
 
     real = projection.fit_series
 
@@ -130,7 +131,7 @@ def test_the_self_check_holds_out_every_scale_as_large_as_the_one_it_predicts() 
 def test_the_bootstrap_resamples_the_networks_fit() -> None:
     """Within one node, runs alike but for their all-reduce fits: the interval must carry
     the fit's spread (before, latency and bandwidth stayed fixed at their mean)."""
-    from analysis.compute.model_error import ErrorModel
+    from analysis.compute.projection.model_error import ErrorModel
 
     exact = ErrorModel(noise=0.0)
     base = ScalePoint(1, 1, 1, [parts(world=1)] * 4)
@@ -155,8 +156,8 @@ def test_the_bucket_what_if_makes_the_buckets_ddp_makes() -> None:
     fifth is ready at 189.469 ms and ends at 209.210, the last is ready when backward ends
     and runs 5.544 ms after that: 14.754 ms exposed. A 1 MiB first bucket and 100 MB ones
     (the what-if before) left a 52 MB bucket last: 9.9 ms."""
-    from analysis.compute.projection import _apply, what_ifs
-    from analysis.compute.step_time.step_model import Level, Network, StepModel
+    from analysis.compute.projection.project import _apply, what_ifs
+    from analysis.compute.projection.step_time.step_model import Level, Network, StepModel
 
     model = StepModel(
         per_device_batch=1.0,
@@ -182,3 +183,23 @@ def test_the_bucket_what_if_makes_the_buckets_ddp_makes() -> None:
     exposed = model.modelled_exposed(16, 1, buckets, 1, 1.0, 1.0)
     assert exposed == pytest.approx(0.014754, rel=0.05)
     assert exposed == pytest.approx(0.014754, abs=2e-6)  # the hand figure, to its digits
+
+
+def test_the_projected_throughput_carries_the_error_models_shift_as_the_efficiency_does() -> None:
+    """The centre's efficiency is the model's times exp(mean of the error model); the
+    throughput it reports must be the same projection: efficiency x world x the baseline's
+    per-device throughput as the model has it (here 2 doublings beyond the anchor, a mean of
+    -0.1 a doubling: exp(-0.2), about 18% below the model's own step)."""
+    from analysis.compute.projection.model_error import ErrorModel
+
+    pts, base = series(comm=0.004)
+    fit = fit_series(pts, base, "weak")
+    model = fit.model
+    assert model is not None
+    shifted = ErrorModel(mu_d=-0.1, noise=0.0)
+    (row, *_) = project_points(fit, pts, base, "weak", [(1, 8)], draws=10, error_model=shifted)
+    x_base = model.baseline_batch / model.baseline_step(model.baseline_batch)
+    assert row["throughput_per_device"] == pytest.approx(row["efficiency"] * x_base)
+    assert row["throughput"] == pytest.approx(row["efficiency"] * 8 * x_base)
+    model_only = row["per_device_batch_size"] / row["step_s"]
+    assert row["throughput_per_device"] == pytest.approx(model_only * math.exp(-0.2))

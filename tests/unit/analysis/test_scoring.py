@@ -1,5 +1,6 @@
-"""The backtest's model of a published case (analysis.compute.scoring): one bandwidth from the
-anchor to the targets, and the buckets each method makes, against figures worked by hand."""
+"""The backtest's model of a published case (analysis.compute.projection.scoring): one bandwidth
+from the anchor to the targets, and the buckets each method makes, against figures worked by
+hand."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.compute.scoring import case_model, prepare, read_cases
+from analysis.compute.projection.scoring import case_model, prepare, read_cases
 from analysis.read.cases import Case, Point
 from scalescope.allreduce_model import DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES, MIB
 

@@ -1,5 +1,5 @@
-"""The step model the projection stands on (analysis.compute.step_time.step_model), pure math on
-synthetic breakdowns: it reproduces the anchor it was fitted at; more bandwidth never lowers
+"""The step model the projection stands on (analysis.compute.projection.step_time.step_model), pure
+math on synthetic breakdowns: it reproduces the anchor it was fitted at; more bandwidth never lowers
 efficiency; with communication and stragglers, efficiency never rises with scale under weak
 scaling; the order statistics, the all-reduce cost and the bucket timeline are the known ones.
 """
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from projection_helpers import parts, series
 
-from analysis.compute.step_time.step_model import (
+from analysis.compute.projection.step_time.step_model import (
     Level,
     ScalePoint,
     allreduce_s,

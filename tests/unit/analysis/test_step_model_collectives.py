@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.compute.step_time.step_model import NETWORK_TERM, Level, allreduce_s
+from analysis.compute.projection.step_time.step_model import NETWORK_TERM, Level, allreduce_s
 from scalescope.collectives import DDP_GRADIENT, link_bytes, modelled
 
 

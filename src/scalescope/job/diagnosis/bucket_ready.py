@@ -1,8 +1,8 @@
 """When each of DDP's gradient buckets became ready during backward, over a few steady steps.
 
 The projection's step model starts each bucket's all-reduce when the bucket is ready
-(analysis/compute/step_time/bucket_overlap.py). Without a measurement it takes a bucket as
-ready when backward has produced the bytes up to it, which is biased where a model's large
+(analysis/compute/projection/step_time/bucket_overlap.py). Without a measurement it takes a bucket
+as ready when backward has produced the bytes up to it, which is biased where a model's large
 layers come last in forward: their gradients are the first backward produces. This records,
 for the first :data:`READY_STEPS` steady steps that all-reduce, each bucket's offset from
 backward's start and each step's backward (start to last gradient), on every rank; the

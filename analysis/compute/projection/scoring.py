@@ -4,8 +4,8 @@ Each case (format: ``benchmarks/projection_cases.yaml``, read by :mod:`analysis.
 gives a model's gradient bytes and buckets, the hardware's devices per node and link
 bandwidths, its ``measured`` small-scale throughputs (what a user would have run) and its
 ``published`` larger-scale ones (the truth).
-From the measured points alone, the step model of :mod:`analysis.compute.projection` predicts each
-published point's efficiency against one node (or one GPU), with its interval.
+From the measured points alone, the step model of :mod:`analysis.compute.projection.project`
+predicts each published point's efficiency against one node (or one GPU), with its interval.
 
 The step model needs what a scalescope record has and a published table lacks; a case fills
 it from what it states, and the rest is an assumption, drawn over its band in the interval:
@@ -23,15 +23,17 @@ it from what it states, and the rest is an assumption, drawn over its band in th
   measured, and no step appears between the anchor's nodes and more;
 * stragglers: sigma = ``SIGMA_SHARE`` of the step's compute (drawn from 0 to twice that);
 * the rest of the anchor's step (the whole loss, since a table has no parts) carried by each
-  of the projection's explanations in turn (:data:`analysis.compute.step_time.step_model.CARRIES`);
+  of the projection's explanations in turn
+  (:data:`analysis.compute.projection.step_time.step_model.CARRIES`);
 * FSDP's cases: the share of what prefetching can hide that it does, within
-  ``FSDP_HIDDEN_BAND`` (:mod:`analysis.compute.step_time.fsdp_comm`; the centre: all of it);
-* the error model: the shipped one (:mod:`analysis.compute.model_error`), or for
+  ``FSDP_HIDDEN_BAND`` (:mod:`analysis.compute.projection.step_time.fsdp_comm`; the centre:
+  all of it);
+* the error model: the shipped one (:mod:`analysis.compute.projection.model_error`), or for
   cross-validation one fitted on the other sources.
 
 FSDP's cases (``model.method: fsdp``) take the same steps with FSDP's communication for the
-all-reduce (:mod:`analysis.compute.step_time.fsdp_comm`: each of ``wrapped_blocks`` blocks
-gathers its share of ``grad_bytes`` before forward and backward and reduce-scatters it, the
+all-reduce (:mod:`analysis.compute.projection.step_time.fsdp_comm`: each of ``wrapped_blocks``
+blocks gathers its share of ``grad_bytes`` before forward and backward and reduce-scatters it, the
 next block's gather behind the current block's compute), and are scored apart
 (:func:`split`): never fitted into the shipped error model, and scored with its spreads and
 the widest noise of its grid (:func:`fsdp_error_model`) until there are enough of them.
@@ -46,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.compute.model_error import (
+from analysis.compute.projection.model_error import (
     NOISE_GRID,
     ErrorModel,
     Scored,
@@ -55,11 +57,15 @@ from analysis.compute.model_error import (
     score,
     totals,
 )
-from analysis.compute.model_error import load as load_error_model
-from analysis.compute.projection import DRAWS
-from analysis.compute.step_time.fsdp_comm import FSDP_HIDDEN_BAND, FsdpStepModel, block_bytes
-from analysis.compute.step_time.network import Level, Network
-from analysis.compute.step_time.step_model import CARRIES, StepModel, expected_max
+from analysis.compute.projection.model_error import load as load_error_model
+from analysis.compute.projection.project import DRAWS
+from analysis.compute.projection.step_time.fsdp_comm import (
+    FSDP_HIDDEN_BAND,
+    FsdpStepModel,
+    block_bytes,
+)
+from analysis.compute.projection.step_time.network import Level, Network
+from analysis.compute.projection.step_time.step_model import CARRIES, StepModel, expected_max
 from analysis.read.cases import Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import split_into_buckets
 

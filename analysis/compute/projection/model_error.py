@@ -24,11 +24,11 @@ The noise is the one setting chosen by a score, so it is chosen inside the folds
 (:func:`choose_noise`): from :data:`NOISE_GRID`, by a leave-one-source-out over the training
 sources only, scored by :func:`selection_key` (fixed before any result was seen). The other
 settings are fitted on the training set (the means, the spreads, ``kappa``) or are stated
-assumptions of the backtest (the bands of :mod:`analysis.compute.scoring`), never scored.
+assumptions of the backtest (the bands of :mod:`analysis.compute.projection.scoring`), never scored.
 :func:`cross_validate` is therefore nested: each source is held out in turn and scored by a
 model whose noise and fit come from the others alone. The shipped model is made the same way
 on every source (:func:`fit_selected`), written with its grid and its selection by
-``python -m analysis.project fit-error`` into ``analysis/compute/model_error.json``.
+``python -m analysis.project fit-error`` into ``analysis/compute/projection/model_error.json``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Projection: the scale a sweep has not run yet, with an interval.
 
-The step model (:mod:`..step_time.step_model`) is fitted to each series' measured scale points and
+The step model (:mod:`.step_time.step_model`) is fitted to each series' measured scale points and
 evaluated at larger ones; this module draws its interval, the what-ifs, the 75% crossing
 and the self-check (the largest measured scale predicted from the smaller ones). The words
 of the report are :mod:`analysis.present.report.projection_text`'s, a network profile's reading
@@ -24,15 +24,15 @@ import numpy as np
 import pandas as pd
 
 from analysis.compute.metrics import EFFICIENCY_REFERENCE
-from analysis.compute.model_error import ErrorModel, features
-from analysis.compute.model_error import load as load_error_model
-from analysis.compute.step_time.fsdp_comm import FsdpStepModel, FsdpTerm
-from analysis.compute.step_time.network import (
+from analysis.compute.projection.model_error import ErrorModel, features
+from analysis.compute.projection.model_error import load as load_error_model
+from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel, FsdpTerm
+from analysis.compute.projection.step_time.network import (
     Network,
     network_from_points,
     network_from_profile,
 )
-from analysis.compute.step_time.step_model import (
+from analysis.compute.projection.step_time.step_model import (
     CARRIES,
     DDP_TERM,
     CommTerm,
@@ -269,7 +269,11 @@ def _centre_row(
     world = nodes * dpn
     carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
     d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
-    e *= math.exp(float(em.mean(d, s)))
+    # the error model's mean shifts the projection, not only its efficiency: the throughput
+    # carries the same factor, so throughput = efficiency x world x the baseline's
+    # per-device throughput (the step's parts stay the model's own)
+    shift = math.exp(float(em.mean(d, s)))
+    e *= shift
     k_used = int(parts.pop("k"))
     got = np.array([v for v in drawn if math.isfinite(v)])
     low, high = (
@@ -278,7 +282,7 @@ def _centre_row(
         else (math.nan, math.nan)
     )
     ratio = world / model.baseline_world
-    x = batch / parts["step"] if parts["step"] > 0 else math.nan
+    x = batch / parts["step"] * shift if parts["step"] > 0 else math.nan
     return {
         "what_if": w.name,
         "nodes": nodes,

@@ -46,7 +46,7 @@ table), speedup = efficiency x N / baseline world size. A what-if that changes t
 batch changes the baseline's step by the same compute and input.
 
 Assumptions: data parallelism only; no bottleneck at scale other than the network term (no
-I/O limit, no memory change). The interval around it is :mod:`..projection`'s. FSDP's
+I/O limit, no memory change). The interval around it is :mod:`..project`'s. FSDP's
 per-block gathers and reduce-scatters replace the all-reduce in :mod:`.fsdp_comm`.
 """
 
@@ -60,9 +60,12 @@ from typing import Any
 
 import numpy as np
 
+from analysis.compute.projection.step_time.bucket_overlap import (
+    exposed_after_backward,
+    ready_shares,
+)
+from analysis.compute.projection.step_time.network import Level, Network, network_from_points
 from analysis.compute.stats import finite_mean
-from analysis.compute.step_time.bucket_overlap import exposed_after_backward, ready_shares
-from analysis.compute.step_time.network import Level, Network, network_from_points
 from scalescope.collectives import Collective, link_bytes, modelled
 
 CARRIES = ("one-time", "network", "stragglers")
@@ -204,7 +207,9 @@ class StepModel:
             "straggler": straggler,
         }
         out["other"] = (
-            self.carried_other(world, nodes, math.fsum(out.values()), out_compute, buckets, factor)
+            self.carried_other(
+                world, nodes, math.fsum(out.values()), out_compute, buckets, factor, k
+            )
             if world > 1
             else 0.0
         )
@@ -219,8 +224,10 @@ class StepModel:
         compute_s: float,
         buckets: Sequence[float],
         bw: float,
+        k: int | None = None,
     ) -> float:
-        """``other`` at ``world`` ranks, as :attr:`carry` says the anchor's carries:
+        """``other`` at ``world`` ranks (``k`` micro-batches a step there: the anchor's where
+        None), as :attr:`carry` says the anchor's carries:
 
         * ``one-time``: a fixed share of the step from the anchor on (a step the first
           inter-node scale took once: it shrinks with the step under strong scaling);
@@ -234,8 +241,10 @@ class StepModel:
         if self.other_s == 0.0:
             return 0.0
         if self.carry == "network":
-            now = self.allreduce_total(world, self.anchor_nodes, buckets)
-            then = self.allreduce_total(self.anchor_world, self.anchor_nodes, self.bucket_bytes)
+            now = self.allreduce_total(world, self.anchor_nodes, buckets, k)
+            then = self.allreduce_total(
+                self.anchor_world, self.anchor_nodes, self.bucket_bytes, self.accumulate
+            )
             if math.isfinite(now) and math.isfinite(then) and then > 0:
                 return self.other_s * now / then
         if self.carry == "stragglers" and expected_max(self.anchor_world) > 0:
@@ -248,9 +257,12 @@ class StepModel:
         share = self.other_s / anchor if anchor > 0 else 0.0
         return rest_s * share / (1.0 - share) if share < 1.0 else self.other_s
 
-    def allreduce_total(self, world: int, nodes: int, buckets: Sequence[float]) -> float:
+    def allreduce_total(
+        self, world: int, nodes: int, buckets: Sequence[float], k: int | None = None
+    ) -> float:
         """Every bucket's all-reduce at ``world`` ranks on the network level of ``nodes``
-        nodes (as measured there), one after another (seconds)."""
+        nodes (as measured there), one after another (seconds); DDP all-reduces once a step,
+        whatever its ``k`` micro-batches (FSDP gathers every one of them)."""
         level = self.network.level(nodes)
         if world <= 1 or level is None:
             return math.nan if level is None else 0.0

@@ -5,12 +5,18 @@ the N ranks. Per micro-batch, for each of its blocks (bytes ``n_i`` as gathered)
 
 * an all-gather of the block's parameters before its forward;
 * another before its backward, unless ``reshard_after_forward`` is off (then the forward's
-  gathered parameters stay until backward);
+  gathered parameters stay until backward), and never for the root: FSDP2 keeps the root
+  gathered after forward when its ``reshard_after_forward`` is left at the default, as
+  scalescope leaves it (torch's ``_lazy_init`` sets the root's ``post_forward_mesh_info`` to
+  None), so a sweep's units, the root first (``root_first``), gather the root once a
+  micro-batch; a published case's even blocks have no root;
 * a reduce-scatter of its gradients after its backward, on the micro-batch that syncs them
   (under accumulation the others keep the gathers and skip the reduce-scatters).
 
 Each takes ``alpha(N) + n_i (N - 1) / N / busbw`` (the ring's bus factor of
-:data:`scalescope.collectives.FSDP`; the latency as the all-reduce's,
+:data:`scalescope.collectives.FSDP`; on gloo, which runs a reduce-scatter as an all-reduce of
+the whole input, the reduce-scatter's is the all-reduce's 2 (N - 1) / N:
+:func:`scalescope.collectives.as_run_by`; the latency as the all-reduce's,
 :func:`..step_model.allreduce_s`), on the intra-node level of the :class:`..step_model.Network`
 within one node and the inter-node one across nodes.
 
@@ -20,14 +26,15 @@ What of it is exposed (:func:`microbatch_exposed`):
   i+1's gather is issued when block i's compute starts and runs behind it, a reduce-scatter
   is issued when its block's backward ends; one network channel carries them in issue order,
   so a block's compute waits only for what its gather did not finish behind the block
-  before, and backward ends when the last reduce-scatter does;
+  before (a block with nothing to gather, the root in backward, waits for nothing), and
+  backward ends when the last reduce-scatter does;
 * on CPUs (gloo) FSDP's collectives run on the training thread: none is hidden.
 
 Forward is ``1 - BACKWARD_SHARE`` of a micro-batch's compute, backward the rest, each shared
 evenly over the blocks. :class:`FsdpStepModel` can also hide only a share of what the
 timeline hides (``hidden_share``: 1 the timeline, 0 as on CPUs), which the interval draws
-over :data:`FSDP_HIDDEN_BAND`, for published cases (:mod:`analysis.compute.scoring`) and a
-sweep's own FSDP series (:class:`FsdpTerm`, :mod:`analysis.compute.projection`) alike.
+over :data:`FSDP_HIDDEN_BAND`, for published cases (:mod:`analysis.compute.projection.scoring`) and
+a sweep's own FSDP series (:class:`FsdpTerm`, :mod:`analysis.compute.projection.project`) alike.
 """
 
 from __future__ import annotations
@@ -39,15 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from analysis.compute.step_time.network import Level
-from analysis.compute.step_time.step_model import (
+from analysis.compute.projection.step_time.network import Level
+from analysis.compute.projection.step_time.step_model import (
     BACKWARD_SHARE,
     CommTerm,
     StepModel,
     collective_s,
 )
 from analysis.read.strategy import FsdpSharding
-from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER
+from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER, as_run_by
 
 FSDP_HIDDEN_BAND = (0.0, 1.0)
 """On GPUs, the share of the communication prefetching can hide (each block's gather behind
@@ -67,7 +74,9 @@ def _phase(gathers: Sequence[float], compute: Sequence[float], scatters: Sequenc
     compute_end = 0.0
     for i in range(n):
         start = max(compute_end, done[i])
-        if i + 1 < n:  # the next block's gather, issued as this block's compute starts
+        # the next block's gather, issued as this block's compute starts; a block with
+        # nothing to gather issues none and waits behind nothing on the channel
+        if i + 1 < n and gathers[i + 1] != 0.0:
             channel = done[i + 1] = max(channel, start) + gathers[i + 1]
         compute_end = start + compute[i]
         if scatters[i] > 0:
@@ -83,16 +92,20 @@ def microbatch_exposed(
     reshard_after_forward: bool = True,
     sync: bool = True,
     overlap: bool = True,
+    root_first: bool = False,
 ) -> float:
     """Seconds one micro-batch waits in FSDP's collectives beyond its compute ``compute_s``.
 
     ``gather_s`` / ``scatter_s``: each block's all-gather and reduce-scatter time, in forward
     order; ``sync``: whether this micro-batch reduce-scatters; ``overlap``: GPUs (prefetch
-    hides a gather behind the block before) or CPUs (nothing hidden)."""
+    hides a gather behind the block before) or CPUs (nothing hidden); ``root_first``: the
+    first unit is the root, which backward does not gather again."""
     n = len(gather_s)
     if not n:
         return 0.0
     back_gathers = list(gather_s) if reshard_after_forward else [0.0] * n
+    if root_first:
+        back_gathers[0] = 0.0
     scatters = list(scatter_s) if sync else [0.0] * n
     if not overlap:
         return math.fsum([*gather_s, *back_gathers, *scatters])
@@ -116,24 +129,44 @@ def step_exposed(
     reshard_after_forward: bool = True,
     overlap: bool = True,
     scatter_factor: float = 1.0,
+    root_first: bool = False,
+    backend: str = "nccl",
 ) -> float:
     """FSDP's exposed communication per optimizer step of ``k`` micro-batches (compute
     ``compute_s`` for all of them): every micro-batch gathers, the last one also
     reduce-scatters, ``scatter_factor`` bytes per byte gathered (2 for bf16 gathers with fp32
-    reductions)."""
+    reductions), each collective as ``backend`` runs it."""
     if world <= 1 or not block_bytes:
         return 0.0
-    gathers = [collective_s(level, FSDP_ALL_GATHER, b, world, bw_factor) for b in block_bytes]
-    scatters = [
-        collective_s(level, FSDP_REDUCE_SCATTER, b * scatter_factor, world, bw_factor)
-        for b in block_bytes
-    ]
+    gathers, scatters = _collective_times(
+        level, block_bytes, world, bw_factor, scatter_factor, backend
+    )
     micro = compute_s / k
-    kw = {"reshard_after_forward": reshard_after_forward, "overlap": overlap}
+    kw = {
+        "reshard_after_forward": reshard_after_forward,
+        "overlap": overlap,
+        "root_first": root_first,
+    }
     last = microbatch_exposed(gathers, scatters, micro, sync=True, **kw)
     if k == 1:
         return last
     return (k - 1) * microbatch_exposed(gathers, scatters, micro, sync=False, **kw) + last
+
+
+def _collective_times(
+    level: Level,
+    units: Sequence[float],
+    world: int,
+    bw_factor: float,
+    scatter_factor: float,
+    backend: str,
+) -> tuple[list[float], list[float]]:
+    """Each unit's all-gather and reduce-scatter seconds, as ``backend`` runs them."""
+    gather = as_run_by(FSDP_ALL_GATHER, backend)
+    scatter = as_run_by(FSDP_REDUCE_SCATTER, backend)
+    gathers = [collective_s(level, gather, b, world, bw_factor) for b in units]
+    scatters = [collective_s(level, scatter, b * scatter_factor, world, bw_factor) for b in units]
+    return gathers, scatters
 
 
 def block_bytes(param_bytes: float, blocks: int) -> tuple[float, ...]:
@@ -155,10 +188,17 @@ class FsdpStepModel(StepModel):
     every collective exposed) that it does hide: 1 the timeline of the module doc, 0 as on
     CPUs (the interval draws it over :data:`FSDP_HIDDEN_BAND`)."""
     scatter_factor: float = 1.0
-    """Bytes reduce-scattered per byte gathered: 2 where the units gather bf16 parameters and
-    reduce fp32 gradients (``bf16-mixed``), else 1."""
+    """Bytes reduce-scattered per byte gathered: the reduce dtype's size over the gathered
+    one's (2 where the units gather bf16 and reduce fp32, ``bf16-mixed``; 0.5 for fp32
+    parameters reduced in bf16)."""
     param_dtype: str | None = None
     """What the units gather in, as recorded (None: the parameters' own dtype)."""
+    root_first: bool = False
+    """The first unit is the root, which FSDP2 keeps gathered from forward to backward (a
+    sweep's units as recorded); False for a published case's even blocks, which have none."""
+    backend: str = "nccl"
+    """The process group's backend the series ran on (gloo on CPUs): it says what a
+    reduce-scatter moves (:func:`scalescope.collectives.as_run_by`)."""
 
     def exposed_on(
         self, level: Level, world: int, buckets: Sequence[float], k: int, bw: float, batch: float
@@ -170,6 +210,8 @@ class FsdpStepModel(StepModel):
             "bw_factor": bw,
             "reshard_after_forward": self.reshard_after_forward,
             "scatter_factor": self.scatter_factor,
+            "root_first": self.root_first,
+            "backend": self.backend,
         }
         hidden = step_exposed(*args, overlap=self.overlap, **kw)
         if not self.overlap or self.hidden_share >= 1.0:
@@ -177,21 +219,23 @@ class FsdpStepModel(StepModel):
         serial = step_exposed(*args, overlap=False, **kw)
         return hidden + (1.0 - self.hidden_share) * (serial - hidden)
 
-    def allreduce_total(self, world: int, nodes: int, buckets: Sequence[float]) -> float:
-        """Every collective of one optimizer step (gathers of every micro-batch, the
-        reduce-scatters once) one after another on the network level of ``nodes`` nodes:
-        what ``carry = network`` grows with."""
+    def allreduce_total(
+        self, world: int, nodes: int, buckets: Sequence[float], k: int | None = None
+    ) -> float:
+        """Every collective of one optimizer step of ``k`` micro-batches (the anchor's where
+        None): the gathers of every micro-batch (before backward too where resharded, never
+        the root's), the reduce-scatters once, one after another on the network level of
+        ``nodes`` nodes: what ``carry = network`` grows with."""
         level = self.network.level(nodes)
         if world <= 1 or level is None:
             return math.nan if level is None else 0.0
-        bw = self.network.factor(nodes)
-        gathers = math.fsum(collective_s(level, FSDP_ALL_GATHER, b, world, bw) for b in buckets)
-        scatters = math.fsum(
-            collective_s(level, FSDP_REDUCE_SCATTER, b * self.scatter_factor, world, bw)
-            for b in buckets
+        k = self.accumulate if k is None else k
+        gathers, scatters = _collective_times(
+            level, buckets, world, self.network.factor(nodes), self.scatter_factor, self.backend
         )
-        passes = 2 if self.reshard_after_forward else 1
-        return self.accumulate * passes * gathers + scatters
+        again = gathers[1:] if self.root_first else gathers
+        per_micro = math.fsum(gathers) + (math.fsum(again) if self.reshard_after_forward else 0.0)
+        return k * per_micro + math.fsum(scatters)
 
 
 @dataclass(frozen=True)
@@ -207,11 +251,13 @@ class FsdpTerm(CommTerm):
     hidden_share: float = 1.0
     scatter_factor: float = 1.0
     param_dtype: str | None = None
+    root_first: bool = False
+    backend: str = "nccl"
 
     @classmethod
     def of(cls, sharding: FsdpSharding, *, gpu: bool) -> FsdpTerm:
-        """The term of a series whose records say ``sharding`` (with its units' bytes), on
-        GPUs (prefetch hides) or CPUs."""
+        """The term of a series whose records say ``sharding`` (with its units' bytes, the
+        root first), on GPUs (nccl, prefetch hides) or CPUs (gloo, nothing hidden)."""
         assert sharding.unit_bytes is not None
         return cls(
             messages=tuple(float(b) for b in sharding.unit_bytes),
@@ -219,6 +265,8 @@ class FsdpTerm(CommTerm):
             overlap=gpu,
             scatter_factor=sharding.scatter_factor,
             param_dtype=sharding.param_dtype,
+            root_first=True,
+            backend="nccl" if gpu else "gloo",
         )
 
     def build(self, **fields: Any) -> StepModel:
@@ -229,6 +277,8 @@ class FsdpTerm(CommTerm):
             hidden_share=self.hidden_share,
             scatter_factor=self.scatter_factor,
             param_dtype=self.param_dtype,
+            root_first=self.root_first,
+            backend=self.backend,
         )
 
     def drawn(self, rng: np.random.Generator) -> CommTerm:
