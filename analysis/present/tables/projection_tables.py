@@ -57,8 +57,10 @@ def projection_table(result: Any) -> DisplayTable | None:
         caption.append(
             f"FSDP series ({', '.join(fsdp)}): FSDP's model in place of DDP's buckets: per "
             "wrapped unit (its gathered bytes as recorded, sharding.unit_bytes) an all-gather "
-            "before forward, another before backward unless reshard_after_forward is off, "
-            "and a reduce-scatter after backward, the next unit's gather prefetched behind "
+            "before forward, another before backward unless reshard_after_forward is off "
+            "(never for the root, which FSDP2 keeps gathered), and a reduce-scatter after "
+            "backward in the reduce dtype (a whole all-reduce under gloo), the next unit's "
+            "gather prefetched behind "
             "compute on GPUs, nothing hidden on CPUs "
             "(analysis/compute/projection/step_time/fsdp_comm.py)."
         )
