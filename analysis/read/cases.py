@@ -16,6 +16,11 @@ METHODS = {"ddp": "ddp", "horovod": "horovod", "fsdp": "fsdp"}
 that starts with a key, e.g. ``horovod-allreduce``): DDP's and Horovod's bucket rules, FSDP's
 per-block gathers and reduce-scatters; any other method is kept as written."""
 
+FAMILIES = ("vendor-dgx", "cloud-ethernet", "older-gpu-ps-horovod", "fsdp", "university-lab")
+"""The kinds of system a case's ``family`` may name: vendor-tuned DGX tables, commodity or
+cloud Ethernet/EFA, older GPUs with parameter servers or Horovod, FSDP, a university or
+national-lab cluster."""
+
 
 class CaseError(ValueError):
     """A case that cannot be read; the message names the case and the field."""
@@ -55,6 +60,8 @@ class Case:
     group: str = ""
     """The source the case comes from (``source_group``, else its name): cross-validation
     leaves one source out at a time, since cases of one source share its methods."""
+    family: str = ""
+    """The kind of system (``family``, one of :data:`FAMILIES`), or '' where the case names none."""
 
 
 def _number(case: str, where: str, value: Any, *, optional: bool = False) -> float | None:
@@ -125,7 +132,17 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
         wrapped_blocks=_blocks(name, method, model.get("wrapped_blocks")),
         reshard_after_forward=_reshard(name, model.get("reshard_after_forward", True)),
         group=str(raw.get("source_group") or name),
+        family=_family(name, raw.get("family")),
     )
+
+
+def _family(name: str, raw: Any) -> str:
+    """``family``: optional, one of :data:`FAMILIES`."""
+    if raw is None:
+        return ""
+    if not isinstance(raw, str) or raw not in FAMILIES:
+        raise CaseError(f"case {name!r}: family must be one of {', '.join(FAMILIES)}, got {raw!r}")
+    return raw
 
 
 def _blocks(name: str, method: str, raw: Any) -> int | None:

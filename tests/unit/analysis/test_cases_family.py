@@ -1,0 +1,43 @@
+"""A case's ``family`` (analysis.read.cases): optional, one of a fixed vocabulary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analysis.read.cases import FAMILIES, CaseError, read_cases
+
+CASE = """  - name: {name}
+{family}    hardware: {{devices_per_node: 4}}
+    model: {{grad_bytes: 100000000, method: ddp}}
+    per_device_batch: 64
+    measured: [{{nodes: 1, devices_per_node: 4, throughput_per_device: 100}}]
+    published: [{{nodes: 2, devices_per_node: 4, throughput_per_device: 90,
+                  efficiency_vs_1node: 0.9}}]
+"""
+
+
+def write(tmp_path: Path, *cases: tuple[str, str | None]) -> str:
+    path = tmp_path / "cases.yaml"
+    body = "".join(
+        CASE.format(name=n, family="" if f is None else f"    family: {f}\n") for n, f in cases
+    )
+    path.write_text("cases:\n" + body)
+    return str(path)
+
+
+def test_the_family_is_read_and_may_be_left_out(tmp_path: Path) -> None:
+    named, unnamed = read_cases(write(tmp_path, ("a", "university-lab"), ("b", None)))
+    assert (named.family, unnamed.family) == ("university-lab", "")
+
+
+@pytest.mark.parametrize("family", ["cloud", "FSDP", "1", "[fsdp]"])
+def test_an_unknown_family_is_one_line_naming_the_case_and_the_allowed_values(
+    tmp_path: Path, family: str
+) -> None:
+    with pytest.raises(CaseError) as err:
+        read_cases(write(tmp_path, ("odd", family)))
+    message = str(err.value)
+    assert "\n" not in message and "'odd'" in message
+    assert all(f in message for f in FAMILIES)
