@@ -1,4 +1,5 @@
-"""A case's ``family`` (analysis.read.cases): optional, one of a fixed vocabulary."""
+"""A case's ``family`` (analysis.read.cases): optional, one of a fixed vocabulary, and every case
+of the shipped file names one."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from analysis.read.cases import FAMILIES, CaseError, read_cases
+
+REPO = Path(__file__).resolve().parents[3]
 
 CASE = """  - name: {name}
 {family}    hardware: {{devices_per_node: 4}}
@@ -41,3 +44,8 @@ def test_an_unknown_family_is_one_line_naming_the_case_and_the_allowed_values(
     message = str(err.value)
     assert "\n" not in message and "'odd'" in message
     assert all(f in message for f in FAMILIES)
+
+
+def test_every_shipped_case_names_its_family() -> None:
+    cases = read_cases(str(REPO / "benchmarks" / "projection_cases.yaml"))
+    assert all(c.family in FAMILIES for c in cases), [c.name for c in cases if not c.family]
