@@ -89,6 +89,18 @@ def _nested_words(result: dict[str, Any]) -> str:
     )
 
 
+def _family_words(result: dict[str, Any]) -> str:
+    """Leave one family out: a whole kind of system held out at a time."""
+    t, folds = result["family_totals"], result["family_folds"]
+    held = ", ".join(f"{f['held_out']} ({f['points']})" for f in folds)
+    return (
+        f"Leave one family out (nested the same way; a kind of system held out whole: {held}): "
+        f"interval coverage {100 * t['coverage']:.0f}%, median absolute error "
+        f"{t['median_abs_error_pts']:.1f} points, median interval width "
+        f"{t['median_width_pts']:.1f} points over {t['points']} point(s)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -131,6 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         result = backtest(cases, draws=args.draws)
     _print(result, _nested_words(result) if args.cross_validate else "")
+    if "family_totals" in result:
+        from rich.console import Console
+
+        Console(width=120, highlight=False).print(_family_words(result), markup=False)
     if "fsdp" in result:
         _print(
             result["fsdp"],

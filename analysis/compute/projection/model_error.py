@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,8 @@ class Scored:
     z_noise: np.ndarray
     explanation: str = ""
     """Which structural explanation the centre assumes (for the report)."""
+    family: str = ""
+    """The kind of system the point's case ran on (its case's ``family``, else its source)."""
 
 
 def interval(point: Scored, em: ErrorModel, kappa: float = 1.0) -> tuple[float, float, float]:
@@ -252,16 +254,19 @@ def fit_selected(
 
 
 def cross_validate(
-    points: Sequence[Scored], grid: Sequence[float] = NOISE_GRID
+    points: Sequence[Scored],
+    grid: Sequence[float] = NOISE_GRID,
+    key: Callable[[Scored], str] = lambda p: p.group,
 ) -> tuple[list[dict[str, float | bool | str]], list[dict[str, Any]]]:
-    """Nested leave one source out: each source's points scored by the model whose noise
-    and fit come from the other sources alone; and each fold's choice (``held_out``, its
-    ``points``, the ``noise`` chosen and the inner selection's rows)."""
+    """Nested leave one out: each fold's points (``key``: its source by default, or its
+    family) scored by the model whose noise and fit come from the other folds' points alone
+    (the noise chosen by a leave-one-source-out among them); and each fold's choice
+    (``held_out``, its ``points``, the ``noise`` chosen and the inner selection's rows)."""
     out: list[dict[str, float | bool | str]] = []
     folds: list[dict[str, Any]] = []
-    for group in dict.fromkeys(p.group for p in points):
-        train = [p for p in points if p.group != group]
-        held = [p for p in points if p.group == group]
+    for group in dict.fromkeys(key(p) for p in points):
+        train = [p for p in points if key(p) != group]
+        held = [p for p in points if key(p) == group]
         em, rows = fit_selected(train, f"all but {group}", grid)
         out += score(held, em)
         folds.append({"held_out": group, "points": len(held), "noise": em.noise, "inner": rows})

@@ -291,6 +291,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
                     z=rng.standard_normal(draws),
                     z_noise=rng.standard_normal(draws),
                     explanation=carry,
+                    family=case.family or case.group,
                 )
             )
     return out
@@ -383,7 +384,9 @@ def cross_validated(
 ) -> dict[str, Any]:
     """Nested leave one source out: each source's points with the error model whose noise
     and fit come from the other sources alone (model_error.cross_validate), in the
-    backtest's layout, with each fold's chosen settings under ``folds``; FSDP's cases apart,
+    backtest's layout, with each fold's chosen settings under ``folds``; and leave one family
+    out the same way (``family_totals``, ``family_folds``: a kind of system held out whole,
+    :data:`analysis.read.cases.FAMILIES`); FSDP's cases apart,
     as :func:`backtest` scores them. ``prepared``: the all-reduce cases' prepared points where
     already made (:func:`prepare`, the costly part)."""
     ddp, fsdp = split(cases)
@@ -395,6 +398,11 @@ def cross_validated(
         by_key.setdefault(str(s["case"]), []).append(s)
     ordered = [by_key[c.name].pop(0) for c in ddp for _ in c.published]
     result = {**_result(ddp, prepared, ordered), "folds": folds}
+    # a harder test: a whole kind of system held out (its sources' noise and fit from the
+    # other kinds alone), as a cluster unlike any in the file would be
+    family_scored, family_folds = cross_validate(prepared, key=lambda p: p.family)
+    result["family_totals"] = {**totals(family_scored), "points": len(family_scored)}
+    result["family_folds"] = [{k: v for k, v in f.items() if k != "inner"} for f in family_folds]
     # no FSDP source is in the shipped model's fit: each is already held out of it
     return _with_fsdp(result, fsdp, draws, seed, load_error_model())
 

@@ -49,3 +49,19 @@ def test_an_unknown_family_is_one_line_naming_the_case_and_the_allowed_values(
 def test_every_shipped_case_names_its_family() -> None:
     cases = read_cases(str(REPO / "benchmarks" / "projection_cases.yaml"))
     assert all(c.family in FAMILIES for c in cases), [c.name for c in cases if not c.family]
+
+
+def test_the_candidate_cases_load_are_doubtful_and_new() -> None:
+    """The candidate file reads and validates as the scored one does; every case names its
+    family and says it is doubtful; none repeats a source of the scored file."""
+    import yaml
+
+    path = REPO / "benchmarks" / "projection_cases_candidates.yaml"
+    candidates = read_cases(str(path))
+    scored = read_cases(str(REPO / "benchmarks" / "projection_cases.yaml"))
+    assert len(candidates) >= 4 and sum(len(c.published) for c in candidates) >= 30
+    assert all(c.family in FAMILIES for c in candidates)
+    assert len({c.family for c in candidates}) >= 4
+    assert not {c.group for c in candidates} & {c.group for c in scored}
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))["cases"]
+    assert all("DOUBTFUL" in str(c.get("notes", "")) for c in raw), [c["name"] for c in raw]

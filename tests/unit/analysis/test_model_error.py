@@ -126,3 +126,26 @@ def test_the_noise_is_chosen_by_coverage_closest_to_95_percent_then_width() -> N
     ]
     best = min(rows, key=lambda r: (*me.selection_key(r), r["noise"]))
     assert best["noise"] == 0.03  # 1 point from 95% like 0.02, and narrower
+
+
+def test_a_family_held_out_is_scored_by_the_other_families_alone() -> None:
+    """Leave one family out: the six sources in two families. Moving every point of family
+    A leaves the intervals of A's own fold unchanged (fitted and chosen on family B alone),
+    and each fold's noise is what the other family's sources choose."""
+    pts = [replace(p, family="A" if p.group in ("g0", "g1", "g2") else "B") for p in sources()]
+    moved = [replace(p, truth=0.95 * p.centre) if p.family == "A" else p for p in pts]
+    scored, folds = me.cross_validate(pts, key=lambda p: p.family)
+    scored_moved, _ = me.cross_validate(moved, key=lambda p: p.family)
+    assert [(f["held_out"], f["points"]) for f in folds] == [
+        ("A", sum(p.family == "A" for p in pts)),
+        ("B", sum(p.family == "B" for p in pts)),
+    ]
+    in_a = {f"g{i}" for i in range(3)}
+
+    def intervals(rows: list) -> list:  # type: ignore[type-arg]
+        return [(s["predicted"], s["low"], s["high"]) for s in rows if s["group"] in in_a]
+
+    assert intervals(scored) == intervals(scored_moved)
+    for fold in folds:
+        train = [p for p in pts if p.family != fold["held_out"]]
+        assert fold["noise"] == me.choose_noise(train)[0]
