@@ -79,6 +79,9 @@ UNKNOWN_INTER_BAND = (0.1, 1.0)
 one (centre 32%), from Ethernet beside PCIe to a rail of NICs per GPU beside NVLink."""
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
+MEASURED_NOISE = 0.03
+"""One measured point's relative noise (one s.d.) where a case's draws are checked against
+its other measured scales: a stated assumption, like the bands, never fitted or scored."""
 
 
 def reference(case: Case) -> tuple[Point, str]:
@@ -255,27 +258,80 @@ def centre_carry(case: Case, p: Point) -> tuple[str, float]:
     return c, e
 
 
+def evidence(case: Case) -> list[tuple[Point, float]]:
+    """The measured scales a case's draws are checked against: where it measured several
+    node counts, every measured point but the anchor (the largest multi-node one) at or above
+    the reference's size, the reference itself included (its efficiency is 1 by definition,
+    which a model calibrated at the anchor need not reproduce), with its efficiency against
+    the reference (per-device throughput over the reference's). None where only one node
+    count was measured."""
+    multi = [p for p in case.measured if p.nodes > 1]
+    if not multi:
+        return []
+    ref, _ = reference(case)
+    top = max(multi, key=lambda p: p.nodes)
+    ref_world = ref.nodes * ref.devices_per_node
+    return [
+        (p, p.throughput_per_device / ref.throughput_per_device)
+        for p in case.measured
+        if p is not top and p.nodes * p.devices_per_node >= ref_world
+    ]
+
+
+def evidence_weight(model: StepModel, checks: Sequence[tuple[Point, float]]) -> float:
+    """How well one draw's model reproduces the measured scales it did not anchor on: the
+    likelihood of their efficiencies under MEASURED_NOISE (relative, one s.d.)."""
+    log_w = 0.0
+    for q, measured in checks:
+        e = _predict(model, q, None)
+        if not (math.isfinite(e) and e > 0):
+            return 0.0
+        log_w -= 0.5 * (math.log(e / measured) / MEASURED_NOISE) ** 2
+    return math.exp(log_w)
+
+
+def _drawn_models(case: Case, draws: int, rng: np.random.Generator) -> list[StepModel]:
+    """One model per draw: each of the explanations in turn, a straggler spread within 0-2x
+    SIGMA_SHARE, an inter-node bandwidth within the band (the anchor's and the target's), for
+    FSDP the share prefetching hides. Where the case measured several node counts, the draws
+    are resampled by how well each reproduces the scales it did not anchor on
+    (:func:`evidence`): the band is narrowed to what every measured point allows."""
+    models = []
+    for i in range(draws):
+        sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
+        u = float(rng.uniform())
+        # FSDP: how much of what prefetching can hide it does (no draw for DDP's cases)
+        kw = {"hidden": float(rng.uniform(*FSDP_HIDDEN_BAND))} if is_fsdp(case) else {}
+        models.append(
+            case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u, **kw)
+        )
+    checks = evidence(case)
+    if not checks:
+        return models
+    w = np.array([evidence_weight(m, checks) for m in models])
+    if not (np.isfinite(w).all() and w.sum() > 0):
+        return models  # no draw reproduces them: the band stays as assumed
+    pick = rng.choice(len(models), size=len(models), p=w / w.sum())
+    return [models[j] for j in pick]
+
+
 def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Scored]:
-    """Every published point with its centre and structural draws (see model_error.Scored):
-    each draw takes one of the explanations in turn, a straggler spread within 0-2x
-    SIGMA_SHARE and an inter-node bandwidth within the band, the anchor's and the target's."""
+    """Every published point with its centre and structural draws (see model_error.Scored,
+    :func:`_drawn_models`). The centre: of the structural alternatives, the middle one at the
+    band's middle (:func:`centre_carry`); where the case measured several node counts, the
+    median of the draws they leave."""
     rng = np.random.default_rng(seed)
     out = []
     for case in cases:
         _, field = reference(case)
         anchor = case_model(case)
+        models = _drawn_models(case, draws, rng)
         for p in case.published:
             carry, centre = centre_carry(case, p)
-            base = np.empty(draws)
-            for i in range(draws):
-                sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
-                u = float(rng.uniform())
-                # FSDP: how much of what prefetching can hide it does (no draw for DDP's cases)
-                kw = {"hidden": float(rng.uniform(*FSDP_HIDDEN_BAND))} if is_fsdp(case) else {}
-                m = case_model(
-                    case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u, **kw
-                )
-                base[i] = _predict(m, p, None)
+            base = np.array([_predict(m, p, None) for m in models])
+            finite = base[np.isfinite(base)]
+            if evidence(case) and len(finite):
+                carry, centre = "the draws its measured scales leave", float(np.median(finite))
             d, s = features(
                 p.nodes * p.devices_per_node, p.nodes, anchor.anchor_world, anchor.anchor_nodes
             )
