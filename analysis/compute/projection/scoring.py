@@ -79,6 +79,11 @@ UNKNOWN_INTER_BAND = (0.1, 1.0)
 one (centre 32%), from Ethernet beside PCIe to a rail of NICs per GPU beside NVLink."""
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
+PATTERNS = ("one message", "ddp")
+"""The span of a communication pattern the file does not know (a method that is neither DDP,
+Horovod nor FSDP and states no cap): every gradient in one message after backward, nothing
+hidden, to DDP's buckets overlapping backward. Drawn over in the interval, the centre between
+them: an unknown is spanned, never assumed."""
 MEASURED_NOISE = 0.03
 """One measured point's relative noise (one s.d.) where a case's draws are checked against
 its other measured scales: a stated assumption, like the bands, never fitted or scored."""
@@ -102,19 +107,22 @@ def case_model(
     carry: str = "one-time",
     band_u: float = 0.5,
     hidden: float = 1.0,
+    pattern: str = PATTERNS[0],
 ) -> StepModel:
     """The step model a case's measured points give (see the module doc), with what it
     leaves of the anchor's step carried as ``carry`` says (:data:`~.step_time.step_model.CARRIES`),
     and its inter-node bus bandwidth at the point ``band_u`` in [0, 1] of its band (log
     scale; 0.5 its middle), the same at the anchor and every target. ``hidden``: for an
-    FSDP case, the share of what prefetching can hide that it does hide (FSDP_HIDDEN_BAND)."""
+    FSDP case, the share of what prefetching can hide that it does hide (FSDP_HIDDEN_BAND).
+    ``pattern``: for a method whose communication the file does not know, one of
+    :data:`PATTERNS` (one message after backward, or DDP's buckets)."""
     d = case.devices_per_node
     b = case.per_device_batch
     ref, _ = reference(case)
     one_node = next((p for p in case.measured if p.nodes == 1 and p.devices_per_node == d), None)
     one_gpu = next((p for p in case.measured if p.nodes * p.devices_per_node == 1), None)
     t_node = b / (one_node or ref).throughput_per_device
-    draft = _draft(case, ref, sigma_share, carry, band_u, hidden)
+    draft = _draft(case, ref, sigma_share, carry, band_u, hidden, pattern)
     compute = _compute_step(case, draft, one_gpu, t_node)
     model = replace(draft, compute_per_sample_s=compute / b)
     if one_node is None:  # only 1 GPU measured: it is the anchor, nothing to offset
@@ -123,14 +131,20 @@ def case_model(
 
 
 def _draft(
-    case: Case, ref: Point, sigma_share: float, carry: str, band_u: float, hidden: float = 1.0
+    case: Case,
+    ref: Point,
+    sigma_share: float,
+    carry: str,
+    band_u: float,
+    hidden: float = 1.0,
+    pattern: str = "one message",
 ) -> StepModel:
     """The case's model before its compute is known: its buckets, its network (the stated
     links, or assumed ones, the inter-node one at ``band_u`` of its band) and its reference
     point's step, anchored at one node."""
     d = case.devices_per_node
     b, k = case.per_device_batch, case.grad_accum
-    buckets = _messages(case)
+    buckets = _messages(case, pattern)
     intra_bw = case.intra_busbw_gbps or INTRA_DEFAULT_GBPS
     intra = Level(
         ALPHA_INTRA_S,
@@ -178,11 +192,20 @@ def is_fsdp(case: Case) -> bool:
     return case.method == "fsdp"
 
 
-def _messages(case: Case) -> tuple[float, ...]:
+def unknown_pattern(case: Case) -> bool:
+    """Whether the file does not know how the case's method groups its gradients: neither
+    DDP, Horovod nor FSDP, and no cap stated."""
+    return case.method not in ("ddp", "horovod", "fsdp") and case.bucket_mb is None
+
+
+def _messages(case: Case, pattern: str = "one message") -> tuple[float, ...]:
     """What the network term times: DDP's (or Horovod's) buckets, or FSDP's wrapped blocks'
-    gathered bytes (``grad_bytes`` shared evenly over ``wrapped_blocks``)."""
+    gathered bytes (``grad_bytes`` shared evenly over ``wrapped_blocks``); for a method the
+    file does not know, ``pattern`` (:data:`PATTERNS`) says which end of the span."""
     if is_fsdp(case):
         return block_bytes(case.grad_bytes, case.wrapped_blocks or 1)
+    if unknown_pattern(case) and pattern == "ddp":
+        return tuple(split_into_buckets(int(case.grad_bytes), "ddp", None))
     return tuple(split_into_buckets(int(case.grad_bytes), case.method, case.bucket_mb))
 
 
@@ -250,12 +273,22 @@ def _predict(model: StepModel, p: Point, bw: float | None) -> float:
 def centre_carry(case: Case, p: Point) -> tuple[str, float]:
     """The explanation the centre assumes, and its efficiency: of the structural
     alternatives, the middle one at the network band's middle (the others bound it)."""
-    got = sorted((_predict(case_model(case, carry=c), p, None), c) for c in CARRIES)
-    finite = [(e, c) for e, c in got if math.isfinite(e)]
-    if not finite:
-        return CARRIES[0], math.nan
-    e, c = finite[(len(finite) - 1) // 2]
-    return c, e
+    patterns = PATTERNS if unknown_pattern(case) else PATTERNS[:1]
+    centres = []
+    for pattern in patterns:
+        got = sorted(
+            (_predict(case_model(case, carry=c, pattern=pattern), p, None), c) for c in CARRIES
+        )
+        finite = [(e, c) for e, c in got if math.isfinite(e)]
+        if not finite:
+            return CARRIES[0], math.nan
+        centres.append(finite[(len(finite) - 1) // 2])
+    if len(centres) == 1:
+        e, c = centres[0]
+        return c, e
+    # an unknown pattern: the centre between one message and DDP's buckets (geometric)
+    e = math.sqrt(centres[0][0] * centres[1][0])
+    return f"{centres[0][1]}; communication between one message and DDP's buckets", e
 
 
 def evidence(case: Case) -> list[tuple[Point, float]]:
@@ -302,6 +335,9 @@ def _drawn_models(case: Case, draws: int, rng: np.random.Generator) -> list[Step
         u = float(rng.uniform())
         # FSDP: how much of what prefetching can hide it does (no draw for DDP's cases)
         kw = {"hidden": float(rng.uniform(*FSDP_HIDDEN_BAND))} if is_fsdp(case) else {}
+        # a method the file does not know: each draw takes one end of the span in turn
+        if unknown_pattern(case):
+            kw["pattern"] = PATTERNS[(i // len(CARRIES)) % len(PATTERNS)]
         models.append(
             case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u, **kw)
         )
