@@ -236,3 +236,26 @@ def with_overlap_pairs(paired_ms: list[float], overlap_ms: list[float]) -> dict[
         overlap_slowdown_s=statistics.median(overlap),
     )
     return d
+
+
+def strategy_logs(root: Path, exposed_s: dict[str, float]) -> Path:
+    """Logs of DDP and FSDP at 1 and 2 devices, three repeats each (:data:`JITTER`), with per-
+    step diagnosis: each strategy's exposed communication at 2 devices as ``exposed_s`` says
+    (``{"ddp": 0.001, "fsdp": 0.030}``), none at 1."""
+    from analysis_helpers import start_of
+
+    for strategy, exposed in exposed_s.items():
+        for world in (1, 2):
+            for i, jitter in enumerate(JITTER):
+                job = f"{strategy}{world}{i}"
+                r = diag_record(
+                    job,
+                    world,
+                    input_s=0.001,
+                    compute_s=0.050,
+                    exposed_s=exposed if world > 1 else 0.0,
+                    jitter=jitter,
+                )
+                r = replace(r, identity=replace(r.identity, strategy=strategy))
+                write_log(root / f"slurm-{job}.out", start_of(r), r)
+    return root

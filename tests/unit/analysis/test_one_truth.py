@@ -8,14 +8,13 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from analysis_helpers import REPO, make_result, start_of, write_log
-from waterfall_helpers import JITTER, diag_record
+from analysis_helpers import REPO, make_result
+from waterfall_helpers import strategy_logs
 
 import analysis.summarize as cli
 from analysis.analyze import ProjectionRequest, analyze
@@ -77,23 +76,9 @@ def _summarize(*argv: str) -> tuple[int, str]:
 
 
 def _strategy_logs(root: Path) -> Path:
-    """DDP and FSDP at 1 and 2 devices, three repeats each, with per-step diagnosis: FSDP's
-    exposed communication far above DDP's."""
-    for strategy, exposed_s in (("ddp", 0.001), ("fsdp", 0.030)):
-        for world in (1, 2):
-            for i, jitter in enumerate(JITTER):
-                job = f"{strategy}{world}{i}"
-                r = diag_record(
-                    job,
-                    world,
-                    input_s=0.001,
-                    compute_s=0.050,
-                    exposed_s=exposed_s if world > 1 else 0.0,
-                    jitter=jitter,
-                )
-                r = replace(r, identity=replace(r.identity, strategy=strategy))
-                write_log(root / f"slurm-{job}.out", start_of(r), r)
-    return root
+    """DDP and FSDP at 1 and 2 devices with per-step diagnosis: FSDP's exposed
+    communication far above DDP's."""
+    return strategy_logs(root, {"ddp": 0.001, "fsdp": 0.030})
 
 
 @pytest.mark.parametrize("case", ["quickstart", "strategies"])
@@ -130,20 +115,7 @@ def test_a_part_is_named_as_the_cause_only_where_its_interval_excludes_zero(
 ) -> None:
     """The same exposed communication under both strategies: the largest difference between
     their parts is noise, and the paragraph says so instead of naming a cause."""
-    for strategy in ("ddp", "fsdp"):
-        for world in (1, 2):
-            for i, jitter in enumerate(JITTER):
-                job = f"{strategy}{world}{i}"
-                r = diag_record(
-                    job,
-                    world,
-                    input_s=0.001,
-                    compute_s=0.050,
-                    exposed_s=0.010 if world > 1 else 0.0,
-                    jitter=jitter,
-                )
-                r = replace(r, identity=replace(r.identity, strategy=strategy))
-                write_log(tmp_path / f"slurm-{job}.out", start_of(r), r)
+    strategy_logs(tmp_path, {"ddp": 0.010, "fsdp": 0.010})
     runs, _, _ = load_all(tmp_path)
     (finding,) = strategy_findings(analyze(runs))
     assert "The parts say why" not in finding["text"]

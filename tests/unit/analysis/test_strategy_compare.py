@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from analysis_helpers import make_result, start_of, write_log
-from waterfall_helpers import JITTER, diag_record
+from waterfall_helpers import strategy_logs
 
 from analysis.analyze import analyze
 from analysis.present.charts.charts import memory_chart
@@ -102,20 +102,7 @@ def test_ddp_alone_writes_no_strategy_or_memory_column(tmp_path: Path) -> None:
 def test_the_why_is_the_part_that_differs_most(tmp_path: Path) -> None:
     """FSDP's all-gathers and reduce-scatter left exposed at 2 devices, DDP's all-reduce
     hidden: the paragraph names exposed communication."""
-    for strategy, exposed_s in (("ddp", 0.001), ("fsdp", 0.030)):
-        for world in (1, 2):
-            for i, jitter in enumerate(JITTER):
-                job = f"{strategy}{world}{i}"
-                r = diag_record(
-                    job,
-                    world,
-                    input_s=0.001,
-                    compute_s=0.050,
-                    exposed_s=exposed_s if world > 1 else 0.0,
-                    jitter=jitter,
-                )
-                r = replace(r, identity=replace(r.identity, strategy=strategy))
-                write_log(tmp_path / f"slurm-{job}.out", start_of(r), r)
+    strategy_logs(tmp_path, {"ddp": 0.001, "fsdp": 0.030})
     runs, _, _ = load_all(tmp_path)
     (finding,) = strategy_findings(analyze(runs))
     assert "DDP scales better on this cluster." in finding["text"]
