@@ -76,6 +76,17 @@ def _print(
         + (f" ({how})" if how else ""),
         markup=False,
     )
+    parts = [
+        f"{name} ({t['points']} point(s)): coverage {100 * t['coverage']:.0f}%, median error "
+        f"{t['median_abs_error_pts']:.1f}, median width {t['median_width_pts']:.1f} points"
+        for name, t in (
+            ("network between nodes stated", result["totals_by_network"]["stated"]),
+            ("assumed", result["totals_by_network"]["assumed"]),
+        )
+        if t["points"]
+    ]
+    if parts:
+        console.print("By what was known of the network: " + "; ".join(parts), markup=False)
 
 
 def _nested_words(result: dict[str, Any]) -> str:

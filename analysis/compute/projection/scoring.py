@@ -409,11 +409,16 @@ def split(cases: Sequence[Case]) -> tuple[list[Case], list[Case]]:
     return [c for c in cases if not is_fsdp(c)], [c for c in cases if is_fsdp(c)]
 
 
+FSDP_NOISE_FLOOR = NOISE_GRID[-1]
+"""The least run-to-run noise FSDP's points are scored with: the widest level of the noise
+grid, since too few FSDP cases exist to fit or check their own."""
+
+
 def fsdp_error_model(em: ErrorModel) -> ErrorModel:
     """The error model FSDP's points are scored with: the shipped one (fitted on the
-    all-reduce cases alone, none of FSDP's) with the widest run-to-run noise of its grid,
+    all-reduce cases alone, none of FSDP's), its noise at least :data:`FSDP_NOISE_FLOOR`,
     since too few FSDP cases exist to fit or check their own."""
-    noise = max(em.noise, NOISE_GRID[-1])
+    noise = max(em.noise, FSDP_NOISE_FLOOR)
     return replace(em, noise=noise, fitted_on=f"{em.fitted_on}; FSDP: noise {noise:g}")
 
 
@@ -455,10 +460,12 @@ def _result(
                     "covered": got["covered"],
                     "centre_assumes": prep.explanation,
                     "group": case.group,
+                    "network_stated": bool(case.inter_busbw_gbps),
                 }
             )
             i += 1
     t = totals(scored)
+    stated = [bool(case.inter_busbw_gbps) for case in cases for _ in case.published]
     return {
         "points": points,
         "totals": {
@@ -467,6 +474,15 @@ def _result(
             "coverage": t["coverage"],
             "median_abs_error_pts": t["median_abs_error_pts"],
             "median_width_pts": t["median_width_pts"],
+        },
+        # the bar an interval is held to depends on what was known of the network between
+        # nodes: stated (or measured) or assumed (a band of the intra-node link)
+        "totals_by_network": {
+            name: {
+                **totals([x for x, k in zip(scored, stated, strict=True) if k == flag]),
+                "points": stated.count(flag),
+            }
+            for name, flag in (("stated", True), ("assumed", False))
         },
     }
 

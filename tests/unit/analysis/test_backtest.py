@@ -66,7 +66,8 @@ def test_cross_validated_backtest_meets_its_bounds(
     """Nested leave one source out on the shipped cases: each source's points scored by the
     error model whose noise and fit come from the other sources alone. The bounds are the
     ones the projection is held to on published results it has never seen: coverage of its
-    95% intervals >= 80%, median width <= 20 points, median absolute error <= 5 points. Each
+    95% intervals >= 80%, median width <= 20 points where the case states its network between
+    nodes (<= 30 where it is assumed), median absolute error <= 5 points. Each
     fold's recorded noise is the one its training sources choose, computed here again: the
     folds do not all choose alike, so one level chosen on every source would show."""
     from analysis.compute.projection.model_error import NOISE_GRID, choose_noise
@@ -88,8 +89,13 @@ def test_cross_validated_backtest_meets_its_bounds(
     totals = doc["totals"]
     print(totals)
     assert totals["coverage"] >= 0.8, totals
-    assert totals["median_width_pts"] <= 20.0, totals
     assert totals["median_abs_error_pts"] <= 5.0, totals
+    # the width an interval may take depends on what was known of the network between
+    # nodes: <= 20 points where the case states it, <= 30 where the band is assumed
+    by = doc["totals_by_network"]
+    assert by["stated"]["points"] + by["assumed"]["points"] == totals["points"]
+    assert by["stated"]["median_width_pts"] <= 20.0, by
+    assert by["assumed"]["median_width_pts"] <= 30.0, by
     assert "(nested leave one source out: each of 10 folds chose its noise level" in text
     assert "median absolute error" in text
 

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from analysis.commands import backtest as command
-from analysis.compute.projection.scoring import backtest, case_model, fsdp_error_model, split
+from analysis.compute.projection.model_error import load as load_error_model
+from analysis.compute.projection.scoring import (
+    FSDP_NOISE_FLOOR,
+    backtest,
+    case_model,
+    fsdp_error_model,
+    split,
+)
 from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel
 from analysis.compute.projection.step_time.step_model import StepModel
 from analysis.read.cases import CaseError, read_cases
@@ -92,17 +99,24 @@ def test_fsdp_points_are_scored_apart_and_the_ddp_result_is_unchanged(tmp_path: 
     fsdp = both.pop("fsdp")
     assert json.dumps(both, sort_keys=True) == json.dumps(ddp_only, sort_keys=True)
     assert [p["case"] for p in fsdp["points"]] == ["a"]
-    assert fsdp["totals"]["cases"] == 1 and fsdp["error_model"].endswith("FSDP: noise 0.03")
+    noise = max(load_error_model().noise, FSDP_NOISE_FLOOR)
+    assert fsdp["totals"]["cases"] == 1 and fsdp["error_model"].endswith(f"FSDP: noise {noise:g}")
     assert math.isfinite(fsdp["points"][0]["predicted"])
 
 
-def test_fsdps_error_model_keeps_the_spreads_and_takes_the_widest_noise() -> None:
-    from analysis.compute.projection.model_error import NOISE_GRID, load
+def test_fsdps_error_model_keeps_the_spreads_and_a_noise_floor() -> None:
+    """FSDP's points take the shipped model's spreads and its noise, never below the floor
+    (the widest level of the grid when FSDP's cases were first scored)."""
+    from dataclasses import replace
+
+    from analysis.compute.projection.model_error import load
 
     em = load()
     wide = fsdp_error_model(em)
     assert (wide.sd_d, wide.sd_s, wide.mu_d) == (em.sd_d, em.sd_s, em.mu_d)
-    assert wide.noise == max(NOISE_GRID) >= em.noise
+    assert wide.noise == max(em.noise, FSDP_NOISE_FLOOR)
+    assert fsdp_error_model(replace(em, noise=0.01)).noise == FSDP_NOISE_FLOOR
+    assert fsdp_error_model(replace(em, noise=0.06)).noise == 0.06
 
 
 def test_the_command_prints_the_fsdp_cases_apart(
