@@ -13,20 +13,14 @@ import pandas as pd
 import pytest
 from projection_helpers import FIXTURE, series
 
-from analysis.compute.projection.project import (
-    FSDP_NO_UNIT_BYTES,
-    _apply,
-    _under,
-    project,
-    project_points,
-    what_ifs,
-)
+from analysis.compute.projection.project import FSDP_NO_UNIT_BYTES, project, project_points
 from analysis.compute.projection.step_time.fsdp_comm import (
     FSDP_HIDDEN_BAND,
     FsdpStepModel,
     FsdpTerm,
 )
 from analysis.compute.projection.step_time.step_model import StepModel, fit_series
+from analysis.compute.projection.what_ifs import settings_of, under, what_ifs
 from analysis.read.frame import load
 from analysis.read.strategy import fsdp_sharding
 
@@ -86,7 +80,7 @@ def test_fsdps_what_ifs_replace_ddps() -> None:
     ifs = {w.name: w for w in what_ifs(model, "32-true")}
     assert "DDP bucket_cap_mb=100" not in ifs and "gradients in bf16" not in ifs
     for name in ("reshard_after_forward off", "gathers in bf16"):
-        changed, kw = _under(model, ifs[name]), _apply(model, ifs[name])
+        changed, kw = under(model, ifs[name]), settings_of(model, ifs[name])
         k = model.accumulate
         exposed = changed.modelled_exposed(4, 1, kw.get("buckets", UNITS), k, 1.0, 32)
         assert exposed == pytest.approx(3.0), name

@@ -12,11 +12,12 @@ from dataclasses import replace
 import pytest
 from projection_helpers import parts, series
 
-from analysis.compute.projection.project import _apply, project_points, what_ifs
+from analysis.compute.projection.project import project_points
 from analysis.compute.projection.step_time.step_model import (
     ScalePoint,
     fit_series,
 )
+from analysis.compute.projection.what_ifs import settings_of, what_ifs
 from scalescope.allreduce_model import split_into_buckets
 
 
@@ -56,7 +57,7 @@ def test_each_what_if_changes_its_setting_by_its_amount() -> None:
     fit = fit_series(pts, base, "weak")
     model = fit.model
     assert model is not None and model.per_device_batch == 32
-    settings = {w.name: _apply(model, w) for w in what_ifs(model, "32-true")}
+    settings = {w.name: settings_of(model, w) for w in what_ifs(model, "32-true")}
     assert settings["as measured"] == {}
     assert settings["per-device batch x2"] == {"batch": 64.0}
     assert settings["accumulation 4"] == {"k": 4, "batch": 128.0}
@@ -156,8 +157,8 @@ def test_the_bucket_what_if_makes_the_buckets_ddp_makes() -> None:
     fifth is ready at 189.469 ms and ends at 209.210, the last is ready when backward ends
     and runs 5.544 ms after that: 14.754 ms exposed. A 1 MiB first bucket and 100 MB ones
     (the what-if before) left a 52 MB bucket last: 9.9 ms."""
-    from analysis.compute.projection.project import _apply, what_ifs
     from analysis.compute.projection.step_time.step_model import Level, Network, StepModel
+    from analysis.compute.projection.what_ifs import settings_of, what_ifs
 
     model = StepModel(
         per_device_batch=1.0,
@@ -179,7 +180,7 @@ def test_the_bucket_what_if_makes_the_buckets_ddp_makes() -> None:
         scaling_mode="weak",
     )
     (what_if,) = [w for w in what_ifs(model) if w.bucket_cap_mb is not None]
-    buckets = _apply(model, what_if)["buckets"]
+    buckets = settings_of(model, what_if)["buckets"]
     exposed = model.modelled_exposed(16, 1, buckets, 1, 1.0, 1.0)
     assert exposed == pytest.approx(0.014754, rel=0.05)
     assert exposed == pytest.approx(0.014754, abs=2e-6)  # the hand figure, to its digits
