@@ -261,8 +261,8 @@ def _cheapest(a: Mapping[str, Any], request: PlanRequest) -> str:
         what = f"costs {amount(c['cost'])} {_interval(c, 'cost_low', 'cost_high')}"
     else:
         what = f"takes {_charged_hours(c, request)}"
-    same = " (the same scale)" if a["fastest"] is not None and c is a["fastest"] else ""
-    text = f"The cheapest is {_where(c)}{same}: it {what} and trains in {amount(c['time_h'])} h."
+    same = "the chosen scale too, " if a["fastest"] is not None and c is a["fastest"] else ""
+    text = f"The cheapest is {same}{_where(c)}: it {what} and trains in {amount(c['time_h'])} h."
     rival = a["cheapest_rival"]
     if rival is not None:
         if a["cheapest_repeats"] is not None:
