@@ -7,7 +7,7 @@ other sources alone; ``--json`` records each fold's choice under ``folds``); FSD
 scored and printed apart (``fsdp`` in the JSON), never fitted into the shipped error model;
 ``fit-error CASES.yaml`` fits the projection's error model on them, its noise level chosen by
 a leave-one-source-out over them, and writes the shipped one with its selection.
-The work is :mod:`analysis.compute.projection.scoring`'s; this module is the command line.
+The work is :mod:`analysis.compute.projection.backtest`'s; this module is the command line.
 """
 
 from __future__ import annotations
@@ -19,17 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from analysis.compute.projection.backtest import backtest, cross_validated, split
 from analysis.compute.projection.model_error import SHIPPED_PATH, fit_selected
 from analysis.compute.projection.model_error import write as write_error_model
 from analysis.compute.projection.project import DRAWS
-from analysis.compute.projection.scoring import (
-    CaseError,
-    backtest,
-    cross_validated,
-    prepare,
-    read_cases,
-    split,
-)
+from analysis.compute.projection.scoring import CaseError, prepare, read_cases
 from scalescope.cli import OneLineParser
 
 PROG = "python -m analysis.project"

@@ -1,4 +1,5 @@
-"""The projection scored on published multi-node results (``python -m analysis.project``).
+"""The published cases as the projection sees them: each case's step model, its draws and
+the points they prepare for scoring (:mod:`analysis.compute.projection.backtest` scores them).
 
 Each case (format: ``benchmarks/projection_cases.yaml``, read by :mod:`analysis.read.cases`)
 gives a model's gradient bytes and buckets, the hardware's devices per node and link
@@ -35,8 +36,9 @@ FSDP's cases (``model.method: fsdp``) take the same steps with FSDP's communicat
 all-reduce (:mod:`analysis.compute.projection.step_time.fsdp_comm`: each of ``wrapped_blocks``
 blocks gathers its share of ``grad_bytes`` before forward and backward and reduce-scatters it, the
 next block's gather behind the current block's compute), and are scored apart
-(:func:`split`): never fitted into the shipped error model, and scored with its spreads and
-the widest noise of its grid (:func:`fsdp_error_model`) until there are enough of them.
+(:func:`analysis.compute.projection.backtest.split`): never fitted into the shipped error
+model, and scored with its spreads and the widest noise of its grid
+(:func:`analysis.compute.projection.backtest.fsdp_error_model`) until there are enough of them.
 """
 
 from __future__ import annotations
@@ -49,15 +51,9 @@ from typing import Any
 import numpy as np
 
 from analysis.compute.projection.model_error import (
-    NOISE_GRID,
-    ErrorModel,
     Scored,
-    cross_validate,
     features,
-    score,
-    totals,
 )
-from analysis.compute.projection.model_error import load as load_error_model
 from analysis.compute.projection.project import DRAWS
 from analysis.compute.projection.step_time.fsdp_comm import (
     FSDP_HIDDEN_BAND,
@@ -389,132 +385,6 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
     return out
 
 
-def backtest(
-    cases: Sequence[Case],
-    draws: int = DRAWS,
-    seed: int = 0,
-    error_model: ErrorModel | None = None,
-) -> dict[str, Any]:
-    """Every published point predicted from its case's measured points, with the shipped
-    error model (or ``error_model``); FSDP's cases apart, under ``fsdp`` (:func:`split`)."""
-    em = error_model or load_error_model()
-    ddp, fsdp = split(cases)
-    prepared = prepare(ddp, draws, seed)
-    return _with_fsdp(_result(ddp, prepared, score(prepared, em)), fsdp, draws, seed, em)
-
-
-def split(cases: Sequence[Case]) -> tuple[list[Case], list[Case]]:
-    """(the all-reduce cases, the FSDP ones), each in the file's order: FSDP's are scored
-    apart and never fitted into the shipped error model until there are enough of them."""
-    return [c for c in cases if not is_fsdp(c)], [c for c in cases if is_fsdp(c)]
-
-
-FSDP_NOISE_FLOOR = NOISE_GRID[-1]
-"""The least run-to-run noise FSDP's points are scored with: the widest level of the noise
-grid, since too few FSDP cases exist to fit or check their own."""
-
-
-def fsdp_error_model(em: ErrorModel) -> ErrorModel:
-    """The error model FSDP's points are scored with: the shipped one (fitted on the
-    all-reduce cases alone, none of FSDP's), its noise at least :data:`FSDP_NOISE_FLOOR`,
-    since too few FSDP cases exist to fit or check their own."""
-    noise = max(em.noise, FSDP_NOISE_FLOOR)
-    return replace(em, noise=noise, fitted_on=f"{em.fitted_on}; FSDP: noise {noise:g}")
-
-
-def _with_fsdp(
-    result: dict[str, Any], fsdp: Sequence[Case], draws: int, seed: int, em: ErrorModel
-) -> dict[str, Any]:
-    """``result`` (the all-reduce cases') with the FSDP cases' own points and totals under
-    ``fsdp`` where there are any (none: ``result`` as it was)."""
-    if not fsdp:
-        return result
-    prepared = prepare(fsdp, draws, seed)
-    fem = fsdp_error_model(em)
-    return {
-        **result,
-        "fsdp": {**_result(fsdp, prepared, score(prepared, fem)), "error_model": fem.fitted_on},
-    }
-
-
-def _result(
-    cases: Sequence[Case], prepared: Sequence[Scored], scored: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
-    points: list[dict[str, Any]] = []
-    i = 0
-    for case in cases:
-        _, field = reference(case)
-        for p in case.published:
-            got, prep = scored[i], prepared[i]
-            assert got["case"] == case.name and prep.case == case.name
-            points.append(
-                {
-                    "case": case.name,
-                    "nodes": p.nodes,
-                    "devices_per_node": p.devices_per_node,
-                    "published": prep.truth,
-                    "against": "1 node" if field == "efficiency_vs_1node" else "1 GPU",
-                    "predicted": got["predicted"],
-                    "low": got["low"],
-                    "high": got["high"],
-                    "covered": got["covered"],
-                    "centre_assumes": prep.explanation,
-                    "group": case.group,
-                    "network_stated": bool(case.inter_busbw_gbps),
-                }
-            )
-            i += 1
-    t = totals(scored)
-    stated = [bool(case.inter_busbw_gbps) for case in cases for _ in case.published]
-    return {
-        "points": points,
-        "totals": {
-            "cases": len(cases),
-            "points": len(points),
-            "coverage": t["coverage"],
-            "median_abs_error_pts": t["median_abs_error_pts"],
-            "median_width_pts": t["median_width_pts"],
-        },
-        # the bar an interval is held to depends on what was known of the network between
-        # nodes: stated (or measured) or assumed (a band of the intra-node link)
-        "totals_by_network": {
-            name: {
-                **totals([x for x, k in zip(scored, stated, strict=True) if k == flag]),
-                "points": stated.count(flag),
-            }
-            for name, flag in (("stated", True), ("assumed", False))
-        },
-    }
-
-
-def cross_validated(
-    cases: Sequence[Case], draws: int = DRAWS, seed: int = 0, prepared: Sequence[Scored] = ()
-) -> dict[str, Any]:
-    """Nested leave one source out: each source's points with the error model whose noise
-    and fit come from the other sources alone (model_error.cross_validate), in the
-    backtest's layout, with each fold's chosen settings under ``folds``; and leave one family
-    out the same way (``family_totals``, ``family_folds``: a kind of system held out whole,
-    :data:`analysis.read.cases.FAMILIES`); FSDP's cases apart,
-    as :func:`backtest` scores them. ``prepared``: the all-reduce cases' prepared points where
-    already made (:func:`prepare`, the costly part)."""
-    ddp, fsdp = split(cases)
-    prepared = list(prepared) or prepare(ddp, draws, seed)
-    scored, folds = cross_validate(prepared)
-    # cross_validate groups the points by source: put them back in the cases' order
-    by_key: dict[str, list[dict[str, Any]]] = {}
-    for s in scored:
-        by_key.setdefault(str(s["case"]), []).append(s)
-    ordered = [by_key[c.name].pop(0) for c in ddp for _ in c.published]
-    result = {**_result(ddp, prepared, ordered), "folds": folds}
-    # a harder test: a whole kind of system held out (its sources' noise and fit from the
-    # other kinds alone), as a cluster unlike any in the file would be
-    family_scored, family_folds = cross_validate(prepared, key=lambda p: p.family)
-    result["family_totals"] = {**totals(family_scored), "points": len(family_scored)}
-    result["family_folds"] = [{k: v for k, v in f.items() if k != "inner"} for f in family_folds]
-    # no FSDP source is in the shipped model's fit: each is already held out of it
-    return _with_fsdp(result, fsdp, draws, seed, load_error_model())
-
-
 __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cases
     "ALPHA_INTER_S",
     "ALPHA_INTRA_S",
@@ -527,14 +397,10 @@ __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cas
     "Case",
     "CaseError",
     "Point",
-    "backtest",
     "case_model",
     "centre_carry",
-    "cross_validated",
-    "fsdp_error_model",
     "is_fsdp",
     "prepare",
     "read_cases",
     "reference",
-    "split",
 ]

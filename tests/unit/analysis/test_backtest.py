@@ -70,8 +70,9 @@ def test_cross_validated_backtest_meets_its_bounds(
     nodes (<= 30 where it is assumed), median absolute error <= 5 points. Each
     fold's recorded noise is the one its training sources choose, computed here again: the
     folds do not all choose alike, so one level chosen on every source would show."""
+    from analysis.compute.projection.backtest import split
     from analysis.compute.projection.model_error import NOISE_GRID, choose_noise
-    from analysis.compute.projection.scoring import prepare, read_cases, split
+    from analysis.compute.projection.scoring import prepare, read_cases
 
     out = tmp_path / "cv.json"
     rc, text, err = run(

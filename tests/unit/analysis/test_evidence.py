@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 from analysis_helpers import REPO
 
-from analysis.compute.projection.scoring import backtest, evidence, read_cases
+from analysis.compute.projection.backtest import backtest
+from analysis.compute.projection.scoring import evidence, read_cases
 
 CASES = REPO / "benchmarks" / "projection_cases.yaml"
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from analysis.commands import backtest as command
-from analysis.compute.projection.model_error import load as load_error_model
-from analysis.compute.projection.scoring import (
+from analysis.compute.projection.backtest import (
     FSDP_NOISE_FLOOR,
     backtest,
-    case_model,
     fsdp_error_model,
     split,
 )
+from analysis.compute.projection.model_error import load as load_error_model
+from analysis.compute.projection.scoring import case_model
 from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel
 from analysis.compute.projection.step_time.step_model import StepModel
 from analysis.read.cases import CaseError, read_cases
