@@ -24,6 +24,8 @@ from analysis.compute.projection.model_error import SHIPPED_PATH, fit_selected
 from analysis.compute.projection.model_error import write as write_error_model
 from analysis.compute.projection.project import DRAWS
 from analysis.compute.projection.scoring import CaseError, prepare, read_cases
+from analysis.compute.projection.sealed import split_sealed
+from analysis.read.cases import read_sealed
 from scalescope.cli import OneLineParser
 
 PROG = "python -m analysis.project"
@@ -81,6 +83,16 @@ def _print(
     ]
     if parts:
         console.print("By what was known of the network: " + "; ".join(parts), markup=False)
+    spans: dict[str, int] = {}
+    for p in result["points"]:
+        for what in p.get("spans", ()):
+            spans[what] = spans.get(what, 0) + 1
+    if spans:
+        console.print(
+            "The intervals span, rather than assume: "
+            + "; ".join(f"{what} ({n} point(s))" for what, n in spans.items()),
+            markup=False,
+        )
 
 
 def _nested_words(result: dict[str, Any]) -> str:
@@ -104,6 +116,29 @@ def _family_words(result: dict[str, Any]) -> str:
         f"{t['median_abs_error_pts']:.1f} points, median interval width "
         f"{t['median_width_pts']:.1f} points over {t['points']} point(s)"
     )
+
+
+def _print_sealed(sealed: dict[str, Any]) -> None:
+    """The sealed test's figures: one line for the all-reduce cases, one for FSDP's."""
+    from rich.console import Console
+
+    def figures(t: dict[str, Any]) -> str:
+        return (
+            f"interval coverage {100 * t['coverage']:.0f}%, median absolute error "
+            f"{t['median_abs_error_pts']:.1f} points, median interval width "
+            f"{t['median_width_pts']:.1f} points over {t['points']} point(s)"
+        )
+
+    line = (
+        f"Sealed test ({len(sealed['sources'])} source(s) set aside before any fit, scored once "
+        f"by the model fitted on the others: {', '.join(sealed['sources'])}): "
+    )
+    parts = []
+    if sealed["totals"]["points"]:
+        parts.append(figures(sealed["totals"]))
+    if "fsdp" in sealed:
+        parts.append("FSDP's " + figures(sealed["fsdp"]["totals"]))
+    Console(width=120, highlight=False).print(line + "; ".join(parts), markup=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,21 +165,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cases = read_cases(args.cases)
+        sealed = read_sealed(args.cases)
     except CaseError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    shut = sealed.sources if sealed else ()
     if args.command == "fit-error":
-        ddp, _ = split(cases)  # FSDP's cases stay out of the shipped model until enough
+        # FSDP's cases stay out of the shipped model until enough; the sealed ones always
+        ddp, _ = split(split_sealed(cases, shut)[0])
         prepared = prepare(ddp, draws=args.draws)
         n = len(prepared)
         em, selection = fit_selected(
-            prepared, f"{Path(args.cases).name}: {len(ddp)} cases, {n} points"
+            prepared,
+            f"{Path(args.cases).name}: {len(ddp)} cases, {n} points"
+            + (f" ({len(shut)} sealed source(s) left out)" if shut else ""),
         )
         write_error_model(em, Path(args.out), selection)
         print(f"{PROG}: wrote {args.out}: {em}")
         return 0
     if args.cross_validate:
-        result = cross_validated(cases, draws=args.draws)
+        result = cross_validated(cases, draws=args.draws, sealed=shut)
     else:
         result = backtest(cases, draws=args.draws)
     _print(result, _nested_words(result) if args.cross_validate else "")
@@ -159,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{result['fsdp']['error_model'].rsplit('noise ', 1)[-1]}",
             "FSDP projection backtest: published efficiency, scored apart",
         )
+    if "sealed" in result:
+        _print_sealed(result["sealed"])
     if args.json:
         from scalescope.atomic import write_text_atomic
 

@@ -98,6 +98,41 @@ def read_cases(path: str) -> list[Case]:
     return out
 
 
+@dataclass(frozen=True)
+class Sealed:
+    """The sources a case file sets aside as its sealed test (``sealed:``): drawn with
+    ``seed`` from ``drawn_from`` (:func:`analysis.compute.projection.sealed.draw`)."""
+
+    seed: int
+    drawn_from: tuple[str, ...]
+    sources: tuple[str, ...]
+
+
+def read_sealed(path: str) -> Sealed | None:
+    """The file's ``sealed:`` record, or None where it has none; :class:`CaseError` names
+    what is wrong with it (a field missing, or a source the file does not hold)."""
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    raw = data.get("sealed") if isinstance(data, dict) else None
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("seed"), int):
+        raise CaseError(f"{path}: sealed must be a mapping with an integer seed")
+    lists = {}
+    for key in ("drawn_from", "sources"):
+        value = raw.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise CaseError(f"{path}: sealed.{key} must be a list of source names")
+        lists[key] = tuple(value)
+    held = {c.group for c in read_cases(path)}
+    missing = sorted(set(lists["drawn_from"]) - held)
+    if missing or not set(lists["sources"]) <= set(lists["drawn_from"]):
+        what = missing or sorted(set(lists["sources"]) - set(lists["drawn_from"]))
+        raise CaseError(f"{path}: sealed names source(s) the file does not hold: {', '.join(what)}")
+    return Sealed(raw["seed"], lists["drawn_from"], lists["sources"])
+
+
 def _case(name: str, raw: dict[str, Any]) -> Case:
     """One case, checked field by field."""
     hw, model = raw.get("hardware") or {}, raw.get("model") or {}

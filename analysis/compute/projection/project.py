@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.compute.metrics import EFFICIENCY_REFERENCE
-from analysis.compute.projection.model_error import ErrorModel, features
+from analysis.compute.projection.model_error import MEASURED_NOISE, ErrorModel, features
 from analysis.compute.projection.model_error import load as load_error_model
 from analysis.compute.projection.step_time.fsdp_comm import FsdpTerm
 from analysis.compute.projection.step_time.network import (
@@ -123,13 +123,14 @@ def project_points(
     measured scale's runs (the network's fit with them, unless ``profile`` gives it),
     takes the explanations in turn, a point of the network band and the error model's
     residual, with the run-to-run noise of one run (the anchor's repeats' spread where
-    there are two or more, never below the shipped model's, which the published cases chose)."""
+    there are two or more, never below :data:`.model_error.MEASURED_NOISE`: the noise the
+    shipped model chose is a published table's, not a measured run's)."""
     model = fit.model
     assert model is not None
     # the shipped error model with this sweep's run-to-run noise; one given is used as it is
     shipped = load_error_model()
     em = error_model or replace(
-        shipped, noise=run_noise(points, model.anchor_world, floor=shipped.noise)
+        shipped, noise=run_noise(points, model.anchor_world, floor=MEASURED_NOISE)
     )
     ifs = what_ifs(model, precision)
     samples = _draw(points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed, term)
@@ -173,7 +174,7 @@ def _draw(
             changed, kw = under(drawn, w), settings_of(drawn, w)
             for nodes, dpn in targets:
                 d, s = features(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes)
-                spread = math.sqrt(em.sd_d**2 * d + em.sd_s**2 * s)
+                spread = float(em.spread(d, s))
                 e, _, _ = changed.efficiency(
                     nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
                 )

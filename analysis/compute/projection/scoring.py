@@ -17,7 +17,9 @@ it from what it states, and the rest is an assumption, drawn over its band in th
   bucket_caps``: DDP's, Horovod's fusion buffers, or one message where the case says neither
   method nor cap; ``bucket_mb`` the cap it sets, else the method's default) on a latency-bandwidth
   model with latency ``ALPHA_INTRA_S`` / ``ALPHA_INTER_S`` at 2 ranks and the case's bus
-  bandwidths: inter-node within ``INTER_BAND`` of the stated link, or
+  bandwidths: inter-node a share of the stated link (a line rate is an upper bound) within the
+  band the error model learned from the training cases that state one (drawn within
+  ``LINE_RATE_PRIOR``, kept within the learned band), or
   ``UNKNOWN_INTER_BAND`` of the intra-node one where the case states none. No case measures
   its inter-node bandwidth (a stated link is a line rate), so one draw from the band holds
   from the anchor to every target: a multi-node anchor's level is drawn too, never taken as
@@ -51,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from analysis.compute.projection.model_error import (
+    MEASURED_NOISE,
     Scored,
     features,
 )
@@ -67,8 +70,12 @@ from scalescope.allreduce_model import split_into_buckets
 
 ALPHA_INTRA_S = 20e-6
 ALPHA_INTER_S = 50e-6
-INTER_BAND = (0.4, 1.0)
-"""Achieved inter-node bus bandwidth as a share of the stated link."""
+LINE_RATE_PRIOR = (0.05, 1.0)
+"""The achieved inter-node bus bandwidth as a share of a stated line rate, before any case is
+seen: a line rate is an upper bound, and a cluster can reach a twentieth of it (TCP over a
+cloud's virtual network, one NIC shared by eight GPUs). The draws span it (log scale); the
+error model narrows it to the band the training cases achieved
+(:func:`analysis.compute.projection.model_error.learn_share_band`)."""
 UNKNOWN_INTER_SHARE = 1.0
 UNKNOWN_INTER_BAND = (0.1, 1.0)
 """Where a case states no inter-node link: its bus bandwidth at 10-100% of the intra-node
@@ -80,9 +87,6 @@ PATTERNS = ("one message", "ddp")
 Horovod nor FSDP and states no cap): every gradient in one message after backward, nothing
 hidden, to DDP's buckets overlapping backward. Drawn over in the interval, the centre between
 them: an unknown is spanned, never assumed."""
-MEASURED_NOISE = 0.03
-"""One measured point's relative noise (one s.d.) where a case's draws are checked against
-its other measured scales: a stated assumption, like the bands, never fitted or scored."""
 
 
 def reference(case: Case) -> tuple[Point, str]:
@@ -150,7 +154,7 @@ def _draft(
     )
     if case.inter_busbw_gbps:
         inter = Level(ALPHA_INTER_S, case.inter_busbw_gbps, 2, "inter-node: the case's link")
-        band = INTER_BAND
+        band = LINE_RATE_PRIOR
     else:
         inter = Level(ALPHA_INTER_S, intra_bw * UNKNOWN_INTER_SHARE, 2, "inter-node: assumed")
         band = UNKNOWN_INTER_BAND
@@ -186,6 +190,27 @@ def _draft(
 
 def is_fsdp(case: Case) -> bool:
     return case.method == "fsdp"
+
+
+def unknowns(case: Case) -> list[str]:
+    """What a case's interval spans rather than assumes, in words: the network between nodes
+    (the share of a stated line rate, or a band of the intra-node link where none is stated),
+    a communication pattern the file does not know, how much of FSDP's communication
+    prefetching hides, and which explanation carries what the model leaves of the anchor."""
+    out = []
+    if case.inter_busbw_gbps:
+        out.append("the share of the stated inter-node line rate achieved (the learned band)")
+    elif any(p.nodes > 1 for p in case.published):
+        out.append(
+            f"the inter-node bus bandwidth, not stated: {UNKNOWN_INTER_BAND[0]:.0%}-"
+            f"{UNKNOWN_INTER_BAND[1]:.0%} of the intra-node link"
+        )
+    if unknown_pattern(case):
+        out.append("the communication pattern: one message after backward to DDP's buckets")
+    if is_fsdp(case):
+        out.append("how much of FSDP's communication prefetching hides")
+    out.append("which explanation carries the rest of the anchor's step")
+    return out
 
 
 def unknown_pattern(case: Case) -> bool:
@@ -319,13 +344,24 @@ def evidence_weight(model: StepModel, checks: Sequence[tuple[Point, float]]) -> 
     return math.exp(log_w)
 
 
-def _drawn_models(case: Case, draws: int, rng: np.random.Generator) -> list[StepModel]:
-    """One model per draw: each of the explanations in turn, a straggler spread within 0-2x
-    SIGMA_SHARE, an inter-node bandwidth within the band (the anchor's and the target's), for
-    FSDP the share prefetching hides. Where the case measured several node counts, the draws
-    are resampled by how well each reproduces the scales it did not anchor on
-    (:func:`evidence`): the band is narrowed to what every measured point allows."""
-    models = []
+def line_share(case: Case, u: float) -> float:
+    """The share of its stated line rate a draw at ``u`` gives a case (NaN where the case
+    states no inter-node link)."""
+    if not case.inter_busbw_gbps:
+        return math.nan
+    return Network(None, None, LINE_RATE_PRIOR).factor(2, u)
+
+
+def _drawn_models(
+    case: Case, draws: int, rng: np.random.Generator
+) -> tuple[list[StepModel], np.ndarray]:
+    """One model per draw, and the share of the stated line rate each took (NaN where none is
+    stated): each of the explanations in turn, a straggler spread within 0-2x SIGMA_SHARE, an
+    inter-node bandwidth within the band (the anchor's and the target's), for FSDP the share
+    prefetching hides. Where the case measured several node counts, the draws are resampled
+    by how well each reproduces the scales it did not anchor on (:func:`evidence`): the band
+    is narrowed to what every measured point allows."""
+    models, shares = [], []
     for i in range(draws):
         sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
         u = float(rng.uniform())
@@ -337,14 +373,15 @@ def _drawn_models(case: Case, draws: int, rng: np.random.Generator) -> list[Step
         models.append(
             case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u, **kw)
         )
+        shares.append(line_share(case, u))
     checks = evidence(case)
     if not checks:
-        return models
+        return models, np.array(shares)
     w = np.array([evidence_weight(m, checks) for m in models])
     if not (np.isfinite(w).all() and w.sum() > 0):
-        return models  # no draw reproduces them: the band stays as assumed
+        return models, np.array(shares)  # no draw reproduces them: the band stays as assumed
     pick = rng.choice(len(models), size=len(models), p=w / w.sum())
-    return [models[j] for j in pick]
+    return [models[j] for j in pick], np.array(shares)[pick]
 
 
 def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Scored]:
@@ -357,7 +394,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
     for case in cases:
         _, field = reference(case)
         anchor = case_model(case)
-        models = _drawn_models(case, draws, rng)
+        models, shares = _drawn_models(case, draws, rng)
         for p in case.published:
             carry, centre = centre_carry(case, p)
             base = np.array([_predict(m, p, None) for m in models])
@@ -380,6 +417,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
                     z_noise=rng.standard_normal(draws),
                     explanation=carry,
                     family=case.family or case.group,
+                    share=shares,
                 )
             )
     return out
@@ -389,8 +427,8 @@ __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cas
     "ALPHA_INTER_S",
     "ALPHA_INTRA_S",
     "FSDP_HIDDEN_BAND",
-    "INTER_BAND",
     "INTRA_DEFAULT_GBPS",
+    "LINE_RATE_PRIOR",
     "SIGMA_SHARE",
     "UNKNOWN_INTER_BAND",
     "UNKNOWN_INTER_SHARE",
@@ -403,4 +441,5 @@ __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cas
     "prepare",
     "read_cases",
     "reference",
+    "unknowns",
 ]

@@ -9,6 +9,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from analysis.compute.projection import model_error as me
 
@@ -149,3 +151,138 @@ def test_a_family_held_out_is_scored_by_the_other_families_alone() -> None:
     for fold in folds:
         train = [p for p in pts if p.family != fold["held_out"]]
         assert fold["noise"] == me.choose_noise(train)[0]
+
+
+# --- a cluster's own error ---------------------------------------------------------------------
+
+
+def clusters(tau: float, within: float, groups: int, per: int, seed: int = 0) -> list[me.Scored]:
+    """``groups`` sources of ``per`` points at d = 1 each, every source's residuals sharing
+    its own offset (normal, s.d. ``tau``) around which they spread ``within``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in range(groups):
+        own = rng.normal(0.0, tau)
+        for _ in range(per):
+            r = own + rng.normal(0.0, within)
+            out.append(
+                me.Scored(
+                    case=f"c{g}",
+                    group=f"g{g}",
+                    d=1.0,
+                    s=0.0,
+                    truth=0.9 * math.exp(r),
+                    centre=0.9,
+                    base=np.full(8, 0.9),
+                    z=np.zeros(8),
+                    z_noise=np.zeros(8),
+                )
+            )
+    return out
+
+
+@pytest.mark.parametrize("tau,within", [(0.1, 0.02), (0.03, 0.08), (0.0, 0.05)])
+def test_the_spread_between_clusters_is_told_from_the_spread_within_one(
+    tau: float, within: float
+) -> None:
+    """400 sources of 5 points: the moments recover the spread shared by a source's points
+    (sd_src) apart from the spread of its points around their own mean (sd_d at d = 1)."""
+    em = me._components(clusters(tau, within, 400, 5), noise=0.0)
+    assert em.sd_src == pytest.approx(tau, abs=0.01)
+    assert em.sd_d == pytest.approx(within, abs=0.01)
+
+
+def test_each_source_counts_once_in_the_mean() -> None:
+    """One source of 40 points 20% high and four of 2 points on the centre: weighted by
+    source, the mean residual is a fifth of log(1.2); by point it would be over 4/5 of it."""
+    rng = np.random.default_rng(1)
+
+    def at(group: str, r: float) -> me.Scored:
+        return me.Scored(
+            case=group,
+            group=group,
+            d=1.0,
+            s=0.0,
+            truth=0.9 * math.exp(r),
+            centre=0.9,
+            base=np.full(4, 0.9),
+            z=rng.standard_normal(4),
+            z_noise=rng.standard_normal(4),
+        )
+
+    pts = [at("big", math.log(1.2)) for _ in range(40)]
+    pts += [at(f"small{i}", 0.0) for i in range(4) for _ in range(2)]
+    em = me._components(pts, noise=0.0)
+    assert em.mean(1.0, 0.0) == pytest.approx(math.log(1.2) / 5, rel=1e-6)
+
+
+@given(st.floats(0.0, 0.3), st.floats(0.0, 0.3), st.floats(0.0, 0.3), st.floats(0.0, 4.0))
+def test_a_clusters_own_error_applies_only_where_the_model_is_carried(
+    sd_d: float, sd_s: float, sd_src: float, d: float
+) -> None:
+    em = me.ErrorModel(sd_d=sd_d, sd_s=sd_s, sd_src=sd_src, noise=0.0)
+    expected = sd_d**2 * d + sd_s**2 + (sd_src**2 if d > 0 else 0.0)
+    assert float(em.spread(d, 1.0)) ** 2 == pytest.approx(expected, abs=1e-12)
+    scaled = em.scaled(2.0)
+    assert float(scaled.spread(d, 1.0)) == pytest.approx(2 * float(em.spread(d, 1.0)))
+
+
+# --- the share of a stated line rate a cluster achieves ----------------------------------------
+
+
+def stated(group: str, achieved: float, n: int = 400, seed: int = 0) -> me.Scored:
+    """A published point whose draws span shares of a stated line rate over 5%-100% (log
+    uniform), each draw's efficiency rising with its share (steeply enough that the
+    efficiency tells shares apart: where it saturates, the share is the prior's guess), the
+    truth the efficiency at ``achieved``."""
+    rng = np.random.default_rng(seed)
+    share = np.exp(rng.uniform(math.log(0.05), 0.0, n))
+
+    def eff(x: np.ndarray | float) -> np.ndarray | float:
+        return 1.0 / (1.0 + 0.5 / x)
+
+    return me.Scored(
+        case=group,
+        group=group,
+        d=1.0,
+        s=1.0,
+        truth=float(eff(achieved)),
+        centre=float(np.median(eff(share))),
+        base=np.asarray(eff(share)),
+        z=np.zeros(n),
+        z_noise=np.zeros(n),
+        share=share,
+    )
+
+
+def test_the_band_is_learned_from_the_clusters_seen_and_one_is_not_enough() -> None:
+    from scipy import stats
+
+    seen = {"a": 0.25, "b": 0.4, "c": 0.6, "d": 0.8}
+    pts = [stated(g, x, seed=i) for i, (g, x) in enumerate(seen.items())]
+    for p, x in zip(pts, seen.values(), strict=True):  # each cluster's own share, read back
+        assert me._share_of(p) == pytest.approx(x, rel=0.15)
+    low, typical, high = me.learn_share_band(pts)  # type: ignore[misc]
+    logs = np.log([me._share_of(p) for p in pts])
+    half = stats.t.ppf(0.975, 3) * np.std(logs, ddof=1) * math.sqrt(1 + 1 / 4)
+    assert typical == pytest.approx(math.exp(np.mean(logs)))
+    assert low == pytest.approx(math.exp(np.mean(logs) - half))
+    assert high == min(1.0, math.exp(np.mean(logs) + half))
+    assert low < min(seen.values()) and high >= max(seen.values())
+    assert me.learn_share_band(pts[:1]) is None
+    # a case that states no line rate says nothing of it
+    assert me.learn_share_band([replace(p, share=None) for p in pts]) is None
+
+
+def test_a_point_is_viewed_within_the_band_and_centred_at_the_typical_share() -> None:
+    p = stated("a", 0.3)
+    band = (0.2, 0.4, 0.7)
+    centre, base = p.view(band)
+    kept = (p.share >= 0.2) & (p.share <= 0.7)
+    assert np.array_equal(np.isfinite(base), kept)
+    near = np.abs(np.log(p.share / 0.4)) <= me.TYPICAL_WINDOW
+    assert centre == pytest.approx(float(np.median(p.base[near])))
+    assert p.view(None) == (p.centre, p.base)
+    # the interval keeps only the band's draws: its ends are theirs (no spread, no noise)
+    _, low, high = me.interval(p, me.ErrorModel(noise=0.0, share_band=band))
+    assert low >= p.base[kept].min() - 1e-12 and high <= p.base[kept].max() + 1e-12

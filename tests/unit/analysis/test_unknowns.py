@@ -43,7 +43,7 @@ def test_an_unknown_pattern_is_spanned_and_centred_between_its_ends() -> None:
     assert centre == math.sqrt(one * ddp)
     assert "between one message and DDP's buckets" in carry
     # the draws take both ends: the interval spans them
-    models = _drawn_models(paddle, 60, np.random.default_rng(0))
+    models, _ = _drawn_models(paddle, 60, np.random.default_rng(0))
     drawn = [len(m.bucket_bytes) for m in models]
     assert min(drawn) == 1 and max(drawn) > 1
 
@@ -52,7 +52,7 @@ def test_a_known_method_keeps_its_own_buckets() -> None:
     cases = _cases()
     ddp = cases["pytorch-ddp-resnet50-dgx1"]
     assert not unknown_pattern(ddp)
-    models = _drawn_models(ddp, 30, np.random.default_rng(0))
+    models, _ = _drawn_models(ddp, 30, np.random.default_rng(0))
     assert len({m.bucket_bytes for m in models}) == 1
     carry, _ = centre_carry(ddp, ddp.published[0])
     assert "between" not in carry

@@ -1,0 +1,103 @@
+"""The sealed test (analysis.compute.projection.sealed): a third of the published cases'
+sources drawn once with a fixed seed, recorded in the case file and named in its notes, left
+out of every fit and fold, and scored once by the model fitted on the others."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from analysis.commands import backtest as command
+from analysis.compute.projection.backtest import backtest, cross_validated
+from analysis.compute.projection.sealed import SEAL_SEED, draw, split_sealed
+from analysis.read.cases import CaseError, read_cases, read_sealed
+
+REPO = Path(__file__).resolve().parents[3]
+CASES = REPO / "benchmarks" / "projection_cases.yaml"
+
+
+@given(st.sets(st.text(alphabet="abcdefghij-", min_size=1, max_size=8), max_size=30))
+def test_the_draw_is_a_third_of_the_sources_and_depends_on_the_set_alone(
+    sources: set[str],
+) -> None:
+    got = draw(sources)
+    assert len(got) == round(len(sources) / 3)
+    assert set(got) <= sources and got == sorted(set(got))
+    assert draw(sorted(sources, reverse=True)) == got  # the order given does not matter
+    assert draw(list(sources) * 2) == got  # nor repeats
+
+
+def test_the_file_records_the_draw_its_seed_makes_and_its_notes_name_it() -> None:
+    sealed = read_sealed(str(CASES))
+    assert sealed is not None and sealed.seed == SEAL_SEED
+    held = {c.group for c in read_cases(str(CASES))}
+    assert set(sealed.drawn_from) <= held
+    assert list(sealed.sources) == draw(sealed.drawn_from, sealed.seed)
+    notes = (REPO / "benchmarks" / "projection_cases.md").read_text(encoding="utf-8")
+    section = notes.split("## Sealed test", 1)[1].split("\n## ", 1)[0]
+    assert f"seed {SEAL_SEED}" in section
+    assert all(f"`{name}`" in section for name in sealed.sources), section
+
+
+def test_a_sealed_source_the_file_does_not_hold_is_one_line(tmp_path: Path) -> None:
+    text = CASES.read_text(encoding="utf-8")
+    bad = tmp_path / "cases.yaml"
+    bad.write_text(text.replace("    - dle-pyt-bert\n", "    - no-such-source\n", 1))
+    with pytest.raises(CaseError) as err:
+        read_sealed(str(bad))
+    assert "\n" not in str(err.value) and "no-such-source" in str(err.value)
+
+
+def test_no_fold_sees_a_sealed_source_and_the_sealed_ones_are_scored_by_the_shipped_model() -> None:
+    cases = read_cases(str(CASES))
+    sealed = read_sealed(str(CASES))
+    assert sealed is not None
+    open_cases, shut = split_sealed(cases, sealed.sources)
+    assert shut and {c.group for c in shut} == set(sealed.sources)
+    got = cross_validated(cases, draws=40, sealed=sealed.sources)
+    folds = [f["held_out"] for f in got["folds"]]
+    assert not set(folds) & set(sealed.sources)
+    scored = {p["case"] for p in got["points"]} | {p["case"] for p in got["fsdp"]["points"]}
+    assert scored == {c.name for c in open_cases}
+    assert got["sealed"]["sources"] == list(sealed.sources)
+    alone = backtest(shut, draws=40)
+    assert got["sealed"]["points"] == alone["points"]
+    assert got["sealed"]["fsdp"]["points"] == alone["fsdp"]["points"]
+
+
+def test_fit_error_never_reads_a_sealed_case(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped model is fitted on the open sources alone: a sealed case's published
+    figures changed out of all recognition leave the fit as it was."""
+    sealed = read_sealed(str(CASES))
+    assert sealed is not None
+    text = CASES.read_text(encoding="utf-8")
+    victim = next(c for c in read_cases(str(CASES)) if c.group == sealed.sources[0])
+    changed = text
+    for p in victim.published:  # every published efficiency of one sealed case halved
+        for field in ("efficiency_vs_1node", "efficiency_vs_1gpu"):
+            value = getattr(p, field)
+            if value is not None:
+                changed = changed.replace(f"{field}: {value:g}", f"{field}: {value / 2:g}", 1)
+    assert changed != text
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(changed)
+    fits = []
+    for path in (CASES, moved):
+        out = tmp_path / f"{path.stem}.json"
+        assert command.main(["fit-error", str(path), "--out", str(out), "--draws", "40"]) == 0
+        fits.append(json.loads(out.read_text()))
+    capsys.readouterr()
+    assert "sealed source(s) left out" in fits[0]["fitted_on"]
+    assert {k: v for k, v in fits[0].items() if k != "fitted_on"} == {
+        k: v for k, v in fits[1].items() if k != "fitted_on"
+    }
+    # and the change is one a fit would see: the halved case read back halved
+    again = next(c for c in read_cases(str(moved)) if c.name == victim.name)
+    assert again != replace(victim)
