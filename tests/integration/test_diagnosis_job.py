@@ -172,7 +172,7 @@ def test_a_calibration_that_fails_on_one_rank_keeps_the_record(tmp_path: Path) -
 
 # --- injected causes of a known size, attributed ------------------------------------------------
 
-DELAY_S = 0.02
+DELAY_S = 0.05
 STEPS_ONLY = ("diagnosis.calibration_steps=0",)
 """The attribution comes from every rank's training steps: the calibration (a cross-check,
 tested on the shared spiral runs and the overlap test below) is left out here."""
@@ -275,7 +275,8 @@ def test_a_delayed_allreduce_is_recovered_as_exposed_communication(attributed: d
     exposed = [p.comm_step_s for _, world, _, p, _ in wf.runs if world == 2]
     assert len(exposed) == REPEATS
     assert {p.comm_source for _, world, _, p, _ in wf.runs if world == 2} == {"steps"}
-    # The hook holds the one bucket back DELAY_S; the real all-reduce adds a few ms at most.
+    # The hook holds the one bucket back DELAY_S; the real all-reduce adds a few ms, and up to
+    # ~10 ms beside a busy process: the delay is several times that, so 25% holds it.
     assert statistics.mean(exposed) == pytest.approx(DELAY_S, rel=0.25), exposed
 
 
@@ -408,7 +409,7 @@ class BnModel(MyModel):
             nn.Linear(hidden, classes),
         )
 """
-BN_DELAY_S = 0.015
+BN_DELAY_S = 0.03
 BN_CAUSES: dict[str, tuple[str, ...]] = {
     # rank 1's loader is slower: rank 0 waits for it in the next buffer broadcast
     "slow loader": (
