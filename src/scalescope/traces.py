@@ -42,6 +42,19 @@ COMMUNICATION = re.compile(
     re.IGNORECASE,
 )
 TOP_N = 10
+OPERATIONS = (
+    ("all_gather", re.compile(r"all_?gather", re.IGNORECASE)),
+    ("reduce_scatter", re.compile(r"reduce_?scatter", re.IGNORECASE)),
+    ("all_reduce", re.compile(r"all_?reduce", re.IGNORECASE)),
+    ("broadcast", re.compile(r"broadcast", re.IGNORECASE)),
+)
+"""A collective kernel's operation, from its name (``ncclDevKernel_AllGather_RING_LL(...)``,
+``ncclKernel_ReduceScatter_...``): the :mod:`scalescope.collectives` operations."""
+
+
+def operation_of(name: str) -> str:
+    """The operation of a collective kernel's ``name`` ("other" where none is named)."""
+    return next((op for op, pattern in OPERATIONS if pattern.search(name)), "other")
 
 
 def is_communication(name: str) -> bool:
@@ -182,23 +195,41 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
 def collective_kernels(trace: Mapping[str, Any]) -> dict[str, Any]:
     """The device time of the trace's collective kernels against its other kernels.
 
-    ``{"kernels": n, "collective_kernels": m, "kernel_s": ..., "alone_s": ...}``:
-    ``kernel_s`` is the time some collective's kernel ran (their union: kernels of several
-    buckets one after another on the communication stream count once), ``alone_s`` the part
-    of it in which no other kernel ran. A GPU's utilisation counts a moment once whatever
-    runs, so utilisation less ``alone_s`` is the time the other kernels ran. Copies and
-    memsets are not kernels and count for neither (NVML's utilisation counts kernels)."""
+    ``{"kernels": n, "collective_kernels": m, "kernel_s": ..., "alone_s": ...,
+    "by_operation": {op: {"calls": ..., "alone_s": ...}}}``: ``kernel_s`` is the time some
+    collective's kernel ran (their union: kernels of several buckets one after another on the
+    communication stream count once), ``alone_s`` the part of it in which no other kernel
+    ran; ``by_operation`` the same lone time per operation (:func:`operation_of`), with its
+    launches, so that a step whose passes run different collectives (FSDP gathers on every
+    micro-batch, reduce-scatters on the synced one) can count each. A GPU's utilisation
+    counts a moment once whatever runs, so utilisation less ``alone_s`` is the time the other
+    kernels ran. Copies and memsets are not kernels and count for neither (NVML's utilisation
+    counts kernels)."""
     kernels = [e for e in _complete(trace.get("traceEvents", [])) if e.get("cat") == "kernel"]
     comm: list[tuple[float, float]] = []
     other: list[tuple[float, float]] = []
+    by_op: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for e in kernels:
         span = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
-        (comm if is_communication(str(e.get("name", ""))) else other).append(span)
+        name = str(e.get("name", ""))
+        (comm if is_communication(name) else other).append(span)
+        if is_communication(name):
+            by_op[operation_of(name)].append(span)
     comm_union, other_union = _merged(comm), _merged(other)
     kernel_us = sum(end - start for start, end in comm_union)
+
+    def alone_us(spans: list[tuple[float, float]]) -> float:
+        union = _merged(spans)
+        return sum(end - start for start, end in union) - _overlap(union, other_union)
+
     return {
         "kernels": len(kernels),
         "collective_kernels": len(comm),
         "kernel_s": kernel_us / 1e6,
         "alone_s": (kernel_us - _overlap(comm_union, other_union)) / 1e6,
+        # per operation: its kernels' launches and the time they ran with no compute kernel
+        "by_operation": {
+            op: {"calls": len(spans), "alone_s": alone_us(spans) / 1e6}
+            for op, spans in sorted(by_op.items())
+        },
     }

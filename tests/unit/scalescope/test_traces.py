@@ -154,9 +154,16 @@ def test_collective_kernels_count_their_union_and_the_part_no_other_kernel_ran_b
     assert got["kernels"] == 5 and got["collective_kernels"] == 3
     assert got["kernel_s"] == pytest.approx(0.006)
     assert got["alone_s"] == pytest.approx(0.0025)
+    # per operation: the all-reduces ran 6 ms, 3.5 beside compute; the all-gather 1 ms, 0.5
+    # beside compute (6-6.5 ms): each operation's own lone time, whatever other collective ran
+    assert got["by_operation"] == {
+        "all_gather": {"calls": 1, "alone_s": pytest.approx(0.0005)},
+        "all_reduce": {"calls": 2, "alone_s": pytest.approx(0.0025)},
+    }
     assert collective_kernels({"traceEvents": events[3:]}) == {
         "kernels": 2,
         "collective_kernels": 0,
         "kernel_s": 0.0,
         "alone_s": 0.0,
+        "by_operation": {},
     }

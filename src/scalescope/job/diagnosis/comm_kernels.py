@@ -56,6 +56,10 @@ def measured(summary: dict[str, Any], passes: int) -> dict[str, Any]:
         "collective_kernels": summary["collective_kernels"],
         "kernel_s": summary["kernel_s"] / passes,
         "alone_s": summary["alone_s"] / passes,
+        "by_operation": {
+            op: {"calls": part["calls"] / passes, "alone_s": part["alone_s"] / passes}
+            for op, part in (summary.get("by_operation") or {}).items()
+        },
     }
 
 

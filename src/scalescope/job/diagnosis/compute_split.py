@@ -12,13 +12,16 @@ too: DDP's all-reduce running beside backward, and the kernel that spins while i
 slower rank. A moment counts once whatever runs in it, so what is not compute work is the
 time a collective's kernel ran *alone*, no other kernel beside it::
 
-    collective_alone = alone per synced pass x syncs per step + wait for others
+    collective_alone = lone time per step (each operation's) + wait for others
     gpu_work = util x step_time - collective_alone      (within [0, compute])
     host_overhead = compute - gpu_work                   (the GPU idle inside compute)
 
-The lone time per synced pass is measured by :mod:`.comm_kernels` (a profiler window of synced
-passes after training, beside the calibration's): there the ranks start together, so the
-steady state's own wait for slower ranks (``wait_s``), in which only the collective's kernel
+The lone time is measured by :mod:`.comm_kernels` (a profiler window of synced passes after
+training, beside the calibration's), per operation and launch: a step counts each operation
+as often as it ran (FSDP gathers on every micro-batch and reduce-scatters on the synced one:
+counting one synced pass per step missed the other micro-batches' gathers, and read an
+accumulating FSDP run as less idle than it was). In the window the ranks start together, so
+the steady state's own wait for slower ranks (``wait_s``), in which only the collective's kernel
 runs, is added. Subtracting only the communication wait, as before, left the all-reduce
 kernels that run beside backward inside the GPU's work: a 12 ms step with 10 ms of compute
 (4 ms of compute kernels), a 2 ms wait and the first bucket's all-reduce running from 4 to
@@ -113,13 +116,35 @@ def _collective_kernels(
     return by_rank, ""
 
 
+def lone_per_step(r: Mapping[str, Any], kernels: Mapping[str, Any]) -> float:
+    """The time per optimizer step a collective's kernel ran alone, before waits: each
+    operation's lone time per launch (the window's synced passes) times its launches per
+    step where the step counts them (FSDP's taps: all-gathers on every micro-batch,
+    reduce-scatters on the synced ones), else its lone time per synced pass times the
+    synced passes (DDP's all-reduce, and a record without the operations' counts)."""
+    syncs = _number(r.get("syncs_per_step"), 1.0)
+    ops = kernels.get("by_operation")
+    counted = r.get("collectives_per_step") or {}
+    if not isinstance(ops, Mapping) or not ops or not counted:
+        return _number(kernels.get("alone_s"), 0.0) * syncs
+    total = 0.0
+    for op, part in ops.items():
+        alone, calls = _number(part.get("alone_s"), 0.0), _number(part.get("calls"), 0.0)
+        per_step = _number((counted.get(op) or {}).get("count"), -1.0)
+        if per_step >= 0 and calls > 0:
+            total += alone / calls * per_step
+        else:
+            total += alone * syncs
+    return total
+
+
 def _rank_split(
     r: Mapping[str, Any], util_pct: float, kernels: Mapping[str, Any]
 ) -> dict[str, Any]:
     compute = float(r["compute_s"])
     syncs = _number(r.get("syncs_per_step"), 1.0)
     waited = max(0.0, _number(r.get("wait_s"), 0.0))
-    alone = _number(kernels.get("alone_s"), 0.0) * syncs + waited
+    alone = lone_per_step(r, kernels) + waited
     ran = _number(kernels.get("kernel_s"), 0.0) * syncs + waited
     busy = util_pct / 100.0 * float(r["step_time_s"]) - alone
     work = min(max(busy, 0.0), compute)

@@ -109,6 +109,54 @@ def test_the_collectives_kernels_running_beside_backward_are_not_compute_work() 
     assert split["gpu_idle_share"] == pytest.approx(0.60)
 
 
+ALLGATHER = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+REDUCE_SCATTER = "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def _fsdp_synced_pass() -> dict:
+    """One synced FSDP pass as the profiler sees it: a 2 ms all-gather alone (0-2 ms), 8 ms
+    of compute kernels (2-10 ms), a 1 ms reduce-scatter alone (10-11 ms)."""
+    return {
+        "traceEvents": [
+            _kernel(ALLGATHER, 0.0, 2.0),
+            _kernel("ampere_sgemm_128x64_nn", 2.0, 10.0),
+            _kernel(REDUCE_SCATTER, 10.0, 11.0),
+        ]
+    }
+
+
+def test_every_micro_batchs_lone_gathers_are_counted_under_fsdp() -> None:
+    """The constructed case of the HSDP issue: accumulation 2, 8 ms of compute kernels per
+    micro-batch, a 2 ms lone all-gather on each and a 1 ms lone reduce-scatter on the synced
+    one, a 25 ms step with 20 ms of compute, NVML 84% (21 ms busy). The collectives ran alone
+    2 + 2 + 1 = 5 ms: 16.0 ms of GPU work, 20% idle. Counting one synced pass per step (3 ms)
+    read 18.0 ms and 10%."""
+    part = measured(collective_kernels(_fsdp_synced_pass()), passes=1)
+    assert part["alone_s"] == pytest.approx(0.003)
+    assert part["by_operation"] == {
+        "all_gather": {"calls": 1.0, "alone_s": pytest.approx(0.002)},
+        "reduce_scatter": {"calls": 1.0, "alone_s": pytest.approx(0.001)},
+    }
+    row = {
+        **_rank(0, compute=0.020, comm=0.005),
+        "syncs_per_step": 1.0,
+        "collectives_per_step": {
+            "all_gather": {"count": 2.0, "bytes": 2e6},
+            "reduce_scatter": {"count": 1.0, "bytes": 1e6},
+        },
+    }
+    split = compute_split(
+        [row, {**row, "rank": 1, "local_rank": 1}],
+        _nvml(84.0, 84.0),
+        "cuda_events",
+        _calibration(part, part),
+    )
+    for got in split["ranks"]:
+        assert got["comm_alone_s"] == pytest.approx(0.005)
+        assert got["gpu_work_s"] == pytest.approx(0.016)
+        assert got["gpu_idle_share"] == pytest.approx(0.20, abs=0.01)
+
+
 def test_a_wait_for_a_slower_rank_is_the_collective_spinning_alone() -> None:
     """The profiled window starts every rank together: it holds no wait for a slower rank.
     A rank that waited 1.5 ms a step for its peer in the steady state spun its all-reduce
