@@ -69,6 +69,12 @@ def _ask_to_shard(model: Any, cfg: TrainConfig, job: Job) -> None:
             "fsdp.wrap: " + user_sharding.missing_text(missing, model, cfg.workload_name),
             rank=job.topo.global_rank,
         )
+    root = user_sharding.left_in_root(model, rules)
+    if root and user_sharding.calls_forward(type(model)) is False:
+        raise SameOnEveryRankError(
+            "fsdp.wrap: " + user_sharding.bypass_text(root, cfg.workload_name),
+            rank=job.topo.global_rank,
+        )
     user_sharding.install_wrap_rule(model, rules, setting)
 
 
