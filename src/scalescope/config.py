@@ -174,8 +174,9 @@ class FsdpConfig:
     wrap: list[str] | None = option(
         None,
         help="for your own module without a configure_model: the block classes to shard "
-        "one by one, as import paths (package.module.Block) or class names; every module "
-        "of those classes is sharded, then the root. Null = the module's own "
+        "one by one, as import paths (package.module.Block, torch.nn.Linear: imported, "
+        "subclasses match) or class names; every module of those classes is sharded, then "
+        "the root. Null = the module's own "
         "configure_model (built-in workloads bring theirs)",
     )
     reshard_after_forward: bool = option(

@@ -301,3 +301,63 @@ def test_on_a_gpu_fsdp_records_the_allocator_and_bf16_gathers(tmp_path: Path) ->
     assert r.memory["alloc_retries"] == [0] and r.memory["ooms"] == [0]
     assert r.sharding["mesh"]["device_type"] == "cuda"
     assert r.sharding["param_dtype"] == "bfloat16" and r.sharding["reduce_dtype"] == "float32"
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResultRecord]:
+    """The two modules of the wrap-rule issue, with the rules users write: the example MLP
+    under ``[torch.nn.Linear]`` and the bag of tokens, whose training_step calls its
+    submodules directly, under ``[torch.nn.Embedding, torch.nn.Linear]``."""
+    root = tmp_path_factory.mktemp("fsdp_written")
+    _example_sweep(root, shapes="")
+    common = ("tracking.mode='off'", "trainer.devices=2", "trainer.strategy=fsdp", *ONE_EPOCH)
+    runs = {
+        "mlp": run_train(
+            root,
+            *common,
+            "fsdp.wrap=[torch.nn.Linear]",
+            "workload.datamodule_init_args.num_samples=2000",
+            output_dir=root / "out",
+            module_args=("--config", "examples/my_project.yaml"),
+        ),
+        "bag": run_train(
+            root,
+            *common,
+            "fsdp.wrap=[torch.nn.Embedding,torch.nn.Linear]",
+            output_dir=root / "out",
+            module_args=("--config", "examples/wrap_rules.yaml"),
+        ),
+    }
+    return {name: _finished(run) for name, run in runs.items()}
+
+
+def test_wrap_rules_as_users_write_them_train_both_modules(
+    written: dict[str, ResultRecord],
+) -> None:
+    mlp, bag = written["mlp"], written["bag"]
+    assert mlp.sharding is not None and mlp.sharding["wrapped"] == ["", "net.0", "net.2", "net.4"]
+    assert mlp.sharding["wrapped_classes"] == ["Linear", "MyModel"]
+    # the bag's training_step never calls forward: nothing is left in its root to gather
+    assert bag.sharding is not None and bag.sharding["wrapped"] == ["", "emb", "head"]
+    assert bag.sharding["wrapped_classes"] == ["Bag", "Embedding", "Linear"]
+    for r in (mlp, bag):
+        assert r.identity.strategy == "fsdp" and r.identity.world_size == 2
+        assert r.val_loss_final is not None and r.val_loss_final == r.val_loss_final  # not NaN
+        assert r.steps > 0
+
+
+def test_a_rule_leaving_the_bags_head_in_the_root_is_refused_in_one_line(tmp_path: Path) -> None:
+    _example_sweep(tmp_path, shapes="")
+    run = run_train(
+        tmp_path,
+        "tracking.mode='off'",
+        "trainer.devices=2",
+        "fsdp.wrap=[torch.nn.Embedding]",
+        output_dir=tmp_path / "out",
+        module_args=("--config", "examples/wrap_rules.yaml"),
+    )
+    err = run.stderr.strip()
+    assert run.returncode == 2, run.describe()
+    assert len(err.splitlines()) == 1 and "never calls its forward" in err, err
+    assert "head.weight, head.bias" in err and "add their modules' classes to fsdp.wrap" in err
+    assert not (tmp_path / "out").exists()
