@@ -69,7 +69,7 @@ def _task_pid(job_id: str, rank: int, timeout_s: float = 180.0) -> int:
 @pytest.mark.timeout(600)
 def test_time_limit_with_one_second_steps_stops_within_killwait(early_jobs: EarlyJobs) -> None:
     """--time=1 with 1 s steps (8 per Lightning call): Slurm's SIGTERM comes after about a
-    minute, SIGKILL KillWait (5 s) later. The record must be written before that. The job was
+    minute, SIGKILL KillWait (10 s) later. The record must be written before that. The job was
     submitted when the session started (slurm_helpers.TimeLimitJob)."""
     repo, job_id = early_jobs.time_limit.repo, early_jobs.time_limit.job_id
     job = wait_for_job(job_id, timeout_s=400)

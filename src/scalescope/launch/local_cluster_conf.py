@@ -176,7 +176,7 @@ MinJobAge={MIN_JOB_AGE_S}
 ReturnToService=2
 # Both nodes share this machine's cores: trust the CPU count below, not the hardware.
 SlurmdParameters=config_overrides
-KillWait=5
+KillWait=10
 InactiveLimit=0
 SlurmdTimeout=120
 StateSaveLocation={paths.ctld_state}

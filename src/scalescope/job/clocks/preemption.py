@@ -1,7 +1,7 @@
 """Stop cleanly at Slurm's SIGTERM, within seconds, on every rank at the same step.
 
 Slurm announces the end of a job (time limit, preemption, ``scancel``) with SIGTERM to every
-task and follows with SIGKILL after ``KillWait`` (30 s by default, 5 s on the local test
+task and follows with SIGKILL after ``KillWait`` (30 s by default, 10 s on the local test
 cluster). The job must notice, stop training and write its record inside that window.
 
 Lightning 2.6 does this badly for benchmarks: its SIGTERM handler runs a ``broadcast`` from
