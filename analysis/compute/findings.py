@@ -13,7 +13,7 @@ import pandas as pd
 from analysis.compute.profile_advice import PROFILE_OVERRIDE
 from analysis.compute.run_parts import OVERLAP_BELOW_ZERO
 from analysis.compute.waterfall import COMPONENTS, LABELS, NOT_RECORDED, Waterfall
-from analysis.read.strategy import strategy_of
+from analysis.read.strategy import is_sharded, strategy_of
 
 MINOR_PTS = 1.0
 """Parts smaller than this (either sign) are named together, without advice."""
@@ -48,11 +48,11 @@ def _advice(part: str, r: Mapping[str, Any]) -> str:
             )
         return "loader workers per device not in the config; see `scalescope bench-data`"
     if part == "comm":
-        return fsdp_comm_advice(r) if strategy_of(r) == "fsdp" else _comm_advice(r)
+        return fsdp_comm_advice(r) if is_sharded(strategy_of(r)) else _comm_advice(r)
     if part == "skew":
         return _skew_advice(r)
     if part == "overlap":
-        if strategy_of(r) == "fsdp":
+        if is_sharded(strategy_of(r)):
             return (
                 "compute runs slower while FSDP's all-gathers and reduce-scatters run beside "
                 "it: on GPUs, the NCCL kernels' SMs and memory bandwidth. Try fewer, larger "

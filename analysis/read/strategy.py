@@ -13,7 +13,15 @@ from typing import Any
 
 import pandas as pd
 
+from scalescope.config import SHARDED
+
 DEFAULT = "ddp"
+
+
+def is_sharded(strategy: str) -> bool:
+    """Whether ``strategy`` shards the module with FSDP2 (its collectives: all-gathers and
+    reduce-scatters, under hsdp also an all-reduce across the shard groups)."""
+    return strategy in SHARDED
 
 
 def strategy_of(row: Mapping[str, Any]) -> str:

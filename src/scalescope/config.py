@@ -31,7 +31,9 @@ from .schema import (
 
 DEFAULT_WORKLOAD = "spiral"
 Precision = Literal["32", "bf16-mixed", "16-mixed"]
-Strategy = Literal["ddp", "fsdp"]
+Strategy = Literal["ddp", "fsdp", "hsdp"]
+SHARDED = ("fsdp", "hsdp")
+"""The strategies that shard the module with FSDP2's ``fully_shard`` (hsdp: on a 2-D mesh)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -93,7 +95,9 @@ class TrainerConfig:
         help="ddp: every rank holds the whole model, gradients all-reduced (Lightning's "
         "DDPStrategy); fsdp: FSDP2, parameters, gradients and optimizer state sharded over "
         "the ranks (torch's fully_shard through Lightning's ModelParallelStrategy: each "
-        "block, then the root; see the fsdp section)",
+        "block, then the root; see the fsdp section); hsdp: FSDP2 on a 2-D mesh, sharded "
+        "within a group of fsdp.shard_size ranks (a node's by default) and replicated "
+        "across the groups, whose gradient shards are all-reduced",
     )
     compile: bool = option(
         False,
@@ -156,9 +160,9 @@ class TrainerConfig:
     )
 
     def validate(self, where: str) -> None:
-        if self.precision == "16-mixed" and self.strategy == "fsdp":
+        if self.precision == "16-mixed" and self.strategy in SHARDED:
             raise ConfigError(
-                f"{where}.precision: 16-mixed is not run with strategy fsdp (it needs a "
+                f"{where}.precision: 16-mixed is not run with strategy {self.strategy} (it needs a "
                 "gradient scaler FSDP2 does not take here); use bf16-mixed or 32"
             )
         if self.precision == "16-mixed" and self.accelerator == "cpu":
@@ -178,6 +182,13 @@ class FsdpConfig:
         "subclasses match) or class names; every module of those classes is sharded, then "
         "the root. Null = the module's own "
         "configure_model (built-in workloads bring theirs)",
+    )
+    shard_size: int | None = option(
+        None,
+        help="under trainer.strategy: hsdp, the ranks that share one shard of the model "
+        "(the rest replicate it): null = the devices of a node, so that no shard group spans "
+        "nodes; it must divide the world size",
+        check=positive,
     )
     reshard_after_forward: bool = option(
         True,
@@ -502,10 +513,10 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
             batch_size=micro,
             batch_error=None if micro else batch.micro_batch_error(),
         )
-        if cfg.trainer.strategy == "fsdp":
+        if cfg.trainer.strategy in SHARDED:
             from .workloads import user_sharding
 
-            user_sharding.check(resolved, cfg.workload_name, cfg.fsdp.wrap)
+            user_sharding.check(resolved, cfg.workload_name, cfg.fsdp.wrap, cfg.trainer.strategy)
         return resolved
     if cfg.fsdp.wrap:
         raise ConfigError(
@@ -514,6 +525,23 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
         )
     batch.check_micro_batch()
     return None
+
+
+def shard_size(cfg: TrainConfig, num_nodes: int, devices_per_node: int) -> int | None:
+    """The ranks that share a shard under ``trainer.strategy: hsdp`` on ``num_nodes`` nodes of
+    ``devices_per_node`` (None under another strategy): ``fsdp.shard_size``, else a node's
+    devices. ConfigError where it does not divide the world size, or is larger."""
+    if cfg.trainer.strategy != "hsdp":
+        return None
+    world = num_nodes * devices_per_node
+    size = cfg.fsdp.shard_size or devices_per_node
+    if size > world or world % size:
+        raise ConfigError(
+            f"fsdp.shard_size: {size} ranks per shard group does not divide the world of "
+            f"{world} ranks ({num_nodes} node(s) x {devices_per_node}); pick a divisor of "
+            f"{world}, e.g. {devices_per_node}, a node's devices"
+        )
+    return size
 
 
 def check_one_step(params: Any, global_batch: int) -> None:

@@ -90,8 +90,9 @@ class Identity:
     records written before it existed."""
     strategy: str = "ddp"
     """How the ranks share the model (``trainer.strategy``): ``ddp`` (every rank holds all of
-    it) or ``fsdp`` (FSDP2: parameters, gradients and optimizer state sharded; the record's
-    ``sharding`` says how). ``ddp`` in records written before it existed."""
+    it), ``fsdp`` (FSDP2: parameters, gradients and optimizer state sharded; the record's
+    ``sharding`` says how) or ``hsdp`` (FSDP2 on a 2-D mesh: sharded within each shard
+    group, replicated across them). ``ddp`` in records written before it existed."""
 
 
 @dataclass(frozen=True)
@@ -241,12 +242,14 @@ class ResultRecord:
     ``device_memory_gib`` (the device's total memory; absent in records made before it)
     (None elsewhere, ``allocator_reason`` says why). None in older records."""
     sharding: dict[str, Any] | None = None
-    """Under ``strategy: fsdp``, the sharding applied: ``applied_by`` (scalescope, a wrap
-    rule, or the module's own configure_model), ``wrapped`` (the modules ``fully_shard``
+    """Under ``strategy: fsdp`` or ``hsdp``, the sharding applied: ``applied_by`` (scalescope,
+    a wrap rule, or the module's own configure_model), ``wrapped`` (the modules ``fully_shard``
     wrapped, by name, the root ``""``), ``wrapped_classes``, ``mesh`` (dims, shape, device
-    type), ``reshard_after_forward``, ``param_dtype`` and ``reduce_dtype`` (what parameters
-    are gathered and gradients reduced in; None = the parameter's own), ``autocast`` (the
-    dtype Lightning's autocast computes in, or None), ``unit_bytes`` (per unit of
+    type, and ``groups``: per dimension the ranks that communicate along it; under hsdp
+    ``replicate`` and ``shard``), ``reshard_after_forward``, ``param_dtype`` and
+    ``reduce_dtype`` (what parameters are gathered and gradients reduced in; None = the
+    parameter's own), ``autocast`` (the dtype Lightning's autocast computes in, or None),
+    ``unit_bytes`` (per unit of
     ``wrapped``, in its order, which is the order forward gathers them, the root first: the
     unsharded bytes of the unit's own parameters in the dtype it gathers them in; they add up
     to the model's parameters in that dtype; absent in records made before it). None under

@@ -9,7 +9,10 @@ a projected scale:
 * sharded (FSDP) a device holds ``unsharded + sharded / world``, fitted by least squares to
   the measured scales (two world sizes at least; the part that does not shrink, such as
   parameters FSDP leaves whole, is the intercept, kept >= 0). From one world size the split
-  is unknown and the row says so rather than guess.
+  is unknown and the row says so rather than guess;
+* hybrid (HSDP) the same with the ranks of a shard group in place of the world (the record's
+  mesh: its last dimension), which a projected scale keeps: a node's devices by default, so
+  the state per device stops shrinking beyond one node.
 
 ``fits`` is False where the model state alone exceeds the device's memory (recorded on GPUs);
 activations come on top, so True means only that the state leaves room.
@@ -24,8 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-SHARDED = ("fsdp", "hsdp")
-"""Strategies whose model state shrinks with the devices it is sharded over."""
+from analysis.read.strategy import is_sharded
 
 
 def _mean(rows: pd.DataFrame, column: str) -> float:
@@ -40,6 +42,19 @@ def _strategy(rows: pd.DataFrame) -> str:
         return "ddp"
     values = rows["strategy"].dropna()
     return str(values.iloc[0]) if len(values) else "ddp"
+
+
+def shard_ranks(rows: pd.DataFrame, world: int) -> int:
+    """The ranks a run's model state is sharded over: the world, or under HSDP a shard
+    group's (its records' mesh, ``replicate x shard``: the last dimension)."""
+    if _strategy(rows) != "hsdp" or "sharding" not in rows:
+        return world
+    for section in rows["sharding"]:
+        mesh = section.get("mesh") if isinstance(section, Mapping) else None
+        shape = mesh.get("shape") if isinstance(mesh, Mapping) else None
+        if isinstance(shape, list) and shape and isinstance(shape[-1], int) and shape[-1] > 0:
+            return int(shape[-1])
+    return world
 
 
 def _sharded_fit(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
@@ -61,11 +76,11 @@ def memory_columns(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ``peak_mem_gib``, ``device_memory_gib`` and ``fits``."""
     measured = [r for r in rows if r["source"] == "measured"]
     points = [
-        (int(r["world_size"]), _mean(r["_rows"], "model_state_gib_max"))
+        (shard_ranks(r["_rows"], int(r["world_size"])), _mean(r["_rows"], "model_state_gib_max"))
         for r in measured
         if math.isfinite(_mean(r["_rows"], "model_state_gib_max"))
     ]
-    sharded = bool(measured) and _strategy(measured[0]["_rows"]) in SHARDED
+    sharded = bool(measured) and is_sharded(_strategy(measured[0]["_rows"]))
     fit = _sharded_fit(points) if sharded else None
     device = min(
         (d for r in measured if math.isfinite(d := _mean(r["_rows"], "device_memory_gib"))),
@@ -81,10 +96,13 @@ def memory_columns(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             state, basis, peak = math.nan, "not recorded", math.nan
         elif not sharded:
             state, basis, peak = max(s for _, s in points), "unsharded: as measured", math.nan
+        elif (ranks := shard_ranks(r["_rows"], int(r["world_size"]))) in dict(points):
+            # as many ranks per shard as a measured scale (HSDP's shard group): its state
+            state, basis, peak = dict(points)[ranks], "sharded: as measured", math.nan
         elif fit is None:
             state, basis, peak = math.nan, "sharded, one world size measured", math.nan
         else:
-            state = fit[0] + fit[1] / int(r["world_size"])
+            state = fit[0] + fit[1] / ranks
             basis, peak = "sharded: fitted", math.nan
         fits = None if not (math.isfinite(state) and math.isfinite(device)) else state <= device
         out.append(

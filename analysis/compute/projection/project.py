@@ -48,6 +48,10 @@ DRAWS = 400
 INTERVAL = (2.5, 97.5)
 SCAN_NODES = tuple(2**i for i in range(13))
 """Node counts scanned for the 75% crossing (up to 4096)."""
+HSDP_NOT_MODELLED = (
+    "an HSDP series is not projected: the step model has no term yet for its shard groups' "
+    "gathers and the all-reduce across them (measure the node counts you need)"
+)
 FSDP_NO_UNIT_BYTES = (
     "an FSDP series is projected from each wrapped unit's gathered bytes (the record's "
     "sharding.unit_bytes), which these records do not hold (made before they were "
@@ -410,6 +414,8 @@ def series_term(members: Sequence[Any]) -> tuple[CommTerm | None, str]:
     fsdp_sharding`), their collectives hidden by prefetching on GPUs and on CPUs not; None
     and why where the records do not hold the units' bytes."""
     rows = pd.concat([g.rows for g in members])
+    if frame_strategy(rows) == "hsdp":
+        return None, HSDP_NOT_MODELLED
     if frame_strategy(rows) != "fsdp":
         return DDP_TERM, ""
     sharding = fsdp_sharding(rows)

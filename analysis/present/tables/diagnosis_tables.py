@@ -10,7 +10,7 @@ import pandas as pd
 from analysis.analyze import Analysis
 from analysis.compute.run_parts import ISOLATES_REDUCE_SCATTER
 from analysis.present.display import MISSING, DisplayTable, devices_header, is_missing, pct, sig
-from analysis.read.strategy import strategy_of
+from analysis.read.strategy import is_sharded, strategy_of
 
 
 def _points(r: Any, part: str) -> str:
@@ -142,7 +142,14 @@ def _diagnosis_caption(t: pd.DataFrame, split: bool) -> list[str]:
             "idle in compute: the share of compute the GPU ran no kernel (host overhead: "
             "launches), from that utilisation times the step less the collectives alone."
         )
-    if any(strategy_of(r) == "fsdp" for _, r in t.iterrows()):
+    if any(strategy_of(r) == "hsdp" for _, r in t.iterrows()):
+        caption.append(
+            "HSDP series: exposed comm is the shard group's all-gathers and reduce-scatters, "
+            "as under FSDP; the all-reduce of each shard's gradients across the shard groups "
+            "is not timed apart (torch calls it directly, after the reduce-scatter), so on "
+            "CPUs it counts in compute."
+        )
+    if any(is_sharded(strategy_of(r)) for _, r in t.iterrows()):
         caption.append(
             "FSDP series: exposed comm is FSDP's all-gathers of each wrapped block's parameters "
             "(before forward, and before backward unless reshard_after_forward is off) and "

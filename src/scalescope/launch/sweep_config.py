@@ -62,6 +62,7 @@ from ..config import (
     merge,
     name_route,
     resolve_batch,
+    shard_size,
 )
 from ..errors import ConfigError
 from ..schema import UnknownKeyError, set_dotted
@@ -446,6 +447,7 @@ class _ShapePlanner:
             # import-path workload was imported above: checking it again costs nothing).
             check_one_step(cfg.workload_params(), batch.global_batch_size)
             check_workload(cfg, batch)
+            shard_size(cfg, shape.nodes, shape.devices_per_node)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         return ShapePlan(

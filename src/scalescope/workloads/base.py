@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .sharding import FsdpSetting, data_parallel_mesh, describe, is_sharded, shard
+from .sharding import FsdpSetting, describe, is_sharded, shard, sharding_mesh
 
 
 class WorkloadModule(L.LightningModule):
@@ -72,7 +72,7 @@ class WorkloadModule(L.LightningModule):
         # it again for a later validate or test).
         if self.fsdp is None or is_sharded(self):
             return
-        shard(self, self.fsdp_blocks(), data_parallel_mesh(self), self.fsdp)
+        shard(self, self.fsdp_blocks(), sharding_mesh(self, self.fsdp), self.fsdp)
         self.sharding = describe(self, self.fsdp, applied_by="scalescope")
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:

@@ -26,6 +26,9 @@ PARAM_DTYPES = {"bf16-mixed": torch.bfloat16}
 """trainer.precision -> the dtype FSDP gathers parameters in (fp32 otherwise)."""
 DATA_PARALLEL = "data_parallel"
 """The dimension of Lightning's device mesh FSDP shards over."""
+HSDP_DIMS = ("replicate", "shard")
+"""HSDP's 2-D mesh: the shard groups replicate each other along the first dimension, and
+shard the module among their ranks along the second (FSDP2's convention)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class FsdpSetting:
 
     reshard_after_forward: bool = True
     precision: str = "32"
+    shard_size: int | None = None
+    """Under hsdp, the ranks of one shard group (consecutive ranks: a node's by default);
+    None: FSDP, sharded over every rank."""
 
     @property
     def param_dtype(self) -> torch.dtype | None:
@@ -59,6 +65,32 @@ def data_parallel_mesh(module: Any) -> Any:
     """The 1-D mesh to shard over: the data-parallel dimension of Lightning's mesh."""
     mesh = module.device_mesh
     return mesh[DATA_PARALLEL] if DATA_PARALLEL in (mesh.mesh_dim_names or ()) else mesh
+
+
+def sharding_mesh(module: Any, setting: FsdpSetting | None) -> Any:
+    """The mesh ``fully_shard`` takes: FSDP's 1-D data-parallel one, or under hsdp a 2-D
+    (replicate x shard) mesh of the same ranks, each shard group ``setting.shard_size``
+    consecutive ranks (a node's, when the size is a node's devices)."""
+    mesh = data_parallel_mesh(module)
+    if setting is None or setting.shard_size is None:
+        return mesh
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world, size = mesh.size(), setting.shard_size
+    return init_device_mesh(mesh.device_type, (world // size, size), mesh_dim_names=HSDP_DIMS)
+
+
+def mesh_groups(mesh: Any) -> dict[str, list[list[int]]]:
+    """Per dimension of ``mesh``, the groups of ranks that communicate along it (under hsdp:
+    ``shard``, the ranks that gather and reduce-scatter together; ``replicate``, those that
+    all-reduce each shard's gradients)."""
+    ranks = mesh.mesh
+    names = list(mesh.mesh_dim_names or (f"dim{i}" for i in range(ranks.dim())))
+    out = {}
+    for i, name in enumerate(names):
+        along = ranks.movedim(i, -1).reshape(-1, ranks.shape[i])
+        out[name] = sorted(along.tolist())
+    return out
 
 
 def shard(module: nn.Module, blocks: Iterable[nn.Module], mesh: Any, setting: FsdpSetting) -> None:
@@ -113,6 +145,7 @@ def describe(module: nn.Module, setting: FsdpSetting | None, applied_by: str) ->
             "dims": list(mesh.mesh_dim_names or ()),
             "shape": list(mesh.shape),
             "device_type": mesh.device_type,
+            "groups": mesh_groups(mesh),
         }
         out["param_dtype"] = _dtype(first.mp_policy.param_dtype)
         out["reduce_dtype"] = _dtype(first.mp_policy.reduce_dtype)

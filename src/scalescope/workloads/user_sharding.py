@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import ConfigError
-from .sharding import FsdpSetting, data_parallel_mesh, describe, is_sharded, shard
+from .sharding import FsdpSetting, describe, is_sharded, shard, sharding_mesh
 
 
 def rule_class(rule: str) -> type | None:
@@ -102,15 +102,23 @@ def unmatched(module: nn.Module, rules: Sequence[str]) -> list[str]:
     return [r for r in rules if not matching(module, [r])]
 
 
-def check(resolved: Any, name: str, rules: Sequence[str] | None) -> None:
+def check(resolved: Any, name: str, rules: Sequence[str] | None, strategy: str = "fsdp") -> None:
     """Before anything runs: a user's module under fsdp brings its own ``configure_model``
-    or a wrap rule, and every rule matches a submodule. ConfigError names the key."""
+    or a wrap rule, and every rule matches a submodule; under hsdp, a wrap rule (the 2-D mesh
+    is scalescope's to build: a module's own ``configure_model`` shards on the mesh it takes).
+    ConfigError names the key."""
     import lightning as L
 
     from .user_import import _defines
 
     cls = resolved.module_cls
     own = _defines(cls, "configure_model", L.LightningModule)
+    if strategy == "hsdp" and (own or not rules):
+        raise ConfigError(
+            f"fsdp.wrap: under trainer.strategy=hsdp scalescope shards {name} on its 2-D mesh "
+            "by a wrap rule: name its block classes, e.g. fsdp.wrap=[package.module.Block]"
+            + (" (its own configure_model shards on Lightning's 1-D mesh: use fsdp)" if own else "")
+        )
     if not rules:
         if not own:
             raise ConfigError(
@@ -173,7 +181,7 @@ def install_wrap_rule(model: nn.Module, rules: Sequence[str], setting: FsdpSetti
     def configure_model(self: Any) -> None:
         if is_sharded(self):
             return
-        shard(self, matching(self, rule_list), data_parallel_mesh(self), setting)
+        shard(self, matching(self, rule_list), sharding_mesh(self, setting), setting)
         self.sharding = describe(self, setting, applied_by="fsdp.wrap")
 
     model.__class__ = type(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__, record
-from ...config import TrainConfig
+from ...config import SHARDED, TrainConfig
 from ...workloads.tokens import tokens_per_sample
 from .topology import Topology
 
@@ -315,7 +315,7 @@ def build_result(
 
 def _sharding(model: Any, cfg: TrainConfig) -> dict[str, Any] | None:
     """The sharding FSDP applied, read from the module (None under DDP)."""
-    if cfg.trainer.strategy != "fsdp":
+    if cfg.trainer.strategy not in SHARDED:
         return None
     from ...workloads.sharding import autocast_dtype, describe
 

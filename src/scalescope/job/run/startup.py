@@ -14,7 +14,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import Resolved, TrainConfig, check_one_step, check_workload, resolve_batch
+from ...config import (
+    Resolved,
+    TrainConfig,
+    check_one_step,
+    check_workload,
+    resolve_batch,
+    shard_size,
+)
 from ...errors import TopologyError
 from ...workloads import is_user
 from . import topology
@@ -50,6 +57,7 @@ def plan_job(cfg: TrainConfig) -> Job:
     # Before anything starts: an import-path workload's classes imported and checked, an
     # accumulation that must divide the per-device batch.
     resolved = check_workload(cfg, batch)
+    shard_size(cfg, topo.num_nodes, topo.devices_per_node)
     topology.export_for_lightning(topo)
     if topo.world_size > 1:  # seconds to a line that says what to set, not a silent hang
         from .rendezvous import check, target

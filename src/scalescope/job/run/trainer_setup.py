@@ -9,7 +9,7 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...config import TrainConfig, TrainerConfig
+from ...config import SHARDED, TrainConfig, TrainerConfig, shard_size
 from ...errors import SameOnEveryRankError
 from .children import StartedRanks, adopting_ddp
 from .topology import Topology
@@ -40,7 +40,7 @@ def build_module(cfg: TrainConfig, job: Job) -> tuple[Any, Any]:
     )
     if job.user_workload and job.batch.accumulate_grad_batches > 1:
         _check_accumulates(model, job.batch.accumulate_grad_batches, job.topo.global_rank)
-    if cfg.trainer.strategy == "fsdp":
+    if cfg.trainer.strategy in SHARDED:
         _ask_to_shard(model, cfg, job)
     return model, datamodule
 
@@ -55,7 +55,9 @@ def _ask_to_shard(model: Any, cfg: TrainConfig, job: Job) -> None:
     from ...workloads.sharding import FsdpSetting
 
     setting = FsdpSetting(
-        reshard_after_forward=cfg.fsdp.reshard_after_forward, precision=cfg.trainer.precision
+        reshard_after_forward=cfg.fsdp.reshard_after_forward,
+        precision=cfg.trainer.precision,
+        shard_size=shard_size(cfg, job.topo.num_nodes, job.topo.devices_per_node),
     )
     if not job.user_workload:
         model.fsdp = setting
@@ -205,7 +207,7 @@ def _strategy(
     startup = max(collective, dt.timedelta(seconds=STARTUP_TIMEOUT_S))
     ddp = {"gradient_as_bucket_view": True, "timeout": startup}
     strategy: Any = "auto"
-    if trainer_cfg.strategy == "fsdp":  # on one rank too: the same sharding code runs
+    if trainer_cfg.strategy in SHARDED:  # on one rank too: the same sharding code runs
         from .sharded_strategy import fsdp_strategy
 
         strategy = fsdp_strategy(topo.world_size, startup, started)

@@ -1,4 +1,4 @@
-"""Strategy as a sweep axis: every shape under DDP and under FSDP, one series each."""
+"""Strategy as a sweep axis: every shape under DDP, FSDP and HSDP, one series each."""
 
 from __future__ import annotations
 
@@ -30,7 +30,11 @@ def test_without_the_list_labels_stay_as_they_were(in_tmp: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "overrides", "phrase"),
     [
-        ("strategies: [ddp, zero]\n", "", "strategies: expected a list of 'ddp' or 'fsdp'"),
+        (
+            "strategies: [ddp, zero]\n",
+            "",
+            "strategies: expected a list of 'ddp' or 'fsdp' or 'hsdp'",
+        ),
         ("strategies: [fsdp, fsdp]\n", "", "strategies: fsdp is listed twice"),
         ("strategies: []\n", "", "strategies: the list is empty"),
         (STRATEGIES, "  trainer.strategy: fsdp\n", "override trainer.strategy"),
@@ -49,6 +53,32 @@ def test_bad_strategies_are_one_line(
     assert phrase in err
     if "16-mixed" in phrase:  # the plan entry that was refused is named
         assert "at precision 16-mixed under fsdp: " in err
+
+
+def test_hsdp_is_an_axis_beside_ddp_and_fsdp_its_shard_group_a_node(in_tmp: Path) -> None:
+    sweep = write_sweep(
+        in_tmp, shapes=((1, 1), (1, 2)), extra="strategies: [ddp, fsdp, hsdp]\nrepeats: 1\n"
+    )
+    plan = plan_of(sweep)
+    assert {(sp.shape.label, sp.strategy) for sp in plan.shapes} == {
+        (s, k) for s in ("1x1", "1x2") for k in ("ddp", "fsdp", "hsdp")
+    }
+    for sp in plan.shapes:
+        assert sp.config.trainer.strategy == sp.strategy
+
+
+def test_a_shard_size_that_does_not_divide_a_shape_is_refused_before_submission(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = write_sweep(
+        in_tmp,
+        shapes=((1, 2),),
+        extra="strategies: [hsdp]\n",
+        overrides="  fsdp.shard_size: 3\n",
+    )
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local")
+    assert "shape 1x2 (world size 2) under hsdp: fsdp.shard_size: 3 ranks per shard group" in err
+    assert "does not divide the world of 2 ranks" in err
 
 
 def test_dry_run_names_the_strategy_axis(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
