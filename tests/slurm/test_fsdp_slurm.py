@@ -1,7 +1,8 @@
-"""DDP against FSDP through ``scalescope sweep`` on the local two-node Slurm cluster: the gpt
-workload at 1 task and at 1 task on each of two nodes (FSDP's all-gathers and
-reduce-scatters between the nodes), under each strategy, summarised into one report with a
-series per strategy and the table comparing them."""
+"""DDP, FSDP and HSDP through ``scalescope sweep`` on the local two-node Slurm cluster: the gpt
+workload at 2 tasks on one node and 2 tasks on each of two nodes (FSDP's all-gathers and
+reduce-scatters between the nodes; HSDP's within each node, its all-reduce between them),
+under each strategy, summarised into one report with a series per strategy and the table
+comparing them."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ overrides:
   trainer.warmup_steps: 2
   tracking.mode: "off"
 shapes:
-  - {{nodes: 1, devices_per_node: 1}}
-  - {{nodes: 2, devices_per_node: 1}}
-strategies: [ddp, fsdp]
+  - {{nodes: 1, devices_per_node: 2}}
+  - {{nodes: 2, devices_per_node: 2}}
+strategies: [ddp, fsdp, hsdp]
 repeats: 1
 timeout_min: 10
 """
@@ -50,14 +51,14 @@ def test_ddp_and_fsdp_sweep_gives_one_summary_with_both(
     sweep_dir = tmp_path / "outputs" / "sweeps" / "fsdp-slurm"
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
     assert rc == 0, out
-    assert len(manifest["jobs"]) == 4, manifest["jobs"]
+    assert len(manifest["jobs"]) == 6, manifest["jobs"]
     assert all(j["state"] == "COMPLETED" for j in manifest["jobs"]), manifest["jobs"]
 
     records: list[ResultRecord] = [
         read_result_json(p) for p in sorted((sweep_dir / "runs").rglob("result.json"))
     ]
     by = {(r.identity.strategy, r.identity.nodes): r for r in records}
-    assert set(by) == {("ddp", 1), ("ddp", 2), ("fsdp", 1), ("fsdp", 2)}, sorted(by)
+    assert set(by) == {(k, n) for k in ("ddp", "fsdp", "hsdp") for n in (1, 2)}, sorted(by)
     fsdp = by[("fsdp", 2)]
     assert len(set(fsdp.node_names)) == 2, fsdp.node_names
     d = fsdp.diagnosis
@@ -65,15 +66,24 @@ def test_ddp_and_fsdp_sweep_gives_one_summary_with_both(
     for rank in d["ranks"]:  # FSDP's collectives counted, between the two nodes
         per_step = rank["collectives_per_step"]
         assert per_step["all_gather"]["count"] > 0 and per_step["reduce_scatter"]["count"] > 0
-    # model state per rank: each node holds half of what each DDP rank holds (within 10%)
-    ddp = by[("ddp", 2)]
-    assert fsdp.memory is not None and ddp.memory is not None
+    # model state per rank (within 10%): FSDP shards over the 4 ranks, HSDP over a node's 2,
+    # so HSDP holds about twice FSDP's at 2 nodes
+    ddp, hsdp = by[("ddp", 2)], by[("hsdp", 2)]
+    assert fsdp.memory is not None and ddp.memory is not None and hsdp.memory is not None
     whole = ddp.memory["model_state_bytes"][0]
-    assert fsdp.memory["model_state_bytes"] == [pytest.approx(whole / 2, rel=0.10)] * 2
+    assert fsdp.memory["model_state_bytes"] == [pytest.approx(whole / 4, rel=0.10)] * 4
+    assert hsdp.memory["model_state_bytes"] == [pytest.approx(whole / 2, rel=0.10)] * 4
+    # HSDP's shard groups are the nodes: ranks 0-1 on one, 2-3 on the other
+    assert hsdp.sharding is not None and hsdp.sharding["mesh"]["shape"] == [2, 2]
+    groups = hsdp.sharding["mesh"]["groups"]
+    assert groups == {"replicate": [[0, 2], [1, 3]], "shard": [[0, 1], [2, 3]]}
+    nodes = hsdp.node_names
+    assert nodes[0] == nodes[1] != nodes[2] == nodes[3], nodes
 
     summary = json.loads((sweep_dir / "summary" / "summary.json").read_text())
     series = {g["series"] for g in summary["groups"]}
     assert any(s.endswith("· fsdp") for s in series), series
-    assert any(not s.endswith("· fsdp") for s in series), series
+    assert any(s.endswith("· hsdp") for s in series), series
+    assert any(not s.endswith(("· fsdp", "· hsdp")) for s in series), series
     assert summary["strategy"], "no DDP-vs-FSDP table in summary.json"
     assert summary["strategy_findings"], "no paragraph on which strategy scales better"
