@@ -10,7 +10,9 @@ DDP is the first strategy: its gradient all-reduce (from backward's last gradien
 ``backward`` returning) and, for modules with buffers, its broadcast of them before forward.
 FSDP (``fully_shard``) registers its own beside DDP's, which stay as they are: the all-gather
 of each sharded block's parameters (before its forward, and again before its backward unless
-``reshard_after_forward`` is off) and the reduce-scatter of its gradients after its backward.
+``reshard_after_forward`` is off) and the reduce-scatter of its gradients after its backward,
+and, under hybrid sharding (HSDP), the all-reduce of each gradient shard across the shard groups
+(the replicas: between nodes when a shard group is a node).
 The job's marks of each strategy's waits and its start-up sweep plug in the same way
 (:mod:`scalescope.job.diagnosis.strategies`).
 """
@@ -111,7 +113,7 @@ DDP_GRADIENT, DDP_BROADCAST = register(
     ),
 )
 
-FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER = register(
+FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER, FSDP_REPLICA_ALL_REDUCE = register(
     Collective(
         key="all_gather",
         strategy="fsdp",
@@ -130,10 +132,23 @@ FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER = register(
         "last reduce-scatter's issue to backward returning",
         modelled=True,
     ),
+    Collective(
+        key="replica_all_reduce",
+        strategy="fsdp",
+        operation="all_reduce",
+        bus_factor=_all_reduce_bus_factor,
+        wait="under HSDP only: each shard's gradient all-reduce across the shard groups, after "
+        "its reduce-scatter; on CPUs from the reduce-scatter's return to FSDP's all-reduce "
+        "hook, on GPUs inside the wait at backward's end",
+        modelled=False,
+    ),
 )
+
+
 FSDP = (FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER)
-"""FSDP2's collectives, in the order its step meets them (the step model reads their bus
-factors from here)."""
+"""FSDP2's collectives over its shards, in the order its step meets them (the step model reads
+their bus factors from here). Under HSDP a third follows each reduce-scatter, across the shard
+groups: :data:`FSDP_REPLICA_ALL_REDUCE`, which the step model does not time yet."""
 
 
 def keys(strategy: str) -> tuple[str, ...]:

@@ -60,7 +60,8 @@ class FaultsConfig:
         0.0,
         help="every rank holds each gradient bucket's all-reduce result back this long (a DDP "
         "communication hook: a slow network of known size; shows as exposed communication); "
-        "0 = off",
+        "under HSDP, each synchronising backward's first all-reduce of gradient shards across "
+        "the shard groups (FSDP's all-reduce hook); 0 = off",
         check=non_negative,
     )
     allgather_delay_s: float = option(

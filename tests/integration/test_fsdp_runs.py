@@ -83,7 +83,12 @@ def test_the_record_says_what_was_sharded(gpt: dict[str, ResultRecord]) -> None:
     assert sharding["wrapped"] == ["", "blocks.0", "blocks.1"]
     assert sharding["wrapped_classes"] == ["Block", "GptModel"]
     assert sharding["applied_by"] == "scalescope"
-    assert sharding["mesh"] == {"dims": ["data_parallel"], "shape": [2], "device_type": "cpu"}
+    assert sharding["mesh"] == {
+        "dims": ["data_parallel"],
+        "shape": [2],
+        "device_type": "cpu",
+        "groups": {"data_parallel": [[0, 1]]},
+    }
     assert sharding["reshard_after_forward"] is True
     assert sharding["param_dtype"] is None and sharding["autocast"] is None
     mixed = gpt["fsdp2_bf16"].sharding

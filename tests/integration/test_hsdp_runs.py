@@ -60,3 +60,58 @@ def test_hsdp_holds_twice_fsdps_model_state_at_four_ranks(
     for per_rank in state["hsdp"]:
         assert per_rank == pytest.approx(2 * max(state["fsdp"]), rel=0.10)
         assert per_rank == pytest.approx(max(state["ddp"]) / 2, rel=0.10)
+
+
+DELAY_S = 0.05
+
+
+@pytest.fixture(scope="module")
+def delayed(tmp_path_factory: pytest.TempPathFactory) -> list[ResultRecord]:
+    """HSDP on four ranks with each step's first all-reduce across the shard groups held
+    DELAY_S, three times."""
+    root = tmp_path_factory.mktemp("hsdp_delayed")
+    return [
+        _finished(
+            run_train(
+                root,
+                *TINY_GPT,
+                *FOUR,
+                "trainer.strategy=hsdp",
+                "fsdp.shard_size=2",
+                f"faults.allreduce_delay_s={DELAY_S}",
+                output_dir=root / "out",
+            )
+        )
+        for _ in range(3)
+    ]
+
+
+def _per_step(record: ResultRecord, key: str) -> float:
+    """The exposed time per step in collective ``key``: what the rank that waited least
+    waited, the same on every rank (rank 0's row)."""
+    d = record.diagnosis
+    assert d is not None and d["status"] == "recorded", d
+    return float(d["ranks"][0]["by_collective"][key]["exposed_s"])
+
+
+def test_an_injected_delay_on_the_all_reduce_across_groups_shows_there_not_in_the_gathers(
+    four: dict[str, ResultRecord], delayed: list[ResultRecord]
+) -> None:
+    """The all-reduce of gradient shards across the shard groups is timed apart (FSDP's
+    all-reduce hook closes its span): held DELAY_S once a step, its wait per step rises by
+    DELAY_S (within 25%, over 3 repeats against the undelayed run), the gathers' does not;
+    the record counts it, and the fault is applied, not named as not applied."""
+    plain = four["hsdp"]
+    added = [
+        _per_step(r, "replica_all_reduce") - _per_step(plain, "replica_all_reduce") for r in delayed
+    ]
+    print("added per step:", added)
+    assert sum(added) / len(added) == pytest.approx(DELAY_S, rel=0.25), added
+    gathers = [_per_step(r, "all_gather") - _per_step(plain, "all_gather") for r in delayed]
+    assert abs(sum(gathers) / len(gathers)) < 0.25 * DELAY_S, gathers
+    for r in delayed:
+        assert not (r.faults_not_applied or {}).get("allreduce_delay_s"), r.faults_not_applied
+        d = r.diagnosis
+        assert d is not None
+        for rank in d["ranks"]:
+            assert rank["collectives_per_step"]["replica_all_reduce"]["count"] > 0

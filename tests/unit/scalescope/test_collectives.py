@@ -52,13 +52,21 @@ def test_the_step_clock_keeps_each_strategys_collectives() -> None:
 
     assert COLLECTIVES == {
         "ddp": ("gradient", "broadcast"),
-        "fsdp": ("all_gather", "reduce_scatter"),
+        "fsdp": ("all_gather", "reduce_scatter", "replica_all_reduce"),
     }
 
 
 def test_fsdp_registers_beside_ddp() -> None:
-    assert series() == ("gradient", "broadcast", "all_gather", "reduce_scatter")
-    assert collectives.STRATEGIES["fsdp"] == (FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER)
+    """FSDP2's gathers and reduce-scatters, and under HSDP the all-reduce of each gradient
+    shard across the shard groups, which the step model does not time yet."""
+    keys = ("gradient", "broadcast", "all_gather", "reduce_scatter", "replica_all_reduce")
+    assert series() == keys
+    assert collectives.STRATEGIES["fsdp"] == (
+        FSDP_ALL_GATHER,
+        FSDP_REDUCE_SCATTER,
+        collectives.FSDP_REPLICA_ALL_REDUCE,
+    )
+    assert collectives.FSDP_REPLICA_ALL_REDUCE.operation == "all_reduce"
     assert [c.operation for c in collectives.modelled("fsdp")] == ["all_gather", "reduce_scatter"]
 
 
@@ -96,7 +104,13 @@ def test_another_strategy_registers_beside_ddp_without_changing_it() -> None:
 def test_a_taken_key_or_strategy_is_refused(batch: tuple[str, str]) -> None:
     with pytest.raises(ValueError, match="already registered"):
         register(gathered(*batch))
-    assert series() == ("gradient", "broadcast", "all_gather", "reduce_scatter")
+    assert series() == (
+        "gradient",
+        "broadcast",
+        "all_gather",
+        "reduce_scatter",
+        "replica_all_reduce",
+    )
 
 
 def test_one_strategy_at_a_time() -> None:

@@ -220,6 +220,8 @@ def _rank_row(rank: int, part: Mapping[str, Any], world_size: int) -> dict[str, 
             exposed_comm_s=d["comm_wait_s"] - waits["wait_s"],
             waits_steps=waits["steps"],
         )
+        if waits.get("by_collective"):  # per collective: its exposed time and the wait
+            row["by_collective"] = waits["by_collective"]
     return row
 
 

@@ -53,7 +53,7 @@ from typing import Any
 import lightning as L
 
 from ...config import FaultsConfig
-from .fsdp_comms import ALL_GATHER, REDUCE_SCATTER, fsdp_modules, taps_for
+from .fsdp_comms import ALL_GATHER, REDUCE_SCATTER, REPLICA_ALL_REDUCE, fsdp_modules, taps_for
 
 
 class FaultInjection(L.Callback):
@@ -80,6 +80,8 @@ class FaultInjection(L.Callback):
             seconds = f.slow_rank_sleep_s
             _slow_forward(trainer, seconds)
         hooked = _allreduce_hook_faults(f)
+        if f.allreduce_delay_s > 0 and self._hold_replica_all_reduce(trainer, f.allreduce_delay_s):
+            hooked.remove("allreduce_delay_s")  # HSDP's all-reduce across shard groups held
         if hooked:
             why = _hook_allreduce(trainer, f)
             if why is not None:
@@ -128,6 +130,28 @@ class FaultInjection(L.Callback):
         outermost = fsdp_modules(module)[0]  # module order: the outermost comes first
         outermost.register_forward_pre_hook(lambda _module, _args: armed.__setitem__(0, True))
         taps.holds.append(hold)
+
+    def _hold_replica_all_reduce(self, trainer: L.Trainer, seconds: float) -> bool:
+        """Under HSDP: FSDP's all-reduce hook sleeps ``seconds`` after the first all-reduce of
+        gradient shards across the shard groups after each forward of the sharded model
+        (re-armed as the reduce-scatter's hold is), inside the span the diagnosis times: once
+        in each backward that synchronises, on every rank. False where the model is not
+        HSDP's (nothing held)."""
+        module = trainer.lightning_module
+        taps, _ = taps_for(module)
+        if taps is None or not taps.hybrid:
+            return False
+        armed = [False]
+
+        def hold(kind: str) -> None:
+            if kind == REPLICA_ALL_REDUCE and armed[0]:
+                armed[0] = False
+                time.sleep(seconds)
+
+        outermost = fsdp_modules(module)[0]
+        outermost.register_forward_pre_hook(lambda _module, _args: armed.__setitem__(0, True))
+        taps.holds.append(hold)
+        return True
 
     def _not_applied(self, fault: str, why: str) -> None:
         self.not_applied[fault] = why

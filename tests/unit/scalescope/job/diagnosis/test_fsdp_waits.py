@@ -70,7 +70,7 @@ def test_fsdps_hooks_take_a_sharded_model_and_ddps_marks_stay_off() -> None:
     probe = counting_breakdown()
     trainer = trainer_of(module)
     assert attach_waits(probe, trainer, module) == "fsdp"  # type: ignore[arg-type]
-    assert tuple(probe.clock.steps) == ("all_gather", "reduce_scatter")
+    assert tuple(probe.clock.steps) == ("all_gather", "reduce_scatter", "replica_all_reduce")
     # no last-gradient hook (it would fire after FSDP's reduce-scatter), no DDP marks
     assert probe._grad_hooks == [] and probe._params == [] and probe.ready is None
     assert probe._grad_order is None
