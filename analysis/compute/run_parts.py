@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from analysis.compute.stats import finite_number, is_number, number_at, summarize
+from analysis.read.strategy import strategy_of
 from scalescope.collectives import DDP_GRADIENT
 
 
@@ -86,6 +87,12 @@ class RunParts:
     recorded, and in records made before it was measured."""
     compute_split_reason: str = ""
     """Why the compute split is not recorded ('' when it is)."""
+    comm_inter_step_s: float = math.nan
+    """The part of ``comm_step_s`` between nodes (the rest is within a node): 0 on one node;
+    all of it where every collective spans the nodes (DDP, FSDP); under HSDP, its all-reduce
+    across the shard groups where each group is one node's ranks. NaN where not known."""
+    comm_inter_note: str = ""
+    """How the inter-node part is known, or why it is not."""
 
     @property
     def recorded(self) -> bool:
@@ -425,9 +432,48 @@ def _buckets(allreduce: Mapping[str, Any]) -> tuple[int, ...]:
 
 
 def group_parts(g: Any) -> list[tuple[pd.Series, RunParts]]:
-    """(row, :class:`RunParts`) of every run of one scale group (a ``ScaleGroup``)."""
+    """(row, :class:`RunParts`) of every run of one scale group (a ``ScaleGroup``), with the
+    inter-node part of its exposed communication (:func:`inter_node`)."""
     diag = g.rows["diagnosis"] if "diagnosis" in g.rows else [None] * len(g.rows)
-    return [
-        (r, run_parts(d, r["steady_samples_per_s_per_device"], g.world_size))
-        for (_, r), d in zip(g.rows.iterrows(), diag, strict=True)
-    ]
+    out = []
+    for (_, r), d in zip(g.rows.iterrows(), diag, strict=True):
+        parts = run_parts(d, r["steady_samples_per_s_per_device"], g.world_size)
+        inter, note = inter_node(parts, d, g.nodes, strategy_of(r), r.get("sharding"))
+        out.append((r, replace(parts, comm_inter_step_s=inter, comm_inter_note=note)))
+    return out
+
+
+def inter_node(
+    parts: RunParts, diagnosis: Any, nodes: int, strategy: str, sharding: Any
+) -> tuple[float, str]:
+    """The part of a run's exposed communication per step that crossed nodes, and how it is
+    known: none on one node; all of it where every collective spans the nodes (DDP's
+    all-reduce, FSDP's gathers and reduce-scatters over every rank); under HSDP, the exposed
+    time of its all-reduce across the shard groups (the typical rank's, as recorded) where
+    each shard group's ranks share a node, its gathers and reduce-scatters staying inside."""
+    exposed = parts.comm_step_s
+    if not math.isfinite(exposed):
+        return math.nan, parts.comm_reason or "exposed communication not recorded"
+    if nodes <= 1:
+        return 0.0, "one node: all within it"
+    if strategy != "hsdp":
+        return exposed, "every collective spans the nodes"
+    ranks = diagnosis.get("ranks") if isinstance(diagnosis, Mapping) else None
+    node_of = {r.get("rank"): r.get("node") for r in ranks or [] if isinstance(r, Mapping)}
+    mesh = sharding.get("mesh") if isinstance(sharding, Mapping) else None
+    groups = (mesh or {}).get("groups", {}).get("shard") if isinstance(mesh, Mapping) else None
+    if not groups or any(len({node_of.get(k) for k in g}) != 1 for g in groups):
+        return exposed, "HSDP whose shard groups span nodes (or are not recorded): all of it"
+    typ = next(
+        (r for r in ranks or [] if isinstance(r, Mapping) and r.get("rank") == parts.typical_rank),
+        None,
+    )
+    replica = number_at(
+        ((typ or {}).get("by_collective") or {}).get("replica_all_reduce") or {}, "exposed_s"
+    )
+    if math.isnan(replica):
+        return (
+            math.nan,
+            "HSDP: the all-reduce across shard groups is not timed apart in this record",
+        )
+    return min(max(replica, 0.0), exposed), "HSDP: its all-reduce across the shard groups (nodes)"

@@ -158,6 +158,9 @@ WATERFALL_COLUMNS = [
     "allreduce_fit_busbw_gbps_mean",
     "predicted_allreduce_s_mean",
     "exposed_comm_s_mean",
+    "comm_inter_step_s_mean",
+    "comm_inter_pts_mean",
+    "comm_inter_note",
     "calibration_comm_s_mean",
     "comm_source",
     "jitter_note",
@@ -390,6 +393,9 @@ def _measured(recorded: Sequence[RunParts], confidence: float) -> dict[str, Any]
         allreduce_fit_busbw_gbps_mean=finite_mean([p.fit_busbw_gbps for p in recorded]),
         predicted_allreduce_s_mean=finite_mean([p.predicted_allreduce_s for p in recorded]),
         exposed_comm_s_mean=finite_mean([p.exposed_comm_s for p in recorded]),
+        comm_inter_step_s_mean=finite_mean([p.comm_inter_step_s for p in recorded]),
+        comm_inter_pts_mean=finite_mean([_inter_pts(p) for p in recorded]),
+        comm_inter_note=_first([p.comm_inter_note for p in recorded]),
         calibration_comm_s_mean=finite_mean([p.calibration_comm_s for p in recorded]),
         comm_source="/".join(sorted({p.comm_source for p in recorded if p.comm_source})),
         jitter_note=_first([p.jitter_reason for p in recorded]),
@@ -410,6 +416,15 @@ def _measured(recorded: Sequence[RunParts], confidence: float) -> dict[str, Any]
     else:
         out.update(slowest_rank=None, slowest_node=None, slowest_seen=0)
     return out
+
+
+def _inter_pts(p: RunParts) -> float:
+    """Points of efficiency one run lost to communication between nodes (its share of the
+    communication part: the 1-device baseline communicates nothing)."""
+    b = p.per_device_batch_size
+    if not (b and math.isfinite(p.comm_inter_step_s) and p.t_s > 0):
+        return math.nan
+    return 100.0 * p.comm_inter_step_s / b / p.t_s
 
 
 def _first(values: Sequence[str]) -> str:

@@ -86,4 +86,10 @@ def test_ddp_and_fsdp_sweep_gives_one_summary_with_both(
     assert any(s.endswith("· hsdp") for s in series), series
     assert any(not s.endswith(("· fsdp", "· hsdp")) for s in series), series
     assert summary["strategy"], "no DDP-vs-FSDP table in summary.json"
+    # where the exposed communication crossed nodes: HSDP's all-reduce across its node groups
+    at2 = {r["series"].rsplit("· ", 1)[-1]: r for r in summary["diagnosis"] if r["nodes"] == 2}
+    assert at2["hsdp"]["comm_inter_note"].startswith("HSDP: its all-reduce"), at2["hsdp"]
+    assert at2["fsdp"]["comm_inter_note"] == "every collective spans the nodes", at2["fsdp"]
+    hsdp_inter = at2["hsdp"]["comm_inter_step_s_mean"]
+    assert 0.0 <= hsdp_inter <= at2["hsdp"]["exposed_comm_s_mean"], at2["hsdp"]
     assert summary["strategy_findings"], "no paragraph on which strategy scales better"

@@ -62,6 +62,13 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         "Comm hidden",
         "busbw (GB/s)",
     ]
+    between = (
+        bool(((t["nodes"] > 1) & t["comm_inter_pts_mean"].notna()).any())
+        if "comm_inter_pts_mean" in t
+        else False
+    )
+    if between:  # of the exposed communication, what crossed nodes (pts)
+        columns.insert(columns.index("Exposed comm (pts)") + 1, "of which between nodes (pts)")
     split = bool(t["gpu_idle_share_mean"].notna().any()) if "gpu_idle_share_mean" in t else False
     if split:
         columns += ["GPU busy (NVML)", "Collectives alone (ms/step)", "GPU idle in compute"]
@@ -73,6 +80,11 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         if recorded and is_missing(r["hidden_share_mean"]) and r["hidden_note"]:
             hidden = f"{MISSING} ({r['hidden_note']})"
         busbw = r["busbw_gbps_mean"]
+        parts = [_points(r, p) if recorded else NOT_RECORDED for p in PARTS]
+        if between:
+            inter = r["comm_inter_pts_mean"]
+            cell = _one(inter) if not is_missing(inter) else MISSING
+            parts.insert(PARTS.index("comm") + 1, cell if recorded else NOT_RECORDED)
         rows.append(
             [
                 r["series"],
@@ -80,13 +92,19 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
                 str(r["nodes"]),
                 f"{r['n']} ({r['n_recorded']})",
                 lost_text,
-                *(_points(r, p) if recorded else NOT_RECORDED for p in PARTS),
+                *parts,
                 hidden,
                 (sig(busbw, 3) if not is_missing(busbw) else MISSING) if recorded else NOT_RECORDED,
                 *(_split_cells(r) if split else []),
             ]
         )
     caption = _diagnosis_caption(t, split)
+    if between:
+        caption.append(
+            "of which between nodes: the part of exposed comm that crossed nodes (all of it "
+            "where every collective spans them, DDP's and FSDP's; under HSDP its all-reduce "
+            "across the shard groups, which are the nodes)."
+        )
     return DisplayTable(
         "diagnosis",
         "Where the efficiency went",

@@ -62,3 +62,51 @@ def test_an_hsdp_series_is_not_projected_and_says_why() -> None:
 
 def test_hsdp_is_read_as_sharded() -> None:
     assert is_sharded("hsdp") and is_sharded("fsdp") and not is_sharded("ddp")
+
+
+def _diag(nodes: list[str], replica_s: float | None) -> dict:
+    """Ranks on ``nodes``; rank 0 the typical one, its exposed all-reduce across shard
+    groups ``replica_s`` (None: not in the record)."""
+    ranks = []
+    for i, node in enumerate(nodes):
+        row = {"rank": i, "node": node}
+        if replica_s is not None:
+            row["by_collective"] = {
+                "all_gather": {"exposed_s": 0.004, "wait_s": 0.0},
+                "replica_all_reduce": {"exposed_s": replica_s, "wait_s": 0.0},
+            }
+        ranks.append(row)
+    return {"ranks": ranks}
+
+
+SHARD_BY_NODE = {"mesh": {"groups": {"shard": [[0, 1], [2, 3]], "replicate": [[0, 2], [1, 3]]}}}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "strategy", "sharding", "replica", "expected"),
+    [
+        (1, "ddp", None, None, 0.0),  # one node: all within it
+        (2, "ddp", None, None, 0.010),  # every collective spans the nodes
+        (2, "fsdp", None, None, 0.010),
+        (2, "hsdp", SHARD_BY_NODE, 0.006, 0.006),  # its all-reduce across the nodes only
+        (2, "hsdp", {"mesh": {"groups": {"shard": [[0, 2], [1, 3]]}}}, 0.006, 0.010),
+    ],
+    ids=["1 node", "ddp", "fsdp", "hsdp by node", "hsdp groups span nodes"],
+)
+def test_the_exposed_communication_between_nodes(
+    nodes: int, strategy: str, sharding: dict | None, replica: float | None, expected: float
+) -> None:
+    from analysis.compute.run_parts import RunParts, inter_node
+
+    parts = RunParts(t_s=0.01, per_device_batch_size=8, comm_step_s=0.010, typical_rank=0)
+    diagnosis = _diag(["a", "a", "b", "b"], replica)
+    inter, note = inter_node(parts, diagnosis, nodes, strategy, sharding)
+    assert inter == pytest.approx(expected) and note
+
+
+def test_hsdp_without_its_all_reduce_timed_apart_says_so() -> None:
+    from analysis.compute.run_parts import RunParts, inter_node
+
+    parts = RunParts(t_s=0.01, per_device_batch_size=8, comm_step_s=0.010, typical_rank=0)
+    inter, note = inter_node(parts, _diag(["a", "a", "b", "b"], None), 2, "hsdp", SHARD_BY_NODE)
+    assert inter != inter and "not timed apart" in note  # NaN, and why
