@@ -153,12 +153,40 @@ def fsdp_comm_advice(r: Mapping[str, Any]) -> str:
             "set_modules_to_backward_prefetch) so each block's gather runs behind the "
             "compute before it",
         )
+    tries.insert(0, _full_or_hybrid(r))
     head = ", ".join(bits)
     return (
         (f"{head}; " if head else "")
         + "FSDP's all-gathers and reduce-scatters: try "
-        + ("; ".join(tries))
+        + ("; ".join(t for t in tries if t))
     )
+
+
+def _full_or_hybrid(r: Mapping[str, Any]) -> str:
+    """Full against hybrid sharding, from where the exposed communication went: '' on one
+    node (nothing crosses one)."""
+    nodes = r.get("nodes")
+    if not isinstance(nodes, (int, float)) or nodes <= 1:
+        return ""
+    inter = r.get("comm_inter_pts_mean", math.nan)
+    share = f" ({inter:.1f} pts of it between nodes)" if _finite(inter) else ""
+    if strategy_of(r) == "hsdp":
+        return (
+            "under HSDP only each gradient shard's all-reduce crosses nodes" + share + ": if "
+            "it dominates, a larger fsdp.shard_size (fewer replicas, more memory saved, its "
+            "gathers then crossing nodes) or bf16 reductions; if the gathers dominate, "
+            "reshard_after_forward: false or bf16 gathers"
+        )
+    return (
+        "hybrid sharding (trainer.strategy: hsdp) keeps the gathers and reduce-scatters "
+        "inside each node and sends only each gradient shard's all-reduce across nodes"
+        + share
+        + ", for a node's share of the model state per device instead of the world's"
+    )
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def _skew_advice(r: Mapping[str, Any]) -> str:

@@ -110,3 +110,15 @@ def test_hsdp_without_its_all_reduce_timed_apart_says_so() -> None:
     parts = RunParts(t_s=0.01, per_device_batch_size=8, comm_step_s=0.010, typical_rank=0)
     inter, note = inter_node(parts, _diag(["a", "a", "b", "b"], None), 2, "hsdp", SHARD_BY_NODE)
     assert inter != inter and "not timed apart" in note  # NaN, and why
+
+
+def test_the_advice_speaks_full_against_hybrid_where_communication_crosses_nodes() -> None:
+    from analysis.compute.findings import fsdp_comm_advice
+
+    row = {"accelerator": "cuda", "nodes": 4, "comm_inter_pts_mean": 12.3}
+    full = fsdp_comm_advice({**row, "strategy": "fsdp"})
+    assert "hybrid sharding (trainer.strategy: hsdp)" in full and "12.3 pts" in full
+    hybrid = fsdp_comm_advice({**row, "strategy": "hsdp"})
+    assert "a larger fsdp.shard_size" in hybrid and "reshard_after_forward: false" in hybrid
+    one_node = fsdp_comm_advice({**row, "nodes": 1, "strategy": "fsdp"})
+    assert "hsdp" not in one_node and "bf16 gathers" in one_node
