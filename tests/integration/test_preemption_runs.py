@@ -16,7 +16,8 @@ from scalescope.record import read_result_json
 
 def test_sigterm_with_slow_steps_stops_both_ranks_and_records_why(tmp_path: Path) -> None:
     """Like Slurm at a time limit: SIGTERM to every process, SIGKILL after a 5 s grace
-    period (half the local cluster's KillWait, a sixth of Slurm's default). Steps take 1 s and a call holds 8 of them.
+    period (half the local cluster's KillWait, a sixth of Slurm's default). Steps take 1 s and
+    a call holds 8 of them.
 
     The record must be complete within the grace period. Rank 0's exit is then made slower
     than Lightning's child observer polls (tests/slow_exit), as on a busy machine: every rank
