@@ -34,7 +34,7 @@ def _one(x: float) -> str:
 def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
     """Where the efficiency went: every scale point beyond its series' baseline, the points
     lost and their parts. None when no series has a scale beyond its baseline."""
-    from analysis.compute.waterfall import NOT_RECORDED, PARTS
+    from analysis.compute.waterfall import PARTS
 
     w = analysis.waterfall
     if w is None:
@@ -72,32 +72,7 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
     split = bool(t["gpu_idle_share_mean"].notna().any()) if "gpu_idle_share_mean" in t else False
     if split:
         columns += ["GPU busy (NVML)", "Collectives alone (ms/step)", "GPU idle in compute"]
-    rows = []
-    for _, r in t.iterrows():
-        recorded = r["status"] == "recorded"
-        lost_text = MISSING if is_missing(r["lost_pts_mean"]) else _points(r, "lost")
-        hidden = pct(r["hidden_share_mean"], 0) if recorded else NOT_RECORDED
-        if recorded and is_missing(r["hidden_share_mean"]) and r["hidden_note"]:
-            hidden = f"{MISSING} ({r['hidden_note']})"
-        busbw = r["busbw_gbps_mean"]
-        parts = [_points(r, p) if recorded else NOT_RECORDED for p in PARTS]
-        if between:
-            inter = r["comm_inter_pts_mean"]
-            cell = _one(inter) if not is_missing(inter) else MISSING
-            parts.insert(PARTS.index("comm") + 1, cell if recorded else NOT_RECORDED)
-        rows.append(
-            [
-                r["series"],
-                str(r["world_size"]),
-                str(r["nodes"]),
-                f"{r['n']} ({r['n_recorded']})",
-                lost_text,
-                *parts,
-                hidden,
-                (sig(busbw, 3) if not is_missing(busbw) else MISSING) if recorded else NOT_RECORDED,
-                *(_split_cells(r) if split else []),
-            ]
-        )
+    rows = [_diagnosis_row(r, between, split) for _, r in t.iterrows()]
     caption = _diagnosis_caption(t, split)
     if between:
         caption.append(
@@ -112,6 +87,35 @@ def diagnosis_table(analysis: Analysis) -> DisplayTable | None:
         caption=caption,
         right={c for c in columns if c not in ("Configuration",)},
     )
+
+
+def _diagnosis_row(r: pd.Series, between: bool, split: bool) -> list[str]:
+    """One scale point's cells of :func:`diagnosis_table` (with the part between nodes after
+    exposed comm where ``between``, the GPU's split where ``split``)."""
+    from analysis.compute.waterfall import NOT_RECORDED, PARTS
+
+    recorded = r["status"] == "recorded"
+    lost_text = MISSING if is_missing(r["lost_pts_mean"]) else _points(r, "lost")
+    hidden = pct(r["hidden_share_mean"], 0) if recorded else NOT_RECORDED
+    if recorded and is_missing(r["hidden_share_mean"]) and r["hidden_note"]:
+        hidden = f"{MISSING} ({r['hidden_note']})"
+    busbw = r["busbw_gbps_mean"]
+    parts = [_points(r, p) if recorded else NOT_RECORDED for p in PARTS]
+    if between:
+        inter = r["comm_inter_pts_mean"]
+        cell = _one(inter) if not is_missing(inter) else MISSING
+        parts.insert(PARTS.index("comm") + 1, cell if recorded else NOT_RECORDED)
+    return [
+        r["series"],
+        str(r["world_size"]),
+        str(r["nodes"]),
+        f"{r['n']} ({r['n_recorded']})",
+        lost_text,
+        *parts,
+        hidden,
+        (sig(busbw, 3) if not is_missing(busbw) else MISSING) if recorded else NOT_RECORDED,
+        *(_split_cells(r) if split else []),
+    ]
 
 
 def _split_cells(r: pd.Series) -> list[str]:
