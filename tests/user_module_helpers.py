@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from core_helpers import REPO
 
@@ -39,3 +41,19 @@ def _example_sweep(root: Path, *, shapes: str, extra: str = "") -> Path:
         f"repeats: 1\norder_seed: 1\ntimeout_min: 10\n{extra}"
     )
     return sweep
+
+
+def assert_train_refused(capsys: Any, out: Path, argv: Sequence[str], expected: str) -> None:
+    """``scalescope train`` with ``argv`` (and ``output_dir=out``), in-process, refused before
+    anything ran: exit 2, one line that starts as the command's errors do and holds
+    ``expected``, no rank started, nothing written."""
+    from scalescope import cli
+
+    rc = cli.main(["train", *argv, f"output_dir={out}"])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("scalescope train: error: ") and expected in err, err
+    assert ":::SCALESCOPE" not in captured.out  # nothing started
+    assert not out.exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from torch import nn
-from user_module_helpers import EXAMPLE, MODEL, QUIET, REPO
+from user_module_helpers import EXAMPLE, MODEL, QUIET, REPO, assert_train_refused
 
 from scalescope import cli
 from scalescope.config import load_train_config
@@ -40,14 +40,9 @@ def test_train_refuses_unshardable_setups_before_anything_runs(
     expected: str,
 ) -> None:
     monkeypatch.chdir(REPO)
-    argv = ["train", "--config", EXAMPLE, *QUIET, f"output_dir={tmp_path / 'out'}", *overrides]
-    rc = cli.main(argv)
-    captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert rc == 2, err
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("scalescope train: error: ") and expected in err, err
-    assert ":::SCALESCOPE" not in captured.out
+    assert_train_refused(
+        capsys, tmp_path / "out", ["--config", EXAMPLE, *QUIET, *overrides], expected
+    )
     assert not (tmp_path / "out").exists()
 
 

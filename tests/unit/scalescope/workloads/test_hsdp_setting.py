@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from user_module_helpers import EXAMPLE, QUIET, REPO
+from user_module_helpers import EXAMPLE, QUIET, REPO, assert_train_refused
 
-from scalescope import cli
 from scalescope.config import load_train_config, shard_size
 from scalescope.errors import ConfigError
 from scalescope.workloads.sharding import HSDP_DIMS, mesh_groups
@@ -89,9 +88,6 @@ def test_train_refuses_before_anything_runs(
     expected: str,
 ) -> None:
     monkeypatch.chdir(REPO)
-    out = tmp_path / "out"
-    rc = cli.main(["train", "--config", EXAMPLE, *QUIET, f"output_dir={out}", *overrides])
-    err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1, err
-    assert err.startswith("scalescope train: error: ") and expected in err, err
-    assert not out.exists()
+    assert_train_refused(
+        capsys, tmp_path / "out", ["--config", EXAMPLE, *QUIET, *overrides], expected
+    )

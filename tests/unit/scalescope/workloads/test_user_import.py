@@ -16,6 +16,7 @@ from user_module_helpers import (
     QUIET,
     REPO,
     _example_sweep,
+    assert_train_refused,
 )
 
 from scalescope import cli
@@ -41,17 +42,10 @@ def test_train_refuses_bad_user_workloads(
     expected: str,
 ) -> None:
     monkeypatch.chdir(REPO)
-    argv = ["train", "--config", EXAMPLE, *QUIET, f"output_dir={tmp_path / 'out'}", override]
+    argv = ["--config", EXAMPLE, *QUIET, override]
     if override == "workload.datamodule=null":  # no config file: no datamodule_init_args
-        argv = ["train", *QUIET, f"output_dir={tmp_path / 'out'}", f"workload.name={MODEL}:MyModel"]
-    rc = cli.main(argv)
-    captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert rc == 2, err
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("scalescope train: error: ") and expected in err, err
-    assert ":::SCALESCOPE" not in captured.out  # nothing started
-    assert not (tmp_path / "out").exists()
+        argv = [*QUIET, f"workload.name={MODEL}:MyModel"]
+    assert_train_refused(capsys, tmp_path / "out", argv, expected)
 
 
 @pytest.mark.parametrize(("override", "expected"), BAD[:6], ids=[b[0] for b in BAD[:6]])

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 from torch import nn
-from user_module_helpers import EXAMPLE, QUIET, REPO
+from user_module_helpers import EXAMPLE, QUIET, REPO, assert_train_refused
 
-from scalescope import cli
 from scalescope.errors import ConfigError
 from scalescope.workloads.user_sharding import calls_forward, left_in_root, matching
 
@@ -72,14 +71,7 @@ def test_train_refuses_before_anything_runs(
 ) -> None:
     monkeypatch.chdir(REPO)
     config, *rest = overrides
-    argv = ["train", "--config", config, *QUIET, f"output_dir={tmp_path / 'out'}", *rest]
-    rc = cli.main(argv)
-    captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert rc == 2, err
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("scalescope train: error: ") and expected in err, err
-    assert not (tmp_path / "out").exists()
+    assert_train_refused(capsys, tmp_path / "out", ["--config", config, *QUIET, *rest], expected)
 
 
 @pytest.mark.parametrize(
