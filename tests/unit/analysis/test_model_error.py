@@ -156,6 +156,22 @@ def test_a_family_held_out_is_scored_by_the_other_families_alone() -> None:
 # --- a cluster's own error ---------------------------------------------------------------------
 
 
+def residual(group: str, r: float, z: np.ndarray, z_noise: np.ndarray) -> me.Scored:
+    """A published point of source ``group`` at d = 1 whose log residual is ``r`` (centre
+    0.9, structural draws all at the centre)."""
+    return me.Scored(
+        case=group,
+        group=group,
+        d=1.0,
+        s=0.0,
+        truth=0.9 * math.exp(r),
+        centre=0.9,
+        base=np.full(len(z), 0.9),
+        z=z,
+        z_noise=z_noise,
+    )
+
+
 def clusters(tau: float, within: float, groups: int, per: int, seed: int = 0) -> list[me.Scored]:
     """``groups`` sources of ``per`` points at d = 1 each, every source's residuals sharing
     its own offset (normal, s.d. ``tau``) around which they spread ``within``."""
@@ -165,19 +181,7 @@ def clusters(tau: float, within: float, groups: int, per: int, seed: int = 0) ->
         own = rng.normal(0.0, tau)
         for _ in range(per):
             r = own + rng.normal(0.0, within)
-            out.append(
-                me.Scored(
-                    case=f"c{g}",
-                    group=f"g{g}",
-                    d=1.0,
-                    s=0.0,
-                    truth=0.9 * math.exp(r),
-                    centre=0.9,
-                    base=np.full(8, 0.9),
-                    z=np.zeros(8),
-                    z_noise=np.zeros(8),
-                )
-            )
+            out.append(residual(f"g{g}", r, np.zeros(8), np.zeros(8)))
     return out
 
 
@@ -198,17 +202,7 @@ def test_each_source_counts_once_in_the_mean() -> None:
     rng = np.random.default_rng(1)
 
     def at(group: str, r: float) -> me.Scored:
-        return me.Scored(
-            case=group,
-            group=group,
-            d=1.0,
-            s=0.0,
-            truth=0.9 * math.exp(r),
-            centre=0.9,
-            base=np.full(4, 0.9),
-            z=rng.standard_normal(4),
-            z_noise=rng.standard_normal(4),
-        )
+        return residual(group, r, rng.standard_normal(4), rng.standard_normal(4))
 
     pts = [at("big", math.log(1.2)) for _ in range(40)]
     pts += [at(f"small{i}", 0.0) for i in range(4) for _ in range(2)]
