@@ -82,6 +82,7 @@ def memory_columns(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
     sharded = bool(measured) and is_sharded(_strategy(measured[0]["_rows"]))
     fit = _sharded_fit(points) if sharded else None
+    by_ranks = dict(points)
     device = min(
         (d for r in measured if math.isfinite(d := _mean(r["_rows"], "device_memory_gib"))),
         default=math.nan,
@@ -96,9 +97,9 @@ def memory_columns(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             state, basis, peak = math.nan, "not recorded", math.nan
         elif not sharded:
             state, basis, peak = max(s for _, s in points), "unsharded: as measured", math.nan
-        elif (ranks := shard_ranks(r["_rows"], int(r["world_size"]))) in dict(points):
+        elif (ranks := shard_ranks(r["_rows"], int(r["world_size"]))) in by_ranks:
             # as many ranks per shard as a measured scale (HSDP's shard group): its state
-            state, basis, peak = dict(points)[ranks], "sharded: as measured", math.nan
+            state, basis, peak = by_ranks[ranks], "sharded: as measured", math.nan
         elif fit is None:
             state, basis, peak = math.nan, "sharded, one world size measured", math.nan
         else:
