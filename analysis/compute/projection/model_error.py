@@ -189,31 +189,21 @@ def interval(point: Scored, em: ErrorModel, kappa: float = 1.0) -> tuple[float, 
 
 
 class _Stacked:
-    """The points of a training set as arrays (one row a point), so that the bisection of
-    ``kappa`` scores them all at once: each row's interval is :func:`interval`'s, under the
-    model given for its row (a held-out source's rows under the model of the others)."""
+    """The points of a training set under one error model as arrays (one row a point), so
+    that the bisection of ``kappa`` scores them all at once: each row's interval is
+    :func:`interval`'s (its centre and draws within the model's band of the line rate)."""
 
-    def __init__(self, points: Sequence[Scored]) -> None:
-        self.d = np.array([p.d for p in points])
-        self.s = np.array([p.s for p in points])
+    def __init__(self, points: Sequence[Scored], em: ErrorModel) -> None:
+        views = [p.view(em.share_band) for p in points]
         self.truth = np.array([p.truth for p in points])
-        self.centre = np.array([p.centre for p in points])
-        self.base = np.stack([p.base for p in points]) if points else np.empty((0, 0))
+        self.centre = np.array([c for c, _ in views])
+        self.base = np.stack([b for _, b in views]) if points else np.empty((0, 0))
         self.z = np.stack([p.z for p in points]) if points else np.empty((0, 0))
         self.z_noise = np.stack([p.z_noise for p in points]) if points else np.empty((0, 0))
-        self.points = list(points)
-        self.shift = np.zeros(len(points))
-        self.spread = np.zeros(len(points))
-        self.noise = 0.0
-
-    def under(self, rows: np.ndarray, em: ErrorModel) -> None:
-        """Score the points ``rows`` (a mask) under ``em``: its mean, spread and noise, and
-        each point's centre and draws within its band of the line rate."""
-        self.shift[rows] = np.asarray(em.mean(self.d[rows], self.s[rows]))
-        self.spread[rows] = np.asarray(em.spread(self.d[rows], self.s[rows]))
+        d, s = np.array([p.d for p in points]), np.array([p.s for p in points])
+        self.shift = np.asarray(em.mean(d, s), dtype=float)
+        self.spread = np.asarray(em.spread(d, s), dtype=float)
         self.noise = em.noise
-        for i in np.flatnonzero(rows):
-            self.centre[i], self.base[i] = self.points[i].view(em.share_band)
 
     def coverage(self, kappa: float) -> float:
         if not len(self.truth):
@@ -359,8 +349,7 @@ def fit(points: Sequence[Scored], fitted_on: str = "", noise: float = NOISE_GRID
     em = _components(usable, noise, fitted_on, learn_share_band(usable))
     if not usable:
         return em
-    stacked = _Stacked(usable)
-    stacked.under(np.ones(len(usable), dtype=bool), em)
+    stacked = _Stacked(usable, em)
     # kappa: the smallest factor whose training intervals cover COVERAGE_TARGET
     lo, hi = 0.0, 1.0
     while stacked.coverage(hi) < COVERAGE_TARGET and hi < 64:
