@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis.compute.profile_advice import PROFILE_OVERRIDE
 from analysis.compute.run_parts import OVERLAP_BELOW_ZERO
+from analysis.compute.stats import finite_number
 from analysis.compute.waterfall import COMPONENTS, LABELS, NOT_RECORDED, Waterfall
 from analysis.read.strategy import is_sharded, strategy_of
 
@@ -165,11 +166,12 @@ def fsdp_comm_advice(r: Mapping[str, Any]) -> str:
 def _full_or_hybrid(r: Mapping[str, Any]) -> str:
     """Full against hybrid sharding, from where the exposed communication went: '' on one
     node (nothing crosses one)."""
-    nodes = r.get("nodes")
-    if not isinstance(nodes, (int, float)) or nodes <= 1:
+    # a table row's numbers are numpy's (np.int64 is no int): read them as numbers
+    nodes = pd.to_numeric(r.get("nodes"), errors="coerce")
+    if not (pd.notna(nodes) and nodes > 1):
         return ""
-    inter = r.get("comm_inter_pts_mean", math.nan)
-    share = f" ({inter:.1f} pts of it between nodes)" if _finite(inter) else ""
+    inter = finite_number(pd.to_numeric(r.get("comm_inter_pts_mean"), errors="coerce"))
+    share = f" ({inter:.1f} pts of it between nodes)" if inter is not None else ""
     if strategy_of(r) == "hsdp":
         return (
             "under HSDP only each gradient shard's all-reduce crosses nodes" + share + ": if "
@@ -183,10 +185,6 @@ def _full_or_hybrid(r: Mapping[str, Any]) -> str:
         + share
         + ", for a node's share of the model state per device instead of the world's"
     )
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def _skew_advice(r: Mapping[str, Any]) -> str:

@@ -122,3 +122,7 @@ def test_the_advice_speaks_full_against_hybrid_where_communication_crosses_nodes
     assert "a larger fsdp.shard_size" in hybrid and "reshard_after_forward: false" in hybrid
     one_node = fsdp_comm_advice({**row, "nodes": 1, "strategy": "fsdp"})
     assert "hsdp" not in one_node and "bf16 gathers" in one_node
+    # as the waterfall table gives it: a row of numpy numbers
+    table_row = pd.DataFrame([{**row, "strategy": "fsdp"}]).iloc[0]
+    assert "hybrid sharding (trainer.strategy: hsdp)" in fsdp_comm_advice(table_row)
+    assert "12.3 pts" in fsdp_comm_advice(table_row)
