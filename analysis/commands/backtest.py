@@ -42,6 +42,7 @@ def _print(
     table = Table(title=title)
     for col in (
         "Case",
+        "From",
         "Against",
         "Nodes",
         "Devices",
@@ -54,6 +55,7 @@ def _print(
     for p in result["points"]:
         table.add_row(
             p["case"],
+            _nodes(p["measured_nodes"]),
             p["against"],
             str(p["nodes"]),
             str(p["nodes"] * p["devices_per_node"]),
@@ -76,7 +78,8 @@ def _print(
         f"{name} ({t['points']} point(s)): coverage {100 * t['coverage']:.0f}%, median error "
         f"{t['median_abs_error_pts']:.1f}, median width {t['median_width_pts']:.1f} points"
         for name, t in (
-            ("network between nodes stated", result["totals_by_network"]["stated"]),
+            ("network between nodes measured", result["totals_by_network"]["measured"]),
+            ("stated", result["totals_by_network"]["stated"]),
             ("assumed", result["totals_by_network"]["assumed"]),
         )
         if t["points"]
@@ -95,6 +98,13 @@ def _print(
         )
 
 
+def _nodes(counts: Sequence[int]) -> str:
+    """The node counts a point was projected from, short: ``1,2`` or ``1,2…64``."""
+    if len(counts) <= 3:
+        return ",".join(str(n) for n in counts)
+    return f"{counts[0]},{counts[1]}…{counts[-1]}"
+
+
 def _nested_words(result: dict[str, Any]) -> str:
     """How the cross-validated figures were made, and what the folds chose."""
     chosen = [f"{100 * f['noise']:g}%" for f in result["folds"]]
@@ -106,16 +116,38 @@ def _nested_words(result: dict[str, Any]) -> str:
     )
 
 
-def _family_words(result: dict[str, Any]) -> str:
-    """Leave one family out: a whole kind of system held out at a time."""
-    t, folds = result["family_totals"], result["family_folds"]
-    held = ", ".join(f"{f['held_out']} ({f['points']})" for f in folds)
+def _family_words(result: dict[str, Any], held: str = "") -> str:
+    """Leave one family out: a whole kind of system held out at a time (``held``: the folds
+    in words, from ``family_folds`` where not given)."""
+    t = result["family_totals"]
+    held = held or ", ".join(f"{f['held_out']} ({f['points']})" for f in result["family_folds"])
     return (
         f"Leave one family out (nested the same way; a kind of system held out whole: {held}): "
         f"interval coverage {100 * t['coverage']:.0f}%, median absolute error "
         f"{t['median_abs_error_pts']:.1f} points, median interval width "
         f"{t['median_width_pts']:.1f} points over {t['points']} point(s)"
     )
+
+
+WALKED_TITLE = "Every measured scale used: each published point from the case's smaller ones"
+WALKED_WORDS = (
+    "each point projected from its case's measured points and every smaller published scale, "
+    "the largest the anchor, the rest evidence of what the network achieves; scored, never "
+    "fitted on"
+)
+
+
+def _print_walked(result: dict[str, Any], nested: bool) -> None:
+    """The walked-forward points (the network measured), and their leave one family out."""
+    from rich.console import Console
+
+    walked = result["walked"]
+    how = WALKED_WORDS + ("; each by its source's fold's model" if nested else "")
+    _print(walked, how, WALKED_TITLE)
+    if "family_totals" in walked:
+        Console(width=120, highlight=False).print(
+            _family_words(walked, "the same folds"), markup=False
+        )
 
 
 def _print_sealed(sealed: dict[str, Any]) -> None:
@@ -136,8 +168,14 @@ def _print_sealed(sealed: dict[str, Any]) -> None:
     parts = []
     if sealed["totals"]["points"]:
         parts.append(figures(sealed["totals"]))
+    if "walked" in sealed:
+        parts.append("from every smaller scale " + figures(sealed["walked"]["totals"]))
     if "fsdp" in sealed:
         parts.append("FSDP's " + figures(sealed["fsdp"]["totals"]))
+        if "walked" in sealed["fsdp"]:
+            parts.append(
+                "FSDP's from every smaller scale " + figures(sealed["fsdp"]["walked"]["totals"])
+            )
     Console(width=120, highlight=False).print(line + "; ".join(parts), markup=False)
 
 
@@ -192,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rich.console import Console
 
         Console(width=120, highlight=False).print(_family_words(result), markup=False)
+    if "walked" in result:
+        _print_walked(result, args.cross_validate)
     if "fsdp" in result:
         _print(
             result["fsdp"],
@@ -199,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{result['fsdp']['error_model'].rsplit('noise ', 1)[-1]}",
             "FSDP projection backtest: published efficiency, scored apart",
         )
+        if "walked" in result["fsdp"]:
+            _print(result["fsdp"]["walked"], WALKED_WORDS, "FSDP: " + WALKED_TITLE)
     if "sealed" in result:
         _print_sealed(result["sealed"])
     if args.json:

@@ -21,7 +21,14 @@ from analysis.compute.projection.model_error import (
 )
 from analysis.compute.projection.model_error import load as load_error_model
 from analysis.compute.projection.project import DRAWS
-from analysis.compute.projection.scoring import is_fsdp, prepare, reference, unknowns
+from analysis.compute.projection.scoring import (
+    evidence,
+    is_fsdp,
+    prepare,
+    reference,
+    unknowns,
+    walk_forward,
+)
 from analysis.compute.projection.sealed import split_sealed
 from analysis.read.cases import Case
 
@@ -33,11 +40,23 @@ def backtest(
     error_model: ErrorModel | None = None,
 ) -> dict[str, Any]:
     """Every published point predicted from its case's measured points, with the shipped
-    error model (or ``error_model``); FSDP's cases apart, under ``fsdp`` (:func:`split`)."""
+    error model (or ``error_model``), and under ``walked`` every published point predicted
+    from the case's smaller published scales as well (:func:`~.scoring.walk_forward`: the
+    network measured); FSDP's cases apart, under ``fsdp`` (:func:`split`)."""
     em = error_model or load_error_model()
     ddp, fsdp = split(cases)
-    prepared = prepare(ddp, draws, seed)
-    return _with_fsdp(_result(ddp, prepared, score(prepared, em)), fsdp, draws, seed, em)
+    return _with_fsdp(_scored(ddp, draws, seed, em), fsdp, draws, seed, em)
+
+
+def _scored(cases: Sequence[Case], draws: int, seed: int, em: ErrorModel) -> dict[str, Any]:
+    """``cases``' points scored by ``em``, and their walked-forward ones under ``walked``."""
+    prepared = prepare(cases, draws, seed)
+    result = _result(cases, prepared, score(prepared, em))
+    walked = walk_forward(cases)
+    if walked:
+        more = prepare(walked, draws, seed + 1)
+        result["walked"] = _result(walked, more, score(more, em))
+    return result
 
 
 def split(cases: Sequence[Case]) -> tuple[list[Case], list[Case]]:
@@ -68,12 +87,8 @@ def _with_fsdp(
     ``fsdp`` where there are any (none: ``result`` as it was)."""
     if not fsdp:
         return result
-    prepared = prepare(fsdp, draws, seed)
     fem = fsdp_error_model(em)
-    return {
-        **result,
-        "fsdp": {**_result(fsdp, prepared, score(prepared, fem)), "error_model": fem.fitted_on},
-    }
+    return {**result, "fsdp": {**_scored(fsdp, draws, seed, fem), "error_model": fem.fitted_on}}
 
 
 def _result(
@@ -99,13 +114,14 @@ def _result(
                     "covered": got["covered"],
                     "centre_assumes": prep.explanation,
                     "group": case.group,
-                    "network_stated": bool(case.inter_busbw_gbps),
+                    "network": network_known(case),
+                    "measured_nodes": sorted({q.nodes for q in case.measured}),
                     "spans": unknowns(case),
                 }
             )
             i += 1
     t = totals(scored)
-    stated = [bool(case.inter_busbw_gbps) for case in cases for _ in case.published]
+    known = [network_known(case) for case in cases for _ in case.published]
     return {
         "points": points,
         "totals": {
@@ -116,15 +132,28 @@ def _result(
             "median_width_pts": t["median_width_pts"],
         },
         # the bar an interval is held to depends on what was known of the network between
-        # nodes: stated (or measured) or assumed (a band of the intra-node link)
+        # nodes: measured, stated or assumed (network_known)
         "totals_by_network": {
             name: {
-                **totals([x for x, k in zip(scored, stated, strict=True) if k == flag]),
-                "points": stated.count(flag),
+                **totals([x for x, k in zip(scored, known, strict=True) if k == name]),
+                "points": known.count(name),
             }
-            for name, flag in (("stated", True), ("assumed", False))
+            for name in NETWORK_KNOWN
         },
     }
+
+
+NETWORK_KNOWN = ("measured", "stated", "assumed")
+
+
+def network_known(case: Case) -> str:
+    """What a case's projection knew of the network between nodes (:data:`NETWORK_KNOWN`):
+    ``measured`` where it measured several node counts, one of them across nodes (what the
+    network achieves is in them, :func:`~.scoring.evidence`), else ``stated`` where the case
+    states a line rate, else ``assumed`` (a band of the intra-node link)."""
+    if evidence(case):
+        return "measured"
+    return "stated" if case.inter_busbw_gbps else "assumed"
 
 
 def cross_validated(
@@ -148,18 +177,25 @@ def cross_validated(
     open_cases, shut = split_sealed(cases, sealed)
     ddp, fsdp = split(open_cases)
     prepared = list(prepared) or prepare(ddp, draws, seed)
-    scored, folds = cross_validate(prepared)
+    walked = walk_forward(ddp)
+    more = prepare(walked, draws, seed + 1) if walked else []
+    scored, folds = cross_validate(prepared, also=more)
     # cross_validate groups the points by source: put them back in the cases' order
     by_key: dict[str, list[dict[str, Any]]] = {}
     for s in scored:
         by_key.setdefault(str(s["case"]), []).append(s)
     ordered = [by_key[c.name].pop(0) for c in ddp for _ in c.published]
-    result = {**_result(ddp, prepared, ordered), "folds": folds}
+    result = {**_result(ddp, prepared, ordered), "folds": _bare(folds, "also")}
     # a harder test: a whole kind of system held out (its sources' noise and fit from the
     # other kinds alone), as a cluster unlike any in the file would be
-    family_scored, family_folds = cross_validate(prepared, key=lambda p: p.family)
+    family_scored, family_folds = cross_validate(prepared, key=lambda p: p.family, also=more)
     result["family_totals"] = {**totals(family_scored), "points": len(family_scored)}
-    result["family_folds"] = [{k: v for k, v in f.items() if k != "inner"} for f in family_folds]
+    result["family_folds"] = _bare(family_folds, "inner", "also")
+    if walked:  # each fold's model scores its walked-forward points, never fitted on them
+        result["walked"] = {
+            **_result(walked, more, _in_order(walked, folds)),
+            "family_totals": {**totals(_in_order(walked, family_folds)), "points": len(more)},
+        }
     # no FSDP source is in the shipped model's fit: each is already held out of it
     result = _with_fsdp(result, fsdp, draws, seed, load_error_model())
     if shut:  # scored once, by the model no choice made on them
@@ -168,3 +204,17 @@ def cross_validated(
             "sources": sorted({c.group for c in shut}),
         }
     return result
+
+
+def _bare(folds: Sequence[dict[str, Any]], *drop: str) -> list[dict[str, Any]]:
+    """The folds' records without the keys ``drop`` (what the JSON need not repeat)."""
+    return [{k: v for k, v in f.items() if k not in drop} for f in folds]
+
+
+def _in_order(cases: Sequence[Case], folds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points the folds scored under ``also``, in the order of ``cases``' points."""
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for fold in folds:
+        for s in fold.get("also", ()):
+            by_key.setdefault(str(s["case"]), []).append(s)
+    return [by_key[c.name].pop(0) for c in cases for _ in c.published]

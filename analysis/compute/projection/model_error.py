@@ -37,7 +37,7 @@ Fitting (:func:`fit`), on the residuals of a training set:
 
 The noise is the one setting chosen by a score, so it is chosen inside the folds
 (:func:`choose_noise`): from :data:`NOISE_GRID`, by a leave-one-source-out over the training
-sources only, scored by :func:`selection_key` (fixed before any result was seen). The other
+sources only, picked by the one-standard-error rule (:func:`pick_noise`). The other
 settings are fitted on the training set (the means, the spreads, ``kappa``) or are stated
 assumptions of the backtest (the bands of :mod:`analysis.compute.projection.scoring`), never scored.
 :func:`cross_validate` is therefore nested: each source is held out in turn and scored by a
@@ -109,9 +109,9 @@ class ErrorModel:
 
     def spread(self, d: np.ndarray | float, s: np.ndarray | float) -> np.ndarray | float:
         """The residual's spread beyond the run-to-run noise: within a cluster and between
-        clusters (the latter wherever the model is carried beyond its anchor, d > 0)."""
-        carried = np.asarray(d) > 0
-        return np.sqrt(self.sd_d**2 * d + self.sd_s**2 * s + self.sd_src**2 * carried)
+        clusters (the latter where the anchor has not crossed a node and the target does,
+        s = 1: a cluster's own error is its network's, which a multi-node anchor measured)."""
+        return np.sqrt(self.sd_d**2 * d + self.sd_s**2 * s + self.sd_src**2 * np.asarray(s))
 
     def sd(self, d: np.ndarray | float, s: np.ndarray | float) -> np.ndarray | float:
         return np.sqrt(np.asarray(self.spread(d, s)) ** 2 + self.noise**2)
@@ -154,12 +154,17 @@ class Scored:
     share: np.ndarray | None = None
     """Per draw, the share of the case's stated inter-node line rate it took (NaN, or None,
     where the case states none): the error model keeps the draws within its learned band."""
+    evidenced: bool = False
+    """Whether the draws were already weighed by the case's other measured scales
+    (:func:`analysis.compute.projection.scoring.evidence`): the centre is then theirs, not
+    the typical share's, since what the cluster achieved was measured."""
 
     def view(self, band: tuple[float, float, float] | None) -> tuple[float, np.ndarray]:
         """(centre, draws) within ``band`` (low, typical, high) of the stated line rate: where
         the point's case states one and a band is learned, the draws outside it are left out
         (NaN), and the centre is the median of those near the typical share (within
-        :data:`TYPICAL_WINDOW`; of all kept where none is); else the point's own centre and
+        :data:`TYPICAL_WINDOW`; of all kept where none is, or where the draws were weighed by
+        the case's measured scales, :attr:`evidenced`); else the point's own centre and
         draws."""
         if band is None or self.share is None or not np.isfinite(self.share).any():
             return self.centre, self.base
@@ -167,7 +172,7 @@ class Scored:
         kept = (self.share >= low * (1 - 1e-9)) & (self.share <= high * (1 + 1e-9))
         base = np.where(kept, self.base, np.nan)
         near = kept & (np.abs(np.log(self.share / typical)) <= TYPICAL_WINDOW)
-        for pick in (near, kept):
+        for pick in (kept,) if self.evidenced else (near, kept):
             finite = self.base[pick & np.isfinite(self.base)]
             if len(finite):
                 return float(np.median(finite)), base
@@ -307,28 +312,35 @@ def _components(
     root = np.sqrt(w)[:, None]
     mu, *_ = np.linalg.lstsq(design * root, r * root[:, 0], rcond=None)
     e = r - design @ mu
-    own = {g: float(np.mean(e[[x == g for x in groups]])) for g in n_of}
-    # within a source: squared deviations from its own mean (unbiased for its n)
-    within = np.array([n_of[g] > 1 for g in groups])
+    # a source's own error is its network's: its mean residual is taken over the points
+    # whose anchor had not crossed a node (s = 1) apart from those whose had (s = 0)
+    strata = [(g, bool(x > 0)) for g, x in zip(groups, s, strict=True)]
+    n_in = {k: strata.count(k) for k in set(strata)}
+    own = {k: float(np.mean(e[[x == k for x in strata]])) for k in n_in}
+    # within a source: squared deviations from its stratum's mean (unbiased for its n)
+    within = np.array([n_in[k] > 1 for k in strata])
     var = np.zeros(2)
     if within.any():
         dev2 = (
             np.array(
                 [
-                    (e[i] - own[g]) ** 2 * n_of[g] / (n_of[g] - 1) if n_of[g] > 1 else 0.0
-                    for i, g in enumerate(groups)
+                    (e[i] - own[k]) ** 2 * n_in[k] / (n_in[k] - 1) if n_in[k] > 1 else 0.0
+                    for i, k in enumerate(strata)
                 ]
             )
             - noise**2
         )
         rw = root[within]
         var, _ = nnls(design[within] * rw, np.maximum(dev2[within], 0.0) * rw[:, 0])
-    # between sources: what the sources' mean residuals spread beyond their within spread
+    # between sources: what the sources' mean residuals across the first inter-node step
+    # spread beyond their within spread
     per_point = var[0] * d + var[1] * s + noise**2
+    crossing = [k for k in n_in if k[1]]
     excess = [
-        own[g] ** 2 - float(np.mean(per_point[[x == g for x in groups]])) / n_of[g] for g in n_of
+        own[k] ** 2 - float(np.mean(per_point[[x == k for x in strata]])) / n_in[k]
+        for k in crossing
     ]
-    between = max(0.0, float(np.mean(excess))) if len(n_of) > 1 else 0.0
+    between = max(0.0, float(np.mean(excess))) if len(crossing) > 1 else 0.0
     return ErrorModel(
         float(mu[0]),
         float(mu[1]),
@@ -408,24 +420,37 @@ def leave_one_source_out(
 
 
 def selection_key(t: dict[str, float]) -> tuple[float, float]:
-    """The score a noise level is chosen by, lower is better (fixed before any result was
-    seen): the distance of its leave-one-source-out coverage from :data:`COVERAGE_TARGET`,
-    then its median interval width. An interval that covers too much is as wrong as one
-    that covers too little; of two that cover alike, the narrower says more."""
+    """How far a noise level's leave-one-source-out totals are from the aim, lower is better:
+    the distance of its coverage from :data:`COVERAGE_TARGET`, then its median interval
+    width. An interval that covers too much is as wrong as one that covers too little; of
+    two that cover alike, the narrower says more."""
     return round(abs(t["coverage"] - COVERAGE_TARGET), 9), t["median_width_pts"]
+
+
+def pick_noise(rows: Sequence[dict[str, float]], points: int) -> float:
+    """The level of ``rows`` (one per noise level: its leave-one-source-out totals over
+    ``points`` points) chosen by the one-standard-error rule: of the levels whose coverage is
+    within one binomial standard error of :data:`COVERAGE_TARGET` (what ``points`` points can
+    tell apart from it), the narrowest; where none is, the nearest by :func:`selection_key`
+    (ties: the lower level). Coverage on a few dozen points moves a point at a time: the
+    nearest alone chose levels four times wider to cover one point more."""
+    se = math.sqrt(COVERAGE_TARGET * (1 - COVERAGE_TARGET) / max(points, 1))
+    near = [r for r in rows if abs(r["coverage"] - COVERAGE_TARGET) <= se + 1e-12]
+    if near:
+        return min(near, key=lambda r: (r["median_width_pts"], r["noise"]))["noise"]
+    return min(rows, key=lambda r: (*selection_key(r), r["noise"]))["noise"]
 
 
 def choose_noise(
     points: Sequence[Scored], grid: Sequence[float] = NOISE_GRID
 ) -> tuple[float, list[dict[str, float]]]:
     """The noise level of ``grid`` that ``points`` choose, by a leave-one-source-out over
-    their own sources scored by :func:`selection_key` (ties: the lower level), and each
-    level's totals. With fewer than two sources nothing can be held out: the lowest level."""
+    their own sources (:func:`pick_noise`), and each level's totals. With fewer than two
+    sources nothing can be held out: the lowest level."""
     if len({p.group for p in points}) < 2:
         return min(grid), []
     rows = [{"noise": noise, **totals(leave_one_source_out(points, noise))} for noise in grid]
-    best = min(rows, key=lambda r: (*selection_key(r), r["noise"]))
-    return best["noise"], rows
+    return pick_noise(rows, len(points)), rows
 
 
 def fit_selected(
@@ -441,11 +466,14 @@ def cross_validate(
     points: Sequence[Scored],
     grid: Sequence[float] = NOISE_GRID,
     key: Callable[[Scored], str] = lambda p: p.group,
+    also: Sequence[Scored] = (),
 ) -> tuple[list[dict[str, float | bool | str]], list[dict[str, Any]]]:
     """Nested leave one out: each fold's points (``key``: its source by default, or its
     family) scored by the model whose noise and fit come from the other folds' points alone
     (the noise chosen by a leave-one-source-out among them); and each fold's choice
-    (``held_out``, its ``points``, the ``noise`` chosen and the inner selection's rows)."""
+    (``held_out``, its ``points``, the ``noise`` chosen and the inner selection's rows).
+    ``also``: more points, never fitted nor chosen on, each scored by the model of the fold
+    its key falls in (under that fold's ``also``; a key no fold holds: not scored)."""
     out: list[dict[str, float | bool | str]] = []
     folds: list[dict[str, Any]] = []
     for group in dict.fromkeys(key(p) for p in points):
@@ -454,6 +482,8 @@ def cross_validate(
         em, rows = fit_selected(train, f"all but {group}", grid)
         out += score(held, em)
         folds.append({"held_out": group, "points": len(held), "noise": em.noise, "inner": rows})
+        if also:
+            folds[-1]["also"] = score([p for p in also if key(p) == group], em)
     return out, folds
 
 

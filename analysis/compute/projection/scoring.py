@@ -314,21 +314,21 @@ def centre_carry(case: Case, p: Point) -> tuple[str, float]:
 
 def evidence(case: Case) -> list[tuple[Point, float]]:
     """The measured scales a case's draws are checked against: where it measured several
-    node counts, every measured point but the anchor (the largest multi-node one) at or above
-    the reference's size, the reference itself included (its efficiency is 1 by definition,
-    which a model calibrated at the anchor need not reproduce), with its efficiency against
-    the reference (per-device throughput over the reference's). None where only one node
-    count was measured."""
-    multi = [p for p in case.measured if p.nodes > 1]
-    if not multi:
+    node counts, every measured point at or above the reference's size, with its efficiency
+    against the reference (per-device throughput over the reference's). The reference is
+    among them (its efficiency is 1 by definition, which a model calibrated at the anchor
+    need not reproduce), and so is the anchor (the largest multi-node one): a draw whose
+    modelled communication alone outlasts the anchor's measured step cannot be calibrated
+    to it (the rest is never below 0), and is as inconsistent with it as with any other
+    scale. None where only one node count was measured."""
+    if not any(p.nodes > 1 for p in case.measured):
         return []
     ref, _ = reference(case)
-    top = max(multi, key=lambda p: p.nodes)
     ref_world = ref.nodes * ref.devices_per_node
     return [
         (p, p.throughput_per_device / ref.throughput_per_device)
         for p in case.measured
-        if p is not top and p.nodes * p.devices_per_node >= ref_world
+        if p.nodes * p.devices_per_node >= ref_world
     ]
 
 
@@ -342,6 +342,25 @@ def evidence_weight(model: StepModel, checks: Sequence[tuple[Point, float]]) -> 
             return 0.0
         log_w -= 0.5 * (math.log(e / measured) / MEASURED_NOISE) ** 2
     return math.exp(log_w)
+
+
+def walk_forward(cases: Sequence[Case]) -> list[Case]:
+    """Each case's published points projected as a user's sweep would be: every published
+    point that has smaller published scales below it becomes a case of its own, whose
+    measured points are the case's own and every smaller published scale (the largest the
+    anchor, the rest evidence of what the network achieves, :func:`evidence`), and whose one
+    published point is it. Named ``<case> @<nodes>``, in the same source and family (a fold
+    holds them out with their case)."""
+    out = []
+    for case in cases:
+        for p in case.published:
+            smaller = tuple(q for q in case.published if q.nodes < p.nodes)
+            if smaller:
+                name = f"{case.name} @{p.nodes}"
+                out.append(
+                    replace(case, name=name, measured=case.measured + smaller, published=(p,))
+                )
+    return out
 
 
 def line_share(case: Case, u: float) -> float:
@@ -418,6 +437,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
                     explanation=carry,
                     family=case.family or case.group,
                     share=shares,
+                    evidenced=bool(evidence(case)),
                 )
             )
     return out

@@ -11,7 +11,7 @@ import pytest
 from analysis_helpers import REPO
 
 from analysis.compute.projection.backtest import backtest
-from analysis.compute.projection.scoring import evidence, read_cases
+from analysis.compute.projection.scoring import evidence, read_cases, walk_forward
 
 CASES = REPO / "benchmarks" / "projection_cases.yaml"
 
@@ -54,9 +54,38 @@ def test_a_case_measured_flat_from_one_node_to_two_is_projected_flat_at_four(ber
     assert at4["low"] <= at4["published"] <= at4["high"], at4
 
 
-def test_the_draws_are_checked_against_every_measured_scale_but_the_anchor(bert) -> None:  # type: ignore[no-untyped-def]
+def test_the_draws_are_checked_against_every_measured_scale_the_anchor_too(bert) -> None:  # type: ignore[no-untyped-def]
     checks = evidence(bert)
     # the reference is the 1-node point (published efficiencies are against one node), 1 by
-    # definition: checked; the anchor (2 nodes) is fitted, not checked; the 1-GPU point is
-    # below the reference's size
-    assert [(p.nodes, p.devices_per_node, e) for p, e in checks] == [(1, 8, 1.0)]
+    # definition: checked; the anchor (2 nodes) too, since a draw whose communication alone
+    # outlasts its measured step cannot be calibrated to it; the 1-GPU point is below the
+    # reference's size
+    two = next(p for p in bert.measured if p.nodes == 2)
+    one = next(p for p in bert.measured if p.nodes == 1 and p.devices_per_node == 8)
+    assert [(p.nodes, p.devices_per_node) for p, _ in checks] == [(1, 8), (2, 8)]
+    assert [e for _, e in checks] == [
+        1.0,
+        pytest.approx(two.throughput_per_device / one.throughput_per_device),
+    ]
+
+
+def test_a_measured_scale_the_slow_draws_cannot_reach_rules_them_out() -> None:
+    """PaddleFleetX's ResNet-50 (AMP, 32 a GPU) on a stated 100 Gb/s: 96.6% at 2 nodes, 95.0%
+    at 4. Projected from 1 node, the learned band's typical share of the line rate makes
+    its gradients' all-reduce outlast the 2-node step (58%). With the 2-node point measured,
+    the draws too slow to reach it are ruled out (they were kept when the anchor was not
+    checked, and projected 49%), and 4 nodes is projected within 10 points and covered."""
+    case = next(
+        c for c in read_cases(str(CASES)) if c.name == "paddlefleetx-resnet50-amp-bs32-v100"
+    )
+    four = max(case.published, key=lambda p: p.nodes)
+    walked = walk_forward([case])
+    assert [(w.name, [p.nodes for p in w.measured], w.published) for w in walked] == [
+        (f"{case.name} @4", [1, 2], (four,))
+    ]
+    (at4,) = backtest(walked, draws=400)["points"]
+    assert at4["network"] == "measured"
+    assert abs(at4["predicted"] - four.efficiency_vs_1node) <= 0.10, at4
+    assert at4["low"] <= four.efficiency_vs_1node <= at4["high"], at4
+    (from_one,) = [p for p in backtest([case], draws=400)["points"] if p["nodes"] == 4]
+    assert from_one["network"] == "stated" and from_one["predicted"] < at4["predicted"] - 0.2
