@@ -66,10 +66,12 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     """Nested leave one source out, and leave one family out, on the shipped cases' open
     sources: each fold's points scored by the error model whose noise and fit come from the
     other folds alone. The bar held here is the one the projection's intervals meet on
-    clusters they have not seen: coverage of their 95% intervals >= 80%, both ways. (The
-    issue's bars on the median error, <= 5 points, and width, <= 20 points where the network
-    between nodes is stated and <= 30 where assumed, are not met since clusters of every kind
-    entered the file: their figures are printed and quoted in docs/analysis.md.) Each fold's
+    clusters they have not seen: coverage of their 95% intervals >= 80%, both ways. (From one
+    node, the issue's bars on the median error, <= 5 points, and width, <= 20 points where the
+    network between nodes is stated and <= 30 where assumed, are not met since clusters of
+    every kind entered the file: their figures are printed and quoted in docs/analysis.md.
+    From every smaller scale, the network measured, the coverage and error bars are held
+    here.) Each fold's
     recorded noise is the one its training sources choose, computed here again; the folds do
     not all choose alike, and none chooses the grid's widest level; no sealed source is in
     any fold."""
