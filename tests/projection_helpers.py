@@ -14,7 +14,8 @@ from typing import Any
 from analysis_helpers import REPO
 
 from analysis import summarize
-from analysis.compute.projection.step_time.step_model import ScalePoint
+from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel, block_bytes
+from analysis.compute.projection.step_time.step_model import Level, Network, ScalePoint
 from analysis.compute.run_parts import RunParts
 
 # --- synthetic breakdowns ---------------------------------------------------------------------
@@ -81,3 +82,37 @@ def first_projection(*argv: str) -> dict[str, Any]:
     assert rc == 0, err
     row: dict[str, Any] = json.loads(out)["projection"][0]
     return row
+
+
+# --- FSDP's step model, by hand ----------------------------------------------------------------
+
+BUS = Level(alpha_s=0.0, busbw_gbps=1.0, at_world=2, source="by hand")
+"""A 1 GB/s bus with no latency, the node's link of :func:`fsdp_model`."""
+GB = 1e9
+COMPUTE = 1.8  # forward 0.6 (0.3 a block), backward 1.2 (0.6 a block)
+
+
+def fsdp_model(**kw: object) -> FsdpStepModel:
+    """Two blocks of 1 GB at 2 ranks of one node on :data:`BUS` (0.25 GB/s across nodes),
+    :data:`COMPUTE` a micro-batch; ``kw`` replaces any field."""
+    slow = Level(alpha_s=0.0, busbw_gbps=0.25, at_world=2, source="inter, by hand")
+    fields = dict(
+        per_device_batch=1.0,
+        accumulate=1,
+        compute_fixed_s=0.0,
+        compute_per_sample_s=COMPUTE,
+        input_per_sample_s=0.0,
+        overlap_s=0.0,
+        other_s=0.0,
+        sigma_share=0.0,
+        bucket_bytes=block_bytes(2 * GB, 2),
+        network=Network(BUS, slow),
+        anchor_world=2,
+        anchor_nodes=1,
+        exposed_offset_s=0.0,
+        baseline_step_s=COMPUTE,
+        baseline_batch=1.0,
+        baseline_world=1,
+        scaling_mode="weak",
+    )
+    return FsdpStepModel(**{**fields, **kw})  # type: ignore[arg-type]

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-METHODS = {"ddp": "ddp", "horovod": "horovod", "fsdp": "fsdp"}
+METHODS = {"ddp": "ddp", "horovod": "horovod", "fsdp": "fsdp", "hsdp": "hsdp"}
 """How a case's ``model.method`` names the frameworks whose communication is known (a name
 that starts with a key, e.g. ``horovod-allreduce``): DDP's and Horovod's bucket rules, FSDP's
-per-block gathers and reduce-scatters; any other method is kept as written."""
+per-block gathers and reduce-scatters (HSDP's within shard groups, with an all-reduce of each
+shard across them); any other method is kept as written."""
+SHARDED_METHODS = ("fsdp", "hsdp")
 
 FAMILIES = ("vendor-dgx", "cloud-ethernet", "older-gpu-ps-horovod", "fsdp", "university-lab")
 """The kinds of system a case's ``family`` may name: vendor-tuned DGX tables, commodity or
@@ -57,6 +59,9 @@ class Case:
     ``fsdp``), each gathering its share of ``grad_bytes``; None for other methods."""
     reshard_after_forward: bool = True
     """FSDP: whether each block is gathered again before its backward (the default)."""
+    shard_size: int | None = None
+    """HSDP: the devices of a shard group (``model.shard_size``; a node's where not given);
+    None for other methods."""
     group: str = ""
     """The source the case comes from (``source_group``, else its name): cross-validation
     leaves one source out at a time, since cases of one source share its methods."""
@@ -166,6 +171,7 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
         method=method,
         wrapped_blocks=_blocks(name, method, model.get("wrapped_blocks")),
         reshard_after_forward=_reshard(name, model.get("reshard_after_forward", True)),
+        shard_size=_shard_size(name, method, dpn, model.get("shard_size")),
         group=str(raw.get("source_group") or name),
         family=_family(name, raw.get("family")),
     )
@@ -181,16 +187,36 @@ def _family(name: str, raw: Any) -> str:
 
 
 def _blocks(name: str, method: str, raw: Any) -> int | None:
-    """``model.wrapped_blocks``: an integer >= 1, required where the method is fsdp."""
-    if raw is None and method != "fsdp":
+    """``model.wrapped_blocks``: an integer >= 1, required where the method shards (fsdp,
+    hsdp)."""
+    if raw is None and method not in SHARDED_METHODS:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
         raise CaseError(
             f"case {name!r}: model.wrapped_blocks must be an integer >= 1"
-            + (" for method fsdp" if method == "fsdp" else "")
+            + (f" for method {method}" if method in SHARDED_METHODS else "")
             + f", got {raw!r}"
         )
     return raw
+
+
+def _shard_size(name: str, method: str, dpn: int, raw: Any) -> int | None:
+    """``model.shard_size``: for method hsdp, the devices of a shard group, an integer >= 1
+    that divides ``devices_per_node`` (a group within a node) or is a multiple of it; a
+    node's devices where not given. Refused for any other method."""
+    if method != "hsdp":
+        if raw is not None:
+            raise CaseError(f"case {name!r}: model.shard_size is for method hsdp only")
+        return None
+    size = dpn if raw is None else raw
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise CaseError(f"case {name!r}: model.shard_size must be an integer >= 1, got {raw!r}")
+    if dpn % size and size % dpn:
+        raise CaseError(
+            f"case {name!r}: model.shard_size {size} neither divides nor is a multiple of "
+            f"hardware.devices_per_node {dpn}"
+        )
+    return size
 
 
 def _reshard(name: str, raw: Any) -> bool:

@@ -67,6 +67,9 @@ class FsdpSharding:
     own_dtype: str = "float32"
     """The parameters' own dtype, which they gather in where ``param_dtype`` is None: as the
     series' precision leaves them (16 bits under ``bf16-true`` / ``16-true``, else fp32)."""
+    shard_size: int | None = None
+    """Under hybrid sharding (HSDP), the ranks of a shard group (:func:`mesh_shard_size`);
+    None under full sharding."""
 
     @property
     def scatter_factor(self) -> float:
@@ -99,7 +102,22 @@ def fsdp_sharding(rows: pd.DataFrame) -> FsdpSharding | None:
         param_dtype=_text(s.get("param_dtype")),
         reduce_dtype=_text(s.get("reduce_dtype")),
         own_dtype=OWN_DTYPES.get(precision, "float32"),
+        shard_size=mesh_shard_size(rows) if frame_strategy(rows) == "hsdp" else None,
     )
+
+
+def mesh_shard_size(rows: pd.DataFrame) -> int | None:
+    """The ranks of a shard group as the runs' records name their device mesh (``sharding.
+    mesh.shape``, replicate x shard under HSDP: its last dimension); None where no record
+    names one."""
+    if "sharding" not in rows.columns:
+        return None
+    for section in rows["sharding"]:
+        mesh = section.get("mesh") if isinstance(section, Mapping) else None
+        shape = mesh.get("shape") if isinstance(mesh, Mapping) else None
+        if isinstance(shape, list) and shape and isinstance(shape[-1], int) and shape[-1] > 0:
+            return int(shape[-1])
+    return None
 
 
 def _unit_bytes(section: Mapping[str, Any]) -> tuple[int, ...] | None:

@@ -148,7 +148,8 @@ FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER, FSDP_REPLICA_ALL_REDUCE = register(
 FSDP = (FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER)
 """FSDP2's collectives over its shards, in the order its step meets them (the step model reads
 their bus factors from here). Under HSDP a third follows each reduce-scatter, across the shard
-groups: :data:`FSDP_REPLICA_ALL_REDUCE`, which the step model does not time yet."""
+groups: :data:`FSDP_REPLICA_ALL_REDUCE`, which the step model times after each reduce-scatter
+(``analysis.compute.projection.step_time.fsdp_comm.hybrid_times``)."""
 
 
 def keys(strategy: str) -> tuple[str, ...]:

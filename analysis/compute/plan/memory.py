@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.read.strategy import is_sharded
+from analysis.read.strategy import is_sharded, mesh_shard_size
 
 
 def _mean(rows: pd.DataFrame, column: str) -> float:
@@ -47,14 +47,9 @@ def _strategy(rows: pd.DataFrame) -> str:
 def shard_ranks(rows: pd.DataFrame, world: int) -> int:
     """The ranks a run's model state is sharded over: the world, or under HSDP a shard
     group's (its records' mesh, ``replicate x shard``: the last dimension)."""
-    if _strategy(rows) != "hsdp" or "sharding" not in rows:
+    if _strategy(rows) != "hsdp":
         return world
-    for section in rows["sharding"]:
-        mesh = section.get("mesh") if isinstance(section, Mapping) else None
-        shape = mesh.get("shape") if isinstance(mesh, Mapping) else None
-        if isinstance(shape, list) and shape and isinstance(shape[-1], int) and shape[-1] > 0:
-            return int(shape[-1])
-    return world
+    return mesh_shard_size(rows) or world
 
 
 def _sharded_fit(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:

@@ -48,9 +48,10 @@ DRAWS = 400
 INTERVAL = (2.5, 97.5)
 SCAN_NODES = tuple(2**i for i in range(13))
 """Node counts scanned for the 75% crossing (up to 4096)."""
-HSDP_NOT_MODELLED = (
-    "an HSDP series is not projected: the step model has no term yet for its shard groups' "
-    "gathers and the all-reduce across them (measure the node counts you need)"
+HSDP_NO_MESH = (
+    "an HSDP series is projected from its shard groups' size (the record's sharding.mesh), "
+    "which these records do not name (made before they were recorded): rerun the series to "
+    "project it"
 )
 FSDP_NO_UNIT_BYTES = (
     "an FSDP series is projected from each wrapped unit's gathered bytes (the record's "
@@ -410,17 +411,18 @@ def project(
 
 def series_term(members: Sequence[Any]) -> tuple[CommTerm | None, str]:
     """What a series' network term times (its scale groups ``members``): DDP's buckets, or
-    an FSDP series' wrapped units as its records give them (:func:`analysis.read.strategy.
-    fsdp_sharding`), their collectives hidden by prefetching on GPUs and on CPUs not; None
-    and why where the records do not hold the units' bytes."""
+    an FSDP or HSDP series' wrapped units as its records give them (:func:`analysis.read.
+    strategy.fsdp_sharding`; HSDP's with its shard groups' size), their collectives hidden by
+    prefetching on GPUs and on CPUs not; None and why where the records do not hold the
+    units' bytes (or HSDP's mesh)."""
     rows = pd.concat([g.rows for g in members])
-    if frame_strategy(rows) == "hsdp":
-        return None, HSDP_NOT_MODELLED
-    if frame_strategy(rows) != "fsdp":
+    if frame_strategy(rows) not in ("fsdp", "hsdp"):
         return DDP_TERM, ""
     sharding = fsdp_sharding(rows)
     if sharding is None or sharding.unit_bytes is None:
         return None, FSDP_NO_UNIT_BYTES
+    if frame_strategy(rows) == "hsdp" and sharding.shard_size is None:
+        return None, HSDP_NO_MESH
     accelerator = str(rows["accelerator"].iloc[0]) if "accelerator" in rows.columns else ""
     return FsdpTerm.of(sharding, gpu=accelerator.lower() != "cpu"), ""
 

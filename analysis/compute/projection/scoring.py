@@ -65,7 +65,7 @@ from analysis.compute.projection.step_time.fsdp_comm import (
 )
 from analysis.compute.projection.step_time.network import Level, Network
 from analysis.compute.projection.step_time.step_model import CARRIES, StepModel, expected_max
-from analysis.read.cases import Case, CaseError, Point, read_cases
+from analysis.read.cases import SHARDED_METHODS, Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import split_into_buckets
 
 ALPHA_INTRA_S = 20e-6
@@ -189,7 +189,8 @@ def _draft(
 
 
 def is_fsdp(case: Case) -> bool:
-    return case.method == "fsdp"
+    """Whether the case shards its model (FSDP, or HSDP in shard groups): scored apart."""
+    return case.method in SHARDED_METHODS
 
 
 def unknowns(case: Case) -> list[str]:
@@ -216,7 +217,7 @@ def unknowns(case: Case) -> list[str]:
 def unknown_pattern(case: Case) -> bool:
     """Whether the file does not know how the case's method groups its gradients: neither
     DDP, Horovod nor FSDP, and no cap stated."""
-    return case.method not in ("ddp", "horovod", "fsdp") and case.bucket_mb is None
+    return case.method not in ("ddp", "horovod", *SHARDED_METHODS) and case.bucket_mb is None
 
 
 def _messages(case: Case, pattern: str = "one message") -> tuple[float, ...]:
@@ -236,10 +237,15 @@ def _model_class(case: Case) -> type[StepModel]:
 
 def _strategy_fields(case: Case, hidden: float = 1.0) -> dict[str, Any]:
     """FSDP's fields of its step model (every published case ran on GPUs: prefetch hides a
-    block's gather behind the block before, ``hidden`` of what it can); none for DDP's."""
+    block's gather behind the block before, ``hidden`` of what it can; HSDP's shard groups);
+    none for DDP's."""
     if not is_fsdp(case):
         return {}
-    return {"reshard_after_forward": case.reshard_after_forward, "hidden_share": hidden}
+    return {
+        "reshard_after_forward": case.reshard_after_forward,
+        "hidden_share": hidden,
+        "shard_size": case.shard_size,
+    }
 
 
 def _compute_step(case: Case, draft: StepModel, one_gpu: Point | None, t_node: float) -> float:

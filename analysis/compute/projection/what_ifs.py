@@ -1,5 +1,6 @@
 """The projection's what-ifs: the settings that move data-parallel efficiency (a larger batch,
-more accumulation, DDP's bucket cap, bf16 gradients; FSDP's resharding and bf16 gathers), each a
+more accumulation, DDP's bucket cap, bf16 gradients; FSDP's resharding, bf16 gathers, and full
+against hybrid sharding), each a
 line of the projection table, and how one changes the step model (:func:`under`) and the
 arguments of :meth:`StepModel.efficiency` (:func:`settings_of`)."""
 
@@ -40,12 +41,25 @@ def what_ifs(model: StepModel, precision: str = "") -> list[WhatIf]:
     return out
 
 
+HYBRID = "hybrid sharding (HSDP), a node a shard group"
+FULL = "full sharding (FSDP)"
+"""The what-ifs of the other way of sharding across nodes (:func:`fsdp_what_ifs`)."""
+
+
 def fsdp_what_ifs(model: FsdpStepModel, precision: str = "") -> list[WhatIf]:
     """FSDP's own settings: the blocks kept gathered from forward to backward (one gather
     pass fewer, the memory of the gathered blocks more) and bf16 gathers (half the gathered
     bytes; the gradients still reduced in fp32, as ``bf16-mixed`` does), each where the
-    series does not run it already."""
+    series does not run it already; and the other way of sharding across nodes: hybrid
+    sharding (HSDP, a shard group per node: its gathers on the node's link, one all-reduce
+    of each shard across nodes) for a fully sharded series, full sharding for a hybrid one
+    (:data:`HYBRID`, :data:`FULL`)."""
     out = []
+    if model.shard_size is None:
+        dpn = max(1, model.anchor_world // max(1, model.anchor_nodes))
+        out.append(WhatIf(HYBRID, model_fields=(("shard_size", dpn),)))
+    else:
+        out.append(WhatIf(FULL, model_fields=(("shard_size", None),)))
     if model.reshard_after_forward:
         out.append(
             WhatIf("reshard_after_forward off", model_fields=(("reshard_after_forward", False),))

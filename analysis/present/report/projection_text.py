@@ -11,6 +11,7 @@ from analysis.compute.projection.project import SCAN_NODES, ProjectionResult, Se
 from analysis.compute.projection.project import percent_text as _pc
 from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel
 from analysis.compute.projection.step_time.step_model import CARRIES, CARRY_WORDS, StepModel
+from analysis.compute.projection.what_ifs import FULL, HYBRID
 
 
 def _ms(seconds: float) -> str:
@@ -75,6 +76,9 @@ def _paragraph(sp: SeriesProjection, rows: Any) -> list[str]:
     what_if = _best_what_if(top, e)
     if what_if is not None:
         text.append(what_if)
+    sharding = sharding_sentence(rows)
+    if sharding is not None:
+        text.append(sharding)
     if sp.fit.scaled_points <= 1:
         text.append(
             "One scaled point only: the model cannot be checked against another scale; "
@@ -105,10 +109,60 @@ def fsdp_sentence(model: FsdpStepModel) -> str:
         if model.overlap
         else "on CPUs none of them hidden (gloo runs them on the training thread)"
     )
+    if model.shard_size is not None:
+        return (
+            f"Communication: HSDP's model, per wrapped unit ({len(units)} units, {sizes} "
+            f"gathered, as recorded) in shard groups of {model.shard_size} ranks: an "
+            f"all-gather within the group before its forward, {again}a reduce-scatter of its "
+            "gradients within the group after its backward, then an all-reduce of the "
+            f"group's shard across the replicas (between nodes); {hidden}."
+        )
     return (
         f"Communication: FSDP's model, per wrapped unit ({len(units)} units, {sizes} "
         f"gathered, as recorded): an all-gather before its forward, {again}a reduce-scatter "
         f"of its gradients after its backward; {hidden}."
+    )
+
+
+AHEAD = 1.02
+"""Hybrid is ahead of full sharding where its efficiency is at least this many times full's."""
+
+
+def sharding_sentence(rows: Any) -> str | None:
+    """Full against hybrid sharding, for a sharded series whose rows hold the what-if of the
+    other way (:data:`~analysis.compute.projection.what_ifs.HYBRID` or ``FULL``): the
+    smallest projected node count where hybrid's centre is ahead of full's (:data:`AHEAD`),
+    and where their intervals part; None for a series without that what-if."""
+    names = set(rows["what_if"])
+    other = HYBRID if HYBRID in names else FULL if FULL in names else None
+    if other is None:
+        return None
+    mine = rows[rows["what_if"] == "as measured"].drop_duplicates("nodes").set_index("nodes")
+    theirs = rows[rows["what_if"] == other].drop_duplicates("nodes").set_index("nodes")
+    hybrid, full = (theirs, mine) if other == HYBRID else (mine, theirs)
+    ahead = [
+        int(n)
+        for n in sorted(set(hybrid.index) & set(full.index))
+        if hybrid.loc[n, "efficiency"] >= AHEAD * full.loc[n, "efficiency"]
+    ]
+    if not ahead:
+        return (
+            "Full against hybrid sharding: hybrid (a shard group per node) is not ahead at "
+            "any projected node count."
+        )
+    n = ahead[0]
+    parted = [
+        int(m) for m in ahead if hybrid.loc[m, "efficiency_low"] > full.loc[m, "efficiency_high"]
+    ]
+    apart = (
+        f"; their intervals part from {_nodes_word(parted[0])}"
+        if parted
+        else "; their intervals overlap at every projected node count"
+    )
+    return (
+        f"Full against hybrid sharding: hybrid (a shard group per node) is ahead from "
+        f"{_nodes_word(n)}: {_pc(hybrid.loc[n, 'efficiency'])}% against "
+        f"{_pc(full.loc[n, 'efficiency'])}% there{apart}."
     )
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from projection_helpers import BUS, COMPUTE, GB
+from projection_helpers import fsdp_model as _model
 
 from analysis.compute.projection.step_time.fsdp_comm import (
     FsdpStepModel,
@@ -15,12 +17,8 @@ from analysis.compute.projection.step_time.fsdp_comm import (
     microbatch_exposed,
     step_exposed,
 )
-from analysis.compute.projection.step_time.step_model import Level, Network, collective_s
+from analysis.compute.projection.step_time.step_model import collective_s
 from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER
-
-BUS = Level(alpha_s=0.0, busbw_gbps=1.0, at_world=2, source="by hand")
-GB = 1e9
-COMPUTE = 1.8  # forward 0.6 (0.3 a block), backward 1.2 (0.6 a block)
 
 
 def test_each_collective_moves_n_minus_1_over_n_of_its_bytes() -> None:
@@ -65,30 +63,6 @@ def test_accumulation_gathers_every_micro_batch_and_reduce_scatters_once() -> No
     """k = 2 on the CPU: 2 micro-batches of 4 gathers each, 2 reduce-scatters once."""
     got = step_exposed(BUS, (GB, GB), 2, 2 * COMPUTE, 2, overlap=False)
     assert got == pytest.approx(2 * 4 * 0.5 + 2 * 0.5)
-
-
-def _model(**kw: object) -> FsdpStepModel:
-    slow = Level(alpha_s=0.0, busbw_gbps=0.25, at_world=2, source="inter, by hand")
-    fields = dict(
-        per_device_batch=1.0,
-        accumulate=1,
-        compute_fixed_s=0.0,
-        compute_per_sample_s=COMPUTE,
-        input_per_sample_s=0.0,
-        overlap_s=0.0,
-        other_s=0.0,
-        sigma_share=0.0,
-        bucket_bytes=block_bytes(2 * GB, 2),
-        network=Network(BUS, slow),
-        anchor_world=2,
-        anchor_nodes=1,
-        exposed_offset_s=0.0,
-        baseline_step_s=COMPUTE,
-        baseline_batch=1.0,
-        baseline_world=1,
-        scaling_mode="weak",
-    )
-    return FsdpStepModel(**{**fields, **kw})  # type: ignore[arg-type]
 
 
 def test_the_step_model_takes_fsdps_communication_at_each_level_of_the_network() -> None:
@@ -175,7 +149,7 @@ def _built(units: tuple[float, ...], *, gpu: bool, reshard: bool = True) -> Fsdp
 
     term = FsdpTerm.of(_sharding(units, reshard=reshard), gpu=gpu)  # type: ignore[arg-type]
     own = {"reshard_after_forward", "overlap", "hidden_share", "scatter_factor", "param_dtype"}
-    own |= {"root_first", "backend"}
+    own |= {"root_first", "backend", "shard_size"}
     fields = {k: v for k, v in asdict(_model()).items() if k not in own}
     fields["network"] = _model().network
     model = term.build(**{**fields, "bucket_bytes": tuple(float(u) for u in units)})

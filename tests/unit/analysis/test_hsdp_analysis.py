@@ -1,6 +1,6 @@
 """HSDP (``trainer.strategy: hsdp``) as the analysis reads it: the model state per device
-sharded over a shard group, not the world; its series not projected with a step model that
-has no term for it; its advice and captions those of a sharded series."""
+sharded over a shard group, not the world; its advice and captions those of a sharded series
+(its projection: test_hsdp_projection.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from analysis.compute.plan.memory import memory_columns, shard_ranks
-from analysis.compute.projection.project import HSDP_NOT_MODELLED, series_term
 from analysis.read.strategy import is_sharded
 
 
@@ -50,14 +49,6 @@ def test_hsdp_shards_the_state_over_a_shard_group_and_keeps_it_beyond() -> None:
         [*fsdp, {"source": "projected", "world_size": 16, "_rows": fsdp[-1]["_rows"]}]
     )
     assert shrinking[-1]["model_state_gib"] == pytest.approx(2 + 10 / 16)
-
-
-def test_an_hsdp_series_is_not_projected_and_says_why() -> None:
-    class Group:
-        rows = pd.DataFrame([{"strategy": "hsdp", "sharding": {}}])
-
-    term, why = series_term([Group()])
-    assert term is None and why == HSDP_NOT_MODELLED
 
 
 def test_hsdp_is_read_as_sharded() -> None:

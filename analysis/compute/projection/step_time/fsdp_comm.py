@@ -54,7 +54,12 @@ from analysis.compute.projection.step_time.step_model import (
     collective_s,
 )
 from analysis.read.strategy import FsdpSharding
-from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER, as_run_by
+from scalescope.collectives import (
+    FSDP_ALL_GATHER,
+    FSDP_REDUCE_SCATTER,
+    FSDP_REPLICA_ALL_REDUCE,
+    as_run_by,
+)
 
 FSDP_HIDDEN_BAND = (0.0, 1.0)
 """On GPUs, the share of the communication prefetching can hide (each block's gather behind
@@ -141,16 +146,59 @@ def step_exposed(
     gathers, scatters = _collective_times(
         level, block_bytes, world, bw_factor, scatter_factor, backend
     )
-    micro = compute_s / k
     kw = {
         "reshard_after_forward": reshard_after_forward,
         "overlap": overlap,
         "root_first": root_first,
     }
+    return timeline_exposed(gathers, scatters, compute_s, k, **kw)
+
+
+def timeline_exposed(
+    gathers: Sequence[float],
+    scatters: Sequence[float],
+    compute_s: float,
+    k: int = 1,
+    **kw: Any,
+) -> float:
+    """The exposed seconds of one optimizer step of ``k`` micro-batches (compute
+    ``compute_s`` for all of them) whose units take ``gathers`` and ``scatters`` seconds
+    (:func:`microbatch_exposed`'s keywords in ``kw``): every micro-batch gathers, the last
+    one also reduce-scatters."""
+    micro = compute_s / k
     last = microbatch_exposed(gathers, scatters, micro, sync=True, **kw)
     if k == 1:
         return last
     return (k - 1) * microbatch_exposed(gathers, scatters, micro, sync=False, **kw) + last
+
+
+def hybrid_times(
+    shard_level: Level,
+    replica_level: Level,
+    units: Sequence[float],
+    world: int,
+    shard_size: int,
+    *,
+    bw_factor: float = 1.0,
+    scatter_factor: float = 1.0,
+    backend: str = "nccl",
+) -> tuple[list[float], list[float]]:
+    """Each unit's gather and reduce seconds under hybrid sharding (HSDP) at ``world`` ranks
+    in shard groups of ``shard_size``: the all-gather and the reduce-scatter over the shard
+    group on ``shard_level`` (a node's link where the group is a node's devices), then, after
+    each reduce-scatter on the same channel, the all-reduce of the unit's gradient shard (its
+    reduced bytes over the shard group) across the ``world / shard_size`` replicas on
+    ``replica_level`` (``bw_factor`` on its bandwidth: the replicas' link is the one a
+    projection draws)."""
+    shard = max(1, min(shard_size, world))
+    replicas = world // shard
+    gathers, scatters = _collective_times(shard_level, units, shard, 1.0, scatter_factor, backend)
+    reduce = as_run_by(FSDP_REPLICA_ALL_REDUCE, backend)
+    shards = [
+        collective_s(replica_level, reduce, b * scatter_factor / shard, replicas, bw_factor)
+        for b in units
+    ]
+    return gathers, [a + b for a, b in zip(scatters, shards, strict=True)]
 
 
 def _collective_times(
@@ -199,24 +247,53 @@ class FsdpStepModel(StepModel):
     backend: str = "nccl"
     """The process group's backend the series ran on (gloo on CPUs): it says what a
     reduce-scatter moves (:func:`scalescope.collectives.as_run_by`)."""
+    shard_size: int | None = None
+    """Hybrid sharding (HSDP): the ranks of a shard group (a node's devices unless the
+    series set ``fsdp.shard_size``), whose gathers and reduce-scatters stay on the intra-node
+    link, each unit's gradient shard then all-reduced across the replicas
+    (:func:`hybrid_times`); None: full sharding over the world."""
+
+    def hybrid_at(self, world: int) -> bool:
+        """Whether ``world`` ranks run hybrid sharding with more than one replica."""
+        return self.shard_size is not None and world > self.shard_size
+
+    def unit_times(
+        self, level: Level, world: int, buckets: Sequence[float], bw: float
+    ) -> tuple[list[float], list[float]]:
+        """Each unit's gather and reduce seconds at ``world`` ranks on ``level`` (the level
+        of the step's node count): full sharding's over the world, or hybrid sharding's
+        (:func:`hybrid_times`: the shard group on the intra-node level, the replicas on
+        ``level``)."""
+        if not self.hybrid_at(world):
+            return _collective_times(level, buckets, world, bw, self.scatter_factor, self.backend)
+        assert self.shard_size is not None
+        return hybrid_times(
+            self.network.intra or level,
+            level,
+            buckets,
+            world,
+            self.shard_size,
+            bw_factor=bw,
+            scatter_factor=self.scatter_factor,
+            backend=self.backend,
+        )
 
     def exposed_on(
         self, level: Level, world: int, buckets: Sequence[float], k: int, bw: float, batch: float
     ) -> float:
-        """FSDP's exposed gathers and reduce-scatters per step on ``level``: the timeline of
-        the module doc, less ``hidden_share`` of what it hides on GPUs."""
-        args = (level, buckets, world, self.compute_s(batch, k), k)
+        """FSDP's exposed gathers and reduce-scatters per step on ``level`` (under HSDP, with
+        the replicas' all-reduces): the timeline of the module doc, less ``hidden_share`` of
+        what it hides on GPUs."""
+        gathers, scatters = self.unit_times(level, world, buckets, bw)
         kw: dict[str, Any] = {
-            "bw_factor": bw,
             "reshard_after_forward": self.reshard_after_forward,
-            "scatter_factor": self.scatter_factor,
             "root_first": self.root_first,
-            "backend": self.backend,
         }
-        hidden = step_exposed(*args, overlap=self.overlap, **kw)
+        compute = self.compute_s(batch, k)
+        hidden = timeline_exposed(gathers, scatters, compute, k, overlap=self.overlap, **kw)
         if not self.overlap or self.hidden_share >= 1.0:
             return hidden
-        serial = step_exposed(*args, overlap=False, **kw)
+        serial = timeline_exposed(gathers, scatters, compute, k, overlap=False, **kw)
         return hidden + (1.0 - self.hidden_share) * (serial - hidden)
 
     def allreduce_total(
@@ -230,9 +307,7 @@ class FsdpStepModel(StepModel):
         if world <= 1 or level is None:
             return math.nan if level is None else 0.0
         k = self.accumulate if k is None else k
-        gathers, scatters = _collective_times(
-            level, buckets, world, self.network.factor(nodes), self.scatter_factor, self.backend
-        )
+        gathers, scatters = self.unit_times(level, world, buckets, self.network.factor(nodes))
         again = gathers[1:] if self.root_first else gathers
         per_micro = math.fsum(gathers) + (math.fsum(again) if self.reshard_after_forward else 0.0)
         return k * per_micro + math.fsum(scatters)
@@ -253,11 +328,13 @@ class FsdpTerm(CommTerm):
     param_dtype: str | None = None
     root_first: bool = False
     backend: str = "nccl"
+    shard_size: int | None = None
 
     @classmethod
     def of(cls, sharding: FsdpSharding, *, gpu: bool) -> FsdpTerm:
         """The term of a series whose records say ``sharding`` (with its units' bytes, the
-        root first), on GPUs (nccl, prefetch hides) or CPUs (gloo, nothing hidden)."""
+        root first; under HSDP its shard groups' size), on GPUs (nccl, prefetch hides) or
+        CPUs (gloo, nothing hidden)."""
         assert sharding.unit_bytes is not None
         return cls(
             messages=tuple(float(b) for b in sharding.unit_bytes),
@@ -267,6 +344,7 @@ class FsdpTerm(CommTerm):
             param_dtype=sharding.param_dtype,
             root_first=True,
             backend="nccl" if gpu else "gloo",
+            shard_size=sharding.shard_size,
         )
 
     def build(self, **fields: Any) -> StepModel:
@@ -279,6 +357,7 @@ class FsdpTerm(CommTerm):
             param_dtype=self.param_dtype,
             root_first=self.root_first,
             backend=self.backend,
+            shard_size=self.shard_size,
         )
 
     def drawn(self, rng: np.random.Generator) -> CommTerm:
