@@ -140,7 +140,7 @@ FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER, FSDP_REPLICA_ALL_REDUCE = register(
         wait="under HSDP only: each shard's gradient all-reduce across the shard groups, after "
         "its reduce-scatter; on CPUs from the reduce-scatter's return to FSDP's all-reduce "
         "hook, on GPUs inside the wait at backward's end",
-        modelled=False,
+        modelled=True,
     ),
 )
 

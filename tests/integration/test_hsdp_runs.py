@@ -115,3 +115,28 @@ def test_an_injected_delay_on_the_all_reduce_across_groups_shows_there_not_in_th
         assert d is not None
         for rank in d["ranks"]:
             assert rank["collectives_per_step"]["replica_all_reduce"]["count"] > 0
+
+
+def test_the_hsdp_baseline_times_the_shard_groups_and_the_replicas(
+    four: dict[str, ResultRecord],
+) -> None:
+    """Under HSDP the start-up baseline times the gathers and reduce-scatters over a shard
+    group of 2 (a block's 49,664 B and the root's 12,544 B in full, each rank holding half,
+    as 2 ranks of FSDP do), and the all-reduce of each shard across the 2 replicas (busbw =
+    algbw x 2 (2 - 1) / 2); under FSDP, over the 4 ranks (each holding a quarter)."""
+    hsdp, fsdp = (four[k].diagnosis for k in ("hsdp", "fsdp"))
+    assert hsdp is not None and fsdp is not None
+    section = hsdp["fsdp_collectives"]
+    assert section["status"] == "measured" and section["mesh"] == {"shard_size": 2, "replicas": 2}
+    assert [row["full_bytes"] for row in section["sizes"]] == [12_544, 49_664]
+    for row in section["sizes"]:
+        assert row["full_bytes"] == 2 * row["shard_bytes"]
+        reduce = row["replica_all_reduce"]
+        assert reduce["algbw_gbps"] == pytest.approx(row["shard_bytes"] / reduce["time_s"] / 1e9)
+        assert reduce["busbw_gbps"] == pytest.approx(reduce["algbw_gbps"])
+        gather = row["all_gather"]
+        assert gather["busbw_gbps"] == pytest.approx(gather["algbw_gbps"] / 2)
+    full = fsdp["fsdp_collectives"]
+    assert full["mesh"] == {"shard_size": 4, "replicas": 1}
+    for row in full["sizes"]:
+        assert row["full_bytes"] == 4 * row["shard_bytes"] and "replica_all_reduce" not in row

@@ -67,7 +67,11 @@ def test_fsdp_registers_beside_ddp() -> None:
         collectives.FSDP_REPLICA_ALL_REDUCE,
     )
     assert collectives.FSDP_REPLICA_ALL_REDUCE.operation == "all_reduce"
-    assert [c.operation for c in collectives.modelled("fsdp")] == ["all_gather", "reduce_scatter"]
+    assert [c.operation for c in collectives.modelled("fsdp")] == [
+        "all_gather",
+        "reduce_scatter",
+        "all_reduce",
+    ]
 
 
 @pytest.mark.parametrize("world", [1, 2, 8, 64])

@@ -9,6 +9,12 @@ conventions: algbw = the full size / time, busbw = algbw x (n - 1) / n. It runs 
 all-reduce sweep (:class:`.strategies.AllReduceBaseline`), which runs under FSDP too. On gloo
 the reduce-scatter runs as an all-reduce, and the section says so.
 
+Under hybrid sharding (HSDP, a 2-D mesh: replicate x shard) the gathers and reduce-scatters
+run over each shard group, at its size, and each shard is then all-reduced across the replica
+group (``replica_all_reduce``, busbw = algbw x 2 (r - 1) / r over its r replicas): every rank
+calls each collective on its own groups, all groups at once, as training does. ``mesh`` says
+which sizes were timed.
+
 The record's ``diagnosis.fsdp_collectives``, only for runs sharded by FSDP2.
 """
 
@@ -20,7 +26,12 @@ from typing import Any
 
 import lightning as L
 
-from ...collectives import FSDP_ALL_GATHER
+from ...collectives import (
+    FSDP_ALL_GATHER,
+    FSDP_REDUCE_SCATTER,
+    FSDP_REPLICA_ALL_REDUCE,
+    Collective,
+)
 from ...config import DiagnosisConfig, FaultsConfig
 from ..faults.fsdp_comms import fsdp_modules
 from .strategies import BASELINES, never_started
@@ -57,9 +68,11 @@ def shard_bytes(pl_module: Any) -> list[int]:
 
 
 def padded_shard_bytes(param: Any) -> int:
-    """A dim-0-sharded parameter's padded shard in bytes: ceil(rows / ranks) rows."""
+    """A dim-0-sharded parameter's padded shard in bytes: ceil(rows / ranks) rows, over the
+    ranks of its mesh's shard dimension (the world under FSDP, a shard group under HSDP)."""
     shape = tuple(param.shape)  # a DTensor's shape is the whole parameter's
-    ranks = param.device_mesh.size()
+    mesh = param.device_mesh
+    ranks = mesh.size(mesh.ndim - 1)  # the shard dimension: the last (HSDP: replicate x shard)
     if not shape:
         return param.element_size()
     rows = -(-shape[0] // ranks)
@@ -81,8 +94,16 @@ def _timed(op: Any, device: Any) -> float:
     return (time.perf_counter() - started) / REPEATS
 
 
-def measure_sizes(shards: list[int], device: Any, world: int) -> list[dict[str, Any]]:
-    """Each distinct shard size: both collectives timed, on every rank together."""
+def measure_sizes(
+    shards: list[int],
+    device: Any,
+    world: int,
+    group: Any = None,
+    replicas: tuple[Any, int] | None = None,
+) -> list[dict[str, Any]]:
+    """Each distinct shard size: both collectives timed over ``group`` of ``world`` ranks (the
+    default group: every rank), on every rank together; with ``replicas`` (the replica group
+    and its size, under HSDP) the all-reduce of the shard across it too."""
     import torch
     import torch.distributed as dist
 
@@ -95,19 +116,43 @@ def measure_sizes(shards: list[int], device: Any, world: int) -> list[dict[str, 
         small = torch.ones(n, device=device)
         whole = torch.empty(n * world, device=device)
         row: dict[str, Any] = {"shard_bytes": n * 4, "full_bytes": n * 4 * world}
-        for name, op in (
-            ("all_gather", lambda w=whole, s=small: gather(w, s)),
-            ("reduce_scatter", lambda w=whole, s=small: scatter(s, w)),
-        ):
+        ops: list[tuple[Collective, Any, int]] = [
+            (FSDP_ALL_GATHER, lambda w=whole, s=small: gather(w, s, group=group), world),
+            (FSDP_REDUCE_SCATTER, lambda w=whole, s=small: scatter(s, w, group=group), world),
+        ]
+        if replicas is not None and replicas[1] > 1:
+            ops.append(
+                (
+                    FSDP_REPLICA_ALL_REDUCE,
+                    lambda s=small, g=replicas[0]: dist.all_reduce(s, group=g),
+                    replicas[1],
+                )
+            )
+        for collective, op, ranks in ops:
             seconds = _timed(op, device)
-            algbw = row["full_bytes"] / seconds / 1e9
-            row[name] = {
+            # a gather's or reduce-scatter's size is the whole; an all-reduce's, the shard
+            whole_size = collective is not FSDP_REPLICA_ALL_REDUCE
+            moved = row["full_bytes"] if whole_size else row["shard_bytes"]
+            algbw = moved / seconds / 1e9
+            row[collective.key] = {
                 "time_s": seconds,
                 "algbw_gbps": algbw,
-                "busbw_gbps": algbw * FSDP_ALL_GATHER.bus_factor(world),
+                "busbw_gbps": algbw * collective.bus_factor(ranks),
             }
         rows.append(row)
     return rows
+
+
+def sharding_mesh(pl_module: Any) -> Any:
+    """The device mesh FSDP2 sharded the module over (its first sharded parameter's); None
+    where no parameter is a DTensor."""
+    from torch.distributed.tensor import DTensor
+
+    for module in fsdp_modules(pl_module):
+        for p in module.parameters():
+            if isinstance(p, DTensor):
+                return p.device_mesh
+    return None
 
 
 class FsdpBaseline:
@@ -134,12 +179,26 @@ class FsdpBaseline:
         started = time.perf_counter()
         device = trainer.strategy.root_device
         backend = str(dist.get_backend())
-        rows = measure_sizes(shard_bytes(pl_module), device, dist.get_world_size())
+        mesh = sharding_mesh(pl_module)
+        world = dist.get_world_size()
+        if mesh is not None and mesh.ndim == 2:  # HSDP: replicate x shard
+            shard_size, replicas = mesh.size(1), mesh.size(0)
+            rows = measure_sizes(
+                shard_bytes(pl_module),
+                device,
+                shard_size,
+                group=mesh.get_group(1),
+                replicas=(mesh.get_group(0), replicas),
+            )
+        else:
+            shard_size, replicas = world, 1
+            rows = measure_sizes(shard_bytes(pl_module), device, world)
         return {
             "status": "measured",
             "reason": None,
             "backend": backend,
-            "world_size": dist.get_world_size(),
+            "world_size": world,
+            "mesh": {"shard_size": shard_size, "replicas": replicas},
             "sizes": rows,
             "note": GLOO_REDUCE_SCATTER if backend == "gloo" else None,
             "seconds": time.perf_counter() - started,
