@@ -346,8 +346,9 @@ def _fsdp_hidden(
 
 
 ISOLATES_REDUCE_SCATTER = (
-    "FSDP's calibration windows isolate the exposed reduce-scatter only: the all-gathers run "
-    "in both kinds of window (their waits are the per-step measure)"
+    "FSDP's calibration windows isolate the exposed reduce-scatter only (under HSDP with the "
+    "all-reduce of each shard across the shard groups): the all-gathers run in both kinds of "
+    "window (their waits are the per-step measure)"
 )
 
 

@@ -179,7 +179,7 @@ class _Passes:
         """Under FSDP2, its sharded units (empty under DDP)."""
         self._sharded = (fsdp.sharded_params(self.fsdp) or []) if self.fsdp else []
         """FSDP2's per-parameter state, whose unsharded gradients :meth:`zero_grad` drops."""
-        self.isolates = fsdp.ISOLATES["fsdp" if self.fsdp else "ddp"]
+        self.isolates = fsdp.isolates(self.fsdp)
 
     def zero_grad(self) -> None:
         """No gradient left, under FSDP2 the unsharded ones a pass without sync left too."""

@@ -18,12 +18,32 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ...collectives import DDP_GRADIENT, FSDP_REDUCE_SCATTER
+from ...collectives import DDP_GRADIENT, FSDP_REDUCE_SCATTER, FSDP_REPLICA_ALL_REDUCE
 
-ISOLATES = {"ddp": DDP_GRADIENT.operation, "fsdp": FSDP_REDUCE_SCATTER.operation}
-"""Per strategy, the collective whose exposed time ``synced - no_sync`` per pass isolates
+ISOLATES = {
+    "ddp": DDP_GRADIENT.operation,
+    "fsdp": FSDP_REDUCE_SCATTER.operation,
+    "hsdp": f"{FSDP_REDUCE_SCATTER.operation}+{FSDP_REPLICA_ALL_REDUCE.key}",
+}
+"""Per strategy, the collectives whose exposed time ``synced - no_sync`` per pass isolates
 (the section's ``isolates``): DDP's gradient all-reduce; under FSDP the reduce-scatter only,
-the all-gathers running in both kinds of window."""
+the all-gathers running in both kinds of window; under HSDP the reduce-scatter and the
+all-reduce of each shard across the shard groups, which a pass without sync skips too."""
+
+
+def isolates(units: list[Any]) -> str:
+    """:data:`ISOLATES`' entry for a module sharded into ``units`` (none: DDP's): HSDP's
+    where they are sharded over a 2-D mesh (replicate x shard)."""
+    if not units:
+        return ISOLATES["ddp"]
+    from torch.distributed.tensor import DTensor
+
+    for unit in units:
+        for p in unit.parameters():
+            if isinstance(p, DTensor):
+                return ISOLATES["hsdp" if p.device_mesh.ndim == 2 else "fsdp"]
+    return ISOLATES["fsdp"]
+
 
 NO_GRAD_STATE = (
     "not run under FSDP2: this torch version's FSDP keeps no per-parameter state where it "

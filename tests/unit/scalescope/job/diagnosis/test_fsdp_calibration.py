@@ -101,6 +101,21 @@ def test_the_calibration_runs_under_fsdp_and_says_what_it_isolates() -> None:
     assert passes_over(torch.nn.Linear(8, 1)).isolates == "all_reduce"  # DDP's module
 
 
+def test_under_hsdp_the_calibration_isolates_the_shards_all_reduce_too() -> None:
+    """Sharded over a 2-D mesh (replicate x shard, here 1 x 1 on the one rank), a pass without
+    sync skips the all-reduce of each shard across the shard groups with the reduce-scatter:
+    the section says it isolates both."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("replicate", "shard"))
+    module = BlocksAndHead()
+    for block in module.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(module, mesh=mesh, reshard_after_forward=False)
+    assert passes_over(module).isolates == "reduce_scatter+replica_all_reduce"
+    assert fsdp.isolates(fsdp_modules(sharded())) == "reduce_scatter"
+
+
 def test_a_pass_without_sync_reduces_nothing_and_leaves_no_gradient_behind() -> None:
     """A no_sync pass leaves its gradients unsharded (nothing reduced to the shards); the
     next pass drops them, so a synced pass after it reduces its own gradient alone."""
