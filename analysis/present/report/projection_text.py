@@ -69,7 +69,7 @@ def _paragraph(sp: SeriesProjection, rows: Any) -> list[str]:
     e = plain["efficiency"]
     model = sp.fit.model
     assert model is not None
-    text = [_at_largest(plain, isinstance(model, FsdpStepModel))]
+    text = [_at_largest(plain, communication_words(model))]
     if math.isfinite(e):
         text.append(_explanation(model, plain))
     text.append(_crossing(sp, model))
@@ -184,16 +184,25 @@ def readiness_sentence(model: StepModel) -> str:
     )
 
 
-def _at_largest(plain: Any, fsdp: bool = False) -> str:
+def communication_words(model: StepModel) -> str:
+    """What a series' communication is, in words: DDP's all-reduce, FSDP's gathers and
+    reduce-scatters, or HSDP's with the shards' all-reduce across groups."""
+    if not isinstance(model, FsdpStepModel):
+        return "the all-reduce"
+    if model.shard_size is not None:
+        return "HSDP's gathers, reduce-scatters and shard all-reduces"
+    return "FSDP's gathers and reduce-scatters"
+
+
+def _at_largest(plain: Any, comm: str = "the all-reduce") -> str:
     """The efficiency at the largest projected N, with its step's three biggest parts
-    (``fsdp``: its communication is FSDP's gathers and reduce-scatters)."""
+    (``comm``: what its communication is, :func:`communication_words`)."""
     e, lo, hi = plain["efficiency"], plain["efficiency_low"], plain["efficiency_high"]
     if not math.isfinite(e):
         return (
             f"At {_nodes_word(int(plain['nodes']))} no efficiency can be projected "
             "(less than one sample per device and micro-batch)."
         )
-    comm = "FSDP's gathers and reduce-scatters" if fsdp else "the all-reduce"
     parts = {
         f"exposed {comm.removeprefix('the ')}": plain["exposed_comm_step_s"],
         "waiting for the slowest rank": plain["straggler_step_s"],

@@ -178,6 +178,7 @@ def test_a_sharded_series_is_told_where_hybrid_overtakes_full_sharding() -> None
     (text,) = findings(hsdp)
     assert "HSDP's model, per wrapped unit (3 units" in text["text"]
     assert "in shard groups of 3 ranks" in text["text"]
+    assert "exposed HSDP's gathers, reduce-scatters and shard all-reduces" in text["text"]
     # the hybrid series and the fully sharded one's hybrid what-if are the same model
     as_hybrid = fsdp.table[fsdp.table["what_if"] == HYBRID].set_index("nodes")["efficiency"]
     measured = hsdp.table[hsdp.table["what_if"] == "as measured"].set_index("nodes")["efficiency"]
