@@ -162,7 +162,8 @@ def sharding_sentence(rows: Any) -> str | None:
     return (
         f"Full against hybrid sharding: hybrid (a shard group per node) is ahead from "
         f"{_nodes_word(n)}: {_pc(hybrid.loc[n, 'efficiency'])}% against "
-        f"{_pc(full.loc[n, 'efficiency'])}% there{apart}."
+        f"{_pc(full.loc[n, 'efficiency'])}% there{apart}; hybrid holds the model state "
+        "sharded over a node's devices, not all of them, so more of it per device."
     )
 
 
