@@ -63,7 +63,7 @@ from analysis.compute.projection.step_time.fsdp_comm import (
     FsdpStepModel,
     block_bytes,
 )
-from analysis.compute.projection.step_time.network import Level, Network
+from analysis.compute.projection.step_time.network import UNKNOWN_INTER_BAND, Level, Network
 from analysis.compute.projection.step_time.step_model import CARRIES, StepModel, expected_max
 from analysis.read.cases import SHARDED_METHODS, Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import split_into_buckets
@@ -77,9 +77,6 @@ cloud's virtual network, one NIC shared by eight GPUs). The draws span it (log s
 error model narrows it to the band the training cases achieved
 (:func:`analysis.compute.projection.model_error.learn_share_band`)."""
 UNKNOWN_INTER_SHARE = 1.0
-UNKNOWN_INTER_BAND = (0.1, 1.0)
-"""Where a case states no inter-node link: its bus bandwidth at 10-100% of the intra-node
-one (centre 32%), from Ethernet beside PCIe to a rail of NICs per GPU beside NVLink."""
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
 PATTERNS = ("one message", "ddp")
@@ -203,8 +200,8 @@ def unknowns(case: Case) -> list[str]:
         out.append("the share of the stated inter-node line rate achieved (the learned band)")
     elif any(p.nodes > 1 for p in case.published):
         out.append(
-            f"the inter-node bus bandwidth, not stated: {UNKNOWN_INTER_BAND[0]:.0%}-"
-            f"{UNKNOWN_INTER_BAND[1]:.0%} of the intra-node link"
+            f"the inter-node bus bandwidth, not stated: {100 * UNKNOWN_INTER_BAND[0]:g}-"
+            f"{100 * UNKNOWN_INTER_BAND[1]:g}% of the intra-node link"
         )
     if unknown_pattern(case):
         out.append("the communication pattern: one message after backward to DDP's buckets")

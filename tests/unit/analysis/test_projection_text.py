@@ -81,7 +81,7 @@ def test_a_network_profile_replaces_the_assumed_band(tmp_path: Path) -> None:
     assumed = first_projection()
     assert "nccl-tests at 16 nodes" in with_profile["network"]
     assert "(+-15%)" in with_profile["network"]  # the band the profile's number allows
-    assert "assumed at 10-100% of the intra-node one" in assumed["network"]
+    assert "assumed at 1-100% of the intra-node one" in assumed["network"]
 
 
 def run_exit(*argv: str) -> tuple[int, str]:

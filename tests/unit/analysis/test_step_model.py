@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from projection_helpers import parts, series
 
+from analysis.compute.projection.step_time.network import UNKNOWN_INTER_BAND
 from analysis.compute.projection.step_time.step_model import (
     Level,
     ScalePoint,
@@ -124,7 +125,8 @@ def test_strong_scaling_shrinks_the_per_device_batch_until_it_cannot() -> None:
 def test_an_assumed_inter_node_network_is_a_wide_band_and_a_measured_one_narrows_it() -> None:
     pts, base = series(comm=0.004)
     net = fit_series(pts, base, "weak").model.network  # type: ignore[union-attr]
-    assert net.inter_band == (0.1, 1.0) and "assumed" in net.note
+    assert net.inter_band == UNKNOWN_INTER_BAND == (0.01, 1.0) and "assumed" in net.note
+    assert "assumed at 1-100% of the intra-node one" in net.note
     two_nodes = ScalePoint(4, 2, 2, [parts(comm=0.006, world=4)])
     net2 = fit_series([*pts, two_nodes], base, "weak").model.network  # type: ignore[union-attr]
     assert net2.inter_band == (0.5, 1.0) and "2 nodes" in net2.note
