@@ -181,11 +181,7 @@ def cross_validated(
     more = prepare(walked, draws, seed + 1) if walked else []
     scored, folds = cross_validate(prepared, also=more)
     # cross_validate groups the points by source: put them back in the cases' order
-    by_key: dict[str, list[dict[str, Any]]] = {}
-    for s in scored:
-        by_key.setdefault(str(s["case"]), []).append(s)
-    ordered = [by_key[c.name].pop(0) for c in ddp for _ in c.published]
-    result = {**_result(ddp, prepared, ordered), "folds": _bare(folds, "also")}
+    result = {**_result(ddp, prepared, _in_order(ddp, scored)), "folds": _bare(folds, "also")}
     # a harder test: a whole kind of system held out (its sources' noise and fit from the
     # other kinds alone), as a cluster unlike any in the file would be
     family_scored, family_folds = cross_validate(prepared, key=lambda p: p.family, also=more)
@@ -193,8 +189,11 @@ def cross_validated(
     result["family_folds"] = _bare(family_folds, "inner", "also")
     if walked:  # each fold's model scores its walked-forward points, never fitted on them
         result["walked"] = {
-            **_result(walked, more, _in_order(walked, folds)),
-            "family_totals": {**totals(_in_order(walked, family_folds)), "points": len(more)},
+            **_result(walked, more, _in_order(walked, _also(folds))),
+            "family_totals": {
+                **totals(_in_order(walked, _also(family_folds))),
+                "points": len(more),
+            },
         }
     # no FSDP source is in the shipped model's fit: each is already held out of it
     result = _with_fsdp(result, fsdp, draws, seed, load_error_model())
@@ -211,10 +210,15 @@ def _bare(folds: Sequence[dict[str, Any]], *drop: str) -> list[dict[str, Any]]:
     return [{k: v for k, v in f.items() if k not in drop} for f in folds]
 
 
-def _in_order(cases: Sequence[Case], folds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The points the folds scored under ``also``, in the order of ``cases``' points."""
+def _also(folds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points the folds scored under ``also``, fold after fold."""
+    return [p for fold in folds for p in fold.get("also", ())]
+
+
+def _in_order(cases: Sequence[Case], scored: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``scored`` (points of ``cases``, in any order of cases) in the order of ``cases``'
+    points (a case's own points keep their order)."""
     by_key: dict[str, list[dict[str, Any]]] = {}
-    for fold in folds:
-        for s in fold.get("also", ()):
-            by_key.setdefault(str(s["case"]), []).append(s)
+    for s in scored:
+        by_key.setdefault(str(s["case"]), []).append(s)
     return [by_key[c.name].pop(0) for c in cases for _ in c.published]

@@ -15,7 +15,6 @@ from analysis.compute.projection.step_time.fsdp_comm import (
     FsdpStepModel,
     block_bytes,
     microbatch_exposed,
-    step_exposed,
 )
 from analysis.compute.projection.step_time.step_model import collective_s
 from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER
@@ -61,7 +60,8 @@ def test_with_long_compute_only_the_first_gather_and_the_last_reduce_scatter_sho
 
 def test_accumulation_gathers_every_micro_batch_and_reduce_scatters_once() -> None:
     """k = 2 on the CPU: 2 micro-batches of 4 gathers each, 2 reduce-scatters once."""
-    got = step_exposed(BUS, (GB, GB), 2, 2 * COMPUTE, 2, overlap=False)
+    cpu = _model(overlap=False, accumulate=2)
+    got = cpu.modelled_exposed(2, 1, (GB, GB), 2, 1.0, cpu.per_device_batch)
     assert got == pytest.approx(2 * 4 * 0.5 + 2 * 0.5)
 
 

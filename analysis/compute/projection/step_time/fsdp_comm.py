@@ -123,37 +123,6 @@ def microbatch_exposed(
     return exposed
 
 
-def step_exposed(
-    level: Level,
-    block_bytes: Sequence[float],
-    world: int,
-    compute_s: float,
-    k: int = 1,
-    *,
-    bw_factor: float = 1.0,
-    reshard_after_forward: bool = True,
-    overlap: bool = True,
-    scatter_factor: float = 1.0,
-    root_first: bool = False,
-    backend: str = "nccl",
-) -> float:
-    """FSDP's exposed communication per optimizer step of ``k`` micro-batches (compute
-    ``compute_s`` for all of them): every micro-batch gathers, the last one also
-    reduce-scatters, ``scatter_factor`` bytes per byte gathered (2 for bf16 gathers with fp32
-    reductions), each collective as ``backend`` runs it."""
-    if world <= 1 or not block_bytes:
-        return 0.0
-    gathers, scatters = _collective_times(
-        level, block_bytes, world, bw_factor, scatter_factor, backend
-    )
-    kw = {
-        "reshard_after_forward": reshard_after_forward,
-        "overlap": overlap,
-        "root_first": root_first,
-    }
-    return timeline_exposed(gathers, scatters, compute_s, k, **kw)
-
-
 def timeline_exposed(
     gathers: Sequence[float],
     scatters: Sequence[float],

@@ -143,7 +143,7 @@ def measure_sizes(
     return rows
 
 
-def sharding_mesh(pl_module: Any) -> Any:
+def module_mesh(pl_module: Any) -> Any:
     """The device mesh FSDP2 sharded the module over (its first sharded parameter's); None
     where no parameter is a DTensor."""
     from torch.distributed.tensor import DTensor
@@ -179,7 +179,7 @@ class FsdpBaseline:
         started = time.perf_counter()
         device = trainer.strategy.root_device
         backend = str(dist.get_backend())
-        mesh = sharding_mesh(pl_module)
+        mesh = module_mesh(pl_module)
         world = dist.get_world_size()
         if mesh is not None and mesh.ndim == 2:  # HSDP: replicate x shard
             shard_size, replicas = mesh.size(1), mesh.size(0)

@@ -19,6 +19,7 @@ import contextlib
 from typing import Any
 
 from ...collectives import DDP_GRADIENT, FSDP_REDUCE_SCATTER, FSDP_REPLICA_ALL_REDUCE
+from ..faults.fsdp_comms import is_hybrid
 
 ISOLATES = {
     "ddp": DDP_GRADIENT.operation,
@@ -36,13 +37,7 @@ def isolates(units: list[Any]) -> str:
     where they are sharded over a 2-D mesh (replicate x shard)."""
     if not units:
         return ISOLATES["ddp"]
-    from torch.distributed.tensor import DTensor
-
-    for unit in units:
-        for p in unit.parameters():
-            if isinstance(p, DTensor):
-                return ISOLATES["hsdp" if p.device_mesh.ndim == 2 else "fsdp"]
-    return ISOLATES["fsdp"]
+    return ISOLATES["hsdp" if any(is_hybrid(u) for u in units) else "fsdp"]
 
 
 NO_GRAD_STATE = (
