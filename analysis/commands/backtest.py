@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.compute.projection.backtest import backtest, cross_validated, split
-from analysis.compute.projection.model_error import SHIPPED_PATH, fit_selected
+from analysis.compute.projection.model_error import SHIPPED_PATH, fit_selected, fit_sweep
 from analysis.compute.projection.model_error import write as write_error_model
 from analysis.compute.projection.project import DRAWS
 from analysis.compute.projection.scoring import CaseError, prepare, read_cases
@@ -150,16 +150,41 @@ def _print_walked(result: dict[str, Any], nested: bool) -> None:
         )
 
 
+SWEEP_WORDS = (
+    "As a sweep's projection draws them (the same fit, its spreads calibrated beside one "
+    "measured run's noise, 3%, not a published table's)"
+)
+
+
+def _print_sweep(result: dict[str, Any], what: str = "") -> None:
+    """The figures of the model a sweep's projection draws with (``sweep``), from one node
+    and from every smaller scale, where the result has them."""
+    from rich.console import Console
+
+    sweep = result.get("sweep")
+    if not sweep:
+        return
+    parts = [f"{what}{_figures(sweep['totals'])}"] if sweep["totals"]["points"] else []
+    if "family_totals" in sweep:
+        parts.append("a kind of system held out " + _figures(sweep["family_totals"]))
+    if "walked" in sweep:
+        parts.append("from every smaller scale " + _figures(sweep["walked"]["totals"]))
+        if "family_totals" in sweep["walked"]:
+            parts.append("the same, a kind held out " + _figures(sweep["walked"]["family_totals"]))
+    Console(width=120, highlight=False).print(f"{SWEEP_WORDS}: " + "; ".join(parts), markup=False)
+
+
+def _figures(t: dict[str, Any]) -> str:
+    return (
+        f"interval coverage {100 * t['coverage']:.0f}%, median absolute error "
+        f"{t['median_abs_error_pts']:.1f} points, median interval width "
+        f"{t['median_width_pts']:.1f} points over {t['points']} point(s)"
+    )
+
+
 def _print_sealed(sealed: dict[str, Any]) -> None:
     """The sealed test's figures: one line for the all-reduce cases, one for FSDP's."""
     from rich.console import Console
-
-    def figures(t: dict[str, Any]) -> str:
-        return (
-            f"interval coverage {100 * t['coverage']:.0f}%, median absolute error "
-            f"{t['median_abs_error_pts']:.1f} points, median interval width "
-            f"{t['median_width_pts']:.1f} points over {t['points']} point(s)"
-        )
 
     line = (
         f"Sealed test ({len(sealed['sources'])} source(s) set aside before any fit, scored once "
@@ -167,16 +192,19 @@ def _print_sealed(sealed: dict[str, Any]) -> None:
     )
     parts = []
     if sealed["totals"]["points"]:
-        parts.append(figures(sealed["totals"]))
+        parts.append(_figures(sealed["totals"]))
     if "walked" in sealed:
-        parts.append("from every smaller scale " + figures(sealed["walked"]["totals"]))
+        parts.append("from every smaller scale " + _figures(sealed["walked"]["totals"]))
     if "fsdp" in sealed:
-        parts.append("FSDP's " + figures(sealed["fsdp"]["totals"]))
+        parts.append("FSDP's " + _figures(sealed["fsdp"]["totals"]))
         if "walked" in sealed["fsdp"]:
             parts.append(
-                "FSDP's from every smaller scale " + figures(sealed["fsdp"]["walked"]["totals"])
+                "FSDP's from every smaller scale " + _figures(sealed["fsdp"]["walked"]["totals"])
             )
     Console(width=120, highlight=False).print(line + "; ".join(parts), markup=False)
+    _print_sweep(sealed, "the sealed test ")
+    if "fsdp" in sealed:
+        _print_sweep(sealed["fsdp"], "the sealed test's FSDP ")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,12 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ddp, _ = split(split_sealed(cases, shut)[0])
         prepared = prepare(ddp, draws=args.draws)
         n = len(prepared)
-        em, selection = fit_selected(
-            prepared,
-            f"{Path(args.cases).name}: {len(ddp)} cases, {n} points"
-            + (f" ({len(shut)} sealed source(s) left out)" if shut else ""),
+        on = f"{Path(args.cases).name}: {len(ddp)} cases, {n} points" + (
+            f" ({len(shut)} sealed source(s) left out)" if shut else ""
         )
-        write_error_model(em, Path(args.out), selection)
+        em, selection = fit_selected(prepared, on)
+        write_error_model(em, Path(args.out), selection, sweep=fit_sweep(prepared, on))
         print(f"{PROG}: wrote {args.out}: {em}")
         return 0
     if args.cross_validate:
@@ -230,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rich.console import Console
 
         Console(width=120, highlight=False).print(_family_words(result), markup=False)
+    _print_sweep(result)
     if "walked" in result:
         _print_walked(result, args.cross_validate)
     if "fsdp" in result:
@@ -239,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{result['fsdp']['error_model'].rsplit('noise ', 1)[-1]}",
             "FSDP projection backtest: published efficiency, scored apart",
         )
+        _print_sweep(result["fsdp"], "FSDP's ")
         if "walked" in result["fsdp"]:
             _print(result["fsdp"]["walked"], WALKED_WORDS, "FSDP: " + WALKED_TITLE)
     if "sealed" in result:

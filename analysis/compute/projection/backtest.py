@@ -13,9 +13,11 @@ from dataclasses import replace
 from typing import Any
 
 from analysis.compute.projection.model_error import (
+    MEASURED_NOISE,
     ErrorModel,
     Scored,
     cross_validate,
+    load_sweep,
     score,
     totals,
 )
@@ -42,20 +44,34 @@ def backtest(
     """Every published point predicted from its case's measured points, with the shipped
     error model (or ``error_model``), and under ``walked`` every published point predicted
     from the case's smaller published scales as well (:func:`~.scoring.walk_forward`: the
-    network measured); FSDP's cases apart, under ``fsdp`` (:func:`split`)."""
+    network measured); FSDP's cases apart, under ``fsdp`` (:func:`split`). With the shipped
+    model, the same points also under ``sweep``, scored by the model a sweep's projection
+    draws with (:func:`~.model_error.fit_sweep`)."""
     em = error_model or load_error_model()
+    sweep = None if error_model else load_sweep()
     ddp, fsdp = split(cases)
-    return _with_fsdp(_scored(ddp, draws, seed, em), fsdp, draws, seed, em)
+    return _with_fsdp(_scored(ddp, draws, seed, em, sweep), fsdp, draws, seed, em, sweep)
 
 
-def _scored(cases: Sequence[Case], draws: int, seed: int, em: ErrorModel) -> dict[str, Any]:
-    """``cases``' points scored by ``em``, and their walked-forward ones under ``walked``."""
+def _scored(
+    cases: Sequence[Case],
+    draws: int,
+    seed: int,
+    em: ErrorModel,
+    sweep: ErrorModel | None = None,
+) -> dict[str, Any]:
+    """``cases``' points scored by ``em``, and their walked-forward ones under ``walked``;
+    with ``sweep``, the same points scored by it under ``sweep`` (its ``walked`` within)."""
     prepared = prepare(cases, draws, seed)
-    result = _result(cases, prepared, score(prepared, em))
     walked = walk_forward(cases)
+    more = prepare(walked, draws, seed + 1) if walked else []
+    result = _result(cases, prepared, score(prepared, em))
     if walked:
-        more = prepare(walked, draws, seed + 1)
         result["walked"] = _result(walked, more, score(more, em))
+    if sweep is not None:
+        result["sweep"] = _result(cases, prepared, score(prepared, sweep))
+        if walked:
+            result["sweep"]["walked"] = _result(walked, more, score(more, sweep))
     return result
 
 
@@ -81,14 +97,21 @@ def fsdp_error_model(em: ErrorModel) -> ErrorModel:
 
 
 def _with_fsdp(
-    result: dict[str, Any], fsdp: Sequence[Case], draws: int, seed: int, em: ErrorModel
+    result: dict[str, Any],
+    fsdp: Sequence[Case],
+    draws: int,
+    seed: int,
+    em: ErrorModel,
+    sweep: ErrorModel | None = None,
 ) -> dict[str, Any]:
     """``result`` (the all-reduce cases') with the FSDP cases' own points and totals under
-    ``fsdp`` where there are any (none: ``result`` as it was)."""
+    ``fsdp`` where there are any (none: ``result`` as it was); with ``sweep``, scored by it
+    as well (:func:`_scored`)."""
     if not fsdp:
         return result
     fem = fsdp_error_model(em)
-    return {**result, "fsdp": {**_scored(fsdp, draws, seed, fem), "error_model": fem.fitted_on}}
+    got = _scored(fsdp, draws, seed, fem, sweep)
+    return {**result, "fsdp": {**got, "error_model": fem.fitted_on}}
 
 
 def _result(
@@ -167,7 +190,9 @@ def cross_validated(
     and fit come from the other sources alone (model_error.cross_validate), in the
     backtest's layout, with each fold's chosen settings under ``folds``; and leave one family
     out the same way (``family_totals``, ``family_folds``: a kind of system held out whole,
-    :data:`analysis.read.cases.FAMILIES`); FSDP's cases apart,
+    :data:`analysis.read.cases.FAMILIES`); under ``sweep``, each source's points (and its
+    walked ones) by its fold's fit calibrated beside one run's noise, as a sweep's projection
+    draws (:func:`~.model_error.fit_sweep`); FSDP's cases apart,
     as :func:`backtest` scores them. ``prepared``: the open all-reduce cases' prepared points
     where already made (:func:`prepare`, the costly part).
 
@@ -182,6 +207,20 @@ def cross_validated(
     scored, folds = cross_validate(prepared, also=more)
     # cross_validate groups the points by source: put them back in the cases' order
     result = {**_result(ddp, prepared, _in_order(ddp, scored)), "folds": _bare(folds, "also")}
+    # what a sweep's intervals cover: each fold's fit calibrated beside one run's noise
+    # (model_error.fit_sweep), the model a sweep's projection draws with
+    at_run = (MEASURED_NOISE,)
+    swept, sweep_folds = cross_validate(prepared, grid=at_run, also=more)
+    by_kind, kind_folds = cross_validate(prepared, grid=at_run, key=lambda p: p.family, also=more)
+    result["sweep"] = {
+        **_result(ddp, prepared, _in_order(ddp, swept)),
+        "family_totals": {**totals(by_kind), "points": len(by_kind)},
+    }
+    if walked:
+        result["sweep"]["walked"] = {
+            **_result(walked, more, _in_order(walked, _also(sweep_folds))),
+            "family_totals": {**totals(_also(kind_folds)), "points": len(more)},
+        }
     # a harder test: a whole kind of system held out (its sources' noise and fit from the
     # other kinds alone), as a cluster unlike any in the file would be
     family_scored, family_folds = cross_validate(prepared, key=lambda p: p.family, also=more)
@@ -196,7 +235,7 @@ def cross_validated(
             },
         }
     # no FSDP source is in the shipped model's fit: each is already held out of it
-    result = _with_fsdp(result, fsdp, draws, seed, load_error_model())
+    result = _with_fsdp(result, fsdp, draws, seed, load_error_model(), load_sweep())
     if shut:  # scored once, by the model no choice made on them
         result["sealed"] = {
             **backtest(shut, draws, seed),

@@ -24,8 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.compute.metrics import EFFICIENCY_REFERENCE
-from analysis.compute.projection.model_error import MEASURED_NOISE, ErrorModel, features
-from analysis.compute.projection.model_error import load as load_error_model
+from analysis.compute.projection.model_error import MEASURED_NOISE, ErrorModel, features, load_sweep
 from analysis.compute.projection.step_time.fsdp_comm import FsdpTerm
 from analysis.compute.projection.step_time.network import (
     Network,
@@ -128,14 +127,15 @@ def project_points(
     measured scale's runs (the network's fit with them, unless ``profile`` gives it),
     takes the explanations in turn, a point of the network band and the error model's
     residual, with the run-to-run noise of one run (the anchor's repeats' spread where
-    there are two or more, never below :data:`.model_error.MEASURED_NOISE`: the noise the
-    shipped model chose is a published table's, not a measured run's)."""
+    there are two or more, never below :data:`.model_error.MEASURED_NOISE`), under the
+    shipped model's spreads calibrated beside such a run's noise
+    (:func:`.model_error.fit_sweep`: the noise the published model chose is a published
+    table's, not a measured run's, and its spreads were calibrated beside it)."""
     model = fit.model
     assert model is not None
-    # the shipped error model with this sweep's run-to-run noise; one given is used as it is
-    shipped = load_error_model()
+    # the shipped sweep model with this sweep's run-to-run noise; one given is used as it is
     em = error_model or replace(
-        shipped, noise=run_noise(points, model.anchor_world, floor=MEASURED_NOISE)
+        load_sweep(), noise=run_noise(points, model.anchor_world, floor=MEASURED_NOISE)
     )
     ifs = what_ifs(model, precision)
     samples = _draw(points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed, term)
