@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from analysis.compute.projection.backtest import backtest, cross_validated, split
-from analysis.compute.projection.model_error import SHIPPED_PATH, fit_selected, fit_sweep
+from analysis.compute.projection.model_error import SHIPPED_PATH, fit_sweep
 from analysis.compute.projection.model_error import write as write_error_model
+from analysis.compute.projection.noise_selection import fit_selected
 from analysis.compute.projection.project import DRAWS
-from analysis.compute.projection.scoring import CaseError, prepare, read_cases
+from analysis.compute.projection.scoring import CaseError, prepare, read_cases, walk_forward
 from analysis.compute.projection.sealed import split_sealed
 from analysis.read.cases import read_sealed
 from scalescope.cli import OneLineParser
@@ -132,8 +133,7 @@ def _family_words(result: dict[str, Any], held: str = "") -> str:
 WALKED_TITLE = "Every measured scale used: each published point from the case's smaller ones"
 WALKED_WORDS = (
     "each point projected from its case's measured points and every smaller published scale, "
-    "the largest the anchor, the rest evidence of what the network achieves; scored, never "
-    "fitted on"
+    "the largest the anchor, the rest evidence of what the network achieves"
 )
 
 
@@ -142,7 +142,12 @@ def _print_walked(result: dict[str, Any], nested: bool) -> None:
     from rich.console import Console
 
     walked = result["walked"]
-    how = WALKED_WORDS + ("; each by its source's fold's model" if nested else "")
+    how = WALKED_WORDS + (
+        "; each by its source's fold's model, whose mean from an anchor across nodes the other "
+        "sources' such points fitted"
+        if nested
+        else "; the shipped model's mean from an anchor across nodes was fitted on them"
+    )
     _print(walked, how, WALKED_TITLE)
     if "family_totals" in walked:
         Console(width=120, highlight=False).print(
@@ -244,8 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         on = f"{Path(args.cases).name}: {len(ddp)} cases, {n} points" + (
             f" ({len(shut)} sealed source(s) left out)" if shut else ""
         )
-        em, selection = fit_selected(prepared, on)
-        write_error_model(em, Path(args.out), selection, sweep=fit_sweep(prepared, on))
+        walked = walk_forward(ddp)  # for the mean where the anchor spans nodes
+        spanning = prepare(walked, draws=args.draws, seed=1) if walked else []
+        em, selection = fit_selected(prepared, on, spanning=spanning)
+        sweep = fit_sweep(prepared, on, spanning)
+        write_error_model(em, Path(args.out), selection, sweep=sweep)
         print(f"{PROG}: wrote {args.out}: {em}")
         return 0
     if args.cross_validate:
@@ -269,7 +277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         _print_sweep(result["fsdp"], "FSDP's ")
         if "walked" in result["fsdp"]:
-            _print(result["fsdp"]["walked"], WALKED_WORDS, "FSDP: " + WALKED_TITLE)
+            _print(
+                result["fsdp"]["walked"],
+                WALKED_WORDS + "; scored, never fitted on",
+                "FSDP: " + WALKED_TITLE,
+            )
     if "sealed" in result:
         _print_sealed(result["sealed"])
     if args.json:

@@ -16,12 +16,12 @@ from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     ErrorModel,
     Scored,
-    cross_validate,
     load_sweep,
     score,
     totals,
 )
 from analysis.compute.projection.model_error import load as load_error_model
+from analysis.compute.projection.noise_selection import cross_validate
 from analysis.compute.projection.project import DRAWS
 from analysis.compute.projection.scoring import (
     evidence,
@@ -187,7 +187,7 @@ def cross_validated(
     sealed: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Nested leave one source out: each source's points with the error model whose noise
-    and fit come from the other sources alone (model_error.cross_validate), in the
+    and fit come from the other sources alone (noise_selection.cross_validate), in the
     backtest's layout, with each fold's chosen settings under ``folds``; and leave one family
     out the same way (``family_totals``, ``family_folds``: a kind of system held out whole,
     :data:`analysis.read.cases.FAMILIES`); under ``sweep``, each source's points (and its

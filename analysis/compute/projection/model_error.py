@@ -13,7 +13,18 @@ anchor is a single node and the target spans several (the first inter-node step,
 single-node anchor has not seen), else 0. ``b_j`` is the cluster's own error: every point of
 one cluster shares it (one cluster's points all high, say), so they are not independent
 evidence, and a cluster not in the file carries the spread between clusters as well as the
-spread within one. It applies wherever the model is carried beyond its anchor (``d > 0``).
+spread within one. It applies where ``s = 1``: a cluster's own error is its network's, which a
+multi-node anchor has measured.
+
+The mean ``mu_d d + mu_s s`` is that of a projection whose anchor is within one node
+(:func:`within_one_node`: one node or one GPU, the network between nodes never seen), fitted
+on such points, as nearly every published point is. Where the anchor spans nodes, the step
+model was calibrated on the network it projects, and its mean is ``mu_m d``, fitted on points
+projected from such anchors: each training case's published points from its smaller published
+scales (:func:`analysis.compute.projection.scoring.walk_forward`; ``spanning`` in
+:func:`fit`), used for this slope alone. (The one-node slope carried there shifted every such
+centre down 5.7% a doubling, and their median signed error in the folds was -2.9 points:
+the two regimes do not share a slope.)
 ``noise`` is the run-to-run noise of one measured point: it is why a published 102% can be
 reached.
 
@@ -36,13 +47,15 @@ Fitting (:func:`fit`), on the residuals of a training set:
   it.)
 
 The noise is the one setting chosen by a score, so it is chosen inside the folds
-(:func:`choose_noise`): from :data:`NOISE_GRID`, by a leave-one-source-out over the training
-sources only, picked by the one-standard-error rule (:func:`pick_noise`). The other
+(:func:`.noise_selection.choose_noise`): from :data:`NOISE_GRID`, by a leave-one-source-out over
+the training sources only, picked by the one-standard-error rule
+(:func:`.noise_selection.pick_noise`). The other
 settings are fitted on the training set (the means, the spreads, ``kappa``) or are stated
 assumptions of the backtest (the bands of :mod:`analysis.compute.projection.scoring`), never scored.
-:func:`cross_validate` is therefore nested: each source is held out in turn and scored by a
-model whose noise and fit come from the others alone. The shipped model is made the same way
-on every open source (:func:`fit_selected`; the sealed ones, :mod:`.sealed`, never), written
+:func:`.noise_selection.cross_validate` is therefore nested: each source is held out in turn
+and scored by a model whose noise and fit come from the others alone. The shipped model is
+made the same way on every open source (:func:`.noise_selection.fit_selected`; the sealed
+ones, :mod:`.sealed`, never), written
 with its grid and its selection by ``python -m analysis.project fit-error`` into
 ``analysis/compute/projection/model_error.json``.
 
@@ -56,7 +69,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -84,7 +97,8 @@ NOISE_GRID = (
 """The noise of one published point (relative, one s.d.) the error model chooses from:
 published tables state one number per point, an average over an unknown number of steps on
 a cluster of unknown tuning, and say nothing of its spread, so the level is chosen by
-:func:`choose_noise`. The grid reaches far enough that no fold chooses its widest level."""
+:func:`.noise_selection.choose_noise`. The grid reaches far enough that no fold chooses its
+widest level."""
 MEASURED_NOISE = 0.03
 """One measured run's relative noise (one s.d.) where nothing measures it: a stated
 assumption, never fitted or scored. A sweep's own projection takes it as the floor of its
@@ -108,9 +122,15 @@ class ErrorModel:
     share_band: tuple[float, float, float] | None = None
     """The share of a stated inter-node line rate clusters achieve, learned from the training
     cases that state one (:func:`learn_share_band`); None: not learned (the prior's span)."""
+    mu_m: float = 0.0
+    """The mean residual per doubling where the anchor spans nodes (see the module doc)."""
 
-    def mean(self, d: np.ndarray | float, s: np.ndarray | float) -> np.ndarray | float:
-        return self.mu_d * d + self.mu_s * s
+    def mean(
+        self, d: np.ndarray | float, s: np.ndarray | float, within: np.ndarray | float = 1.0
+    ) -> np.ndarray | float:
+        """The residual's mean: ``mu_d d + mu_s s`` where the anchor is within one node
+        (``within`` = 1, :func:`within_one_node`), ``mu_m d`` where it spans nodes."""
+        return (self.mu_d * d + self.mu_s * s) * within + self.mu_m * d * (1 - np.asarray(within))
 
     def spread(self, d: np.ndarray | float, s: np.ndarray | float) -> np.ndarray | float:
         """The residual's spread beyond the run-to-run noise: within a cluster and between
@@ -137,6 +157,12 @@ def features(
     return d, s
 
 
+def within_one_node(anchor_nodes: int) -> float:
+    """1.0 where the anchor is within one node (one node, or one GPU: the network between
+    nodes not measured), where the error model's mean applies; else 0.0."""
+    return 1.0 if anchor_nodes <= 1 else 0.0
+
+
 @dataclass
 class Scored:
     """What scoring needs of one published point, independent of the error model: its
@@ -159,6 +185,8 @@ class Scored:
     share: np.ndarray | None = None
     """Per draw, the share of the case's stated inter-node line rate it took (NaN, or None,
     where the case states none): the error model keeps the draws within its learned band."""
+    within: float = 1.0
+    """:func:`within_one_node` of the point's anchor: where the error model's mean applies."""
     evidenced: bool = False
     """Whether the draws were already weighed by the case's other measured scales
     (:func:`analysis.compute.projection.scoring.evidence`): the centre is then theirs, not
@@ -187,7 +215,7 @@ class Scored:
 def interval(point: Scored, em: ErrorModel, kappa: float = 1.0) -> tuple[float, float, float]:
     """(centre, low, high) of one point's 95% prediction interval under ``em``."""
     spread = float(em.spread(point.d, point.s)) * kappa
-    shift = float(em.mean(point.d, point.s))
+    shift = float(em.mean(point.d, point.s, point.within))
     centre, base = point.view(em.share_band)
     draws = base * np.exp(shift + spread * point.z + em.noise * point.z_noise)
     draws = draws[np.isfinite(draws)]
@@ -211,7 +239,8 @@ class _Stacked:
         self.z = np.stack([p.z for p in points]) if points else np.empty((0, 0))
         self.z_noise = np.stack([p.z_noise for p in points]) if points else np.empty((0, 0))
         d, s = np.array([p.d for p in points]), np.array([p.s for p in points])
-        self.shift = np.asarray(em.mean(d, s), dtype=float)
+        within = np.array([p.within for p in points])
+        self.shift = np.asarray(em.mean(d, s, within), dtype=float)
         self.spread = np.asarray(em.spread(d, s), dtype=float)
         self.noise = em.noise
 
@@ -290,21 +319,41 @@ def _usable(points: Sequence[Scored]) -> list[Scored]:
     return [p for p in points if math.isfinite(p.centre) and p.centre > 0 and p.truth > 0]
 
 
+def _spanning_slope(
+    points: Sequence[Scored], band: tuple[float, float, float] | None = None
+) -> float:
+    """``mu_m``: the mean log residual per doubling of ``points`` whose anchor spans nodes
+    (``within`` = 0), by least squares through the origin with each source weighted alike;
+    0.0 where there are none."""
+    got = [(p, p.view(band)[0]) for p in points if p.within == 0 and p.d > 0 and p.truth > 0]
+    got = [(p, c) for p, c in got if math.isfinite(c) and c > 0]
+    if not got:
+        return 0.0
+    groups = [p.group for p, _ in got]
+    w = np.array([1.0 / groups.count(g) for g in groups])
+    d = np.array([p.d for p, _ in got])
+    r = np.array([math.log(p.truth / c) for p, c in got])
+    return float(np.sum(w * d * r) / np.sum(w * d * d))
+
+
 def _components(
     points: Sequence[Scored],
     noise: float,
     fitted_on: str = "",
     band: tuple[float, float, float] | None = None,
+    spanning: Sequence[Scored] = (),
 ) -> ErrorModel:
     """The means and the three spreads of ``points`` (usable ones) with their draws within
-    ``band`` of a stated line rate, before ``kappa`` (see the module doc)."""
+    ``band`` of a stated line rate, before ``kappa`` (see the module doc); ``spanning``: more
+    points from anchors that span nodes, for ``mu_m`` alone."""
     from scipy.optimize import nnls
 
+    mu_m = _spanning_slope([*points, *spanning], band)
     centres = [p.view(band)[0] for p in points]
     points = [p for p, c in zip(points, centres, strict=True) if math.isfinite(c) and c > 0]
     centres = [c for c in centres if math.isfinite(c) and c > 0]
     if not points:
-        return ErrorModel(noise=noise, fitted_on=fitted_on, share_band=band)
+        return ErrorModel(noise=noise, fitted_on=fitted_on, share_band=band, mu_m=mu_m)
     d = np.array([p.d for p in points])
     s = np.array([p.s for p in points])
     r = np.array([math.log(p.truth / c) for p, c in zip(points, centres, strict=True)])
@@ -313,19 +362,22 @@ def _components(
     w = np.array([1.0 / n_of[g] for g in groups])  # each source counts once
     design = np.column_stack([d, s])
     if not np.any(design):
-        return ErrorModel(noise=noise, fitted_on=fitted_on, share_band=band)
+        return ErrorModel(noise=noise, fitted_on=fitted_on, share_band=band, mu_m=mu_m)
     root = np.sqrt(w)[:, None]
-    mu, *_ = np.linalg.lstsq(design * root, r * root[:, 0], rcond=None)
-    e = r - design @ mu
+    # the mean where the anchor is within one node (ErrorModel.mean); mu_m's where it spans
+    one_node = np.array([p.within for p in points])
+    carried = design * one_node[:, None]
+    mu, *_ = np.linalg.lstsq(carried * root, r * root[:, 0], rcond=None)
+    e = r - carried @ mu - mu_m * d * (1 - one_node)
     # a source's own error is its network's: its mean residual is taken over the points
     # whose anchor had not crossed a node (s = 1) apart from those whose had (s = 0)
     strata = [(g, bool(x > 0)) for g, x in zip(groups, s, strict=True)]
     n_in = {k: strata.count(k) for k in set(strata)}
     own = {k: float(np.mean(e[[x == k for x in strata]])) for k in n_in}
     # within a source: squared deviations from its stratum's mean (unbiased for its n)
-    within = np.array([n_in[k] > 1 for k in strata])
+    repeated = np.array([n_in[k] > 1 for k in strata])
     var = np.zeros(2)
-    if within.any():
+    if repeated.any():
         dev2 = (
             np.array(
                 [
@@ -335,8 +387,8 @@ def _components(
             )
             - noise**2
         )
-        rw = root[within]
-        var, _ = nnls(design[within] * rw, np.maximum(dev2[within], 0.0) * rw[:, 0])
+        rw = root[repeated]
+        var, _ = nnls(design[repeated] * rw, np.maximum(dev2[repeated], 0.0) * rw[:, 0])
     # between sources: what the sources' mean residuals across the first inter-node step
     # spread beyond their within spread
     per_point = var[0] * d + var[1] * s + noise**2
@@ -355,15 +407,23 @@ def _components(
         fitted_on,
         float(math.sqrt(between)),
         band,
+        mu_m,
     )
 
 
-def fit(points: Sequence[Scored], fitted_on: str = "", noise: float = NOISE_GRID[0]) -> ErrorModel:
+def fit(
+    points: Sequence[Scored],
+    fitted_on: str = "",
+    noise: float = NOISE_GRID[0],
+    spanning: Sequence[Scored] = (),
+) -> ErrorModel:
     """The error model of ``points`` (see the module doc): the band of a stated line rate
     their clusters achieved, the components within it, then ``kappa`` on the training set's
-    own intervals."""
+    own intervals. ``spanning``: the training cases' points projected from their smaller
+    published scales, for the mean where the anchor spans nodes (``mu_m``) alone."""
     usable = _usable(points)
-    em = _components(usable, noise, fitted_on, learn_share_band(usable))
+    band = learn_share_band(usable)
+    em = _components(usable, noise, fitted_on, band, _usable(spanning))
     if not usable:
         return em
     stacked = _Stacked(usable, em)
@@ -413,100 +473,22 @@ def totals(scored: Sequence[dict[str, float | bool | str]]) -> dict[str, float]:
     }
 
 
-def leave_one_source_out(
-    points: Sequence[Scored], noise: float
-) -> list[dict[str, float | bool | str]]:
-    """Each source's points scored by the model of noise ``noise`` fitted on the others."""
-    out: list[dict[str, float | bool | str]] = []
-    for group in dict.fromkeys(p.group for p in points):
-        train = [p for p in points if p.group != group]
-        out += score([p for p in points if p.group == group], fit(train, noise=noise))
-    return out
-
-
-def selection_key(t: dict[str, float]) -> tuple[float, float]:
-    """How far a noise level's leave-one-source-out totals are from the aim, lower is better:
-    the distance of its coverage from :data:`COVERAGE_TARGET`, then its median interval
-    width. An interval that covers too much is as wrong as one that covers too little; of
-    two that cover alike, the narrower says more."""
-    return round(abs(t["coverage"] - COVERAGE_TARGET), 9), t["median_width_pts"]
-
-
-def pick_noise(rows: Sequence[dict[str, float]], points: int) -> float:
-    """The level of ``rows`` (one per noise level: its leave-one-source-out totals over
-    ``points`` points) chosen by the one-standard-error rule: of the levels whose coverage is
-    within one binomial standard error of :data:`COVERAGE_TARGET` (what ``points`` points can
-    tell apart from it), the narrowest; where none is, the nearest by :func:`selection_key`
-    (ties: the lower level). Coverage on a few dozen points moves a point at a time: the
-    nearest alone chose levels four times wider to cover one point more."""
-    se = math.sqrt(COVERAGE_TARGET * (1 - COVERAGE_TARGET) / max(points, 1))
-    near = [r for r in rows if abs(r["coverage"] - COVERAGE_TARGET) <= se + 1e-12]
-    if near:
-        return min(near, key=lambda r: (r["median_width_pts"], r["noise"]))["noise"]
-    return min(rows, key=lambda r: (*selection_key(r), r["noise"]))["noise"]
-
-
-def choose_noise(
-    points: Sequence[Scored], grid: Sequence[float] = NOISE_GRID
-) -> tuple[float, list[dict[str, float]]]:
-    """The noise level of ``grid`` that ``points`` choose, by a leave-one-source-out over
-    their own sources (:func:`pick_noise`), and each level's totals. With fewer than two
-    sources nothing can be held out, and a grid of one level leaves nothing to choose: the
-    lowest level."""
-    if len({p.group for p in points}) < 2 or len(set(grid)) < 2:
-        return min(grid), []
-    rows = [{"noise": noise, **totals(leave_one_source_out(points, noise))} for noise in grid]
-    return pick_noise(rows, len(points)), rows
-
-
-def fit_selected(
-    points: Sequence[Scored], fitted_on: str = "", grid: Sequence[float] = NOISE_GRID
-) -> tuple[ErrorModel, list[dict[str, float]]]:
-    """The error model of ``points`` with the noise they choose (:func:`choose_noise`), and
-    the selection's rows."""
-    noise, rows = choose_noise(points, grid)
-    return fit(points, fitted_on, noise), rows
-
-
-def cross_validate(
-    points: Sequence[Scored],
-    grid: Sequence[float] = NOISE_GRID,
-    key: Callable[[Scored], str] = lambda p: p.group,
-    also: Sequence[Scored] = (),
-) -> tuple[list[dict[str, float | bool | str]], list[dict[str, Any]]]:
-    """Nested leave one out: each fold's points (``key``: its source by default, or its
-    family) scored by the model whose noise and fit come from the other folds' points alone
-    (the noise chosen by a leave-one-source-out among them); and each fold's choice
-    (``held_out``, its ``points``, the ``noise`` chosen and the inner selection's rows).
-    ``also``: more points, never fitted nor chosen on, each scored by the model of the fold
-    its key falls in (under that fold's ``also``; a key no fold holds: not scored)."""
-    out: list[dict[str, float | bool | str]] = []
-    folds: list[dict[str, Any]] = []
-    for group in dict.fromkeys(key(p) for p in points):
-        train = [p for p in points if key(p) != group]
-        held = [p for p in points if key(p) == group]
-        em, rows = fit_selected(train, f"all but {group}", grid)
-        out += score(held, em)
-        folds.append({"held_out": group, "points": len(held), "noise": em.noise, "inner": rows})
-        if also:
-            folds[-1]["also"] = score([p for p in also if key(p) == group], em)
-    return out, folds
-
-
-def fit_sweep(points: Sequence[Scored], fitted_on: str = "") -> ErrorModel:
+def fit_sweep(
+    points: Sequence[Scored], fitted_on: str = "", spanning: Sequence[Scored] = ()
+) -> ErrorModel:
     """The error model a sweep's projection draws with: ``points``' fit with its spreads
     calibrated beside one measured run's noise (:data:`MEASURED_NOISE`), not a published
     table's.
 
     A sweep's projection replaces the noise with its own runs' (never below
-    :data:`MEASURED_NOISE`). The spreads of :func:`fit_selected`'s model were calibrated
-    beside the table's noise the folds chose, which at its usual level carries nearly all
+    :data:`MEASURED_NOISE`). The spreads of :func:`.noise_selection.fit_selected`'s model were
+    calibrated beside the table's noise the folds chose, which at its usual level carries nearly all
     the width (``kappa`` near 0); with a run's noise in its place, the intervals a sweep
     drew covered 83% of the held-out points from one node and 82% from several, where the
     same folds' published-noise intervals covered 95% and 91%. Calibrated beside a run's
     noise instead, ``kappa`` puts the width where the error grows: with the carry and the
     first step across nodes."""
-    return fit(points, fitted_on, MEASURED_NOISE)
+    return fit(points, fitted_on, MEASURED_NOISE, spanning)
 
 
 def write(

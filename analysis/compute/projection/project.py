@@ -24,7 +24,13 @@ import numpy as np
 import pandas as pd
 
 from analysis.compute.metrics import EFFICIENCY_REFERENCE
-from analysis.compute.projection.model_error import MEASURED_NOISE, ErrorModel, features, load_sweep
+from analysis.compute.projection.model_error import (
+    MEASURED_NOISE,
+    ErrorModel,
+    features,
+    load_sweep,
+    within_one_node,
+)
 from analysis.compute.projection.step_time.fsdp_comm import FsdpTerm
 from analysis.compute.projection.step_time.network import (
     Network,
@@ -183,7 +189,8 @@ def _draw(
                 e, _, _ = changed.efficiency(
                     nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
                 )
-                e *= math.exp(float(em.mean(d, s)) + spread * z + em.noise * z_noise)
+                mean = float(em.mean(d, s, within_one_node(drawn.anchor_nodes)))
+                e *= math.exp(mean + spread * z + em.noise * z_noise)
                 samples.setdefault((w.name, nodes, dpn), []).append(e)
     return samples
 
@@ -205,7 +212,7 @@ def _centre_row(
     # the error model's mean shifts the projection, not only its efficiency: the throughput
     # carries the same factor, so throughput = efficiency x world x the baseline's
     # per-device throughput (the step's parts stay the model's own)
-    shift = math.exp(float(em.mean(d, s)))
+    shift = math.exp(float(em.mean(d, s, within_one_node(model.anchor_nodes))))
     e *= shift
     k_used = int(parts.pop("k"))
     got = np.array([v for v in drawn if math.isfinite(v)])

@@ -56,6 +56,7 @@ from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     Scored,
     features,
+    within_one_node,
 )
 from analysis.compute.projection.project import DRAWS
 from analysis.compute.projection.step_time.fsdp_comm import (
@@ -441,6 +442,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
                     family=case.family or case.group,
                     share=shares,
                     evidenced=bool(evidence(case)),
+                    within=within_one_node(anchor.anchor_nodes),
                 )
             )
     return out

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analysis.compute.projection import model_error as me
+from analysis.compute.projection import noise_selection as ns
 
 
 def point(truth: float, *, base: list[float], z_noise: list[float], group: str = "g") -> me.Scored:
@@ -103,10 +104,10 @@ def test_a_fold_chooses_its_noise_without_its_held_out_source() -> None:
     intervals."""
     pts = sources()
     moved = [replace(p, truth=0.9 * p.centre) if p.group == "g0" else p for p in pts]
-    assert me.choose_noise(pts)[0] == 0.015 and me.choose_noise(moved)[0] == 0.06
+    assert ns.choose_noise(pts)[0] == 0.015 and ns.choose_noise(moved)[0] == 0.06
 
-    scored, folds = me.cross_validate(pts)
-    scored_moved, folds_moved = me.cross_validate(moved)
+    scored, folds = ns.cross_validate(pts)
+    scored_moved, folds_moved = ns.cross_validate(moved)
     assert [f["held_out"] for f in folds] == [f"g{i}" for i in range(6)]
     assert folds[0]["noise"] == folds_moved[0]["noise"]
     assert folds[0]["inner"] == folds_moved[0]["inner"]
@@ -116,7 +117,7 @@ def test_a_fold_chooses_its_noise_without_its_held_out_source() -> None:
     # each fold's level is the one its training sources choose
     for fold in folds:
         train = [p for p in pts if p.group != fold["held_out"]]
-        assert fold["noise"] == me.choose_noise(train)[0]
+        assert fold["noise"] == ns.choose_noise(train)[0]
 
 
 def test_the_noise_is_the_narrowest_within_one_standard_error_of_95_percent() -> None:
@@ -130,11 +131,11 @@ def test_the_noise_is_the_narrowest_within_one_standard_error_of_95_percent() ->
         {"noise": 0.03, "coverage": 0.94, "median_width_pts": 13.0},
         {"noise": 0.045, "coverage": 0.92, "median_width_pts": 11.0},
     ]
-    assert me.pick_noise(rows, 20) == 0.045  # 3 points off: within 4.9
-    assert me.pick_noise(rows, 400) == 0.03  # 1 point off like 0.02, and narrower
+    assert ns.pick_noise(rows, 20) == 0.045  # 3 points off: within 4.9
+    assert ns.pick_noise(rows, 400) == 0.03  # 1 point off like 0.02, and narrower
     far = [{**r, "coverage": r["coverage"] - 0.2} for r in rows]  # none within
-    assert me.pick_noise(far, 400) == 0.015  # 80%: the nearest
-    assert me.selection_key(rows[3]) == (pytest.approx(0.01), 13.0)
+    assert ns.pick_noise(far, 400) == 0.015  # 80%: the nearest
+    assert ns.selection_key(rows[3]) == (pytest.approx(0.01), 13.0)
 
 
 def test_a_family_held_out_is_scored_by_the_other_families_alone() -> None:
@@ -143,8 +144,8 @@ def test_a_family_held_out_is_scored_by_the_other_families_alone() -> None:
     and each fold's noise is what the other family's sources choose."""
     pts = [replace(p, family="A" if p.group in ("g0", "g1", "g2") else "B") for p in sources()]
     moved = [replace(p, truth=0.95 * p.centre) if p.family == "A" else p for p in pts]
-    scored, folds = me.cross_validate(pts, key=lambda p: p.family)
-    scored_moved, _ = me.cross_validate(moved, key=lambda p: p.family)
+    scored, folds = ns.cross_validate(pts, key=lambda p: p.family)
+    scored_moved, _ = ns.cross_validate(moved, key=lambda p: p.family)
     assert [(f["held_out"], f["points"]) for f in folds] == [
         ("A", sum(p.family == "A" for p in pts)),
         ("B", sum(p.family == "B" for p in pts)),
@@ -157,7 +158,7 @@ def test_a_family_held_out_is_scored_by_the_other_families_alone() -> None:
     assert intervals(scored) == intervals(scored_moved)
     for fold in folds:
         train = [p for p in pts if p.family != fold["held_out"]]
-        assert fold["noise"] == me.choose_noise(train)[0]
+        assert fold["noise"] == ns.choose_noise(train)[0]
 
 
 # --- a cluster's own error ---------------------------------------------------------------------
@@ -229,6 +230,33 @@ def test_each_source_counts_once_in_the_mean() -> None:
     pts += [at(f"small{i}", 0.0) for i in range(4) for _ in range(2)]
     em = me._components(pts, noise=0.0)
     assert em.mean(1.0, 1.0) == pytest.approx(math.log(1.2) / 5, rel=1e-6)
+
+
+def test_the_mean_from_an_anchor_across_nodes_is_fitted_on_such_points_alone() -> None:
+    """Points projected from one node fall 10% short a doubling beyond the anchor (d = 1, 2,
+    3); points of the same sources projected from a multi-node anchor (``within`` = 0) are
+    right on average, half of them 2% high and half 2% low. The one-node slope must not be
+    carried to the others (it was: the mean was one slope for both): their mean is fitted on
+    them, with the one-node points' own mean left as it was; without such points it is 0."""
+    rng = np.random.default_rng(3)
+    one_node, spanning = [], []
+    for g in range(5):
+        for d in (1.0, 2.0, 3.0):
+            z, zn = rng.standard_normal(8), rng.standard_normal(8)
+            one_node.append(replace(residual(f"g{g}", -0.1 * d, z, zn), d=d, s=1.0))
+            for sign in (1.0, -1.0):
+                r = sign * 0.02 * d
+                spanning.append(replace(residual(f"g{g}", r, z, zn), d=d, s=0.0, within=0.0))
+    em = me._components(one_node, noise=0.0, spanning=spanning)
+    assert em.mu_m == pytest.approx(0.0, abs=1e-12)
+    assert float(em.mean(2.0, 1.0)) == pytest.approx(-0.2, abs=1e-9)
+    assert float(em.mean(2.0, 0.0, 0.0)) == pytest.approx(0.0, abs=1e-12)
+    low = [replace(p, truth=p.truth * math.exp(-0.05 * p.d)) for p in spanning]
+    assert me._components(one_node, noise=0.0, spanning=low).mu_m == pytest.approx(-0.05)
+    assert me._components(one_node, noise=0.0).mu_m == 0.0
+    # a sweep anchored across nodes is shifted by mu_m, one anchored on one node by the rest
+    (got,) = me.score([replace(spanning[0], d=1.0, truth=0.9)], replace(em, mu_m=math.log(0.9)))
+    assert got["predicted"] == pytest.approx(0.81)
 
 
 @given(

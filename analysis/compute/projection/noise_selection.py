@@ -1,0 +1,115 @@
+"""The error model's one chosen setting, its noise, and the nested cross-validation that keeps
+the choice inside the folds (the model and its fit: :mod:`.model_error`).
+
+:func:`choose_noise` picks a level of :data:`.model_error.NOISE_GRID` by a leave-one-source-out
+over the training sources alone (:func:`pick_noise`: the one-standard-error rule);
+:func:`fit_selected` fits the model at the level chosen; :func:`cross_validate` holds out each
+source (or each kind of system) in turn and scores it by a model whose noise and fit come from
+the others alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from analysis.compute.projection.model_error import (
+    COVERAGE_TARGET,
+    NOISE_GRID,
+    ErrorModel,
+    Scored,
+    fit,
+    score,
+    totals,
+)
+
+
+def leave_one_source_out(
+    points: Sequence[Scored], noise: float, spanning: Sequence[Scored] = ()
+) -> list[dict[str, float | bool | str]]:
+    """Each source's points scored by the model of noise ``noise`` fitted on the others (and
+    the others' ``spanning`` points, :func:`fit`)."""
+    out: list[dict[str, float | bool | str]] = []
+    for group in dict.fromkeys(p.group for p in points):
+        train = [p for p in points if p.group != group]
+        em = fit(train, noise=noise, spanning=[p for p in spanning if p.group != group])
+        out += score([p for p in points if p.group == group], em)
+    return out
+
+
+def selection_key(t: dict[str, float]) -> tuple[float, float]:
+    """How far a noise level's leave-one-source-out totals are from the aim, lower is better:
+    the distance of its coverage from :data:`COVERAGE_TARGET`, then its median interval
+    width. An interval that covers too much is as wrong as one that covers too little; of
+    two that cover alike, the narrower says more."""
+    return round(abs(t["coverage"] - COVERAGE_TARGET), 9), t["median_width_pts"]
+
+
+def pick_noise(rows: Sequence[dict[str, float]], points: int) -> float:
+    """The level of ``rows`` (one per noise level: its leave-one-source-out totals over
+    ``points`` points) chosen by the one-standard-error rule: of the levels whose coverage is
+    within one binomial standard error of :data:`COVERAGE_TARGET` (what ``points`` points can
+    tell apart from it), the narrowest; where none is, the nearest by :func:`selection_key`
+    (ties: the lower level). Coverage on a few dozen points moves a point at a time: the
+    nearest alone chose levels four times wider to cover one point more."""
+    se = math.sqrt(COVERAGE_TARGET * (1 - COVERAGE_TARGET) / max(points, 1))
+    near = [r for r in rows if abs(r["coverage"] - COVERAGE_TARGET) <= se + 1e-12]
+    if near:
+        return min(near, key=lambda r: (r["median_width_pts"], r["noise"]))["noise"]
+    return min(rows, key=lambda r: (*selection_key(r), r["noise"]))["noise"]
+
+
+def choose_noise(
+    points: Sequence[Scored], grid: Sequence[float] = NOISE_GRID, spanning: Sequence[Scored] = ()
+) -> tuple[float, list[dict[str, float]]]:
+    """The noise level of ``grid`` that ``points`` choose, by a leave-one-source-out over
+    their own sources (:func:`pick_noise`), and each level's totals. With fewer than two
+    sources nothing can be held out, and a grid of one level leaves nothing to choose: the
+    lowest level."""
+    if len({p.group for p in points}) < 2 or len(set(grid)) < 2:
+        return min(grid), []
+    rows = [
+        {"noise": noise, **totals(leave_one_source_out(points, noise, spanning))} for noise in grid
+    ]
+    return pick_noise(rows, len(points)), rows
+
+
+def fit_selected(
+    points: Sequence[Scored],
+    fitted_on: str = "",
+    grid: Sequence[float] = NOISE_GRID,
+    spanning: Sequence[Scored] = (),
+) -> tuple[ErrorModel, list[dict[str, float]]]:
+    """The error model of ``points`` (and ``spanning``, :func:`fit`) with the noise they
+    choose (:func:`choose_noise`), and the selection's rows."""
+    noise, rows = choose_noise(points, grid, spanning)
+    return fit(points, fitted_on, noise, spanning), rows
+
+
+def cross_validate(
+    points: Sequence[Scored],
+    grid: Sequence[float] = NOISE_GRID,
+    key: Callable[[Scored], str] = lambda p: p.group,
+    also: Sequence[Scored] = (),
+) -> tuple[list[dict[str, float | bool | str]], list[dict[str, Any]]]:
+    """Nested leave one out: each fold's points (``key``: its source by default, or its
+    family) scored by the model whose noise and fit come from the other folds' points alone
+    (the noise chosen by a leave-one-source-out among them); and each fold's choice
+    (``held_out``, its ``points``, the ``noise`` chosen and the inner selection's rows).
+    ``also``: more points (each case's published points projected from its smaller
+    published scales), each scored by the model of the fold its key falls in (under that
+    fold's ``also``; a key no fold holds: not scored); the other folds' fit that model's mean
+    where the anchor spans nodes (``mu_m``, :func:`fit`) and nothing else."""
+    out: list[dict[str, float | bool | str]] = []
+    folds: list[dict[str, Any]] = []
+    for group in dict.fromkeys(key(p) for p in points):
+        train = [p for p in points if key(p) != group]
+        held = [p for p in points if key(p) == group]
+        spanning = [p for p in also if key(p) != group]  # the training folds' alone
+        em, rows = fit_selected(train, f"all but {group}", grid, spanning)
+        out += score(held, em)
+        folds.append({"held_out": group, "points": len(held), "noise": em.noise, "inner": rows})
+        if also:
+            folds[-1]["also"] = score([p for p in also if key(p) == group], em)
+    return out, folds
