@@ -71,8 +71,7 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     network between nodes is stated and <= 30 where assumed, are not met since clusters of
     every kind entered the file: their figures are printed and quoted in docs/analysis.md.
     From every smaller scale, the network measured, the three bars are held here by the
-    intervals a sweep draws, and the error bar by the published model's, whose noise some
-    folds choose below a measured run's.) Each fold's
+    intervals a sweep draws, and the coverage and error bars by the published model's.) Each fold's
     recorded noise is the one its training sources choose, computed here again; the folds do
     not all choose alike, and none chooses the grid's widest level; no sealed source is in
     any fold."""
@@ -116,6 +115,7 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     ]
     assert walked["totals_by_network"]["measured"]["points"] == len(below)
     assert all(len(w["measured_nodes"]) >= 2 for w in walked["points"])
+    assert walked["totals"]["coverage"] >= 0.8, walked["totals"]
     assert walked["totals"]["median_abs_error_pts"] <= 5.0, walked["totals"]
     assert "Every measured scale used" in text
     sealed = read_sealed(str(CASES))
