@@ -76,8 +76,13 @@ from typing import Any
 
 import numpy as np
 
+MEASURED_NOISE = 0.03
+"""One measured run's relative noise (one s.d.) where nothing measures it: a stated
+assumption, never fitted or scored. A sweep's own projection takes it as the floor of its
+repeats' spread (its run-to-run noise is measured, not a published table's); the backtest
+checks a case's draws against its other measured scales with it."""
 NOISE_GRID = (
-    0.03,
+    MEASURED_NOISE,
     0.045,
     0.06,
     0.08,
@@ -97,12 +102,7 @@ a cluster of unknown tuning, and say nothing of its spread, so the level is chos
 :func:`.noise_selection.choose_noise`. The grid reaches far enough that no fold chooses its
 widest level, and starts at :data:`MEASURED_NOISE`: a published point is one run's figure, no
 less noisy than a measured run. (From 1%, two folds chose 1%, and their intervals from every
-smaller scale, a few points wide, covered 76% of the points from every smaller scale.)"""
-MEASURED_NOISE = 0.03
-"""One measured run's relative noise (one s.d.) where nothing measures it: a stated
-assumption, never fitted or scored. A sweep's own projection takes it as the floor of its
-repeats' spread (its run-to-run noise is measured, not a published table's); the backtest
-checks a case's draws against its other measured scales with it."""
+smaller scale, a few points wide there, covered 76% of them.)"""
 COVERAGE_TARGET = 0.95
 SHIPPED_PATH = Path(__file__).with_name("model_error.json")
 
