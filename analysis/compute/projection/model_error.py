@@ -158,7 +158,8 @@ def features(
 
 def within_one_node(anchor_nodes: int) -> float:
     """1.0 where the anchor is within one node (one node, or one GPU: the network between
-    nodes not measured), where the error model's mean applies; else 0.0."""
+    nodes not measured), where the error model's one-node mean applies; else 0.0, where its
+    mean from an anchor across nodes does (:meth:`ErrorModel.mean`)."""
     return 1.0 if anchor_nodes <= 1 else 0.0
 
 
@@ -185,7 +186,7 @@ class Scored:
     """Per draw, the share of the case's stated inter-node line rate it took (NaN, or None,
     where the case states none): the error model keeps the draws within its learned band."""
     within: float = 1.0
-    """:func:`within_one_node` of the point's anchor: where the error model's mean applies."""
+    """:func:`within_one_node` of the point's anchor: which of the error model's means applies."""
     evidenced: bool = False
     """Whether the draws were already weighed by the case's other measured scales
     (:func:`analysis.compute.projection.scoring.evidence`): the centre is then theirs, not
