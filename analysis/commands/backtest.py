@@ -146,7 +146,7 @@ def _print_walked(result: dict[str, Any], nested: bool) -> None:
         "; each by its source's fold's model, whose mean from an anchor across nodes the other "
         "sources' such points fitted"
         if nested
-        else "; the shipped model's mean from an anchor across nodes was fitted on them"
+        else "; the shipped model's mean from an anchor across nodes was fitted on the open ones"
     )
     _print(walked, how, WALKED_TITLE)
     if "family_totals" in walked:
