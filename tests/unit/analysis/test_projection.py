@@ -204,3 +204,38 @@ def test_the_projected_throughput_carries_the_error_models_shift_as_the_efficien
     assert row["throughput"] == pytest.approx(row["efficiency"] * 8 * x_base)
     model_only = row["per_device_batch_size"] / row["step_s"]
     assert row["throughput_per_device"] == pytest.approx(model_only * math.exp(-0.2))
+
+
+def test_a_sweep_draws_with_the_sweep_model_and_its_anchors_own_mean() -> None:
+    """A sweep's projection draws with the shipped fit calibrated beside a run's noise (the
+    file's ``sweep``), its own runs' noise in place (3% at least): the same rows as that model
+    given by hand, not as the published model's with its noise swapped. And the mean that
+    shifts the centre is the anchor's regime's: a 2-node anchor (its network measured) takes
+    ``mu_m``, a 1-node anchor the one-node mean."""
+    from analysis.compute.projection.model_error import MEASURED_NOISE, ErrorModel, load, load_sweep
+
+    pts, base = series(comm=0.004)
+    fit = fit_series(pts, base, "weak")
+
+    def rows(em: ErrorModel | None) -> list[tuple[float, float, float]]:
+        got = project_points(fit, pts, base, "weak", [(2, 2)], draws=40, error_model=em)
+        return [(r["efficiency"], r["efficiency_low"], r["efficiency_high"]) for r in got]
+
+    sweep = replace(load_sweep(), noise=MEASURED_NOISE)  # identical runs: the floor
+    assert rows(None) == rows(sweep)
+    assert rows(None) != rows(replace(load(), noise=MEASURED_NOISE))
+
+    # the same series, its 2-device point taken as 2 nodes of 1 device: the anchor spans nodes
+    across = [base, replace(pts[1], nodes=2, devices_per_node=1)]
+    fit_across = fit_series(across, base, "weak")
+    one_node_mean = ErrorModel(mu_d=-0.1, noise=0.0)
+    spanning_mean = ErrorModel(mu_d=-0.1, mu_m=-0.05, noise=0.0)
+    for f, points, em, shift in (
+        (fit, pts, one_node_mean, -0.1),  # 1 node -> 2 nodes of 2: d = 1, the first crossing
+        (fit_across, across, spanning_mean, -0.05),  # 2 nodes -> 2 nodes of 2: d = 1
+    ):
+        plain, shifted = (
+            project_points(f, points, base, "weak", [(2, 2)], draws=5, error_model=m)[0]
+            for m in (ErrorModel(noise=0.0), em)
+        )
+        assert shifted["efficiency"] == pytest.approx(plain["efficiency"] * math.exp(shift))
