@@ -24,7 +24,7 @@ from analysis.compute.projection.model_error import SHIPPED_PATH, fit_sweep
 from analysis.compute.projection.model_error import write as write_error_model
 from analysis.compute.projection.noise_selection import fit_selected
 from analysis.compute.projection.project import DRAWS
-from analysis.compute.projection.scoring import CaseError, prepare, read_cases, walk_forward
+from analysis.compute.projection.scoring import CaseError, prepare, prepare_walked, read_cases
 from analysis.compute.projection.sealed import split_sealed
 from analysis.read.cases import read_sealed
 from scalescope.cli import OneLineParser
@@ -249,8 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         on = f"{Path(args.cases).name}: {len(ddp)} cases, {n} points" + (
             f" ({len(shut)} sealed source(s) left out)" if shut else ""
         )
-        walked = walk_forward(ddp)  # for the mean where the anchor spans nodes
-        spanning = prepare(walked, draws=args.draws, seed=1) if walked else []
+        _, spanning = prepare_walked(ddp, draws=args.draws)  # the mean across nodes
         em, selection = fit_selected(prepared, on, spanning=spanning)
         sweep = fit_sweep(prepared, on, spanning)
         write_error_model(em, Path(args.out), selection, sweep=sweep)

@@ -27,9 +27,9 @@ from analysis.compute.projection.scoring import (
     evidence,
     is_fsdp,
     prepare,
+    prepare_walked,
     reference,
     unknowns,
-    walk_forward,
 )
 from analysis.compute.projection.sealed import split_sealed
 from analysis.read.cases import Case
@@ -63,8 +63,7 @@ def _scored(
     """``cases``' points scored by ``em``, and their walked-forward ones under ``walked``;
     with ``sweep``, the same points scored by it under ``sweep`` (its ``walked`` within)."""
     prepared = prepare(cases, draws, seed)
-    walked = walk_forward(cases)
-    more = prepare(walked, draws, seed + 1) if walked else []
+    walked, more = prepare_walked(cases, draws, seed)
     result = _result(cases, prepared, score(prepared, em))
     if walked:
         result["walked"] = _result(walked, more, score(more, em))
@@ -202,8 +201,7 @@ def cross_validated(
     open_cases, shut = split_sealed(cases, sealed)
     ddp, fsdp = split(open_cases)
     prepared = list(prepared) or prepare(ddp, draws, seed)
-    walked = walk_forward(ddp)
-    more = prepare(walked, draws, seed + 1) if walked else []
+    walked, more = prepare_walked(ddp, draws, seed)
     scored, folds = cross_validate(prepared, also=more)
     # cross_validate groups the points by source: put them back in the cases' order
     result = {**_result(ddp, prepared, _in_order(ddp, scored)), "folds": _bare(folds, "also")}

@@ -448,6 +448,16 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
     return out
 
 
+def prepare_walked(
+    cases: Sequence[Case], draws: int = DRAWS, seed: int = 0
+) -> tuple[list[Case], list[Scored]]:
+    """``cases`` walked forward (:func:`walk_forward`) and their points prepared, with the
+    seed after ``seed`` (the one every user of them takes: the backtest's scores and the
+    fit's mean from an anchor across nodes are of the same draws)."""
+    walked = walk_forward(cases)
+    return walked, prepare(walked, draws, seed + 1) if walked else []
+
+
 __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cases
     "ALPHA_INTER_S",
     "ALPHA_INTRA_S",
@@ -464,6 +474,7 @@ __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cas
     "centre_carry",
     "is_fsdp",
     "prepare",
+    "prepare_walked",
     "read_cases",
     "reference",
     "unknowns",
