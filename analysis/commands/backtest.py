@@ -124,9 +124,7 @@ def _family_words(result: dict[str, Any], held: str = "") -> str:
     held = held or ", ".join(f"{f['held_out']} ({f['points']})" for f in result["family_folds"])
     return (
         f"Leave one family out (nested the same way; a kind of system held out whole: {held}): "
-        f"interval coverage {100 * t['coverage']:.0f}%, median absolute error "
-        f"{t['median_abs_error_pts']:.1f} points, median interval width "
-        f"{t['median_width_pts']:.1f} points over {t['points']} point(s)"
+        + _figures(t)
     )
 
 

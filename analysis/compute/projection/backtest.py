@@ -14,6 +14,7 @@ from typing import Any
 
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
+    NOISE_GRID,
     ErrorModel,
     Scored,
     load_sweep,
@@ -202,36 +203,12 @@ def cross_validated(
     ddp, fsdp = split(open_cases)
     prepared = list(prepared) or prepare(ddp, draws, seed)
     walked, more = prepare_walked(ddp, draws, seed)
-    scored, folds = cross_validate(prepared, also=more)
-    # cross_validate groups the points by source: put them back in the cases' order
-    result = {**_result(ddp, prepared, _in_order(ddp, scored)), "folds": _bare(folds, "also")}
+    result, folds, family_folds = _nested(ddp, prepared, walked, more)
+    result["folds"] = _bare(folds, "also")
+    result["family_folds"] = _bare(family_folds, "inner", "also")
     # what a sweep's intervals cover: each fold's fit calibrated beside one run's noise
     # (model_error.fit_sweep), the model a sweep's projection draws with
-    at_run = (MEASURED_NOISE,)
-    swept, sweep_folds = cross_validate(prepared, grid=at_run, also=more)
-    by_kind, kind_folds = cross_validate(prepared, grid=at_run, key=lambda p: p.family, also=more)
-    result["sweep"] = {
-        **_result(ddp, prepared, _in_order(ddp, swept)),
-        "family_totals": {**totals(by_kind), "points": len(by_kind)},
-    }
-    if walked:
-        result["sweep"]["walked"] = {
-            **_result(walked, more, _in_order(walked, _also(sweep_folds))),
-            "family_totals": {**totals(_also(kind_folds)), "points": len(more)},
-        }
-    # a harder test: a whole kind of system held out (its sources' noise and fit from the
-    # other kinds alone), as a cluster unlike any in the file would be
-    family_scored, family_folds = cross_validate(prepared, key=lambda p: p.family, also=more)
-    result["family_totals"] = {**totals(family_scored), "points": len(family_scored)}
-    result["family_folds"] = _bare(family_folds, "inner", "also")
-    if walked:  # each fold's model scores its walked-forward points, never fitted on them
-        result["walked"] = {
-            **_result(walked, more, _in_order(walked, _also(folds))),
-            "family_totals": {
-                **totals(_in_order(walked, _also(family_folds))),
-                "points": len(more),
-            },
-        }
+    result["sweep"] = _nested(ddp, prepared, walked, more, (MEASURED_NOISE,))[0]
     # no FSDP source is in the shipped model's fit: each is already held out of it
     result = _with_fsdp(result, fsdp, draws, seed, load_error_model(), load_sweep())
     if shut:  # scored once, by the model no choice made on them
@@ -240,6 +217,34 @@ def cross_validated(
             "sources": sorted({c.group for c in shut}),
         }
     return result
+
+
+def _nested(
+    cases: Sequence[Case],
+    prepared: Sequence[Scored],
+    walked: Sequence[Case],
+    more: Sequence[Scored],
+    grid: Sequence[float] = NOISE_GRID,
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """``cases``' ``prepared`` points nested leave one source out, in the backtest's layout,
+    with leave one family out's totals under ``family_totals`` (a whole kind of system held
+    out, its sources' noise and fit from the other kinds alone, as a cluster unlike any in
+    the file would be), each fold's noise chosen from ``grid``; and under ``walked`` the
+    ``walked`` cases' points ``more``, each scored by its fold's model, both ways. Also the
+    folds of each way."""
+    scored, folds = cross_validate(prepared, grid, also=more)
+    by_kind, kind_folds = cross_validate(prepared, grid, key=lambda p: p.family, also=more)
+    # cross_validate groups the points by fold: put them back in the cases' order
+    result = {
+        **_result(cases, prepared, _in_order(cases, scored)),
+        "family_totals": {**totals(by_kind), "points": len(by_kind)},
+    }
+    if walked:
+        result["walked"] = {
+            **_result(walked, more, _in_order(walked, _also(folds))),
+            "family_totals": {**totals(_also(kind_folds)), "points": len(more)},
+        }
+    return result, folds, kind_folds
 
 
 def _bare(folds: Sequence[dict[str, Any]], *drop: str) -> list[dict[str, Any]]:

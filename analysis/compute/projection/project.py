@@ -181,6 +181,7 @@ def _draw(
         u, z, z_noise = float(rng.uniform()), rng.standard_normal(), rng.standard_normal()
         if drawn is None:
             continue
+        within = within_one_node(drawn.anchor_nodes)
         for w in ifs:
             changed, kw = under(drawn, w), settings_of(drawn, w)
             for nodes, dpn in targets:
@@ -189,7 +190,7 @@ def _draw(
                 e, _, _ = changed.efficiency(
                     nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
                 )
-                mean = float(em.mean(d, s, within_one_node(drawn.anchor_nodes)))
+                mean = float(em.mean(d, s, within))
                 e *= math.exp(mean + spread * z + em.noise * z_noise)
                 samples.setdefault((w.name, nodes, dpn), []).append(e)
     return samples
