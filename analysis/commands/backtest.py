@@ -185,6 +185,28 @@ def _figures(t: dict[str, Any]) -> str:
     )
 
 
+def _print_fsdp_own(own: dict[str, Any]) -> None:
+    """What FSDP's points would give with an error model of their own (backtest.fsdp_own),
+    beside the figures above of the model they are projected with."""
+    from rich.console import Console
+
+    n = len(own["sources"])
+    parts = []
+    for name, words in (("published", ""), ("sweep", "as a sweep's projection draws them ")):
+        got = own[name]
+        parts.append(words + _figures(got["totals"]))
+        if got["walked_totals"]:
+            parts.append(f"{words}from every smaller scale " + _figures(got["walked_totals"]))
+    Console(width=120, highlight=False).print(
+        f"FSDP's own error model, for comparison (the same fit on the {n} open FSDP sources "
+        f"alone, nested leave one source out: each fold fits on {n - 1}): "
+        + "; ".join(parts)
+        + ". FSDP's points are projected with the all-reduce cases' model, whose figures are"
+        " above",
+        markup=False,
+    )
+
+
 def _print_sealed(sealed: dict[str, Any]) -> None:
     """The sealed test's figures: one line for the all-reduce cases, one for FSDP's."""
     from rich.console import Console
@@ -279,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 WALKED_WORDS + "; scored, never fitted on",
                 "FSDP: " + WALKED_TITLE,
             )
+        if "own" in result["fsdp"]:
+            _print_fsdp_own(result["fsdp"]["own"])
     if "sealed" in result:
         _print_sealed(result["sealed"])
     if args.json:

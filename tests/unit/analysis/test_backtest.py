@@ -152,6 +152,21 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     kind = sweep["walked"]["family_totals"]
     assert kind["coverage"] >= 0.8 and kind["median_abs_error_pts"] <= 5.0, kind
     assert "As a sweep's projection draws them" in text
+    # FSDP's own error model, for comparison: nested over the open FSDP sources alone (each
+    # fold's noise chosen by the other FSDP sources), never a sealed or all-reduce source
+    own = doc["fsdp"]["own"]
+    fsdp_cases = split(open_cases)[1]
+    fsdp_groups = list(dict.fromkeys(c.group for c in fsdp_cases))
+    assert own["sources"] == sorted(fsdp_groups)
+    fsdp_prepared = prepare(fsdp_cases)
+    fsdp_spanning = prepare(walk_forward(fsdp_cases), seed=1)
+    for fold in own["published"]["folds"]:
+        train = [p for p in fsdp_prepared if p.group != fold["held_out"]]
+        mine = [p for p in fsdp_spanning if p.group != fold["held_out"]]
+        assert fold["noise"] == choose_noise(train, spanning=mine)[0], fold["held_out"]
+    assert [f["held_out"] for f in own["sweep"]["folds"]] == fsdp_groups
+    assert own["published"]["totals"]["points"] == doc["fsdp"]["totals"]["points"]
+    assert "FSDP's own error model, for comparison" in text
 
 
 def test_a_sweeps_model_covers_its_own_points_with_a_runs_noise() -> None:
