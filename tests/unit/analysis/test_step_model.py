@@ -129,8 +129,11 @@ def test_an_assumed_inter_node_network_is_a_wide_band_and_a_measured_one_narrows
     assert "assumed at 1-100% of the intra-node one" in net.note
     two_nodes = ScalePoint(4, 2, 2, [parts(comm=0.006, world=4)])
     net2 = fit_series([*pts, two_nodes], base, "weak").model.network  # type: ignore[union-attr]
-    assert net2.inter_band == (0.5, 1.0) and "2 nodes" in net2.note
-    assert net2.factor(2) == 1.0 and net2.factor(4) < 1.0
+    # measured across nodes: held beyond, as the backtest scores a published case measured
+    # across nodes (a band of 50-100% beyond 2 nodes, centred at 71%, scored 79% coverage and
+    # 4.7 points of error there against 91% and 3.0 held); the error model carries the fall
+    assert net2.inter_band == (1.0, 1.0) and "2 nodes" in net2.note
+    assert net2.factor(2) == 1.0 and net2.factor(4) == 1.0 and net2.factor(64, 0.0) == 1.0
 
 
 def test_nothing_to_project_from_says_why() -> None:
