@@ -276,6 +276,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: wrote {args.out}: {em}")
         return 0
     if args.cross_validate:
+        ddp, _ = split(split_sealed(cases, shut)[0])
+        sources = sorted({c.group for c in ddp})
+        if len(sources) == 1:  # a fold would be fitted on nothing
+            print(
+                f"{PROG}: error: --cross-validate holds out one source (source_group) at a time "
+                f"and fits on the others: the all-reduce cases of {args.cases} are all of one, "
+                f"{sources[0]!r}",
+                file=sys.stderr,
+            )
+            return 2
         result = cross_validated(cases, draws=args.draws, sealed=shut)
     else:
         result = backtest(cases, draws=args.draws)

@@ -219,6 +219,25 @@ def test_a_case_file_with_a_missing_field_is_one_line(
     assert rc == 2 and "case 'x': model.grad_bytes must be a positive number" in err, err
 
 
+def test_cross_validating_the_cases_of_one_source_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fold holds one source out and fits on the others: with one source there are none,
+    and the nested figures would be a default model's, printed as if cross-validated."""
+    import yaml
+
+    cases = yaml.safe_load(CASES.read_text())["cases"]
+    one = [c for c in cases if c["source_group"] == "pytorch-ddp-paper"]
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump({"cases": one}))
+    out = tmp_path / "cv.json"
+    rc, text, err = run(capsys, "backtest", str(path), "--cross-validate", "--json", str(out))
+    assert rc == 2 and not text and not out.exists()
+    assert err.count("\n") == 1 and "all of one, 'pytorch-ddp-paper'" in err, err
+    # the plain backtest of the same file scores it with the shipped model
+    assert run(capsys, "backtest", str(path), "--draws", "40")[0] == 0
+
+
 def test_the_shipped_error_model_chose_its_noise_by_the_stated_rule() -> None:
     """The shipped model's noise is the one its recorded leave-one-source-out selection
     gives under the stated rule (analysis.compute.projection.noise_selection.pick_noise, the
