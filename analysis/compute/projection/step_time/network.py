@@ -65,7 +65,8 @@ class Network:
 def network_from_points(multi: Sequence[Any]) -> Network:
     """The levels the sweep measured (``multi``: its multi-device scale points,
     :class:`.step_model.ScalePoint`): intra-node from its largest single-node point,
-    inter-node from its largest multi-node one, with the band the number of nodes allows."""
+    inter-node from its largest multi-node one, held beyond it (the error model carries the
+    rest), or assumed within :data:`UNKNOWN_INTER_BAND` of the intra-node one where none is."""
     intra = _measured_level([p for p in multi if p.nodes <= 1], "intra-node")
     inter_pts = [p for p in multi if p.nodes > 1]
     inter = _measured_level(inter_pts, "inter-node")
