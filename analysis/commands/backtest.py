@@ -26,7 +26,7 @@ from analysis.compute.projection.noise_selection import fit_selected
 from analysis.compute.projection.project import DRAWS
 from analysis.compute.projection.scoring import CaseError, prepare, prepare_walked, read_cases
 from analysis.compute.projection.sealed import split_sealed
-from analysis.read.cases import read_sealed
+from analysis.read.cases import Case, read_sealed
 from scalescope.cli import OneLineParser
 
 PROG = "python -m analysis.project"
@@ -262,19 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     shut = sealed.sources if sealed else ()
     if args.command == "fit-error":
-        # FSDP's cases stay out of the shipped model until enough; the sealed ones always
-        ddp, _ = split(split_sealed(cases, shut)[0])
-        prepared = prepare(ddp, draws=args.draws)
-        n = len(prepared)
-        on = f"{Path(args.cases).name}: {len(ddp)} cases, {n} points" + (
-            f" ({len(shut)} sealed source(s) left out)" if shut else ""
-        )
-        _, spanning = prepare_walked(ddp, draws=args.draws)  # the mean across nodes
-        em, selection = fit_selected(prepared, on, spanning=spanning)
-        sweep = fit_sweep(prepared, on, spanning)
-        write_error_model(em, Path(args.out), selection, sweep=sweep)
-        print(f"{PROG}: wrote {args.out}: {em}")
-        return 0
+        return _fit_error(cases, shut, args)
     if args.cross_validate:
         ddp, _ = split(split_sealed(cases, shut)[0])
         sources = sorted({c.group for c in ddp})
@@ -289,14 +277,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = cross_validated(cases, draws=args.draws, sealed=shut)
     else:
         result = backtest(cases, draws=args.draws)
-    _print(result, _nested_words(result) if args.cross_validate else "")
+    _print_result(result, args.cross_validate)
+    if args.json:
+        from scalescope.atomic import write_text_atomic
+
+        write_text_atomic(Path(args.json), json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def _fit_error(cases: Sequence[Case], shut: Sequence[str], args: argparse.Namespace) -> int:
+    """``fit-error``: the error model fitted on the open all-reduce cases, written."""
+    # FSDP's cases stay out of the shipped model until enough; the sealed ones always
+    ddp, _ = split(split_sealed(cases, shut)[0])
+    prepared = prepare(ddp, draws=args.draws)
+    n = len(prepared)
+    on = f"{Path(args.cases).name}: {len(ddp)} cases, {n} points" + (
+        f" ({len(shut)} sealed source(s) left out)" if shut else ""
+    )
+    _, spanning = prepare_walked(ddp, draws=args.draws)  # the mean across nodes
+    em, selection = fit_selected(prepared, on, spanning=spanning)
+    sweep = fit_sweep(prepared, on, spanning)
+    write_error_model(em, Path(args.out), selection, sweep=sweep)
+    print(f"{PROG}: wrote {args.out}: {em}")
+    return 0
+
+
+def _print_result(result: dict[str, Any], nested: bool) -> None:
+    """Every table and line of a backtest's ``result`` (``nested``: cross-validated)."""
+    _print(result, _nested_words(result) if nested else "")
     if "family_totals" in result:
         from rich.console import Console
 
         Console(width=120, highlight=False).print(_family_words(result), markup=False)
     _print_sweep(result)
     if "walked" in result:
-        _print_walked(result, args.cross_validate)
+        _print_walked(result, nested)
     if "fsdp" in result:
         _print(
             result["fsdp"],
@@ -315,11 +330,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_fsdp_own(result["fsdp"]["own"])
     if "sealed" in result:
         _print_sealed(result["sealed"])
-    if args.json:
-        from scalescope.atomic import write_text_atomic
-
-        write_text_atomic(Path(args.json), json.dumps(result, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":
