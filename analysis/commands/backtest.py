@@ -263,20 +263,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     shut = sealed.sources if sealed else ()
     if args.command == "fit-error":
         return _fit_error(cases, shut, args)
-    if args.cross_validate:
-        ddp, _ = split(split_sealed(cases, shut)[0])
-        sources = sorted({c.group for c in ddp})
-        if len(sources) == 1:  # a fold would be fitted on nothing
-            print(
-                f"{PROG}: error: --cross-validate holds out one source (source_group) at a time "
-                f"and fits on the others: the all-reduce cases of {args.cases} are all of one, "
-                f"{sources[0]!r}",
-                file=sys.stderr,
-            )
-            return 2
-        result = cross_validated(cases, draws=args.draws, sealed=shut)
-    else:
-        result = backtest(cases, draws=args.draws)
+    try:
+        result = (
+            cross_validated(cases, draws=args.draws, sealed=shut)
+            if args.cross_validate
+            else backtest(cases, draws=args.draws)
+        )
+    except CaseError as exc:
+        print(f"{PROG}: error: {args.cases}: {exc}", file=sys.stderr)
+        return 2
     _print_result(result, args.cross_validate)
     if args.json:
         from scalescope.atomic import write_text_atomic

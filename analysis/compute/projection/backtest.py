@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
@@ -33,7 +33,7 @@ from analysis.compute.projection.scoring import (
     unknowns,
 )
 from analysis.compute.projection.sealed import split_sealed
-from analysis.read.cases import Case
+from analysis.read.cases import Case, CaseError
 
 
 def backtest(
@@ -51,20 +51,29 @@ def backtest(
     em = error_model or load_error_model()
     sweep = None if error_model else load_sweep()
     ddp, fsdp = split(cases)
-    return _with_fsdp(_scored(ddp, draws, seed, em, sweep), fsdp, draws, seed, em, sweep)
+    result = _scored(_prepare(ddp, draws, seed), em, sweep)
+    return _with_fsdp(result, _prepare(fsdp, draws, seed), em, sweep)
 
 
-def _scored(
-    cases: Sequence[Case],
-    draws: int,
-    seed: int,
-    em: ErrorModel,
-    sweep: ErrorModel | None = None,
-) -> dict[str, Any]:
-    """``cases``' points scored by ``em``, and their walked-forward ones under ``walked``;
-    with ``sweep``, the same points scored by it under ``sweep`` (its ``walked`` within)."""
-    prepared = prepare(cases, draws, seed)
-    walked, more = prepare_walked(cases, draws, seed)
+class Prepared(NamedTuple):
+    """Cases with their points prepared (:func:`~.scoring.prepare`, the costly part), and
+    the same cases walked forward with theirs (:func:`~.scoring.prepare_walked`)."""
+
+    cases: list[Case]
+    points: list[Scored]
+    walked: list[Case]
+    more: list[Scored]
+
+
+def _prepare(cases: Sequence[Case], draws: int, seed: int) -> Prepared:
+    return Prepared(list(cases), prepare(cases, draws, seed), *prepare_walked(cases, draws, seed))
+
+
+def _scored(got: Prepared, em: ErrorModel, sweep: ErrorModel | None = None) -> dict[str, Any]:
+    """The prepared cases' points scored by ``em``, and their walked-forward ones under
+    ``walked``; with ``sweep``, the same points scored by it under ``sweep`` (its ``walked``
+    within)."""
+    cases, prepared, walked, more = got
     result = _result(cases, prepared, score(prepared, em))
     if walked:
         result["walked"] = _result(walked, more, score(more, em))
@@ -98,19 +107,17 @@ def fsdp_error_model(em: ErrorModel) -> ErrorModel:
 
 def _with_fsdp(
     result: dict[str, Any],
-    fsdp: Sequence[Case],
-    draws: int,
-    seed: int,
+    fsdp: Prepared,
     em: ErrorModel,
     sweep: ErrorModel | None = None,
 ) -> dict[str, Any]:
-    """``result`` (the all-reduce cases') with the FSDP cases' own points and totals under
-    ``fsdp`` where there are any (none: ``result`` as it was); with ``sweep``, scored by it
-    as well (:func:`_scored`)."""
-    if not fsdp:
+    """``result`` (the all-reduce cases') with the ``fsdp`` cases' own points and totals
+    under ``fsdp`` where there are any (none: ``result`` as it was); with ``sweep``, scored
+    by it as well (:func:`_scored`)."""
+    if not fsdp.cases:
         return result
     fem = fsdp_error_model(em)
-    got = _scored(fsdp, draws, seed, fem, sweep)
+    got = _scored(fsdp, fem, sweep)
     return {**result, "fsdp": {**got, "error_model": fem.fitted_on}}
 
 
@@ -198,9 +205,16 @@ def cross_validated(
 
     ``sealed``: the sources set aside as the sealed test (:mod:`.sealed`): left out of every
     fold, and scored once, under ``sealed``, by the shipped error model (fitted on the open
-    sources alone, ``fit-error``), as :func:`backtest` scores them."""
+    sources alone, ``fit-error``), as :func:`backtest` scores them. :class:`CaseError` where
+    the open all-reduce cases are all of one source (a fold would be fitted on nothing)."""
     open_cases, shut = split_sealed(cases, sealed)
     ddp, fsdp = split(open_cases)
+    sources = sorted({c.group for c in ddp})
+    if len(sources) == 1:  # a fold would be fitted on nothing
+        raise CaseError(
+            "cross-validation holds out one source (source_group) at a time and fits on the "
+            f"others: the open all-reduce cases are all of one, {sources[0]!r}"
+        )
     prepared = list(prepared) or prepare(ddp, draws, seed)
     walked, more = prepare_walked(ddp, draws, seed)
     result, folds, family_folds = _nested(ddp, prepared, walked, more)
@@ -210,8 +224,9 @@ def cross_validated(
     # (model_error.fit_sweep), the model a sweep's projection draws with
     result["sweep"] = _nested(ddp, prepared, walked, more, (MEASURED_NOISE,))[0]
     # no FSDP source is in the shipped model's fit: each is already held out of it
-    result = _with_fsdp(result, fsdp, draws, seed, load_error_model(), load_sweep())
-    own = fsdp_own(fsdp, draws, seed)
+    fsdp_prepared = _prepare(fsdp, draws, seed)  # scored by the pooled model and their own
+    result = _with_fsdp(result, fsdp_prepared, load_error_model(), load_sweep())
+    own = fsdp_own(fsdp_prepared)
     if own is not None:
         result["fsdp"]["own"] = own
     if shut:  # scored once, by the model no choice made on them
@@ -222,21 +237,20 @@ def cross_validated(
     return result
 
 
-def fsdp_own(fsdp: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> dict[str, Any] | None:
+def fsdp_own(fsdp: Prepared) -> dict[str, Any] | None:
     """How FSDP's points would do with an error model of their own: the same fit on the FSDP
     sources alone, nested leave one source out (each fold's noise and fit from the other FSDP
     sources), from one node and from every smaller scale, with the published grid and as a
     sweep draws. Scored beside the figures of the model they are projected with
     (:func:`fsdp_error_model`), to say what their own would give; None with fewer than two
     FSDP sources (a fold needs one to fit on)."""
-    sources = sorted({c.group for c in fsdp})
+    cases, prepared, walked, more = fsdp
+    sources = sorted({c.group for c in cases})
     if len(sources) < 2:
         return None
-    prepared = prepare(fsdp, draws, seed)
-    walked, more = prepare_walked(fsdp, draws, seed)
     out: dict[str, Any] = {"sources": sources}
     for name, grid in (("published", NOISE_GRID), ("sweep", (MEASURED_NOISE,))):
-        got, folds, _ = _nested(fsdp, prepared, walked, more, grid, by_family=False)
+        got, folds, _ = _nested(cases, prepared, walked, more, grid, by_family=False)
         out[name] = {
             "totals": got["totals"],
             "walked_totals": got["walked"]["totals"] if walked else None,
