@@ -60,6 +60,7 @@ def test_backtest_scores_every_published_point(
     assert "median absolute error" in text
 
 
+@pytest.mark.timeout(360)  # the command's cross-validation, then every fold's choice again
 def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -173,35 +174,40 @@ def test_a_sweeps_model_covers_its_own_points_with_a_runs_noise() -> None:
     """A sweep's projection draws with its own runs' noise (3% at least), not the published
     table's the shipped model chose. The model it draws with (the shipped file's ``sweep``)
     has its spreads calibrated beside that noise: its intervals cover 95% of the open points
-    it was fitted on. The published model with its noise swapped for a run's, what a sweep
-    drew before, covers fewer: its spreads were calibrated beside the table's noise, which
-    carried nearly all the width."""
+    it was fitted on. A published model whose table noise is wider (a level of the grid the
+    folds have chosen before, 13%) with its noise swapped for a run's covers fewer: its
+    spreads were calibrated beside the table's noise, which carried nearly all the width.
+    (The shipped cases now choose the run's level themselves, so the two shipped models
+    coincide; the contrast is made with the wider level.)"""
     from dataclasses import replace
 
     from analysis.compute.projection.backtest import split
     from analysis.compute.projection.model_error import (
         MEASURED_NOISE,
+        fit,
         load,
         load_sweep,
         score,
         totals,
     )
-    from analysis.compute.projection.scoring import prepare, read_cases
+    from analysis.compute.projection.scoring import prepare, read_cases, walk_forward
     from analysis.compute.projection.sealed import split_sealed
     from analysis.read.cases import read_sealed
 
     sealed = read_sealed(str(CASES))
     assert sealed is not None
-    prepared = prepare(split(split_sealed(read_cases(str(CASES)), sealed.sources)[0])[0])
+    open_cases = split(split_sealed(read_cases(str(CASES)), sealed.sources)[0])[0]
+    prepared = prepare(open_cases)
     sweep, published = load_sweep(), load()
-    assert sweep.noise == MEASURED_NOISE < published.noise
+    assert sweep.noise == MEASURED_NOISE <= published.noise
     assert (sweep.mu_d, sweep.mu_s, sweep.share_band) == (
         published.mu_d,
         published.mu_s,
         published.share_band,
     )
     drawn = totals(score(prepared, sweep))["coverage"]
-    swapped = totals(score(prepared, replace(published, noise=MEASURED_NOISE)))["coverage"]
+    wide = fit(prepared, noise=0.13, spanning=prepare(walk_forward(open_cases), seed=1))
+    swapped = totals(score(prepared, replace(wide, noise=MEASURED_NOISE)))["coverage"]
     assert drawn >= 0.95 > swapped, (drawn, swapped)
 
 
