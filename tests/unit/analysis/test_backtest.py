@@ -79,7 +79,7 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     from analysis.compute.projection.backtest import split
     from analysis.compute.projection.model_error import NOISE_GRID
     from analysis.compute.projection.noise_selection import choose_noise
-    from analysis.compute.projection.scoring import prepare, read_cases, walk_forward
+    from analysis.compute.projection.scoring import prepare, prepare_walked, read_cases
     from analysis.compute.projection.sealed import split_sealed
     from analysis.read.cases import read_sealed
 
@@ -123,7 +123,7 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     assert sealed is not None
     open_cases = split_sealed(read_cases(str(CASES)), sealed.sources)[0]
     prepared = prepare(split(open_cases)[0])  # the command's draws
-    spanning = prepare(walk_forward(split(open_cases)[0]), seed=1)
+    spanning = prepare_walked(split(open_cases)[0])[1]
     groups = list(dict.fromkeys(p.group for p in prepared))
     assert not set(groups) & set(sealed.sources)
     assert f"(nested leave one source out: each of {len(groups)} folds chose its noise" in text
@@ -160,7 +160,7 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     fsdp_groups = list(dict.fromkeys(c.group for c in fsdp_cases))
     assert own["sources"] == sorted(fsdp_groups)
     fsdp_prepared = prepare(fsdp_cases)
-    fsdp_spanning = prepare(walk_forward(fsdp_cases), seed=1)
+    fsdp_spanning = prepare_walked(fsdp_cases)[1]
     for fold in own["published"]["folds"]:
         train = [p for p in fsdp_prepared if p.group != fold["held_out"]]
         mine = [p for p in fsdp_spanning if p.group != fold["held_out"]]
@@ -190,7 +190,7 @@ def test_a_sweeps_model_covers_its_own_points_with_a_runs_noise() -> None:
         score,
         totals,
     )
-    from analysis.compute.projection.scoring import prepare, read_cases, walk_forward
+    from analysis.compute.projection.scoring import prepare, prepare_walked, read_cases
     from analysis.compute.projection.sealed import split_sealed
     from analysis.read.cases import read_sealed
 
@@ -206,7 +206,7 @@ def test_a_sweeps_model_covers_its_own_points_with_a_runs_noise() -> None:
         published.share_band,
     )
     drawn = totals(score(prepared, sweep))["coverage"]
-    wide = fit(prepared, noise=0.13, spanning=prepare(walk_forward(open_cases), seed=1))
+    wide = fit(prepared, noise=0.13, spanning=prepare_walked(open_cases)[1])
     swapped = totals(score(prepared, replace(wide, noise=MEASURED_NOISE)))["coverage"]
     assert drawn >= 0.95 > swapped, (drawn, swapped)
 
