@@ -104,38 +104,74 @@ def read_cases(path: str) -> list[Case]:
 
 
 @dataclass(frozen=True)
-class Sealed:
-    """The sources a case file sets aside as its sealed test (``sealed:``): drawn with
-    ``seed`` from ``drawn_from`` (:func:`analysis.compute.projection.sealed.draw`)."""
+class Draw:
+    """One draw of the sealed test: ``sources`` drawn with ``seed`` from ``drawn_from``
+    (:func:`analysis.compute.projection.sealed.draw`)."""
 
     seed: int
     drawn_from: tuple[str, ...]
     sources: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Sealed:
+    """The sources a case file sets aside as its sealed test (``sealed:``): the first draw,
+    then each later one (``later:``), made over sources added after the draws before it."""
+
+    draws: tuple[Draw, ...]
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Every sealed source, in the order of the draws."""
+        return tuple(name for d in self.draws for name in d.sources)
+
+    @property
+    def drawn_from(self) -> tuple[str, ...]:
+        """Every source some draw was made from (the rest were added after the last)."""
+        return tuple(name for d in self.draws for name in d.drawn_from)
+
+
+def _draw(path: str, raw: Any, where: str) -> Draw:
+    """One draw's record, checked: an integer seed and two lists of source names."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("seed"), int):
+        raise CaseError(f"{path}: {where} must be a mapping with an integer seed")
+    lists = {}
+    for key in ("drawn_from", "sources"):
+        value = raw.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise CaseError(f"{path}: {where}.{key} must be a list of source names")
+        lists[key] = tuple(value)
+    return Draw(raw["seed"], lists["drawn_from"], lists["sources"])
+
+
 def read_sealed(path: str) -> Sealed | None:
     """The file's ``sealed:`` record, or None where it has none; :class:`CaseError` names
-    what is wrong with it (a field missing, or a source the file does not hold)."""
+    what is wrong with it (a field missing, a source the file does not hold, or one drawn
+    from twice)."""
     import yaml
 
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     raw = data.get("sealed") if isinstance(data, dict) else None
     if raw is None:
         return None
-    if not isinstance(raw, dict) or not isinstance(raw.get("seed"), int):
-        raise CaseError(f"{path}: sealed must be a mapping with an integer seed")
-    lists = {}
-    for key in ("drawn_from", "sources"):
-        value = raw.get(key)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise CaseError(f"{path}: sealed.{key} must be a list of source names")
-        lists[key] = tuple(value)
+    draws = [_draw(path, raw, "sealed")]
+    later = raw.get("later", []) if isinstance(raw, dict) else []
+    if not isinstance(later, list):
+        raise CaseError(f"{path}: sealed.later must be a list of draws")
+    draws += [_draw(path, r, f"sealed.later[{i}]") for i, r in enumerate(later)]
     held = {c.group for c in read_cases(path)}
-    missing = sorted(set(lists["drawn_from"]) - held)
-    if missing or not set(lists["sources"]) <= set(lists["drawn_from"]):
-        what = missing or sorted(set(lists["sources"]) - set(lists["drawn_from"]))
-        raise CaseError(f"{path}: sealed names source(s) the file does not hold: {', '.join(what)}")
-    return Sealed(raw["seed"], lists["drawn_from"], lists["sources"])
+    seen: set[str] = set()
+    for d in draws:
+        what = sorted(set(d.drawn_from) - held) or sorted(set(d.sources) - set(d.drawn_from))
+        if what:
+            raise CaseError(
+                f"{path}: sealed names source(s) the file does not hold: {', '.join(what)}"
+            )
+        twice = sorted(seen & set(d.drawn_from))
+        if twice:
+            raise CaseError(f"{path}: sealed draws twice from source(s): {', '.join(twice)}")
+        seen |= set(d.drawn_from)
+    return Sealed(tuple(draws))
 
 
 def _case(name: str, raw: dict[str, Any]) -> Case:

@@ -9,8 +9,11 @@ held then, and recorded in the file (``sealed:``, read by
 sources alone, the cross-validation runs on them alone, and the sealed ones are scored once,
 by that model, beside them (:func:`analysis.compute.projection.backtest.cross_validated`).
 
-A source added to the file later is not sealed by the old draw: it is open, unless a new draw
-(recorded beside the old one) says otherwise.
+A source added to the file later is not sealed by the draws before it. Such sources are
+pooled: once a third of the pool rounds to one or more, a new draw is made over the pool, with
+the next seed (:func:`next_seed`), before the newest of them is scored, and recorded beside the
+others (``sealed.later``); until then they are open (:func:`due`). Adding sources one at a
+time therefore seals as many as adding them together would.
 """
 
 from __future__ import annotations
@@ -35,6 +38,19 @@ def draw(sources: Iterable[str], seed: int = SEAL_SEED, share: float = SEALED_SH
         return []
     picked = np.random.default_rng(seed).choice(len(names), size=k, replace=False)
     return sorted(names[int(i)] for i in picked)
+
+
+def next_seed(draws_made: int) -> int:
+    """The seed of the draw after ``draws_made`` draws: :data:`SEAL_SEED`, then one more
+    each time."""
+    return SEAL_SEED + draws_made
+
+
+def due(sources: Iterable[str], drawn_from: Iterable[str], share: float = SEALED_SHARE) -> list[str]:
+    """The pool a new draw must be made over now: the ``sources`` no draw was made from
+    (``drawn_from``), sorted, where a third of them rounds to one or more; else none."""
+    pool = sorted(set(sources) - set(drawn_from))
+    return pool if round(share * len(pool)) else []
 
 
 class _FromSource(Protocol):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from analysis.commands import backtest as command
 from analysis.compute.projection.backtest import backtest, cross_validated
-from analysis.compute.projection.sealed import SEAL_SEED, draw, split_sealed
+from analysis.compute.projection.sealed import SEAL_SEED, draw, due, next_seed, split_sealed
 from analysis.read.cases import CaseError, read_cases, read_sealed
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,16 +32,49 @@ def test_the_draw_is_a_third_of_the_sources_and_depends_on_the_set_alone(
     assert draw(list(sources) * 2) == got  # nor repeats
 
 
-def test_the_file_records_the_draw_its_seed_makes_and_its_notes_name_it() -> None:
+def test_the_file_records_the_draws_their_seeds_make_and_its_notes_name_them() -> None:
     sealed = read_sealed(str(CASES))
-    assert sealed is not None and sealed.seed == SEAL_SEED
+    assert sealed is not None and sealed.draws[0].seed == SEAL_SEED
     held = {c.group for c in read_cases(str(CASES))}
     assert set(sealed.drawn_from) <= held
-    assert list(sealed.sources) == draw(sealed.drawn_from, sealed.seed)
     notes = (REPO / "benchmarks" / "projection_cases.md").read_text(encoding="utf-8")
     section = notes.split("## Sealed test", 1)[1].split("\n## ", 1)[0]
-    assert f"seed {SEAL_SEED}" in section
+    for i, made in enumerate(sealed.draws):
+        assert made.seed == next_seed(i)
+        assert list(made.sources) == draw(made.drawn_from, made.seed)
+        assert f"seed {made.seed}" in section
     assert all(f"`{name}`" in section for name in sealed.sources), section
+
+
+def test_no_draw_is_due_sources_added_later_are_pooled_until_a_third_seals_one() -> None:
+    sealed = read_sealed(str(CASES))
+    assert sealed is not None
+    held = {c.group for c in read_cases(str(CASES))}
+    assert due(held, sealed.drawn_from) == []
+    # one source past the pool's threshold makes a draw due over the whole pool
+    pool = sorted(held - set(sealed.drawn_from))
+    grown = [*pool, *(f"zz-new-{i}" for i in range(3 - len(pool) % 3))]
+    assert due([*held, *grown], sealed.drawn_from) == sorted(grown)
+    assert due(["a"], []) == [] and due(["a", "b", "c"], ["a", "b"]) == []
+    assert due(["a", "b"], []) == ["a", "b"]  # a third of two rounds to one
+
+
+def test_a_source_drawn_from_twice_is_one_line(tmp_path: Path) -> None:
+    text = CASES.read_text(encoding="utf-8")
+    first = read_sealed(str(CASES))
+    assert first is not None
+    again = (
+        "\n  later:\n    - seed: 9\n      drawn_from: [" + first.drawn_from[0] + "]\n"
+        "      sources: []\n"
+    )
+    head, rest = text.split("\ncases:", 1)
+    base = head.split("\n  later:", 1)[0]
+    bad = tmp_path / "cases.yaml"
+    bad.write_text(base + again + "cases:" + rest)
+    with pytest.raises(CaseError) as err:
+        read_sealed(str(bad))
+    assert "\n" not in str(err.value) and "twice" in str(err.value)
+    assert first.drawn_from[0] in str(err.value)
 
 
 def test_a_sealed_source_the_file_does_not_hold_is_one_line(tmp_path: Path) -> None:
