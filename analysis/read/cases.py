@@ -122,8 +122,8 @@ class Sealed:
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Every sealed source, in the order of the draws."""
-        return tuple(name for d in self.draws for name in d.sources)
+        """Every sealed source, sorted by name."""
+        return tuple(sorted(name for d in self.draws for name in d.sources))
 
     @property
     def drawn_from(self) -> tuple[str, ...]:

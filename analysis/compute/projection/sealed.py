@@ -46,7 +46,9 @@ def next_seed(draws_made: int) -> int:
     return SEAL_SEED + draws_made
 
 
-def due(sources: Iterable[str], drawn_from: Iterable[str], share: float = SEALED_SHARE) -> list[str]:
+def due(
+    sources: Iterable[str], drawn_from: Iterable[str], share: float = SEALED_SHARE
+) -> list[str]:
     """The pool a new draw must be made over now: the ``sources`` no draw was made from
     (``drawn_from``), sorted, where a third of them rounds to one or more; else none."""
     pool = sorted(set(sources) - set(drawn_from))
