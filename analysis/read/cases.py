@@ -132,44 +132,58 @@ class Sealed:
 
 
 def _draw(path: str, raw: Any, where: str) -> Draw:
-    """One draw's record, checked: an integer seed and two lists of source names."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("seed"), int):
+    """One draw's record, checked: an integer seed and two lists of distinct source names,
+    the sealed ones among those drawn from."""
+    seed = raw.get("seed") if isinstance(raw, dict) else None
+    if not isinstance(seed, int) or isinstance(seed, bool):
         raise CaseError(f"{path}: {where} must be a mapping with an integer seed")
     lists = {}
     for key in ("drawn_from", "sources"):
         value = raw.get(key)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise CaseError(f"{path}: {where}.{key} must be a list of source names")
+        if len(set(value)) != len(value):
+            twice = sorted({v for v in value if value.count(v) > 1})
+            raise CaseError(f"{path}: {where}.{key} names a source twice: {', '.join(twice)}")
         lists[key] = tuple(value)
-    return Draw(raw["seed"], lists["drawn_from"], lists["sources"])
+    outside = sorted(set(lists["sources"]) - set(lists["drawn_from"]))
+    if outside:
+        raise CaseError(
+            f"{path}: {where}.sources names source(s) not in its drawn_from: {', '.join(outside)}"
+        )
+    return Draw(seed, lists["drawn_from"], lists["sources"])
 
 
 def read_sealed(path: str) -> Sealed | None:
     """The file's ``sealed:`` record, or None where it has none; :class:`CaseError` names
-    what is wrong with it (a field missing, a source the file does not hold, or one drawn
-    from twice)."""
+    what is wrong with it and where (a field missing, a source the file does not hold, or
+    one drawn from twice)."""
     import yaml
 
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     raw = data.get("sealed") if isinstance(data, dict) else None
     if raw is None:
         return None
-    draws = [_draw(path, raw, "sealed")]
-    later = raw.get("later", []) if isinstance(raw, dict) else []
+    where = ["sealed"]
+    draws = [_draw(path, raw, where[0])]
+    later = raw.get("later") or []
     if not isinstance(later, list):
         raise CaseError(f"{path}: sealed.later must be a list of draws")
-    draws += [_draw(path, r, f"sealed.later[{i}]") for i, r in enumerate(later)]
+    for i, r in enumerate(later):
+        where.append(f"sealed.later[{i}]")
+        draws.append(_draw(path, r, where[-1]))
     held = {c.group for c in read_cases(path)}
     seen: set[str] = set()
-    for d in draws:
-        what = sorted(set(d.drawn_from) - held) or sorted(set(d.sources) - set(d.drawn_from))
-        if what:
+    for at, d in zip(where, draws, strict=True):
+        missing = sorted(set(d.drawn_from) - held)
+        if missing:
             raise CaseError(
-                f"{path}: sealed names source(s) the file does not hold: {', '.join(what)}"
+                f"{path}: {at}.drawn_from names source(s) the file does not hold: "
+                f"{', '.join(missing)}"
             )
         twice = sorted(seen & set(d.drawn_from))
         if twice:
-            raise CaseError(f"{path}: sealed draws twice from source(s): {', '.join(twice)}")
+            raise CaseError(f"{path}: {at} draws again from source(s): {', '.join(twice)}")
         seen |= set(d.drawn_from)
     return Sealed(tuple(draws))
 

@@ -3,17 +3,18 @@
 The backtest's cross-validation chooses the error model's noise inside its folds and fits it
 on the rest, so its figures are honest about one source held out at a time; but every change
 of the model since was made while looking at them. The sealed sources are the check no
-choice has seen: drawn once, by :func:`draw` with a fixed seed, from the sources the case file
-held then, and recorded in the file (``sealed:``, read by
+choice has seen: drawn by :func:`draw` with a fixed seed, from the sources the case file held
+then, and recorded in the file (``sealed:``, read by
 :func:`analysis.read.cases.read_sealed`). The shipped error model is fitted on the other
 sources alone, the cross-validation runs on them alone, and the sealed ones are scored once,
 by that model, beside them (:func:`analysis.compute.projection.backtest.cross_validated`).
 
 A source added to the file later is not sealed by the draws before it. Such sources are
-pooled: once a third of the pool rounds to one or more, a new draw is made over the pool, with
-the next seed (:func:`next_seed`), before the newest of them is scored, and recorded beside the
-others (``sealed.later``); until then they are open (:func:`due`). Adding sources one at a
-time therefore seals as many as adding them together would.
+pooled: once the pool holds a whole source's third (three sources, at a third), a new draw is
+made over the pool, with the next seed (:func:`next_seed`), before the newest of them is
+scored, and recorded beside the others (``sealed.later``); until then they are open
+(:func:`due`). Sources added one at a time thus seal a third of them, rounded down: at most one
+fewer than adding them together would (which rounds), never more.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 SEAL_SEED = 2026
-"""The seed of the draw recorded in ``benchmarks/projection_cases.yaml``."""
+"""The seed of the first draw recorded in ``benchmarks/projection_cases.yaml`` (the later
+ones: :func:`next_seed`)."""
 SEALED_SHARE = 1 / 3
 
 
@@ -50,9 +52,11 @@ def due(
     sources: Iterable[str], drawn_from: Iterable[str], share: float = SEALED_SHARE
 ) -> list[str]:
     """The pool a new draw must be made over now: the ``sources`` no draw was made from
-    (``drawn_from``), sorted, where a third of them rounds to one or more; else none."""
+    (``drawn_from``), sorted, where a third of them makes at least one whole source; else
+    none. (At two sources a third rounds to one, but a draw then would seal half of what
+    arrives singly.)"""
     pool = sorted(set(sources) - set(drawn_from))
-    return pool if round(share * len(pool)) else []
+    return pool if share * len(pool) >= 1 - 1e-9 else []
 
 
 class _FromSource(Protocol):

@@ -51,12 +51,25 @@ def test_no_draw_is_due_sources_added_later_are_pooled_until_a_third_seals_one()
     assert sealed is not None
     held = {c.group for c in read_cases(str(CASES))}
     assert due(held, sealed.drawn_from) == []
-    # one source past the pool's threshold makes a draw due over the whole pool
+    # the pool grown to three sources makes a draw due over the whole pool
     pool = sorted(held - set(sealed.drawn_from))
-    grown = [*pool, *(f"zz-new-{i}" for i in range(3 - len(pool) % 3))]
+    grown = [*pool, *(f"zz-new-{i}" for i in range(3 - len(pool)))]
+    assert due([*held, *grown[:-1]], sealed.drawn_from) == []
     assert due([*held, *grown], sealed.drawn_from) == sorted(grown)
-    assert due(["a"], []) == [] and due(["a", "b", "c"], ["a", "b"]) == []
-    assert due(["a", "b"], []) == ["a", "b"]  # a third of two rounds to one
+    assert due(["a", "b"], []) == [] and due(["a", "b", "c"], ["a"]) == []
+    assert due(["a", "b", "c"], []) == ["a", "b", "c"]
+
+
+@given(st.integers(min_value=0, max_value=40))
+def test_sources_added_singly_seal_at_most_one_fewer_than_added_together(n: int) -> None:
+    """One at a time, each draw made as soon as it is due."""
+    names, drawn_from, sealed, made = [f"s{i:02d}" for i in range(n)], [], 0, 0
+    for i in range(n):
+        pool = due(names[: i + 1], drawn_from)
+        if pool:
+            sealed += len(draw(pool, next_seed(made)))
+            drawn_from, made = drawn_from + pool, made + 1
+    assert sealed in (len(draw(names)), len(draw(names)) - 1)
 
 
 def test_a_source_drawn_from_twice_is_one_line(tmp_path: Path) -> None:
@@ -73,17 +86,51 @@ def test_a_source_drawn_from_twice_is_one_line(tmp_path: Path) -> None:
     bad.write_text(base + again + "cases:" + rest)
     with pytest.raises(CaseError) as err:
         read_sealed(str(bad))
-    assert "\n" not in str(err.value) and "twice" in str(err.value)
+    assert "\n" not in str(err.value) and "draws again" in str(err.value)
     assert first.drawn_from[0] in str(err.value)
 
 
 def test_a_sealed_source_the_file_does_not_hold_is_one_line(tmp_path: Path) -> None:
     text = CASES.read_text(encoding="utf-8")
     bad = tmp_path / "cases.yaml"
-    bad.write_text(text.replace("    - dle-pyt-bert\n", "    - no-such-source\n", 1))
+    bad.write_text(text.replace("    - dle-pyt-bart\n", "    - no-such-source\n", 1))
     with pytest.raises(CaseError) as err:
         read_sealed(str(bad))
     assert "\n" not in str(err.value) and "no-such-source" in str(err.value)
+    assert "sealed.drawn_from" in str(err.value) and "does not hold" in str(err.value)
+    # a sealed source the draw was not made from is named as that, with the draw
+    head, rest = text.split("  sources:\n    - dle-paddle-bert\n", 1)  # the first draw's list
+    bad.write_text(head + "  sources:\n    - cases-elsewhere\n" + rest)
+    with pytest.raises(CaseError) as err:
+        read_sealed(str(bad))
+    assert "\n" not in str(err.value) and "sealed.sources" in str(err.value)
+    assert "not in its drawn_from: cases-elsewhere" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("later", "said"),
+    [
+        ("  later: 3\n", "sealed.later must be a list of draws"),
+        ("  later:\n    - seed: true\n", "sealed.later[0] must be a mapping with an integer seed"),
+        (
+            "  later:\n    - {seed: 2027, drawn_from: [a, a], sources: []}\n",
+            "sealed.later[0].drawn_from names a source twice: a",
+        ),
+    ],
+)
+def test_a_malformed_later_draw_is_one_line_naming_it(
+    tmp_path: Path, later: str, said: str
+) -> None:
+    head, rest = CASES.read_text(encoding="utf-8").split("\ncases:", 1)
+    base = head.split("\n  later:", 1)[0] + "\n"
+    bad = tmp_path / "cases.yaml"
+    bad.write_text(base + later + "cases:" + rest)
+    with pytest.raises(CaseError) as err:
+        read_sealed(str(bad))
+    assert "\n" not in str(err.value) and said in str(err.value)
+    bad.write_text(base + "  later:\n" + "cases:" + rest)  # an empty record: the first draw alone
+    got = read_sealed(str(bad))
+    assert got is not None and len(got.draws) == 1
 
 
 def test_no_fold_sees_a_sealed_source_and_the_sealed_ones_are_scored_by_the_shipped_model() -> None:
