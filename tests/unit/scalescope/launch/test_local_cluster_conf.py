@@ -20,7 +20,7 @@ def test_conf_describes_two_nodes_on_private_paths_and_ports(tmp_path: Path) -> 
     assert "ProctrackType=proctrack/linuxproc" in lines
     assert "TaskPlugin=task/none" in lines
     assert "AccountingStorageType=accounting_storage/none" in lines
-    assert "MinJobAge=600" in lines
+    assert "MinJobAge=3600" in lines
     node_line = next(line for line in lines if line.startswith("NodeName="))
     assert node_line.startswith("NodeName=node[1-2] NodeHostname=myhost NodeAddr=127.0.0.1")
     assert "Port=[18001-18002]" in node_line
