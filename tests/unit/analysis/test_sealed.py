@@ -1,6 +1,7 @@
 """The sealed test (analysis.compute.projection.sealed): a third of the published cases'
-sources drawn once with a fixed seed, recorded in the case file and named in its notes, left
-out of every fit and fold, and scored once by the model fitted on the others."""
+sources drawn with fixed seeds (the first draw, then one over each pool of three sources added
+later), recorded in the case file and named in its notes, left out of every fit and fold, and
+scored once by the model fitted on the others."""
 
 from __future__ import annotations
 
