@@ -164,17 +164,14 @@ def read_sealed(path: str) -> Sealed | None:
     raw = data.get("sealed") if isinstance(data, dict) else None
     if raw is None:
         return None
-    where = ["sealed"]
-    draws = [_draw(path, raw, where[0])]
-    later = raw.get("later") or []
+    later = (raw.get("later") or []) if isinstance(raw, dict) else []
     if not isinstance(later, list):
         raise CaseError(f"{path}: sealed.later must be a list of draws")
-    for i, r in enumerate(later):
-        where.append(f"sealed.later[{i}]")
-        draws.append(_draw(path, r, where[-1]))
+    records = [("sealed", raw), *((f"sealed.later[{i}]", r) for i, r in enumerate(later))]
+    draws = [(at, _draw(path, r, at)) for at, r in records]
     held = {c.group for c in read_cases(path)}
     seen: set[str] = set()
-    for at, d in zip(where, draws, strict=True):
+    for at, d in draws:
         missing = sorted(set(d.drawn_from) - held)
         if missing:
             raise CaseError(
@@ -185,7 +182,7 @@ def read_sealed(path: str) -> Sealed | None:
         if twice:
             raise CaseError(f"{path}: {at} draws again from source(s): {', '.join(twice)}")
         seen |= set(d.drawn_from)
-    return Sealed(tuple(draws))
+    return Sealed(tuple(d for _, d in draws))
 
 
 def _case(name: str, raw: dict[str, Any]) -> Case:

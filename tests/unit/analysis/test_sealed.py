@@ -73,18 +73,20 @@ def test_sources_added_singly_seal_at_most_one_fewer_than_added_together(n: int)
     assert sealed in (len(draw(names)), len(draw(names)) - 1)
 
 
+def _with_later(later: str) -> str:
+    """The shipped case file with its ``sealed.later`` record replaced by ``later``."""
+    head, rest = CASES.read_text(encoding="utf-8").split("\ncases:", 1)
+    return head.split("\n  later:", 1)[0] + "\n" + later + "cases:" + rest
+
+
 def test_a_source_drawn_from_twice_is_one_line(tmp_path: Path) -> None:
-    text = CASES.read_text(encoding="utf-8")
     first = read_sealed(str(CASES))
     assert first is not None
     again = (
-        "\n  later:\n    - seed: 9\n      drawn_from: [" + first.drawn_from[0] + "]\n"
-        "      sources: []\n"
+        f"  later:\n    - seed: 9\n      drawn_from: [{first.drawn_from[0]}]\n      sources: []\n"
     )
-    head, rest = text.split("\ncases:", 1)
-    base = head.split("\n  later:", 1)[0]
     bad = tmp_path / "cases.yaml"
-    bad.write_text(base + again + "cases:" + rest)
+    bad.write_text(_with_later(again))
     with pytest.raises(CaseError) as err:
         read_sealed(str(bad))
     assert "\n" not in str(err.value) and "draws again" in str(err.value)
@@ -122,14 +124,12 @@ def test_a_sealed_source_the_file_does_not_hold_is_one_line(tmp_path: Path) -> N
 def test_a_malformed_later_draw_is_one_line_naming_it(
     tmp_path: Path, later: str, said: str
 ) -> None:
-    head, rest = CASES.read_text(encoding="utf-8").split("\ncases:", 1)
-    base = head.split("\n  later:", 1)[0] + "\n"
     bad = tmp_path / "cases.yaml"
-    bad.write_text(base + later + "cases:" + rest)
+    bad.write_text(_with_later(later))
     with pytest.raises(CaseError) as err:
         read_sealed(str(bad))
     assert "\n" not in str(err.value) and said in str(err.value)
-    bad.write_text(base + "  later:\n" + "cases:" + rest)  # an empty record: the first draw alone
+    bad.write_text(_with_later("  later:\n"))  # an empty record: the first draw alone
     got = read_sealed(str(bad))
     assert got is not None and len(got.draws) == 1
 
