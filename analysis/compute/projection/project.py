@@ -81,6 +81,14 @@ def centre_of(
     return carry, dict(got)[carry]
 
 
+def anchor_efficiency(model: StepModel, kw: Mapping[str, Any], bw: float | None = None) -> float:
+    """``model``'s efficiency at its own anchor (under the what-if settings ``kw``): the most a
+    larger scale's can be before its run-to-run noise, since it does the same work per device
+    and communicates more (its step is never shorter)."""
+    e, _, _ = model.efficiency(model.anchor_world, model.anchor_nodes, bw=bw, **kw)
+    return e if math.isfinite(e) and e > 0 else math.inf
+
+
 def run_noise(points: Sequence[ScalePoint], world: int, floor: float) -> float:
     """The run-to-run noise of one run (relative s.d. of the per-device throughput) at the
     ``world``-rank point: its repeats' spread where there are two or more, never below
@@ -184,6 +192,7 @@ def _draw(
         within = within_one_node(drawn.anchor_nodes)
         for w in ifs:
             changed, kw = under(drawn, w), settings_of(drawn, w)
+            top = anchor_efficiency(changed, kw, bw=drawn.network.factor(drawn.anchor_nodes, u))
             for nodes, dpn in targets:
                 d, s = features(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes)
                 spread = float(em.spread(d, s))
@@ -191,7 +200,10 @@ def _draw(
                     nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
                 )
                 mean = float(em.mean(d, s, within))
-                e *= math.exp(mean + spread * z + em.noise * z_noise)
+                e *= math.exp(mean + spread * z)
+                if nodes * dpn > drawn.anchor_world:  # never past the anchor's own
+                    e = min(e, top)
+                e *= math.exp(em.noise * z_noise)
                 samples.setdefault((w.name, nodes, dpn), []).append(e)
     return samples
 
@@ -212,8 +224,12 @@ def _centre_row(
     d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
     # the error model's mean shifts the projection, not only its efficiency: the throughput
     # carries the same factor, so throughput = efficiency x world x the baseline's
-    # per-device throughput (the step's parts stay the model's own)
+    # per-device throughput (the step's parts stay the model's own); beyond the anchor it
+    # never lifts the efficiency past the anchor's own
     shift = math.exp(float(em.mean(d, s, within_one_node(model.anchor_nodes))))
+    if world > model.anchor_world and e > 0:
+        top = anchor_efficiency(replace(model, carry=carry), kw)
+        shift = min(shift, top / e) if math.isfinite(top) else shift
     e *= shift
     k_used = int(parts.pop("k"))
     got = np.array([v for v in drawn if math.isfinite(v)])

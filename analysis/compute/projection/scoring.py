@@ -348,6 +348,21 @@ def evidence_weight(model: StepModel, checks: Sequence[tuple[Point, float]]) -> 
     return math.exp(log_w)
 
 
+def anchor_ceiling(case: Case, anchor: StepModel, p: Point) -> float:
+    """The most ``p``'s efficiency can be before its noise (``model_error.Scored.ceiling``):
+    the anchor's own (``anchor``: the case's model) against the reference where ``p`` is
+    beyond it (the same work per device and more communication), else no bound (inf)."""
+    if p.nodes * p.devices_per_node <= anchor.anchor_world:
+        return math.inf
+    ref, _ = reference(case)
+    top = next(
+        q
+        for q in case.measured
+        if q.nodes == anchor.anchor_nodes and q.nodes * q.devices_per_node == anchor.anchor_world
+    )
+    return top.throughput_per_device / ref.throughput_per_device
+
+
 def walk_forward(cases: Sequence[Case]) -> list[Case]:
     """Each case's published points projected as a user's sweep would be: every published
     point that has smaller published scales below it becomes a case of its own, whose
@@ -443,6 +458,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
                     share=shares,
                     evidenced=bool(evidence(case)),
                     within=within_one_node(anchor.anchor_nodes),
+                    ceiling=anchor_ceiling(case, anchor, p),
                 )
             )
     return out

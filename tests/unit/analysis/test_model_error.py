@@ -69,6 +69,56 @@ def test_the_mean_shifts_the_prediction_and_a_point_without_draws_is_never_cover
     assert none["covered"] is False and math.isnan(float(none["low"]))
 
 
+# --- the anchor's ceiling -----------------------------------------------------------------------
+
+
+@given(
+    ceiling=st.floats(0.3, 1.0),
+    lift=st.floats(0.0, 0.6),
+    spread=st.floats(0.0, 0.5),
+    noise=st.floats(0.0, 0.1),
+    seed=st.integers(0, 2**16),
+)
+def test_a_point_beyond_its_anchor_is_never_projected_past_the_anchors_own_efficiency(
+    ceiling: float, lift: float, spread: float, noise: float, seed: int
+) -> None:
+    """However far the error model's mean lifts a projection and however wide its spread, a
+    point beyond its anchor (the same work per device, more communication) is never centred
+    above the anchor's efficiency, and its interval reaches above it only by its noise. Where
+    every lifted draw stays below the ceiling, the interval is the unbounded one."""
+    rng = np.random.default_rng(seed)
+    n = 64
+    z, z_noise = rng.standard_normal(n), rng.standard_normal(n)
+    base = ceiling * rng.uniform(0.2, 1.0, n)
+    bounded = me.Scored(
+        case="c", group="g", d=1.0, s=0.0, truth=0.5, centre=float(np.median(base)),
+        base=base, z=z, z_noise=z_noise, ceiling=ceiling,
+    )  # fmt: skip
+    em = me.ErrorModel(mu_d=lift, sd_d=spread, noise=noise)
+    centre, low, high = me.interval(bounded, em)
+    assert centre <= ceiling * (1 + 1e-12)
+    assert high <= ceiling * math.exp(noise * float(z_noise.max())) * (1 + 1e-9)
+    assert low <= centre <= high
+    below = replace(bounded, base=base * 0.2, centre=float(np.median(base * 0.2)))
+    if float(np.max(below.base * np.exp(lift + spread * z))) < ceiling:
+        assert me.interval(below, em) == me.interval(replace(below, ceiling=math.inf), em)
+
+
+def test_kappa_is_calibrated_on_the_points_within_reach() -> None:
+    """A published point above what its anchor's efficiency and its noise allow (107% where
+    the anchor's is 100% and the noise 1%) no spread can cover: the calibration of ``kappa``
+    counts the points within reach, so such points neither widen every other interval nor
+    change its factor (they are still scored, as misses)."""
+    pts = [replace(p, ceiling=1.0) for p in sources(seed=3)]
+    far = [replace(p, case="far", truth=1.07, ceiling=1.0) for p in pts[:5]]
+    em = me.ErrorModel(sd_d=0.02, noise=0.01)
+    for kappa in (0.0, 0.5, 1.0, 2.0, 4.0):
+        within, both = me._Stacked(pts, em), me._Stacked(pts + far, em)
+        assert both.coverage(kappa) == within.coverage(kappa)
+    assert not me._Stacked(far, em).reachable.any()
+    assert all(not s["covered"] for s in me.score(far, em.scaled(4.0)))
+
+
 # --- nested cross-validation -------------------------------------------------------------------
 
 

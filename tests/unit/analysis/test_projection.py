@@ -242,3 +242,28 @@ def test_a_sweep_draws_with_the_sweep_model_and_its_anchors_own_mean() -> None:
             for m in (ErrorModel(noise=0.0), em)
         )
         assert shifted["efficiency"] == pytest.approx(plain["efficiency"] * math.exp(shift))
+
+
+def test_a_lifting_mean_never_projects_a_larger_scale_past_the_anchors_own() -> None:
+    """An error model whose mean lifts a projection e-fold a doubling (past the anchor's own
+    at 4 and 8 devices from a 2-device anchor) and spreads it 30%: beyond the anchor (the
+    same work per device, more communication) the centre stops at the anchor's efficiency,
+    its throughput with it, and the interval reaches past it only by one run's noise (3%:
+    e^(3.5 x 0.03) at most over 400 draws)."""
+    from analysis.compute.projection.model_error import ErrorModel
+
+    pts, base = series(comm=0.004)
+    fit = fit_series(pts, base, "weak")
+    model = fit.model
+    assert model is not None
+    top, _, _ = model.efficiency(model.anchor_world, model.anchor_nodes)
+    lifting = ErrorModel(mu_d=1.0, sd_d=0.3, noise=0.03)
+    for world in (4, 8):  # the lift alone would carry the model past its anchor
+        assert model.efficiency(world, 1)[0] * math.exp(math.log2(world / 2)) > top
+    rows = project_points(fit, pts, base, "weak", [(1, 4), (1, 8)], draws=400, error_model=lifting)
+    x_base = model.baseline_batch / model.baseline_step(model.baseline_batch)
+    for row in (r for r in rows if r["what_if"] == "as measured"):
+        assert row["efficiency"] == pytest.approx(top, rel=1e-9), row
+        assert row["throughput_per_device"] == pytest.approx(top * x_base, rel=1e-9)
+        assert row["efficiency_high"] <= top * math.exp(3.5 * 0.03), row
+        assert row["efficiency_low"] < top

@@ -126,3 +126,14 @@ def test_each_method_makes_its_own_buckets() -> None:
     paddle = CASES["dle-paddle-bert-large-phase1-dgxa100-amp"]
     assert paddle.method not in ("ddp", "horovod") and paddle.bucket_mb is None
     assert case_model(paddle).bucket_bytes == (paddle.grad_bytes,)
+
+
+def test_a_published_point_beyond_the_anchor_is_bounded_by_the_anchors_efficiency() -> None:
+    """The hand case's anchor is its 2-node point, 80 samples/s a device against 100 on one
+    GPU (the reference its published point is scored against): the 4-node point can be at
+    most 0.8 before its noise. One GPU as the anchor (the other points gone), the bound is 1."""
+    (p,) = prepare([two_node_case()], draws=8)
+    assert p.ceiling == pytest.approx(0.8)
+    alone = two_node_case(measured=(Point(1, 1, 100.0),))
+    (q,) = prepare([alone], draws=8)
+    assert q.ceiling == pytest.approx(1.0)
