@@ -160,6 +160,23 @@ def features(
     return d, s
 
 
+def beyond_anchor(world: int, nodes: int, anchor_world: int, anchor_nodes: int) -> bool:
+    """Whether a scale is beyond its anchor in the sense of ``Scored.ceiling``: at least as
+    many ranks on at least as many nodes, and more of one. Its ranks do the anchor's work
+    (or less, under strong scaling) and communicate at least as much over links no faster,
+    so its step is never shorter. More ranks on fewer nodes (2x2 to 1x8) is not: it leaves
+    the link between nodes, and may be faster."""
+    return (
+        world >= anchor_world
+        and nodes >= anchor_nodes
+        and (world, nodes)
+        != (
+            anchor_world,
+            anchor_nodes,
+        )
+    )
+
+
 def within_one_node(anchor_nodes: int) -> float:
     """1.0 where the anchor is within one node (one node, or one GPU: the network between
     nodes not measured), where the error model's one-node mean applies; else 0.0, where its
@@ -197,8 +214,9 @@ class Scored:
     the typical share's, since what the cluster achieved was measured."""
     ceiling: float = math.inf
     """The most the point's efficiency can be before its run-to-run noise: the anchor's own
-    (against the same reference), where the point is beyond the anchor (more communication,
-    the same work per device: a larger scale's step is never shorter); else no bound."""
+    (against the same reference), where the point is beyond the anchor (:func:`beyond_anchor`:
+    the same work per device, more communication, so its step is never shorter); else no
+    bound."""
 
     def view(self, band: tuple[float, float, float] | None) -> tuple[float, np.ndarray]:
         """(centre, draws) within ``band`` (low, typical, high) of the stated line rate: where

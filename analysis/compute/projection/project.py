@@ -27,6 +27,7 @@ from analysis.compute.metrics import EFFICIENCY_REFERENCE
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     ErrorModel,
+    beyond_anchor,
     features,
     load_sweep,
     within_one_node,
@@ -83,8 +84,8 @@ def centre_of(
 
 def anchor_efficiency(model: StepModel, kw: Mapping[str, Any], bw: float | None = None) -> float:
     """``model``'s efficiency at its own anchor (under the what-if settings ``kw``): the most a
-    larger scale's can be before its run-to-run noise, since it does the same work per device
-    and communicates more (its step is never shorter)."""
+    scale beyond it (:func:`.model_error.beyond_anchor`) can reach before its run-to-run
+    noise, since it does the same work per device and communicates more."""
     e, _, _ = model.efficiency(model.anchor_world, model.anchor_nodes, bw=bw, **kw)
     return e if math.isfinite(e) and e > 0 else math.inf
 
@@ -201,8 +202,8 @@ def _draw(
                 )
                 mean = float(em.mean(d, s, within))
                 e *= math.exp(mean + spread * z)
-                if nodes * dpn > drawn.anchor_world:  # never past the anchor's own
-                    e = min(e, top)
+                if beyond_anchor(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes):
+                    e = min(e, top)  # never past the anchor's own
                 e *= math.exp(em.noise * z_noise)
                 samples.setdefault((w.name, nodes, dpn), []).append(e)
     return samples
@@ -227,7 +228,7 @@ def _centre_row(
     # per-device throughput (the step's parts stay the model's own); beyond the anchor it
     # never lifts the efficiency past the anchor's own
     shift = math.exp(float(em.mean(d, s, within_one_node(model.anchor_nodes))))
-    if world > model.anchor_world and e > 0:
+    if beyond_anchor(world, nodes, model.anchor_world, model.anchor_nodes) and e > 0:
         top = anchor_efficiency(replace(model, carry=carry), kw)
         shift = min(shift, top / e) if math.isfinite(top) else shift
     e *= shift

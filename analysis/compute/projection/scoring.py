@@ -55,6 +55,7 @@ import numpy as np
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     Scored,
+    beyond_anchor,
     features,
     within_one_node,
 )
@@ -351,8 +352,9 @@ def evidence_weight(model: StepModel, checks: Sequence[tuple[Point, float]]) -> 
 def anchor_ceiling(case: Case, anchor: StepModel, p: Point) -> float:
     """The most ``p``'s efficiency can be before its noise (``model_error.Scored.ceiling``):
     the anchor's own (``anchor``: the case's model) against the reference where ``p`` is
-    beyond it (the same work per device and more communication), else no bound (inf)."""
-    if p.nodes * p.devices_per_node <= anchor.anchor_world:
+    beyond it (:func:`.model_error.beyond_anchor`), else no bound (inf)."""
+    world = p.nodes * p.devices_per_node
+    if not beyond_anchor(world, p.nodes, anchor.anchor_world, anchor.anchor_nodes):
         return math.inf
     ref, _ = reference(case)
     top = next(

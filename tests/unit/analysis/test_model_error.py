@@ -397,3 +397,22 @@ def test_a_point_is_viewed_within_the_band_and_centred_at_the_typical_share() ->
     # the interval keeps only the band's draws: its ends are theirs (no spread, no noise)
     _, low, high = me.interval(p, me.ErrorModel(noise=0.0, share_band=band))
     assert low >= p.base[kept].min() - 1e-12 and high <= p.base[kept].max() + 1e-12
+
+
+@pytest.mark.parametrize(
+    "target,anchor,beyond",
+    [
+        ((16, 2), (8, 1), True),  # more ranks, more nodes
+        ((8, 2), (8, 1), True),  # the same ranks spread over more nodes: 1x8 to 2x4
+        ((16, 1), (8, 1), True),  # more ranks on the anchor's one node
+        ((8, 1), (4, 2), False),  # more ranks on fewer nodes: 2x2 to 1x8 leaves the link
+        ((8, 1), (8, 1), False),  # the anchor itself
+        ((4, 4), (8, 2), False),  # fewer ranks
+    ],
+)
+def test_a_scale_is_beyond_its_anchor_only_with_no_fewer_ranks_nor_nodes(
+    target: tuple[int, int], anchor: tuple[int, int], beyond: bool
+) -> None:
+    """(world, nodes): a scale is bounded by its anchor's efficiency where its ranks do the
+    anchor's work over links no faster, never where it has fewer nodes (it may be faster)."""
+    assert me.beyond_anchor(*target, *anchor) is beyond

@@ -137,3 +137,19 @@ def test_a_published_point_beyond_the_anchor_is_bounded_by_the_anchors_efficienc
     alone = two_node_case(measured=(Point(1, 1, 100.0),))
     (q,) = prepare([alone], draws=8)
     assert q.ceiling == pytest.approx(1.0)
+
+
+def test_more_ranks_on_fewer_nodes_than_the_anchor_are_not_bounded_by_it() -> None:
+    """The hand case measured at 4 nodes of 2 devices (its anchor, 8 ranks) and published at
+    2 full nodes of 8 (16 ranks): more ranks on fewer nodes, more of its traffic within a
+    node, so the anchor's efficiency does not bound it; at 8 nodes of 2 it would."""
+    spread = two_node_case(
+        measured=(Point(1, 1, 100.0), Point(1, 8, 95.0), Point(4, 2, 70.0)),
+        published=(
+            Point(2, 8, 79.0, efficiency_vs_1gpu=0.79),
+            Point(8, 2, 60.0, efficiency_vs_1gpu=0.6),
+        ),
+    )
+    fewer, more = prepare([spread], draws=8)
+    assert math.isinf(fewer.ceiling)
+    assert more.ceiling == pytest.approx(0.7)
