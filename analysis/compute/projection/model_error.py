@@ -166,15 +166,8 @@ def beyond_anchor(world: int, nodes: int, anchor_world: int, anchor_nodes: int) 
     (or less, under strong scaling) and communicate at least as much over links no faster,
     so its step is never shorter. More ranks on fewer nodes (2x2 to 1x8) is not: it leaves
     the link between nodes, and may be faster."""
-    return (
-        world >= anchor_world
-        and nodes >= anchor_nodes
-        and (world, nodes)
-        != (
-            anchor_world,
-            anchor_nodes,
-        )
-    )
+    more = world > anchor_world or nodes > anchor_nodes
+    return world >= anchor_world and nodes >= anchor_nodes and more
 
 
 def within_one_node(anchor_nodes: int) -> float:

@@ -229,8 +229,7 @@ def _centre_row(
     # never lifts the efficiency past the anchor's own
     shift = math.exp(float(em.mean(d, s, within_one_node(model.anchor_nodes))))
     if beyond_anchor(world, nodes, model.anchor_world, model.anchor_nodes) and e > 0:
-        top = anchor_efficiency(replace(model, carry=carry), kw)
-        shift = min(shift, top / e) if math.isfinite(top) else shift
+        shift = min(shift, anchor_efficiency(replace(model, carry=carry), kw) / e)
     e *= shift
     k_used = int(parts.pop("k"))
     got = np.array([v for v in drawn if math.isfinite(v)])

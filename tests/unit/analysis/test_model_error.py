@@ -90,10 +90,12 @@ def test_a_point_beyond_its_anchor_is_never_projected_past_the_anchors_own_effic
     n = 64
     z, z_noise = rng.standard_normal(n), rng.standard_normal(n)
     base = ceiling * rng.uniform(0.2, 1.0, n)
-    bounded = me.Scored(
-        case="c", group="g", d=1.0, s=0.0, truth=0.5, centre=float(np.median(base)),
-        base=base, z=z, z_noise=z_noise, ceiling=ceiling,
-    )  # fmt: skip
+    bounded = replace(
+        point(0.5, base=list(base), z_noise=list(z_noise)),
+        centre=float(np.median(base)),
+        z=z,
+        ceiling=ceiling,
+    )
     em = me.ErrorModel(mu_d=lift, sd_d=spread, noise=noise)
     centre, low, high = me.interval(bounded, em)
     assert centre <= ceiling * (1 + 1e-12)
