@@ -231,19 +231,24 @@ class Scored:
         return math.nan, base
 
 
+def apply_error(
+    base: np.ndarray | float,
+    shift: np.ndarray | float,
+    spread_z: np.ndarray | float,
+    ceiling: np.ndarray | float,
+    noise_z: np.ndarray | float,
+) -> np.ndarray | float:
+    """The error model's draws of a projection, the one rule every interval is made by: the
+    structural draws ``base`` lifted by the mean ``shift`` and the spread's draws
+    ``spread_z`` (log), never past ``ceiling`` (the anchor's own efficiency beyond it,
+    :func:`beyond_anchor`; else inf), then one run's noise ``noise_z`` (log) on top."""
+    return np.minimum(base * np.exp(shift + spread_z), ceiling) * np.exp(noise_z)
+
+
 def interval(point: Scored, em: ErrorModel, kappa: float = 1.0) -> tuple[float, float, float]:
     """(centre, low, high) of one point's 95% prediction interval under ``em``."""
-    spread = float(em.spread(point.d, point.s)) * kappa
-    shift = float(em.mean(point.d, point.s, point.within))
-    centre, base = point.view(em.share_band)
-    structural = np.minimum(base * np.exp(shift + spread * point.z), point.ceiling)
-    draws = structural * np.exp(em.noise * point.z_noise)
-    draws = draws[np.isfinite(draws)]
-    centre = min(centre * math.exp(shift), point.ceiling)
-    if not len(draws):
-        return centre, math.nan, math.nan
-    low, high = np.percentile(draws, [2.5, 97.5])
-    return centre, min(float(low), centre), max(float(high), centre)
+    centre, low, high = _Stacked([point], em).intervals(kappa)
+    return float(centre[0]), float(low[0]), float(high[0])
 
 
 def within_reach(points: Sequence[Scored], noise: float) -> np.ndarray:
@@ -259,9 +264,9 @@ def within_reach(points: Sequence[Scored], noise: float) -> np.ndarray:
 
 
 class _Stacked:
-    """The points of a training set under one error model as arrays (one row a point), so
-    that the bisection of ``kappa`` scores them all at once: each row's interval is
-    :func:`interval`'s (its centre and draws within the model's band of the line rate)."""
+    """Points under one error model as arrays (one row a point), so that the bisection of
+    ``kappa`` and the scoring take them all at once: each row's centre and draws are within
+    the model's band of the line rate (:meth:`Scored.view`)."""
 
     def __init__(self, points: Sequence[Scored], em: ErrorModel) -> None:
         views = [p.view(em.share_band) for p in points]
@@ -278,28 +283,38 @@ class _Stacked:
         self.noise = em.noise
         self.reachable = within_reach(points, em.noise)
 
-    def coverage(self, kappa: float) -> float:
-        """The share of the points within reach (:attr:`reachable`) whose interval under
-        the spreads times ``kappa`` covers them."""
-        if not self.reachable.any():
-            return math.nan
-        shift, ceiling = self.shift[:, None], self.ceiling[:, None]
-        structural = np.minimum(
-            self.base * np.exp(shift + (self.spread * kappa)[:, None] * self.z), ceiling
+    def intervals(self, kappa: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(centre, low, high) per row: the 95% prediction interval under the spreads times
+        ``kappa`` (:func:`apply_error`; the finite draws only), never narrower than its centre; low
+        and high NaN where no draw is finite or the centre is not."""
+        draws = apply_error(
+            self.base,
+            self.shift[:, None],
+            (self.spread * kappa)[:, None] * self.z,
+            self.ceiling[:, None],
+            self.noise * self.z_noise,
         )
-        draws = structural * np.exp(self.noise * self.z_noise)
         finite = np.isfinite(draws)
-        empty = ~finite.any(axis=1)
         if finite.all():
             low, high = np.percentile(draws, [2.5, 97.5], axis=1)
-        else:  # as interval(): the finite draws only; none: no interval, never covered
-            draws[~finite] = np.nan
+        else:
+            empty = ~finite.any(axis=1)
+            draws = np.where(finite, draws, np.nan)
             draws[empty] = 0.0
             low, high = np.nanpercentile(draws, [2.5, 97.5], axis=1)
-        centre = np.minimum(self.centre * np.exp(shift[:, 0]), self.ceiling)
-        hit = (np.minimum(low, centre) <= self.truth) & (self.truth <= np.maximum(high, centre))
-        hit &= np.isfinite(centre)
-        return float(np.mean((hit & ~empty)[self.reachable]))
+            low[empty], high[empty] = np.nan, np.nan
+        centre = np.minimum(self.centre * np.exp(self.shift), self.ceiling)
+        return centre, np.minimum(low, centre), np.maximum(high, centre)
+
+    def coverage(self, kappa: float) -> float:
+        """The share of the points within reach (:attr:`reachable`) whose interval under
+        the spreads times ``kappa`` covers them (a point with no interval, or no centre, is
+        never covered)."""
+        if not self.reachable.any():
+            return math.nan
+        centre, low, high = self.intervals(kappa)
+        hit = (low <= self.truth) & (self.truth <= high) & np.isfinite(centre)
+        return float(np.mean(hit[self.reachable]))
 
 
 TYPICAL_WINDOW = math.log(1.25)
@@ -475,9 +490,13 @@ def fit(
 
 
 def score(points: Sequence[Scored], em: ErrorModel) -> list[dict[str, float | bool | str]]:
+    """Each point's interval under ``em`` (:meth:`_Stacked.intervals`), its error and width."""
+    if not points:
+        return []
+    centres, lows, highs = _Stacked(points, em).intervals()
     out: list[dict[str, float | bool | str]] = []
-    for p in points:
-        centre, low, high = interval(p, em)
+    for p, centre, low, high in zip(points, centres, lows, highs, strict=True):
+        centre, low, high = float(centre), float(low), float(high)
         out.append(
             {
                 "case": p.case,

@@ -27,6 +27,7 @@ from analysis.compute.metrics import EFFICIENCY_REFERENCE
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     ErrorModel,
+    apply_error,
     beyond_anchor,
     features,
     load_sweep,
@@ -201,11 +202,11 @@ def _draw(
                     nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
                 )
                 mean = float(em.mean(d, s, within))
-                e *= math.exp(mean + spread * z)
-                if beyond_anchor(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes):
-                    e = min(e, top)  # never past the anchor's own
-                e *= math.exp(em.noise * z_noise)
-                samples.setdefault((w.name, nodes, dpn), []).append(e)
+                # never past the anchor's own, where the target is beyond it
+                beyond = beyond_anchor(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes)
+                ceiling = top if beyond else math.inf
+                e = apply_error(e, mean, spread * z, ceiling, em.noise * z_noise)
+                samples.setdefault((w.name, nodes, dpn), []).append(float(e))
     return samples
 
 

@@ -121,6 +121,30 @@ def test_kappa_is_calibrated_on_the_points_within_reach() -> None:
     assert all(not s["covered"] for s in me.score(far, em.scaled(4.0)))
 
 
+@pytest.mark.parametrize("kappa", [0.0, 0.7, 1.0, 3.0])
+def test_what_kappa_is_calibrated_on_is_what_is_scored(kappa: float) -> None:
+    """One rule makes every interval: the coverage ``kappa`` is bisected on is the share of
+    reachable points that :func:`score` finds covered, and one point's :func:`interval` is its
+    row of the stack, across ceilings that bind, draws that are partly or wholly missing and
+    a point with no centre (never covered, with no interval)."""
+    em = me.ErrorModel(mu_d=0.05, sd_d=0.04, noise=0.02)
+    pts = sources(seed=5)
+    pts[1] = replace(pts[1], ceiling=0.85)  # binds: the lifted draws pass it
+    pts[2] = replace(pts[2], base=np.where(np.arange(len(pts[2].base)) % 3, 0.9, np.nan))
+    pts[3] = replace(pts[3], base=np.full(len(pts[3].base), np.nan))  # no draw at all
+    pts[4] = replace(pts[4], centre=math.nan)
+    scored = me.score(pts, em.scaled(kappa))
+    stack = me._Stacked(pts, em)
+    covered = np.array([s["covered"] for s in scored])
+    assert stack.coverage(kappa) == pytest.approx(float(np.mean(covered[stack.reachable])))
+    for p, s in zip(pts, scored, strict=True):
+        got = me.interval(p, em, kappa)
+        assert got == pytest.approx((s["predicted"], s["low"], s["high"]), nan_ok=True)
+    assert math.isnan(scored[3]["low"]) and not scored[3]["covered"]
+    assert math.isnan(scored[4]["low"]) and not scored[4]["covered"]
+    assert scored[1]["predicted"] <= 0.85 + 1e-12
+
+
 # --- nested cross-validation -------------------------------------------------------------------
 
 
