@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scalescope.errors import yaml_problem
+
 METHODS = {"ddp": "ddp", "horovod": "horovod", "fsdp": "fsdp", "hsdp": "hsdp"}
 """How a case's ``model.method`` names the frameworks whose communication is known (a name
 that starts with a key, e.g. ``horovod-allreduce``): DDP's and Horovod's bucket rules, FSDP's
@@ -92,7 +94,7 @@ def read_cases(path: str) -> list[Case]:
     except OSError as exc:
         raise CaseError(f"cannot read {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise CaseError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+        raise CaseError(f"{path} is not YAML: {yaml_problem(exc)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise CaseError(f"{path}: expected a mapping with a list 'cases'")
     out = []

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from scalescope.errors import yaml_problem
+
 
 def read_profile(path: str) -> dict[str, Any]:
     """A ``--network`` file: YAML with ``inter_busbw_gbps`` (GB/s, required) and optionally
@@ -25,7 +27,7 @@ def read_profile(path: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+        raise ValueError(f"{path} is not YAML: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ValueError(
             f"{path}: neither a YAML mapping with inter_busbw_gbps nor an all-reduce table "

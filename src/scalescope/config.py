@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from . import workloads
-from .errors import ConfigError
+from .errors import ConfigError, yaml_problem
 from .faults_config import FaultsConfig
 from .run_length import WARMUP_AUTO_MAX_STEPS
 from .schema import (
@@ -390,8 +390,7 @@ def read_yaml(path: str | os.PathLike[str], what: str = "config") -> dict[str, A
     try:
         data = load_yaml_text(p.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"{p}: not valid YAML ({first})") from None
+        raise ConfigError(f"{p}: not valid YAML ({yaml_problem(exc)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -413,15 +412,25 @@ def has_dotted(data: Mapping[str, Any], key: str) -> bool:
     return True
 
 
+KEY_AT_START = re.compile(r"^([A-Za-z_]\w*(?:\.\w+)+): ")
+"""The dotted key a value's error opens with (``trainer.max_epochs: expected an integer``)."""
+
+
 def name_route(exc: ConfigError, layers: OverrideLayers, default: str | None) -> ConfigError:
-    """``exc`` with the route its key came by: the last override layer that sets an unknown
-    key, else the file (``default``)."""
+    """``exc`` with the route its key came by: the last override layer that sets the key it
+    names (an unknown key, or the key a bad value's message opens with), else the file
+    (``default``)."""
     if isinstance(exc, UnknownKeyError):
         route = next((r for r, layer in reversed(layers) if has_dotted(layer, exc.key)), None)
         if route is None and default is not None:
             route = default
         return exc.from_route(route) if route else exc
-    return ConfigError(f"{default}: {exc}" if default is not None else str(exc))
+    named = KEY_AT_START.match(str(exc))
+    route = next(
+        (r for r, layer in reversed(layers) if named and has_dotted(layer, named.group(1))),
+        default,
+    )
+    return ConfigError(f"{route}: {exc}" if route is not None else str(exc))
 
 
 def load_train_config(

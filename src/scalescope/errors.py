@@ -26,3 +26,13 @@ def first_line(exc: BaseException) -> str:
     """An error's message in one line: its first (empty where it has none)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else ""
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """A YAML parser's error in one line, where it is first: ``line 3, column 1: expected the
+    node content, but found '<stream end>'`` (the first line of its message where it gives no
+    position)."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return first_line(exc) or type(exc).__name__
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"

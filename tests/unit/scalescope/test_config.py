@@ -272,15 +272,22 @@ def test_directory_is_not_a_config_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "text",
-    ["trainer: {batch_size: 64\n", "trainer:\n  batch_size: 64\n bad_indent: 1\n", "a: b: c\n"],
+    ("text", "where"),
+    [
+        ("trainer: {batch_size: 64\n", "line 2, column 1: "),
+        ("trainer:\n  batch_size: 64\n bad_indent: 1\n", "line 3, column 2: "),
+        ("a: b: c\n", "line 1, column 5: mapping values are not allowed here"),
+    ],
 )
-def test_invalid_yaml_is_one_line_naming_the_file(tmp_path: Path, text: str) -> None:
+def test_invalid_yaml_is_one_line_naming_the_file_and_where(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    """The line and column the parser stopped at, so a newcomer finds the fault."""
     path = _write(tmp_path / "broken.yaml", text)
     with pytest.raises(ConfigError) as info:
         load_train_config(path)
     message = str(info.value)
-    assert message.startswith(f"{path}: not valid YAML")
+    assert message.startswith(f"{path}: not valid YAML ({where}")
     assert "\n" not in message
 
 
@@ -387,6 +394,41 @@ def test_an_unknown_key_is_named_with_its_route_and_the_closest_valid_key(
     message = str(info.value)
     assert message.startswith(str(tmp_path / expected) if route == "file" else expected), message
     assert "valid keys in trainer:" in message
+
+
+@pytest.mark.parametrize(
+    ("route", "expected"),
+    [
+        ("file", "train.yaml: trainer.max_epochs: expected an integer, got 'two'"),
+        ("cli", "the command line: trainer.max_epochs: expected an integer, got 'two'"),
+        ("env", "SCALESCOPE_OVERRIDES: trainer.max_epochs: expected an integer, got 'two'"),
+    ],
+)
+def test_a_bad_value_is_named_with_the_route_that_set_it(
+    tmp_path: Path, route: str, expected: str
+) -> None:
+    """A wrong value is blamed where it was written: a file whose own value is fine beside a
+    bad one on the command line (or in an override layer) names that route, not the file."""
+    path = tmp_path / "train.yaml"
+    path.write_text(f"trainer:\n  max_epochs: {'two' if route == 'file' else 2}\n")
+    cli = ["trainer.max_epochs=two"] if route == "cli" else []
+    layers = (
+        [("SCALESCOPE_OVERRIDES", {"trainer": {"max_epochs": "two"}})] if route == "env" else []
+    )
+    with pytest.raises(ConfigError) as info:
+        load_train_config(path, cli, layers=layers)
+    message = str(info.value)
+    assert message == (str(tmp_path / expected) if route == "file" else expected), message
+
+
+def test_a_bad_workload_argument_on_the_command_line_is_blamed_there(tmp_path: Path) -> None:
+    """A value the workload itself refuses (its section named first in the message) is
+    blamed on the override that set it."""
+    path = tmp_path / "train.yaml"
+    path.write_text("workload:\n  name: spiral\n")
+    with pytest.raises(ConfigError) as info:
+        load_train_config(path, ["workload.dropout=1.5"])
+    assert str(info.value).startswith("the command line: workload."), str(info.value)
 
 
 def test_no_suggestion_where_nothing_is_close() -> None:
