@@ -46,6 +46,17 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _tolerance(text: str) -> float:
+    """A tolerance: a finite number >= 0 (below 0, a run would be worse than itself)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"a number >= 0 (0.05 is 5%), got {text}") from None
+    return value
+
+
 def _number(text: str) -> float:
     """A plain number (``2e11``): the unit is an option of its own."""
     try:

@@ -32,6 +32,7 @@ from analysis.commands.common import (
     _fraction,
     _node_list,
     _positive_int,
+    _tolerance,
     add_jobs,
     add_paths,
     guarded,
@@ -165,13 +166,13 @@ def _add_analysis_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--loss-tolerance",
-        type=float,
+        type=_tolerance,
         default=DEFAULT_LOSS_TOLERANCE,
         help="relative final val loss increase flagged as worse (0.05)",
     )
     p.add_argument(
         "--acc-tolerance",
-        type=float,
+        type=_tolerance,
         default=DEFAULT_ACC_TOLERANCE,
         help="absolute final val accuracy drop flagged as worse (0.01)",
     )

@@ -30,6 +30,8 @@ def _two_lines(err: str, prog: str) -> str:
             "--plan-floor: a fraction between 0 and 1 (70% is 0.7), got 70",
         ),
         (["--confidence", "95%"], "--confidence: a fraction between 0 and 1 (70% is 0.7), got 95%"),
+        (["--loss-tolerance", "-1"], "--loss-tolerance: a number >= 0 (0.05 is 5%), got -1"),
+        (["--acc-tolerance", "nan"], "--acc-tolerance: a number >= 0 (0.05 is 5%), got nan"),
         (["--no-such-option"], "unrecognized arguments: --no-such-option"),
     ],
 )
