@@ -271,6 +271,13 @@ def _check_combinations(args: argparse.Namespace) -> None:
             raise _UsageError(f"{flag} needs --project NODES")
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """Nothing to read at all is a usage error; one path missing beside others that exist
+    is a warning, and the rest is read."""
+    if not any(os.path.exists(path) for path in args.paths):
+        raise _UsageError(f"{args.paths[0]}: no such file or folder")
+
+
 def _network_profile(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.network is None:
         return None
@@ -513,6 +520,7 @@ def summarize(args: argparse.Namespace) -> int:
     try:
         baseline = _baseline(args)
         _check_combinations(args)
+        _check_paths(args)
         profile = _network_profile(args)
         plan = _plan(args)
     except _UsageError as exc:

@@ -385,6 +385,8 @@ def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 def read_yaml(path: str | os.PathLike[str], what: str = "config") -> dict[str, Any]:
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{what} file expected, got a folder: {p}")
     if not p.is_file():
         raise ConfigError(f"{what} file not found: {p}")
     try:

@@ -73,3 +73,21 @@ def test_the_summarys_options_given_to_a_sweep_name_the_sweep_files_key(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"scalescope sweep: error: {argv[0]}: not an option of scalescope sweep")
     assert key in line
+
+
+def test_a_summary_of_nothing_that_exists_is_one_error_line(tmp_path: Path) -> None:
+    """A path that does not exist, and nothing else, is a usage error in one line (no
+    warning before it, no summary folder made); beside a path that exists it is a warning
+    and the rest is read."""
+    missing = tmp_path / "no-such-sweep"
+    proc = summarize_main(missing)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"python -m analysis.summarize: error: {missing}: no such file or folder"
+    ]
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "empty").mkdir()
+    proc = summarize_main(tmp_path / "empty", missing)
+    assert proc.returncode == 1
+    assert f"{missing}: no such file or folder" in proc.stderr
+    assert "nothing usable in" in proc.stderr

@@ -267,8 +267,10 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_directory_is_not_a_config_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="not found"):
+    """A folder given as the config is named as a folder, not as missing."""
+    with pytest.raises(ConfigError) as info:
         load_train_config(tmp_path)
+    assert str(info.value) == f"config file expected, got a folder: {tmp_path}"
 
 
 @pytest.mark.parametrize(
