@@ -11,9 +11,26 @@ From a shell: ``python -m analysis.summarize outputs/``. Nothing here imports to
 lightning, submitit or comet_ml: results can be summarised on a laptop or a login node.
 """
 
-from analysis.analyze import Analysis, ProjectionRequest, analyze
-from analysis.compute.metrics import BaselineSpec, group_stats, scaling_table
-from analysis.read.frame import Loaded, load, load_all
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analysis.analyze import Analysis, ProjectionRequest, analyze
+    from analysis.compute.metrics import BaselineSpec, group_stats, scaling_table
+    from analysis.read.frame import Loaded, load, load_all
+
+_EXPORTS = {
+    "Analysis": "analysis.analyze",
+    "ProjectionRequest": "analysis.analyze",
+    "analyze": "analysis.analyze",
+    "BaselineSpec": "analysis.compute.metrics",
+    "group_stats": "analysis.compute.metrics",
+    "scaling_table": "analysis.compute.metrics",
+    "Loaded": "analysis.read.frame",
+    "load": "analysis.read.frame",
+    "load_all": "analysis.read.frame",
+}
+"""Where each name lives: imported when first asked for, so that ``python -m
+analysis.summarize`` loads pandas and the rest inside its own answer to a Ctrl-C."""
 
 __all__ = [
     "Analysis",
@@ -26,3 +43,11 @@ __all__ = [
     "load_all",
     "scaling_table",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -20,8 +20,8 @@ from analysis.present.tables.tables import markdown, rich_table
 from analysis.read.files import Problem
 from analysis.read.frame import Loaded, load_all
 from analysis.read.overlap import node_overlaps, side_note
+from analysis.summarize import PROG
 
-PROG = "python -m analysis.summarize"
 FORMATS = ("table", "markdown", "json", "csv")
 LOOKED_FOR = (
     "looked for ':::SCALESCOPE' event lines in job logs (slurm-*.out, submitit *_log.out / "

@@ -180,3 +180,49 @@ def test_a_sweeps_summary_names_the_sweep_files_keys(
     (line,) = capsys.readouterr().err.splitlines()
     assert "s.yaml: plan.unit: tokens, but the records count samples" in line
     assert "--plan" not in line and not (spiral / "summary").exists()
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line(tmp_path: Path) -> None:
+    """A Ctrl-C in the first second, while pandas and the rest load, is answered as one later
+    is: ``interrupted`` on one line and exit 130, no traceback. The load is held open (a
+    ``sitecustomize`` that waits inside the import of the commands and says so in a file),
+    so the signal lands inside it every time."""
+    import os
+    import signal
+    import time
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    waiting = tmp_path / "waiting"
+    (hook / "sitecustomize.py").write_text(
+        f"""
+import importlib.abc, sys, time
+
+class Hold(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "analysis.commands.main":
+            open({str(waiting)!r}, "w").close()
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, Hold())
+"""
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "analysis.summarize", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not waiting.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert waiting.exists(), proc.communicate(timeout=10)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.splitlines() == ["python -m analysis.summarize: interrupted"], err
+    assert out == ""
