@@ -13,13 +13,11 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from analysis.commands import PROG
+
 if TYPE_CHECKING:
     from analysis.commands.main import COMMANDS, main
     from analysis.commands.summarize import summarize_sweep
-
-PROG = "python -m analysis.summarize"
-"""The program's name (``analysis.commands.common.PROG``, which this module does not import
-before its answer to a Ctrl-C is in place)."""
 
 __all__ = ["COMMANDS", "main", "summarize_sweep"]
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.commands import PROG
 from analysis.present.display import DisplayTable
 from analysis.present.report.outdir import OutputError
 from analysis.present.tables.tables import markdown, rich_table
 from analysis.read.files import Problem
 from analysis.read.frame import Loaded, load_all
 from analysis.read.overlap import node_overlaps, side_note
-from analysis.summarize import PROG
 
 FORMATS = ("table", "markdown", "json", "csv")
 LOOKED_FOR = (
