@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             from .slurm_info import check_plan_partitions
 
             check_plan_partitions(plan)
+        new_sweep_dir(plan, create=False)
         at_once = max_parallel(plan, args.max_parallel)
         console.print("\n".join(dry_run_lines(plan, why, at_once)), markup=False)
         return 0
@@ -195,6 +196,22 @@ def max_parallel(plan: SweepPlan, requested: int | None) -> int | None:
     return plan.profile.max_parallel if plan.profile is not None else None
 
 
+def new_sweep_dir(plan: SweepPlan, *, create: bool) -> None:
+    """Refuse a sweep folder that exists: earlier results are never overwritten. A dry run
+    asks too (``create=False``), so that it fails where the submission would; the submission
+    creates the folder, and a sweep started under the same id a moment earlier still loses."""
+    try:
+        if plan.sweep_dir.exists():
+            raise FileExistsError
+        if create:
+            plan.sweep_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise ConfigError(
+            f"sweep folder {plan.sweep_dir} exists: earlier results are never overwritten; "
+            "pass another --sweep-id"
+        ) from None
+
+
 # --- launching and watching -------------------------------------------------------------------
 
 
@@ -208,13 +225,7 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
         check_plan_partitions(plan)  # the partition's nodes, as sinfo says
         for sp in plan.shapes:  # submitit checks the parameters while rendering: fail before any
             render_sbatch(plan, sp)
-    try:
-        plan.sweep_dir.mkdir(parents=True, exist_ok=False)
-    except FileExistsError:
-        raise ConfigError(
-            f"sweep folder {plan.sweep_dir} exists: earlier results are never overwritten; "
-            "pass another --sweep-id"
-        ) from None
+    new_sweep_dir(plan, create=True)
     local = plan.executor == "local"
     at_once = max_parallel(plan, args.max_parallel)
     launcher = Launcher(plan, max_parallel=None if local else at_once)

@@ -540,6 +540,31 @@ def test_dry_run_local_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) 
     check_golden("dry_run_local.txt", normalise(out, in_tmp))
 
 
+def test_a_dry_run_refuses_an_existing_sweep_folder_as_a_submission_does(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dry run predicts the submission: the same one-line error and exit code when the
+    sweep folder exists, and the earlier results untouched."""
+    sweep = write_sweep(in_tmp, shapes=((1, 1),))
+    folder = in_tmp / "outputs" / "sweeps" / "taken"
+    folder.mkdir(parents=True)
+    (folder / "sweep.json").write_text("{}")
+    argv = ("--config", str(sweep), "--executor", "local", "--sweep-id", "taken")
+    errors = []
+    for dry in (("--dry-run",), ()):
+        rc = sweep_cli(*argv, *dry)
+        captured = capsys.readouterr()
+        assert rc == 2, captured.out
+        assert "dry run" not in captured.out
+        errors.append(captured.err.strip())
+    refused = (
+        f"scalescope sweep: error: sweep folder {folder} exists: earlier results are never "
+        "overwritten; pass another --sweep-id"
+    )
+    assert errors == [refused, refused]
+    assert [p.name for p in folder.iterdir()] == ["sweep.json"]
+
+
 # --- real local sweeps ------------------------------------------------------------------------
 
 
