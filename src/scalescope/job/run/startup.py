@@ -23,6 +23,7 @@ from ...config import (
     shard_size,
 )
 from ...errors import TopologyError
+from ...procinfo import usable_cores
 from ...workloads import is_user
 from . import topology
 from .children import StartedRanks, start_local_ranks
@@ -100,8 +101,7 @@ def _threads(setting: int | str, topo: Topology, accelerator: str) -> int:
         return max(1, int(os.environ["SLURM_CPUS_PER_TASK"]))
     if accelerator == "cpu":
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // topo.devices_per_node)
+    return max(1, usable_cores() // topo.devices_per_node)
 
 
 def _accelerator(requested: str, topo: Topology) -> str:
