@@ -194,6 +194,12 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def pretend_cores(monkeypatch: Any, cores: int) -> None:
+    """This process may use ``cores`` cores, whatever the machine has."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This environment without anything that would make a local run look like a Slurm task,
     a submitit task, a Lightning child or a tracked experiment."""

@@ -11,8 +11,10 @@
 Executor: ``auto`` (the default) submits to Slurm when ``sinfo`` answers within a few
 seconds and runs locally otherwise; ``--executor slurm|local`` forces one. A local sweep
 runs one job at a time (``--max-parallel``) and always waits; Ctrl-C cancels the running
-job and keeps finished ones. Jobs are submitted round by round (every shape once per round,
-shuffled within it), never as one shape's block of repeats. Everything goes to
+job and keeps finished ones. A local shape of more CPU processes than this machine's cores
+gets a warning on stderr: their sharing would count against its efficiency. Jobs are
+submitted round by round (every shape once per round, shuffled within it), never as one
+shape's block of repeats. Everything goes to
 ``<output_dir>/sweeps/<sweep_id>/``: one submitit folder per job (logs carry the
 ``:::SCALESCOPE`` result record), the run directories, and ``sweep.json`` (every job's
 shape, repeat, round, order, state and log paths).
@@ -148,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
             from .slurm_info import check_plan_partitions
 
             check_plan_partitions(plan)
+        new_sweep_dir(plan, create=False)
+        _warn_core_sharing(plan)
         at_once = max_parallel(plan, args.max_parallel)
         console.print("\n".join(dry_run_lines(plan, why, at_once)), markup=False)
         return 0
@@ -195,6 +199,53 @@ def max_parallel(plan: SweepPlan, requested: int | None) -> int | None:
     return plan.profile.max_parallel if plan.profile is not None else None
 
 
+def new_sweep_dir(plan: SweepPlan, *, create: bool) -> None:
+    """Refuse a sweep folder that exists: earlier results are never overwritten. A dry run
+    asks too (``create=False``), so that it fails where the submission would; the submission
+    creates the folder, and a sweep started under the same id a moment earlier still loses."""
+    try:
+        if plan.sweep_dir.exists():
+            raise FileExistsError
+        if create:
+            plan.sweep_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise ConfigError(
+            f"sweep folder {plan.sweep_dir} exists: earlier results are never overwritten; "
+            "pass another --sweep-id"
+        ) from None
+
+
+def _node_cores(plan: SweepPlan) -> int | None:
+    """The cores of a node the sweep's jobs run on, where the launcher knows them: this
+    machine's for the local executor; None on Slurm, whose profile names no cores per node
+    (Slurm gives each task its ``cpus_per_task``)."""
+    from ..procinfo import usable_cores
+
+    return usable_cores() if plan.executor == "local" else None
+
+
+def core_sharing_lines(plan: SweepPlan, cores: int | None) -> list[str]:
+    """A line for each shape that puts more CPU processes on a node than ``cores`` (None:
+    unknown, nothing said), once per shape whatever its precisions, accumulations and
+    strategies. A job with GPUs runs one process per GPU and is never one of them."""
+    from ..procinfo import core_sharing
+
+    lines: dict[str, str] = {}
+    for sp in plan.shapes:
+        if cores is None or sp.resources.gpus_per_node or sp.shape.label in lines:
+            continue
+        note = core_sharing(sp.shape.devices_per_node, cores)
+        if note is not None:
+            lines[sp.shape.label] = f"shape {sp.shape.label}: {note}"
+    return list(lines.values())
+
+
+def _warn_core_sharing(plan: SweepPlan) -> None:
+    """Said by the dry run and the submission alike, before anything runs; never an error."""
+    for line in core_sharing_lines(plan, _node_cores(plan)):
+        print(f"scalescope sweep: warning: {line}", file=sys.stderr, flush=True)
+
+
 # --- launching and watching -------------------------------------------------------------------
 
 
@@ -208,13 +259,8 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
         check_plan_partitions(plan)  # the partition's nodes, as sinfo says
         for sp in plan.shapes:  # submitit checks the parameters while rendering: fail before any
             render_sbatch(plan, sp)
-    try:
-        plan.sweep_dir.mkdir(parents=True, exist_ok=False)
-    except FileExistsError:
-        raise ConfigError(
-            f"sweep folder {plan.sweep_dir} exists: earlier results are never overwritten; "
-            "pass another --sweep-id"
-        ) from None
+    new_sweep_dir(plan, create=True)
+    _warn_core_sharing(plan)
     local = plan.executor == "local"
     at_once = max_parallel(plan, args.max_parallel)
     launcher = Launcher(plan, max_parallel=None if local else at_once)

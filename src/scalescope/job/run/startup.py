@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from ...config import (
     shard_size,
 )
 from ...errors import TopologyError
+from ...procinfo import core_sharing, usable_cores
 from ...workloads import is_user
 from . import topology
 from .children import StartedRanks, start_local_ranks
@@ -67,6 +69,7 @@ def plan_job(cfg: TrainConfig) -> Job:
             node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
             check(rv, rank=topo.global_rank, node=node)
     accelerator = _accelerator(cfg.trainer.accelerator, topo)  # imports torch
+    warn_core_sharing(topo, accelerator)
     # Every rank names the same run: ranks 1..N-1 inherit the job id.
     os.environ.setdefault("SCALESCOPE_JOB_ID", topo.job_id)
     # A plain local run's other ranks start now, and import Lightning while this one does.
@@ -100,8 +103,30 @@ def _threads(setting: int | str, topo: Topology, accelerator: str) -> int:
         return max(1, int(os.environ["SLURM_CPUS_PER_TASK"]))
     if accelerator == "cpu":
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // topo.devices_per_node)
+    return max(1, usable_cores() // topo.devices_per_node)
+
+
+def warn_core_sharing(topo: Topology, accelerator: str) -> None:
+    """One line on stderr, from rank 0, when a CPU run puts more processes on a node than it
+    has cores: the report would otherwise blame the lost efficiency on compute."""
+    if accelerator != "cpu" or not topo.is_rank_zero:
+        return
+    note = core_sharing(topo.devices_per_node, _node_cores(topo))
+    if note is not None:
+        print(
+            f"scalescope: warning: trainer.devices={topo.devices_per_node}: {note}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _node_cores(topo: Topology) -> int:
+    """Cores the node's ranks share: under Slurm the job's on this node (a task bound to its
+    own cores sees only those), else this process's, which a plain run's ranks inherit."""
+    on_node = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if topo.launcher == "slurm" and on_node.isdigit():
+        return int(on_node)
+    return usable_cores()
 
 
 def _accelerator(requested: str, topo: Topology) -> str:

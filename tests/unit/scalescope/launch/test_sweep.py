@@ -13,6 +13,7 @@ from typing import Any
 
 import golden
 import pytest
+from core_helpers import pretend_cores
 from sweep_helpers import (
     CPU_PROFILE,
     GPU_PROFILE,
@@ -538,6 +539,90 @@ def test_dry_run_local_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) 
     assert rc == 0
     assert_nothing_submitted(in_tmp)
     check_golden("dry_run_local.txt", normalise(out, in_tmp))
+
+
+def test_a_dry_run_refuses_an_existing_sweep_folder_as_a_submission_does(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dry run predicts the submission: the same one-line error and exit code when the
+    sweep folder exists, and the earlier results untouched."""
+    sweep = write_sweep(in_tmp, shapes=((1, 1),))
+    folder = in_tmp / "outputs" / "sweeps" / "taken"
+    folder.mkdir(parents=True)
+    (folder / "sweep.json").write_text("{}")
+    argv = ("--config", str(sweep), "--executor", "local", "--sweep-id", "taken")
+    errors = []
+    for dry in (("--dry-run",), ()):
+        rc = sweep_cli(*argv, *dry)
+        captured = capsys.readouterr()
+        assert rc == 2, captured.out
+        assert "dry run" not in captured.out
+        errors.append(captured.err.strip())
+    refused = (
+        f"scalescope sweep: error: sweep folder {folder} exists: earlier results are never "
+        "overwritten; pass another --sweep-id"
+    )
+    assert errors == [refused, refused]
+    assert [p.name for p in folder.iterdir()] == ["sweep.json"]
+
+
+# --- cores shared by a shape's processes -----------------------------------------------------
+
+SHARING_1X4 = (
+    "scalescope sweep: warning: shape 1x4: 4 processes on 2 cores: they will share cores and "
+    "the efficiency measured will include that contention"
+)
+
+
+def test_a_dry_run_warns_once_per_shape_with_more_processes_than_cores(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """1x4 on 2 cores shares them (one line, though it runs at two precisions); 1x2 does not."""
+    pretend_cores(monkeypatch, 2)
+    sweep = write_sweep(in_tmp, shapes=((1, 2), (1, 4)), extra='precisions: ["32", "bf16-mixed"]\n')
+    assert sweep_cli("--config", str(sweep), "--executor", "local", "--dry-run") == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [SHARING_1X4]
+    assert "dry run, nothing submitted" in captured.out
+    assert_nothing_submitted(in_tmp)
+
+
+def test_a_submission_warns_as_its_dry_run_does(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scalescope.launch import executor
+
+    class Stop(Exception):
+        pass
+
+    def launcher(*args: Any, **kwargs: Any) -> Any:
+        raise Stop  # the warning is said before anything is submitted
+
+    pretend_cores(monkeypatch, 2)
+    monkeypatch.setattr(executor, "Launcher", launcher)
+    sweep = write_sweep(in_tmp, shapes=((1, 2), (1, 4)))
+    with pytest.raises(Stop):
+        sweep_cli("--config", str(sweep), "--executor", "local")
+    assert capsys.readouterr().err.splitlines() == [SHARING_1X4]
+
+
+def test_no_warning_for_gpus_or_where_the_cores_are_unknown(in_tmp: Path) -> None:
+    from scalescope.launch.cluster import load_profile
+    from scalescope.launch.sweep import _node_cores, core_sharing_lines
+    from scalescope.launch.sweep_config import load_sweep_config, plan_sweep
+
+    cpu = write_sweep(in_tmp, shapes=((1, 2), (1, 4)))
+    plan = plan_sweep(load_sweep_config(cpu), cpu, executor="local")
+    assert core_sharing_lines(plan, 2) == [SHARING_1X4.removeprefix("scalescope sweep: warning: ")]
+    assert core_sharing_lines(plan, 4) == []
+    gpu = write_sweep(in_tmp, shapes=((1, 2), (1, 4)), overrides="  trainer.accelerator: gpu\n")
+    plan = plan_sweep(load_sweep_config(gpu), gpu, executor="local", gpu_count=lambda: 4)
+    assert core_sharing_lines(plan, 2) == []
+    # Slurm gives each task its cpus_per_task; the profile names no cores per node.
+    profile = load_profile(write_profile(in_tmp, CPU_PROFILE))
+    cpu = write_sweep(in_tmp, shapes=((1, 2),))
+    plan = plan_sweep(load_sweep_config(cpu), cpu, executor="slurm", profile=profile)
+    assert _node_cores(plan) is None and core_sharing_lines(plan, None) == []
 
 
 # --- real local sweeps ------------------------------------------------------------------------
