@@ -148,6 +148,7 @@ def test_ctrl_c_stops_a_local_sweep_and_keeps_finished_results(tmp_path: Path) -
     interrupted = [ln for ln in out.splitlines() if ln.startswith("interrupted:")]
     assert len(interrupted) == 1, out
     assert f"cancelled {job_id} (1x2 repeat 0)" in interrupted[0], out
+    assert f"summarise them: python -m analysis.summarize {sweep_dir}" in out.splitlines(), out
     assert _sweep_processes(str(sweep_dir)) == [], "processes of the sweep survived"
 
     manifest = json.loads((sweep_dir / "sweep.json").read_text())

@@ -413,6 +413,10 @@ def _interrupted(watch: SweepWatch, plan: SweepPlan, console: Any) -> int:
             )
         _write_manifest(plan, watch)
         _tidy(plan)
+        if finished or plan.executor != "local":  # what has finished can be summarised now
+            console.print(
+                f"summarise them: python -m analysis.summarize {plan.sweep_dir}", markup=False
+            )
     finally:
         signal.signal(signal.SIGINT, previous)
     return 130
