@@ -441,9 +441,12 @@ def load_train_config(
     *,
     overrides_route: str = "the command line",
     layers: OverrideLayers = (),
+    routes: OverrideLayers | None = None,
 ) -> TrainConfig:
     """Defaults <- file <- ``layers`` <- overrides, validated. Errors name the key and where it
-    came from (the file, or the override layer that set it), with the closest valid key."""
+    came from (the file, or the override layer that set it), with the closest valid key.
+    ``routes``: the layers the overrides were merged from, where they were (a sweep's file
+    and command line), to name in place of ``layers`` and the overrides themselves."""
     data = read_yaml(path) if path is not None else {}
     extra = parse_overrides(overrides) if not isinstance(overrides, Mapping) else overrides
     data = merge({"workload": {"name": DEFAULT_WORKLOAD}}, data)
@@ -454,8 +457,8 @@ def load_train_config(
         cfg = build(TrainConfig, data)
         cfg.workload_params()
     except ConfigError as exc:
-        routes = [*layers, (overrides_route, extra)]
-        raise name_route(exc, routes, str(path) if path is not None else None) from None
+        came_by = [*layers, (overrides_route, extra)] if routes is None else routes
+        raise name_route(exc, came_by, str(path) if path is not None else None) from None
     return cfg
 
 

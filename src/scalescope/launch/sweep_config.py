@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import (
+    OverrideLayers,
     TrainConfig,
     check_one_step,
     check_workload,
@@ -65,7 +66,7 @@ from ..config import (
     shard_size,
 )
 from ..errors import ConfigError
-from ..schema import UnknownKeyError, set_dotted
+from ..schema import set_dotted
 from ..workloads.tokens import tokens_per_sample
 from .plan_spec import check_plan
 from .resources import (
@@ -264,15 +265,12 @@ def plan_sweep(
         raise ConfigError(f"sweep id {sweep_id!r}: use letters, digits, '.', '_' and '-' only")
 
     def load(extra: Mapping[str, Any]) -> Any:
-        """The train config with ``extra``; an unknown key named with the route it came by
-        (the sweep file's overrides, the command line, or the train file)."""
-        try:
-            return load_train_config(train_path, extra)
-        except UnknownKeyError as exc:
-            raise name_route(exc, routes, str(train_path)) from None
+        """The train config with ``extra``; a wrong key or value named with the route it came
+        by (the sweep file's overrides, the command line, or the train file)."""
+        return load_train_config(train_path, extra, routes=routes)
 
     base = load(overrides)
-    resolved = _check_base_workload(base, train_path)
+    resolved = _check_base_workload(base, train_path, routes)
     if sweep.plan is not None:  # the summary's plan, against what the records will count
         declared = getattr(resolved, "tokens_per_sample", None)
         try:
@@ -362,14 +360,15 @@ def _overrides(
     return overrides, routes
 
 
-def _check_base_workload(base: TrainConfig, train_path: Path) -> Any:
-    """What checking the workload resolved (an import-path workload's classes), or None."""
+def _check_base_workload(base: TrainConfig, train_path: Path, routes: OverrideLayers) -> Any:
+    """What checking the workload resolved (an import-path workload's classes), or None; its
+    errors named with the route their key came by (:func:`~scalescope.config.name_route`)."""
     try:
         # An import-path workload is imported and checked here, on the submitting machine
         # (this imports lightning); built-in workloads need nothing more.
         return check_workload(base, resolve_batch(base.trainer, 1))
     except ConfigError as exc:
-        raise ConfigError(f"{train_path}: {exc}") from None
+        raise name_route(exc, routes, str(train_path)) from None
 
 
 def _check_overrides(sweep: SweepConfig, overrides: Mapping[str, Any]) -> None:

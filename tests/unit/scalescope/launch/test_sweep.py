@@ -68,6 +68,22 @@ def test_train_config_errors_name_the_shape(
     assert "unknown key trainer.max_epoch" in err and "max_epochs" in err
 
 
+@pytest.mark.parametrize("route", ["sweep file", "command line"])
+def test_a_bad_value_is_blamed_where_it_was_written(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], route: str
+) -> None:
+    """A wrong value in the sweep file's overrides is named there, one on the command line
+    there, and neither on the train file, whose own value is fine."""
+    from_file = route == "sweep file"
+    sweep = write_sweep(in_tmp, overrides=f"  trainer.max_epochs: {'two' if from_file else 2}\n")
+    cli = [] if from_file else ["trainer.max_epochs=two"]
+    err = expect_error(in_tmp, capsys, "--config", str(sweep), "--executor", "local", *cli)
+    where = f"{sweep}: overrides" if from_file else "the command line"
+    assert err == (
+        f"scalescope sweep: error: {where}: trainer.max_epochs: expected an integer, got 'two'"
+    )
+
+
 def test_global_batch_not_dividing_names_the_shape(
     in_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
