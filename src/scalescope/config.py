@@ -422,16 +422,12 @@ def name_route(exc: ConfigError, layers: OverrideLayers, default: str | None) ->
     """``exc`` with the route its key came by: the last override layer that sets the key it
     names (an unknown key, or the key a bad value's message opens with), else the file
     (``default``)."""
-    if isinstance(exc, UnknownKeyError):
-        route = next((r for r, layer in reversed(layers) if has_dotted(layer, exc.key)), None)
-        if route is None and default is not None:
-            route = default
-        return exc.from_route(route) if route else exc
+    unknown = isinstance(exc, UnknownKeyError)
     named = KEY_AT_START.match(str(exc))
-    route = next(
-        (r for r, layer in reversed(layers) if named and has_dotted(layer, named.group(1))),
-        default,
-    )
+    key = exc.key if unknown else named.group(1) if named else None
+    route = next((r for r, layer in reversed(layers) if key and has_dotted(layer, key)), default)
+    if unknown:
+        return exc.from_route(route) if route else exc
     return ConfigError(f"{route}: {exc}" if route is not None else str(exc))
 
 

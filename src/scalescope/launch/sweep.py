@@ -203,16 +203,17 @@ def new_sweep_dir(plan: SweepPlan, *, create: bool) -> None:
     """Refuse a sweep folder that exists: earlier results are never overwritten. A dry run
     asks too (``create=False``), so that it fails where the submission would; the submission
     creates the folder, and a sweep started under the same id a moment earlier still loses."""
-    try:
-        if plan.sweep_dir.exists():
-            raise FileExistsError
-        if create:
+    taken = plan.sweep_dir.exists()
+    if create and not taken:
+        try:
             plan.sweep_dir.mkdir(parents=True, exist_ok=False)
-    except FileExistsError:
+        except FileExistsError:
+            taken = True
+    if taken:
         raise ConfigError(
             f"sweep folder {plan.sweep_dir} exists: earlier results are never overwritten; "
             "pass another --sweep-id"
-        ) from None
+        )
 
 
 def _node_cores(plan: SweepPlan) -> int | None:
@@ -230,9 +231,11 @@ def core_sharing_lines(plan: SweepPlan, cores: int | None) -> list[str]:
     strategies. A job with GPUs runs one process per GPU and is never one of them."""
     from ..procinfo import core_sharing
 
+    if cores is None:
+        return []
     lines: dict[str, str] = {}
     for sp in plan.shapes:
-        if cores is None or sp.resources.gpus_per_node or sp.shape.label in lines:
+        if sp.resources.gpus_per_node or sp.shape.label in lines:
             continue
         note = core_sharing(sp.shape.devices_per_node, cores)
         if note is not None:
