@@ -16,7 +16,6 @@ from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     NOISE_GRID,
     ErrorModel,
-    Scored,
     load_sweep,
     score,
     totals,
@@ -24,6 +23,7 @@ from analysis.compute.projection.model_error import (
 from analysis.compute.projection.model_error import load as load_error_model
 from analysis.compute.projection.noise_selection import cross_validate
 from analysis.compute.projection.project import DRAWS
+from analysis.compute.projection.scored import Scored
 from analysis.compute.projection.scoring import (
     evidence,
     is_fsdp,

@@ -18,11 +18,11 @@ from analysis.compute.projection.model_error import (
     COVERAGE_TARGET,
     NOISE_GRID,
     ErrorModel,
-    Scored,
     fit,
     score,
     totals,
 )
+from analysis.compute.projection.scored import Scored
 
 
 def leave_one_source_out(

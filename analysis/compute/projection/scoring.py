@@ -54,12 +54,12 @@ import numpy as np
 
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
-    Scored,
     beyond_anchor,
     features,
     within_one_node,
 )
 from analysis.compute.projection.project import DRAWS
+from analysis.compute.projection.scored import Scored
 from analysis.compute.projection.step_time.fsdp_comm import (
     FSDP_HIDDEN_BAND,
     FsdpStepModel,
@@ -77,7 +77,7 @@ LINE_RATE_PRIOR = (0.05, 1.0)
 seen: a line rate is an upper bound, and a cluster can reach a twentieth of it (TCP over a
 cloud's virtual network, one NIC shared by eight GPUs). The draws span it (log scale); the
 error model narrows it to the band the training cases achieved
-(:func:`analysis.compute.projection.model_error.learn_share_band`)."""
+(:func:`analysis.compute.projection.scored.learn_share_band`)."""
 UNKNOWN_INTER_SHARE = 1.0
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
@@ -350,7 +350,7 @@ def evidence_weight(model: StepModel, checks: Sequence[tuple[Point, float]]) -> 
 
 
 def anchor_ceiling(case: Case, anchor: StepModel, p: Point) -> float:
-    """The most ``p``'s efficiency can be before its noise (``model_error.Scored.ceiling``):
+    """The most ``p``'s efficiency can be before its noise (``scored.Scored.ceiling``):
     the anchor's own (``anchor``: the case's model) against the reference where ``p`` is
     beyond it (:func:`.model_error.beyond_anchor`), else no bound (inf)."""
     world = p.nodes * p.devices_per_node
@@ -425,7 +425,7 @@ def _drawn_models(
 
 
 def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Scored]:
-    """Every published point with its centre and structural draws (see model_error.Scored,
+    """Every published point with its centre and structural draws (see scored.Scored,
     :func:`_drawn_models`). The centre: of the structural alternatives, the middle one at the
     band's middle (:func:`centre_carry`); where the case measured several node counts, the
     median of the draws they leave."""

@@ -15,13 +15,14 @@ from hypothesis.extra import numpy as hnp
 
 from analysis.compute.projection import model_error as me
 from analysis.compute.projection import noise_selection as ns
+from analysis.compute.projection import scored as sc
 
 
-def point(truth: float, *, base: list[float], z_noise: list[float], group: str = "g") -> me.Scored:
+def point(truth: float, *, base: list[float], z_noise: list[float], group: str = "g") -> sc.Scored:
     """A point whose structural draws are ``base`` and whose noise draws are ``z_noise``
     (no residual draws: ``z`` is 0)."""
     n = len(base)
-    return me.Scored(
+    return sc.Scored(
         case="c",
         group=group,
         d=1.0,
@@ -171,7 +172,7 @@ def test_what_kappa_is_calibrated_on_is_what_is_scored(kappa: float) -> None:
 # --- nested cross-validation -------------------------------------------------------------------
 
 
-def sources(seed: int = 1, groups: int = 6, per: int = 4, draws: int = 200) -> list[me.Scored]:
+def sources(seed: int = 1, groups: int = 6, per: int = 4, draws: int = 200) -> list[sc.Scored]:
     """Published points of ``groups`` sources, log residuals normal around -1% per doubling
     with a spread of 2% per square root of a doubling; no structural spread."""
     rng = np.random.default_rng(seed)
@@ -181,7 +182,7 @@ def sources(seed: int = 1, groups: int = 6, per: int = 4, draws: int = 200) -> l
             d = float(1 + i % 3)
             r = rng.normal(-0.01 * d, 0.02 * math.sqrt(d))
             out.append(
-                me.Scored(
+                sc.Scored(
                     case=f"c{g}",
                     group=f"g{g}",
                     d=d,
@@ -267,11 +268,11 @@ def test_a_family_held_out_is_scored_by_the_other_families_alone() -> None:
 # --- a cluster's own error ---------------------------------------------------------------------
 
 
-def residual(group: str, r: float, z: np.ndarray, z_noise: np.ndarray, s: float = 1.0) -> me.Scored:
+def residual(group: str, r: float, z: np.ndarray, z_noise: np.ndarray, s: float = 1.0) -> sc.Scored:
     """A published point of source ``group`` at d = 1 whose log residual is ``r`` (centre
     0.9, structural draws all at the centre), its anchor a single node and it across nodes
     (``s`` = 1) unless ``s`` says otherwise."""
-    return me.Scored(
+    return sc.Scored(
         case=group,
         group=group,
         d=1.0,
@@ -286,7 +287,7 @@ def residual(group: str, r: float, z: np.ndarray, z_noise: np.ndarray, s: float 
 
 def clusters(
     tau: float, within: float, groups: int, per: int, seed: int = 0, s: float = 1.0
-) -> list[me.Scored]:
+) -> list[sc.Scored]:
     """``groups`` sources of ``per`` points at d = 1 each, every source's residuals sharing
     its own offset (normal, s.d. ``tau``) around which they spread ``within``."""
     rng = np.random.default_rng(seed)
@@ -326,7 +327,7 @@ def test_each_source_counts_once_in_the_mean() -> None:
     source, the mean residual is a fifth of log(1.2); by point it would be over 4/5 of it."""
     rng = np.random.default_rng(1)
 
-    def at(group: str, r: float) -> me.Scored:
+    def at(group: str, r: float) -> sc.Scored:
         return residual(group, r, rng.standard_normal(4), rng.standard_normal(4))
 
     pts = [at("big", math.log(1.2)) for _ in range(40)]
@@ -384,7 +385,7 @@ def test_a_clusters_own_error_applies_only_where_the_anchor_has_not_crossed_a_no
 # --- the share of a stated line rate a cluster achieves ----------------------------------------
 
 
-def stated(group: str, achieved: float, n: int = 400, seed: int = 0) -> me.Scored:
+def stated(group: str, achieved: float, n: int = 400, seed: int = 0) -> sc.Scored:
     """A published point whose draws span shares of a stated line rate over 5%-100% (log
     uniform), each draw's efficiency rising with its share (steeply enough that the
     efficiency tells shares apart: where it saturates, the share is the prior's guess), the
@@ -395,7 +396,7 @@ def stated(group: str, achieved: float, n: int = 400, seed: int = 0) -> me.Score
     def eff(x: np.ndarray | float) -> np.ndarray | float:
         return 1.0 / (1.0 + 0.5 / x)
 
-    return me.Scored(
+    return sc.Scored(
         case=group,
         group=group,
         d=1.0,
@@ -415,17 +416,17 @@ def test_the_band_is_learned_from_the_clusters_seen_and_one_is_not_enough() -> N
     seen = {"a": 0.25, "b": 0.4, "c": 0.6, "d": 0.8}
     pts = [stated(g, x, seed=i) for i, (g, x) in enumerate(seen.items())]
     for p, x in zip(pts, seen.values(), strict=True):  # each cluster's own share, read back
-        assert me._share_of(p) == pytest.approx(x, rel=0.15)
-    low, typical, high = me.learn_share_band(pts)  # type: ignore[misc]
-    logs = np.log([me._share_of(p) for p in pts])
+        assert sc._share_of(p) == pytest.approx(x, rel=0.15)
+    low, typical, high = sc.learn_share_band(pts)  # type: ignore[misc]
+    logs = np.log([sc._share_of(p) for p in pts])
     half = stats.t.ppf(0.975, 3) * np.std(logs, ddof=1) * math.sqrt(1 + 1 / 4)
     assert typical == pytest.approx(math.exp(np.mean(logs)))
     assert low == pytest.approx(math.exp(np.mean(logs) - half))
     assert high == min(1.0, math.exp(np.mean(logs) + half))
     assert low < min(seen.values()) and high >= max(seen.values())
-    assert me.learn_share_band(pts[:1]) is None
+    assert sc.learn_share_band(pts[:1]) is None
     # a case that states no line rate says nothing of it
-    assert me.learn_share_band([replace(p, share=None) for p in pts]) is None
+    assert sc.learn_share_band([replace(p, share=None) for p in pts]) is None
 
 
 def test_a_point_is_viewed_within_the_band_and_centred_at_the_typical_share() -> None:
@@ -434,7 +435,7 @@ def test_a_point_is_viewed_within_the_band_and_centred_at_the_typical_share() ->
     centre, base = p.view(band)
     kept = (p.share >= 0.2) & (p.share <= 0.7)
     assert np.array_equal(np.isfinite(base), kept)
-    near = np.abs(np.log(p.share / 0.4)) <= me.TYPICAL_WINDOW
+    near = np.abs(np.log(p.share / 0.4)) <= sc.TYPICAL_WINDOW
     assert centre == pytest.approx(float(np.median(p.base[near])))
     assert p.view(None) == (p.centre, p.base)
     # weighed by the case's measured scales, the draws are centred where they fall, not at
