@@ -335,7 +335,7 @@ def _components(
     # a source's own error is its network's: its mean residual is taken over the points
     # whose anchor had not crossed a node (s = 1) apart from those whose had (s = 0)
     strata = [(g, bool(x > 0)) for g, x in zip(groups, s, strict=True)]
-    n_in = {k: strata.count(k) for k in set(strata)}
+    n_in = {k: strata.count(k) for k in sorted(set(strata))}  # one order: sums repeat to the bit
     own = {k: float(np.mean(e[[x == k for x in strata]])) for k in n_in}
     # within a source: squared deviations from its stratum's mean (unbiased for its n)
     repeated = np.array([n_in[k] > 1 for k in strata])
