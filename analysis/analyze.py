@@ -34,6 +34,7 @@ from analysis.compute.precision import (
 )
 from analysis.compute.projection import project as projection
 from analysis.compute.waterfall import Waterfall, waterfall
+from analysis.read.cpu_load import cpu_load_notes
 from analysis.read.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes
 
 
@@ -95,6 +96,7 @@ def analyze(
     overlaps = node_overlaps(runs)
     notes = [
         *overlap_notes(overlaps),
+        *cpu_load_notes(runs, overlaps),
         *_series_notes(scaling),
         *_scale_notes(scaling, cv_threshold),
         *serial_fraction_notes(scaling, amdahl),

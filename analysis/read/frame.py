@@ -20,7 +20,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import pandas as pd
 
 from analysis.read.parse import Failure, ParseResult, Problem, Run, parse
-from scalescope.record import Identity, ResultRecord
+from scalescope.record import Identity, ResultRecord, other_cpu_share
 
 # The runs frame's key columns: what identifies a series and a scale, and the per-run figures
 # every group is summarised over (analysis.compute.metrics groups by them).
@@ -147,6 +147,7 @@ RUN_COLUMNS: dict[str, str] = {
     "gpu_util_pct": "float64",
     "gpu_idle_share": "float64",
     "peak_host_rss_gib_max": "float64",
+    "other_cpu_share": "float64",
     "model_state_gib_max": "float64",
     "reserved_peak_gib_max": "float64",
     "device_memory_gib": "float64",
@@ -166,6 +167,7 @@ RUN_COLUMNS: dict[str, str] = {
     "profile": "object",
     "config": "object",
     "sharding": "object",
+    "host_load": "object",
     "sweep_command": "str",
     "restart_reasons": "str",
     "sources": "str",
@@ -290,6 +292,7 @@ def _run_row(run: Run) -> dict[str, Any]:
         val_peak_mem_gib_max=_max(r.val_peak_mem_gib),
         **_gpu_figures(r.diagnosis),
         peak_host_rss_gib_max=_max(r.peak_host_rss_gib),
+        other_cpu_share=other_cpu_share(r.host_load),
         **_memory_figures(r.memory),
         epoch_times_s=tuple(r.epoch_times_s),
         versions=dict(r.versions),

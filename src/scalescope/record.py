@@ -254,6 +254,13 @@ class ResultRecord:
     unsharded bytes of the unit's own parameters in the dtype it gathers them in; they add up
     to the model's parameters in that dtype; absent in records made before it). None under
     DDP and in older records."""
+    host_load: list[dict[str, Any]] | None = None
+    """Per machine the run used, what its cores gave while it trained (train start to end):
+    ``nodes`` (the run's node names on that machine: a local cluster's nodes share one),
+    ``cores`` (those its ranks may run on), ``wall_s``, and the CPU seconds those cores were
+    busy (``busy_cpu_s``), the run's own processes used (``own_cpu_s``) and other programs
+    took (``other_cpu_s``); docs/analysis.md, "Runs slowed by other programs". None where a
+    rank could not sample, and in older records."""
     tokens_per_sample: int | None = None
     """Tokens in one training sample (:mod:`scalescope.workloads.tokens`): the ``gpt`` workload's
     sequence length, a user's module's ``workload.tokens_per_sample`` or its class attribute.
@@ -548,3 +555,32 @@ def mean_excluding_first(values: Sequence[float]) -> float | None:
 def rate(count: float, seconds: float) -> float:
     """count / seconds, NaN when no time elapsed (never a division error in a record)."""
     return count / seconds if seconds > 0 else math.nan
+
+
+def _other_share(machine: Any) -> float | None:
+    if not isinstance(machine, Mapping):
+        return None
+    cores, wall, other = (machine.get(k) for k in ("cores", "wall_s", "other_cpu_s"))
+    if not all(isinstance(v, (int, float)) for v in (cores, wall, other)) or cores * wall <= 0:
+        return None
+    return float(other) / (cores * wall)
+
+
+def busiest_machine(host_load: Any) -> dict[str, Any] | None:
+    """The machine of a record's ``host_load`` whose cores other programs kept busiest, with
+    its ``share`` of them (``other_cpu_s / (cores * wall_s)``); None for an older record or
+    one without the counters."""
+    if not isinstance(host_load, list):
+        return None
+    shares = [(s, m) for m in host_load if (s := _other_share(m)) is not None]
+    if not shares:
+        return None
+    share, machine = max(shares, key=lambda p: p[0])
+    return {**machine, "share": share}
+
+
+def other_cpu_share(host_load: Any) -> float | None:
+    """The share of a run's cores other programs kept busy while it trained, on its busiest
+    machine; None where not recorded."""
+    b = busiest_machine(host_load)
+    return b["share"] if b is not None else None

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from scalescope.launch import local_cluster_daemons, monitor
-from scalescope.procinfo import process_start_unix
+from scalescope.procinfo import busy_cpu_seconds, process_start_unix, tree_cpu_seconds
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,3 +44,33 @@ def test_descendants_finds_grandchildren_and_cmdline_reads_argv() -> None:
         child.wait()
         subprocess.run(["kill", str(grandchild)], check=False)
     assert local_cluster_daemons._cmdline(2**22 + 12345) is None  # no such process
+
+
+BURN = "import time\nwhile time.process_time() < {s}: pass\nprint('done', flush=True)\n{then}"
+
+
+def _burner(seconds: float, then: str = "") -> subprocess.Popen[str]:
+    code = BURN.format(s=seconds, then=then)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def test_the_tree_counts_a_live_child_and_one_it_reaped() -> None:
+    """A child that burned 0.6 s of CPU (at least 0.5 in the kernel's 10 ms ticks) and
+    waits: its seconds are in the tree under its pid; once reaped, under this process's
+    reaped-children seconds. Either way the sum grew by them (CPU time, not wall time: a
+    busy machine slows the child, never its count)."""
+    tree = tree_cpu_seconds()
+    before, mine = sum(tree.values()), tree[os.getpid()]
+    busy_before = sum(busy_cpu_seconds().values())
+    child = _burner(0.6, then="time.sleep(30)")
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "done"
+        alive = tree_cpu_seconds()
+        assert alive[child.pid] >= 0.5
+        assert sum(alive.values()) - before >= 0.5
+    finally:
+        child.kill()
+        child.wait()
+    reaped = tree_cpu_seconds()
+    assert child.pid not in reaped and reaped[os.getpid()] - mine >= 0.5
+    assert sum(busy_cpu_seconds().values()) - busy_before >= 0.45  # the cores saw it too

@@ -173,6 +173,13 @@ def test_two_processes_report_world_two_once(spiral_runs: dict[str, object]) -> 
     assert r.job_time_s >= r.train_time_s
     assert r.val_samples == 400
     _check_timed_interval(r, one_rank=False)
+    (machine,) = r.host_load or [None]  # both ranks on this one machine
+    assert machine is not None and machine["nodes"] == sorted(set(r.node_names))
+    assert machine["cores"] >= 1 and machine["own_cpu_s"] > 0
+    assert machine["wall_s"] == pytest.approx(r.train_end_unix - r.train_start_unix, abs=0.5)
+    assert machine["other_cpu_s"] == pytest.approx(
+        max(0.0, machine["busy_cpu_s"] - machine["own_cpu_s"])
+    )
 
 
 def _check_timed_interval(r: ResultRecord, one_rank: bool = True) -> None:
@@ -187,6 +194,33 @@ def _check_timed_interval(r: ResultRecord, one_rank: bool = True) -> None:
         assert timed >= r.train_time_s + r.val_time_s - 1e-6
     started = datetime.fromisoformat(r.identity.started_at).timestamp()
     assert started <= r.train_start_unix <= started + r.setup_time_s + 1
+
+
+BUSY_LOOP = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end: pass"
+
+
+def test_a_run_beside_busy_loops_records_the_cores_they_took(tmp_path: Path) -> None:
+    """Two busy-looping processes on the cores a one-process run may use: the record says
+    other programs took a share of them while it trained (the loops get at least a third of
+    two cores between three runnable processes; other load on the machine only adds)."""
+    cores = sorted(os.sched_getaffinity(0))
+    loops = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUSY_LOOP], preexec_fn=lambda: os.sched_setaffinity(0, cores)
+        )
+        for _ in range(2)
+    ]
+    try:
+        run = run_train(tmp_path, *TINY, "workload.num_samples=8000", output_dir=tmp_path)
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    r = _finished(run)
+    (machine,) = r.host_load or [None]
+    assert machine is not None and machine["cores"] == len(cores)
+    share = machine["other_cpu_s"] / (machine["cores"] * machine["wall_s"])
+    assert share >= 0.3, machine
 
 
 def test_two_processes_follow_the_one_process_trajectory(spiral_runs: dict[str, object]) -> None:

@@ -35,6 +35,9 @@ import torch.distributed as dist
 
 from ...procinfo import peak_host_rss_gib, process_start_unix
 from ...run_length import WARMUP_AUTO_MAX_STEPS, resolve_warmup
+from .host_load import CpuSample, host_loads
+from .host_load import rank_part as cpu_part
+from .host_load import sample as cpu_sample
 from .peak_memory import DevicePeaks
 
 __all__ = [
@@ -75,6 +78,9 @@ class Timings:
     """Training time (validation excluded) from train start to the end of the warm-up."""
     peaks: DevicePeaks | None = None
     """Training's and validation's peak device memory, apart (CUDA only)."""
+    cpu_start: CpuSample | None = None
+    cpu_end: CpuSample | None = None
+    """The cores' and this rank's CPU counters at train start and end (:mod:`.host_load`)."""
 
 
 class WarmupHold(Protocol):
@@ -155,6 +161,7 @@ class TimingCallback(L.Callback):
         trainer.strategy.barrier("scalescope-train-start")
         self._sync()
         self.t.train_start_unix = time.time()
+        self.t.cpu_start = cpu_sample()
         if trainer.global_rank == 0:
             print(f"{READY_LINE} (all {trainer.world_size} ranks met)", flush=True)
             if unbounded_stream(trainer):
@@ -247,6 +254,7 @@ class TimingCallback(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._sync()
         self.t.train_end_unix = time.time()
+        self.t.cpu_end = cpu_sample()
 
 
 def loader_steps(trainer: L.Trainer) -> int:
@@ -327,6 +335,9 @@ class Agreed:
     """Wall clock (Unix seconds) when training ended on the last rank."""
     per_rank: list[dict[str, Any]] = field(default_factory=list)
     """What each rank sent, in rank order (node, local rank, peaks, and ``extra``)."""
+    host_load: list[dict[str, Any]] | None = None
+    """Per machine, the CPU its cores gave the run and other programs while training
+    (:func:`.host_load.host_loads`); None where a rank did not sample."""
 
 
 def rank_steady_s(t: Timings) -> float | None:
@@ -376,6 +387,7 @@ def rank_part(
         "warmup_steps": t.warmup_steps,
         "steady": rank_steady_s(t),
         "local_rank": local_rank,
+        "cpu": cpu_part(t.cpu_start, t.cpu_end, node_name),
         **(dict(extra) if extra else {}),
     }
 
@@ -411,6 +423,7 @@ def combine(everyone: list[dict[str, Any]]) -> Agreed:
         train_start_unix=train_start,
         train_end_unix=end,
         per_rank=everyone,
+        host_load=host_loads([r.get("cpu") for r in everyone]),
     )
 
 

@@ -299,6 +299,7 @@ def build_result(
         peak_mem_gib=agreed.peak_mem_gib,
         val_peak_mem_gib=agreed.val_peak_mem_gib,
         peak_host_rss_gib=agreed.peak_host_rss_gib,
+        host_load=agreed.host_load,
         **epochs,
         **speed,
         **_validation(history),

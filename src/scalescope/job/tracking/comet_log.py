@@ -27,6 +27,7 @@ from functools import cached_property
 from typing import Any
 
 from ...config import TrackingConfig
+from ...record import other_cpu_share
 from .comet_guards import redact, run_bounded
 
 LOGGER = logging.getLogger("scalescope.job.tracking")
@@ -38,7 +39,15 @@ and per-epoch series of the same name (``samples_per_s`` is both)."""
 
 # Result-record fields that are not logged as metrics or others: the resolved config is
 # already in the parameters, ``tracking`` is what the tracker reports about itself.
-_RESULT_SKIP = {"config", "tracking", "event", "schema_version", "epoch_times_s", "diagnosis"}
+_RESULT_SKIP = {
+    "config",
+    "tracking",
+    "event",
+    "schema_version",
+    "epoch_times_s",
+    "diagnosis",
+    "host_load",
+}
 
 
 # --- the trackers --------------------------------------------------------------------------
@@ -262,6 +271,9 @@ def result_to_comet(record: Mapping[str, Any]) -> tuple[dict[str, float], dict[s
                     metrics[f"{METRIC_PREFIX}{key}_min"] = min(finite)
             else:
                 others[key] = ",".join(str(v) for v in value)
+    share = other_cpu_share(record.get("host_load"))
+    if share is not None and math.isfinite(share):  # the busiest machine's, as the summary's
+        metrics[f"{METRIC_PREFIX}other_cpu_share"] = share
     diag_metrics, diag_others = diagnosis_to_comet(record.get("diagnosis"))
     metrics.update(diag_metrics)
     others.update(diag_others)

@@ -98,6 +98,19 @@ def test_result_record_split_into_metrics_and_others() -> None:
     assert comet_log.result_to_comet(nan_record) == ({}, {})
 
 
+def test_other_programs_load_is_one_metric_the_busiest_machines_share() -> None:
+    """``host_load`` (per machine: cores, seconds) reaches Comet as the one share the summary
+    reads, ``result/other_cpu_share``, never as a string of dicts among the others."""
+    machines = [
+        {"nodes": ["a"], "cores": 4, "wall_s": 10.0, "other_cpu_s": 4.0},
+        {"nodes": ["b"], "cores": 2, "wall_s": 10.0, "other_cpu_s": 5.0},
+    ]
+    metrics, others = comet_log.result_to_comet({**RECORD, "host_load": machines})
+    assert metrics["result/other_cpu_share"] == 0.25
+    assert not any("host_load" in k for k in [*metrics, *others])
+    assert "result/other_cpu_share" not in comet_log.result_to_comet(RECORD)[0]
+
+
 def test_the_diagnosis_goes_to_comet_as_its_headline_numbers() -> None:
     diagnosis = {
         "status": "recorded",

@@ -1,0 +1,128 @@
+"""Runs timed while other programs kept their cores busy (analysis.read.cpu_load): read from
+the records' ``host_load``, said in the summary's "Read this first", through its main in this
+process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import record_factory
+from analysis_helpers import start_of, summarize_main, write_log
+
+from analysis.read.cpu_load import OTHER_SHARE, cpu_load_notes
+from analysis.read.frame import load
+from analysis.read.overlap import node_overlaps
+from scalescope.record import ResultRecord, busiest_machine, other_cpu_share
+
+T0 = 1_700_000_000.0
+
+
+def _machine(
+    nodes: list[str], cores: int, other_cores: float, wall: float = 20.0
+) -> dict[str, Any]:
+    own = cores * wall * 0.5
+    return {
+        "nodes": nodes,
+        "cores": cores,
+        "wall_s": wall,
+        "busy_cpu_s": own + other_cores * wall,
+        "own_cpu_s": own,
+        "other_cpu_s": other_cores * wall,
+    }
+
+
+def _run(
+    job: str,
+    host_load: list[dict[str, Any]] | None,
+    start: float = 0.0,
+    world: tuple[int, int] = (1, 2),
+    nodes: tuple[str, ...] = ("vm",),
+) -> ResultRecord:
+    return record_factory.record(
+        record_factory.identity(job, world=world),
+        epoch_times_s=[4.0, 3.0, 3.0],
+        setup_time_s=5.0,
+        node_names=[n for n in nodes for _ in range(world[1])],
+        train_start_unix=T0 + start,
+        train_end_unix=T0 + start + 20.0,
+        host_load=host_load,
+    )
+
+
+def _write(folder: Path, *records: ResultRecord) -> Path:
+    for r in records:
+        write_log(folder / f"slurm-{r.identity.job_id}.out", start_of(r), r)
+    return folder
+
+
+def test_the_busiest_machine_and_its_share() -> None:
+    load = [_machine(["a"], 8, 0.4), _machine(["b"], 2, 0.5)]
+    b = busiest_machine(load)
+    assert b is not None and b["nodes"] == ["b"] and b["share"] == pytest.approx(0.25)
+    assert other_cpu_share(load) == pytest.approx(0.25)
+    assert other_cpu_share(None) is None and other_cpu_share([{"cores": 0}]) is None
+
+
+def test_the_summary_names_runs_other_programs_slowed(tmp_path: Path) -> None:
+    """Runs an hour apart (no two timed together): 31 had 1.3 of its 2 cores taken by other
+    programs, 32 0.5 of 4 on one of its two machines, 33 under the threshold, 34 an older
+    record without the counters."""
+    folder = _write(
+        tmp_path / "logs",
+        _run("31", [_machine(["vm"], 2, 1.3)]),
+        _run(
+            "32",
+            [_machine(["n1"], 4, 0.1), _machine(["n2"], 4, 0.5)],
+            start=3600.0,
+            world=(2, 2),
+            nodes=("n1", "n2"),
+        ),
+        _run("33", [_machine(["vm"], 2, 2 * (OTHER_SHARE - 0.01))], start=7200.0),
+        _run("34", None, start=10800.0),
+    )
+    proc = summarize_main(folder, "--no-write", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("## Read this first", 1)[1]
+    (line,) = [x for x in notes.splitlines() if "other programs kept their cores busy" in x]
+    assert line.startswith("- 2 run(s) were timed while other programs")
+    assert (
+        "job 31 (1x2) on vm: 1.3 of 2 core(s) (65%); job 32 (2x2) on n2: 0.5 of 4 core(s) (12%)."
+        in line
+    )
+    assert "job 33" not in line and "job 34" not in line
+    assert "`exclusive: true`" in line
+    runs = load(folder).set_index("job_id")
+    assert runs.loc["31", "other_cpu_share"] == pytest.approx(0.65)
+    assert runs.loc["34", "other_cpu_share"] != runs.loc["34", "other_cpu_share"]  # NaN
+
+
+def test_a_run_timed_beside_another_job_is_left_to_that_note(tmp_path: Path) -> None:
+    """Two runs timed together on one node each see the other's load: the shared-node note
+    names the job that caused it, and this one stays silent about them."""
+    folder = _write(
+        tmp_path / "logs",
+        _run("41", [_machine(["vm"], 2, 1.0)]),
+        _run("42", [_machine(["vm"], 2, 1.0)], start=2.0),
+        _run("43", [_machine(["vm"], 2, 1.0)], start=3600.0),
+    )
+    runs = load(folder)
+    (note,) = cpu_load_notes(runs, node_overlaps(runs))
+    assert note.startswith("1 run(s)") and "job 43" in note and "job 41" not in note
+    assert cpu_load_notes(runs.iloc[:0], node_overlaps(runs.iloc[:0])) == []
+
+
+def test_past_the_limit_the_rest_are_counted(tmp_path: Path) -> None:
+    folder = _write(
+        tmp_path / "logs",
+        *(
+            _run(str(50 + i), [_machine(["vm"], 2, 0.3 + 0.1 * i)], start=3600.0 * i)
+            for i in range(4)
+        ),
+    )
+    runs = load(folder)
+    (note,) = cpu_load_notes(runs, node_overlaps(runs), limit=2)
+    assert note.startswith("4 run(s)")
+    assert note.index("job 53") < note.index("job 52")  # the busiest first
+    assert "job 51" not in note and "and 2 more" in note
