@@ -39,7 +39,7 @@ def _phrase(row: Any) -> str:
     where = ", ".join(str(n) for n in b.get("nodes") or ()) or "its machine"
     other_cores = b["other_cpu_s"] / b["wall_s"]
     return (
-        f"job {row.get('job_id')} ({_shape(row)}) on {where}: {other_cores:.2g} of "
+        f"job {row.get('job_id')} ({_shape(row)}) on {where}: {other_cores:.1f} of "
         f"{int(b['cores'])} core(s) ({b['share']:.0%})"
     )
 
