@@ -14,6 +14,7 @@ from analysis.compute.profile_advice import PROFILE_OVERRIDE
 from analysis.compute.run_parts import OVERLAP_BELOW_ZERO
 from analysis.compute.stats import finite_number
 from analysis.compute.waterfall import COMPONENTS, LABELS, NOT_RECORDED, Waterfall
+from analysis.read.cpu_load import OTHER_SHARE
 from analysis.read.strategy import is_sharded, strategy_of
 
 MINOR_PTS = 1.0
@@ -90,7 +91,31 @@ def _profile_hint(r: Mapping[str, Any]) -> str:
     return PROFILE_HINT
 
 
+def _contention(r: Mapping[str, Any]) -> str:
+    """Other programs' load on the cores, at this scale or its baseline, where it reached
+    :data:`OTHER_SHARE`: what the compute part then holds besides the work."""
+    shares = [
+        (v, at)
+        for key, at in (
+            ("other_cpu_share_mean", "here"),
+            ("baseline_other_cpu_share_mean", "at the baseline"),
+        )
+        if (v := finite_number(r.get(key))) is not None
+    ]
+    if not any(v >= OTHER_SHARE for v, _ in shares):
+        return ""
+    said = ", ".join(f"{v:.0%} of them {at}" for v, at in shares)
+    return (
+        f"other programs kept the cores busy ({said}; see Read this first), and the compute "
+        "part holds that contention; "
+    )
+
+
 def _compute_advice(r: Mapping[str, Any]) -> str:
+    return _contention(r) + _work_advice(r)
+
+
+def _work_advice(r: Mapping[str, Any]) -> str:
     b, b0 = r["per_device_batch_size"], r["baseline_per_device_batch_size"]
     if not (b is None or b is pd.NA or b0 is None or b0 is pd.NA) and b != b0:
         verb = "fell" if b < b0 else "rose"

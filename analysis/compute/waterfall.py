@@ -138,6 +138,8 @@ WATERFALL_COLUMNS = [
     "per_device_batch_size",
     "baseline_per_device_batch_size",
     "num_workers",
+    "other_cpu_share_mean",
+    "baseline_other_cpu_share_mean",
     "lost_pts_mean",
     "lost_pts_ci_low",
     "lost_pts_ci_high",
@@ -217,6 +219,14 @@ def _num_workers(params: Sequence[Any]) -> str:
         if value is not None and str(value) not in seen:
             seen.append(str(value))
     return "/".join(seen)
+
+
+def _other_cpu(rows: pd.DataFrame) -> float:
+    """The mean share of their cores other programs kept busy over ``rows``' runs (NaN where
+    no run recorded it: the runs frame's ``other_cpu_share``)."""
+    if "other_cpu_share" not in rows.columns:
+        return math.nan
+    return finite_mean(pd.to_numeric(rows["other_cpu_share"], errors="coerce").tolist())
 
 
 def _batch(rows: pd.DataFrame) -> Any:
@@ -301,6 +311,8 @@ def _point(
         per_device_batch_size=_batch(g.rows),
         baseline_per_device_batch_size=_batch(base.rows),
         num_workers=_num_workers(g.rows["workload_params"].tolist()),
+        other_cpu_share_mean=_other_cpu(g.rows),
+        baseline_other_cpu_share_mean=_other_cpu(base.rows),
         status=_status(basis, these, against.parts, is_base),
     )
     # One set of runs for the loss and its parts: those with a breakdown (all runs where

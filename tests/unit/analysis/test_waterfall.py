@@ -427,3 +427,46 @@ def test_a_cpu_run_has_no_split_column_and_no_launch_bound_advice(tmp_path: Path
     assert "launch-bound" not in item["text"] and "trainer.profile.steps=5" in item["text"]
     table = diagnosis_table(analysis)
     assert table is not None and "GPU idle in compute" not in table.frame.columns
+
+
+# --- other programs' load on the cores ------------------------------------------------------
+
+
+def _loaded(record: ResultRecord, share: float) -> ResultRecord:
+    """The record as if other programs had kept ``share`` of its one machine's 2 cores busy
+    over a 10 s training interval."""
+    machine = {"nodes": ["n1"], "cores": 2, "wall_s": 10.0, "busy_cpu_s": 20.0}
+    machine.update(own_cpu_s=20.0 * (1 - share), other_cpu_s=20.0 * share)
+    return replace(record, host_load=[machine])
+
+
+@pytest.mark.parametrize(
+    ("base_share", "scaled_share", "said"),
+    [
+        (0.5, 0.0, "(0% of them here, 50% of them at the baseline; see Read this first)"),
+        (0.0, 0.3, "(30% of them here, 0% of them at the baseline; see Read this first)"),
+        (0.05, 0.05, None),
+    ],
+)
+def test_other_programs_load_is_named_in_the_compute_advice(
+    tmp_path: Path, base_share: float, scaled_share: float, said: str | None
+) -> None:
+    """Compute per sample that grew while other programs took the cores, at the scale point
+    or at its baseline: the advice says so before naming the work; under the note's threshold
+    (10%) it says nothing of it."""
+    records = []
+    for i, j in enumerate(JITTER):
+        base = diag_record(f"1{i}", 1, input_s=0.001, compute_s=0.05, jitter=j)
+        scaled = diag_record(f"2{i}", 2, input_s=0.001, compute_s=0.08, jitter=j)
+        records += [_loaded(base, base_share), _loaded(scaled, scaled_share)]
+    analysis = analyze(runs_of(tmp_path, records))
+    assert analysis.waterfall is not None
+    row = scaled_row(analysis.waterfall.table)
+    assert row["other_cpu_share_mean"] == pytest.approx(scaled_share)
+    assert row["baseline_other_cpu_share_mean"] == pytest.approx(base_share)
+    (item,) = findings(analysis.waterfall)
+    if said is None:
+        assert "other programs" not in item["text"]
+    else:
+        assert f"other programs kept the cores busy {said}, and the compute part" in item["text"]
+        assert "the per-device batch" in item["text"]  # the work's advice follows
