@@ -303,7 +303,7 @@ def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 
     """The terminal's default: the headline tables, a line per failed job (its cause; at
     most ``max_rows``, 0 = all), and the notes."""
     from analysis.present.tables.headline_tables import headline_tables
-    from analysis.present.tables.tables import failure_label
+    from analysis.present.tables.runs_tables import failure_label
 
     console = rich_console(sys.stdout)
     for t in headline_tables(analysis):
