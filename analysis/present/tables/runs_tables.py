@@ -1,5 +1,6 @@
 """The per-job tables: one row per run (``summary_table``, with the Shared node column where
-runs shared a node while timed), per failed job (``failures_table``) and per problem met while
+runs shared a node while timed and the Other load column where other programs took their
+cores), per failed job (``failures_table``) and per problem met while
 reading (``problems_table``)."""
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from analysis.present.display import (
     devices_header,
     is_missing,
     num,
+    pct,
     sig,
 )
 from analysis.present.tables.gpu_columns import GPU_CAPTION, gpu_cells, gpu_columns
+from analysis.read.cpu_load import OTHER_SHARE
 from analysis.read.files import Problem
 from analysis.read.overlap import run_cells
 
@@ -62,6 +65,9 @@ def summary_table(
     shared = run_cells(overlaps) if overlaps is not None and len(overlaps) else {}
     if shared:
         columns.append(SHARED_COLUMN)
+    loaded = _other_load_shown(runs)
+    if loaded:
+        columns.append(LOAD_COLUMN)
     keys = series_keys(runs)
     labels = series_labels(list(dict.fromkeys(keys)))
     c = {col: runs[col].tolist() for col in runs.columns}  # column-wise: 10,000 rows are cheap
@@ -84,6 +90,8 @@ def summary_table(
             row.append(f"{c['restart_count'][i]}" + (f" ({reasons})" if reasons else ""))
         if shared:
             row.append(shared.get(runs.index[i], ""))
+        if loaded:
+            row.append(pct(c["other_cpu_share"][i], 0))
         world = c["world_size"][i]
         order = (labels[key], 0 if is_missing(world) else world, natural_key(c["job_id"][i]))
         rows.append((order, row))
@@ -99,8 +107,9 @@ def summary_table(
             "the headline's quantity (a run without a steady state: its whole training, marked "
             "'whole'); Val loss/acc: final epoch's." + (GPU_CAPTION if gpu else "")
         ]
-        + ([SHARED_CAPTION] if shared else []),
-        right=set(numbers),
+        + ([SHARED_CAPTION] if shared else [])
+        + ([LOAD_CAPTION] if loaded else []),
+        right=set(numbers) | ({LOAD_COLUMN} if loaded else set()),
     )
     return _truncate(table, max_rows, "runs.csv and summary.json")
 
@@ -110,6 +119,21 @@ SHARED_CAPTION = (
     f"{SHARED_COLUMN}: another job ran on this run's node for the seconds given (and that "
     "share) of its timed interval: its figures include that job's load."
 )
+
+
+LOAD_COLUMN = "Other load"
+LOAD_CAPTION = (
+    f"{LOAD_COLUMN}: the share of the run's cores other programs kept busy while it trained "
+    f"(its busiest machine's), shown where a run reached {OTHER_SHARE:.0%}: its compute times "
+    "include that contention."
+)
+
+
+def _other_load_shown(runs: pd.DataFrame) -> bool:
+    """Whether any run's cores were kept busy by other programs past the note's threshold."""
+    if "other_cpu_share" not in runs.columns or runs.empty:
+        return False
+    return bool((pd.to_numeric(runs["other_cpu_share"], errors="coerce") >= OTHER_SHARE).any())
 
 
 def _run_throughput(steady: Any, whole: Any) -> str:

@@ -11,6 +11,7 @@ import pytest
 import record_factory
 from analysis_helpers import start_of, summarize_main, write_log
 
+from analysis.present.display import MISSING
 from analysis.read.cpu_load import OTHER_SHARE, cpu_load_notes
 from analysis.read.frame import load
 from analysis.read.overlap import node_overlaps
@@ -93,9 +94,25 @@ def test_the_summary_names_runs_other_programs_slowed(tmp_path: Path) -> None:
     )
     assert "job 33" not in line and "job 34" not in line
     assert "`exclusive: true`" in line
+    header = next(x for x in proc.stdout.splitlines() if x.startswith("| Job ID"))
+    column = [c.strip() for c in header.split("|")].index("Other load")
+    cells = {
+        c[1].strip(): c[column].strip()
+        for x in proc.stdout.splitlines()
+        if x.startswith("| 3") and len(c := x.split("|")) > column
+    }
+    assert cells == {"31": "65%", "32": "12%", "33": "9%", "34": MISSING}
+    assert "*Other load: the share of the run's cores other programs kept busy" in proc.stdout
     runs = load(folder).set_index("job_id")
     assert runs.loc["31", "other_cpu_share"] == pytest.approx(0.65)
     assert runs.loc["34", "other_cpu_share"] != runs.loc["34", "other_cpu_share"]  # NaN
+
+
+def test_no_run_past_the_threshold_no_column_and_no_note(tmp_path: Path) -> None:
+    folder = _write(tmp_path / "logs", _run("35", [_machine(["vm"], 2, 0.1)]), _run("36", None))
+    proc = summarize_main(folder, "--no-write", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    assert "Other load" not in proc.stdout and "other programs" not in proc.stdout
 
 
 def test_a_run_timed_beside_another_job_is_left_to_that_note(tmp_path: Path) -> None:
