@@ -92,23 +92,23 @@ def _profile_hint(r: Mapping[str, Any]) -> str:
 
 
 def _contention(r: Mapping[str, Any]) -> str:
-    """Other programs' load on the cores, at this scale or its baseline, where it reached
-    :data:`OTHER_SHARE`: what the compute part then holds besides the work."""
-    shares = [
-        (v, at)
-        for key, at in (
-            ("other_cpu_share_mean", "here"),
-            ("baseline_other_cpu_share_mean", "at the baseline"),
+    """Other programs that slowed the runs (their mean share of the cores, at least
+    :data:`OTHER_SHARE`): at this scale the compute part holds it; at the baseline, a slower
+    baseline makes the loss here look smaller than it is."""
+    here = finite_number(r.get("other_cpu_share_mean"))
+    base = finite_number(r.get("baseline_other_cpu_share_mean"))
+    said = []
+    if here is not None and here >= OTHER_SHARE:
+        said.append(
+            f"other programs took {here:.0%} of these runs' cores (see Read this first): the "
+            "compute part holds that contention"
         )
-        if (v := finite_number(r.get(key))) is not None
-    ]
-    if not any(v >= OTHER_SHARE for v, _ in shares):
-        return ""
-    said = ", ".join(f"{v:.0%} of them {at}" for v, at in shares)
-    return (
-        f"other programs kept the cores busy ({said}; see Read this first), and the compute "
-        "part holds that contention; "
-    )
+    if base is not None and base >= OTHER_SHARE:
+        said.append(
+            f"other programs took {base:.0%} of the baseline's cores: its slower time makes "
+            "the loss here look smaller than it is"
+        )
+    return "".join(f"{s}; " for s in said)
 
 
 def _compute_advice(r: Mapping[str, Any]) -> str:

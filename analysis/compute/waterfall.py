@@ -222,11 +222,14 @@ def _num_workers(params: Sequence[Any]) -> str:
 
 
 def _other_cpu(rows: pd.DataFrame) -> float:
-    """The mean share of their cores other programs kept busy over ``rows``' runs (NaN where
-    no run recorded it: the runs frame's ``other_cpu_share``)."""
-    if "other_cpu_share" not in rows.columns:
+    """The mean share of their cores other programs took from ``rows``' runs, where it slowed
+    them (0 for a run it did not: :func:`analysis.read.cpu_load.slowed`); NaN where no run
+    recorded it."""
+    if "other_cpu_share" not in rows.columns or "cpu_slowed" not in rows.columns:
         return math.nan
-    return finite_mean(pd.to_numeric(rows["other_cpu_share"], errors="coerce").tolist())
+    share = pd.to_numeric(rows["other_cpu_share"], errors="coerce")
+    hit = rows["cpu_slowed"].fillna(False).astype(bool)
+    return finite_mean(share.where(hit | share.isna(), 0.0).tolist())
 
 
 def _batch(rows: pd.DataFrame) -> Any:

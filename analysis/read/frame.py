@@ -19,8 +19,9 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import pandas as pd
 
+from analysis.read.cpu_load import load_columns
 from analysis.read.parse import Failure, ParseResult, Problem, Run, parse
-from scalescope.record import Identity, ResultRecord, other_cpu_share
+from scalescope.record import Identity, ResultRecord
 
 # The runs frame's key columns: what identifies a series and a scale, and the per-run figures
 # every group is summarised over (analysis.compute.metrics groups by them).
@@ -148,6 +149,8 @@ RUN_COLUMNS: dict[str, str] = {
     "gpu_idle_share": "float64",
     "peak_host_rss_gib_max": "float64",
     "other_cpu_share": "float64",
+    "cpu_wait_share": "float64",
+    "cpu_slowed": "boolean",
     "model_state_gib_max": "float64",
     "reserved_peak_gib_max": "float64",
     "device_memory_gib": "float64",
@@ -292,7 +295,7 @@ def _run_row(run: Run) -> dict[str, Any]:
         val_peak_mem_gib_max=_max(r.val_peak_mem_gib),
         **_gpu_figures(r.diagnosis),
         peak_host_rss_gib_max=_max(r.peak_host_rss_gib),
-        other_cpu_share=other_cpu_share(r.host_load),
+        **load_columns(r.host_load),
         **_memory_figures(r.memory),
         epoch_times_s=tuple(r.epoch_times_s),
         versions=dict(r.versions),
@@ -355,6 +358,8 @@ def _column(values: list[Any], dtype: str) -> pd.Series:
             [v if isinstance(v, int) and not isinstance(v, bool) else None for v in values],
             dtype="Int64",
         )
+    if dtype == "boolean":
+        return pd.Series([v if isinstance(v, bool) else None for v in values], dtype="boolean")
     return pd.Series(
         [
             float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan

@@ -43,41 +43,89 @@ def core_sharing(processes: int, cores: int) -> str | None:
     )
 
 
-def tree_cpu_seconds() -> dict[int, float]:
-    """CPU seconds (user and system) of this process and of each live descendant, by pid,
-    each with the seconds of the children it has reaped: a sum over a tree sampled twice
-    counts what the tree used in between, data-loader workers that came and went included."""
+Tree = dict[tuple[int, int], tuple[float, float | None]]
+"""(pid namespace, pid) -> (CPU seconds, seconds waited for a core or None)."""
+
+
+def _pid_namespace() -> int:
+    """The pid namespace's inode: two containers on one machine may reuse each other's pids."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def run_delay_s(pid: int) -> float | None:
+    """Seconds the live threads of ``pid`` have spent runnable but waiting for a core (the
+    scheduler's run delay: the second field of ``/proc/<pid>/task/<tid>/schedstat``); None
+    where the kernel keeps no such count."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total, seen = 0, False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                total += int(f.read().split()[1])
+            seen = True
+        except (OSError, ValueError, IndexError):  # a thread that ended, or no schedstat
+            continue
+    return total / 1e9 if seen else None
+
+
+def tree_cpu() -> Tree:
+    """This process and each live descendant: its CPU seconds (user and system, with those of
+    the children it reaped) and the seconds its live threads waited for a core. A sum over a
+    tree sampled twice counts what the tree used in between, data-loader workers that came
+    and went included; keyed by pid namespace and pid, so that the pids of two containers on
+    one machine stay apart."""
     me = psutil.Process()
     try:
         tree = [me, *me.children(recursive=True)]
     except psutil.Error:
         tree = [me]
-    out: dict[int, float] = {}
+    ns = _pid_namespace()
+    out: Tree = {}
     for p in tree:
         try:
             t = p.cpu_times()
         except psutil.Error:  # ended between the listing and the read
             continue
-        out[p.pid] = t.user + t.system + t.children_user + t.children_system
+        cpu = t.user + t.system + t.children_user + t.children_system
+        out[(ns, p.pid)] = (cpu, run_delay_s(p.pid))
     return out
 
 
-def busy_cpu_seconds() -> dict[int, float]:
-    """Seconds each core this process may run on was busy since boot, by core: user, nice,
-    system and steal (a hypervisor's other guests); idle, I/O wait and interrupt handling
-    are not a program's. Every core where the per-core counters do not match the cores'
-    numbering."""
-    per_core = psutil.cpu_times(percpu=True)
-    cores = range(len(per_core))
-    if hasattr(os, "sched_getaffinity") and len(per_core) == os.cpu_count():
-        cores = sorted(os.sched_getaffinity(0))
-    return {
-        c: per_core[c].user
-        + per_core[c].nice
-        + per_core[c].system
-        + getattr(per_core[c], "steal", 0.0)
-        for c in cores
-    }
+def busy_cpu_seconds() -> dict[int, float] | None:
+    """Seconds each core this process may run on was busy since boot, by the core's number
+    (``/proc/stat``'s ``cpuN`` lines, so offline or missing cores cannot shift them): user,
+    nice, system and steal (a hypervisor's other guests); idle, I/O wait and interrupt
+    handling are no program's. None where the kernel gives no such counters."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    return busy_from_stat(lines, allowed, os.sysconf("SC_CLK_TCK")) or None
+
+
+def busy_from_stat(lines: list[str], allowed: set[int] | None, tick: int) -> dict[int, float]:
+    """:func:`busy_cpu_seconds` of ``/proc/stat``'s lines, the cores in ``allowed`` (all where
+    None), its counts in ``tick``s a second."""
+    out: dict[int, float] = {}
+    for line in lines:
+        name, *fields = line.split() or [""]
+        if not name.startswith("cpu") or not name[3:].isdigit():
+            continue
+        core = int(name[3:])
+        if allowed is not None and core not in allowed:
+            continue
+        v = [int(x) for x in fields]
+        steal = v[7] if len(v) > 7 else 0
+        out[core] = (v[0] + v[1] + v[2] + steal) / tick
+    return out
 
 
 def host_id() -> str:

@@ -259,8 +259,9 @@ class ResultRecord:
     ``nodes`` (the run's node names on that machine: a local cluster's nodes share one),
     ``cores`` (those its ranks may run on), ``wall_s``, and the CPU seconds those cores were
     busy (``busy_cpu_s``), the run's own processes used (``own_cpu_s``) and other programs
-    took (``other_cpu_s``); docs/analysis.md, "Runs slowed by other programs". None where a
-    rank could not sample, and in older records."""
+    took (``other_cpu_s``), and the seconds the run's threads waited, runnable, for a core
+    (``own_wait_s``; None where the kernel keeps no count); docs/analysis.md, "Runs slowed
+    by other programs". None where a rank could not sample, and in older records."""
     tokens_per_sample: int | None = None
     """Tokens in one training sample (:mod:`scalescope.workloads.tokens`): the ``gpt`` workload's
     sequence length, a user's module's ``workload.tokens_per_sample`` or its class attribute.
@@ -568,15 +569,19 @@ def _other_share(machine: Any) -> float | None:
 
 def busiest_machine(host_load: Any) -> dict[str, Any] | None:
     """The machine of a record's ``host_load`` whose cores other programs kept busiest, with
-    its ``share`` of them (``other_cpu_s / (cores * wall_s)``); None for an older record or
-    one without the counters."""
+    its ``share`` of them (``other_cpu_s / (cores * wall_s)``) and ``wait_share``, how long
+    the run's threads there waited for a core per second they ran (``own_wait_s /
+    own_cpu_s``; None where not counted); None for an older record or one without the
+    counters."""
     if not isinstance(host_load, list):
         return None
     shares = [(s, m) for m in host_load if (s := _other_share(m)) is not None]
     if not shares:
         return None
     share, machine = max(shares, key=lambda p: p[0])
-    return {**machine, "share": share}
+    wait, own = machine.get("own_wait_s"), machine.get("own_cpu_s")
+    known = isinstance(wait, (int, float)) and isinstance(own, (int, float)) and own > 0
+    return {**machine, "share": share, "wait_share": float(wait) / own if known else None}
 
 
 def other_cpu_share(host_load: Any) -> float | None:

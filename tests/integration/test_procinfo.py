@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from scalescope.launch import local_cluster_daemons, monitor
-from scalescope.procinfo import busy_cpu_seconds, process_start_unix, tree_cpu_seconds
+from scalescope.procinfo import busy_cpu_seconds, process_start_unix, run_delay_s, tree_cpu
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,23 +54,56 @@ def _burner(seconds: float, then: str = "") -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
 
+def _cpu(tree: dict[tuple[int, int], tuple[float, float | None]]) -> dict[int, float]:
+    return {pid: cpu for (_, pid), (cpu, _) in tree.items()}
+
+
 def test_the_tree_counts_a_live_child_and_one_it_reaped() -> None:
     """A child that burned 0.6 s of CPU (at least 0.5 in the kernel's 10 ms ticks) and
     waits: its seconds are in the tree under its pid; once reaped, under this process's
     reaped-children seconds. Either way the sum grew by them (CPU time, not wall time: a
     busy machine slows the child, never its count)."""
-    tree = tree_cpu_seconds()
+    tree = _cpu(tree_cpu())
     before, mine = sum(tree.values()), tree[os.getpid()]
-    busy_before = sum(busy_cpu_seconds().values())
+    busy_before = sum((busy_cpu_seconds() or {}).values())
     child = _burner(0.6, then="time.sleep(30)")
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "done"
-        alive = tree_cpu_seconds()
+        alive = _cpu(tree_cpu())
         assert alive[child.pid] >= 0.5
         assert sum(alive.values()) - before >= 0.5
     finally:
         child.kill()
         child.wait()
-    reaped = tree_cpu_seconds()
+    reaped = _cpu(tree_cpu())
     assert child.pid not in reaped and reaped[os.getpid()] - mine >= 0.5
-    assert sum(busy_cpu_seconds().values()) - busy_before >= 0.45  # the cores saw it too
+    assert sum((busy_cpu_seconds() or {}).values()) - busy_before >= 0.45  # the cores saw it
+
+
+def test_threads_that_queue_for_one_core_count_their_wait() -> None:
+    """Three busy processes pinned to one core: each runs about a third of the time and
+    waits, runnable, the rest; the scheduler's run delay says so (a wait of the same order
+    as the CPU, never none). A process alone on an idle core would wait little, but this
+    machine is never known to be idle: only the contended side is asserted."""
+    core = min(os.sched_getaffinity(0))
+    code = BURN.format(s=0.4, then="time.sleep(30)")
+
+    def pin() -> None:
+        os.sched_setaffinity(0, {core})
+
+    kids = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, preexec_fn=pin
+        )
+        for _ in range(3)
+    ]
+    try:
+        for k in kids:
+            assert k.stdout is not None and k.stdout.readline().strip() == "done"
+        waits = [run_delay_s(k.pid) for k in kids]
+        assert all(w is not None for w in waits), waits
+        assert sum(w or 0.0 for w in waits) >= 0.4  # 1.2 s of CPU queued on one core
+    finally:
+        for k in kids:
+            k.kill()
+            k.wait()

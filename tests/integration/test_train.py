@@ -200,18 +200,19 @@ BUSY_LOOP = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() <
 
 
 def test_a_run_beside_busy_loops_records_the_cores_they_took(tmp_path: Path) -> None:
-    """Two busy-looping processes on the cores a one-process run may use: the record says
-    other programs took a share of them while it trained (the loops get at least a third of
-    two cores between three runnable processes; other load on the machine only adds)."""
+    """A busy-looping process on each core a one-process run may use: the record says other
+    programs took a share of those cores while it trained (each loop gets about half its
+    core against the run's threads; other load on the machine only adds), that the run
+    counted its own CPU as its own, and that its threads waited for a core."""
     cores = sorted(os.sched_getaffinity(0))
-    loops = [
-        subprocess.Popen(
-            [sys.executable, "-c", BUSY_LOOP], preexec_fn=lambda: os.sched_setaffinity(0, cores)
-        )
-        for _ in range(2)
-    ]
+
+    def pin() -> None:
+        os.sched_setaffinity(0, cores)
+
+    loops = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], preexec_fn=pin) for _ in cores]
     try:
-        run = run_train(tmp_path, *TINY, "workload.num_samples=8000", output_dir=tmp_path)
+        long = ("workload.num_samples=60000", "trainer.max_epochs=5")  # 2-3 s of training
+        run = run_train(tmp_path, *TINY, *long, output_dir=tmp_path)
     finally:
         for p in loops:
             p.kill()
@@ -219,8 +220,11 @@ def test_a_run_beside_busy_loops_records_the_cores_they_took(tmp_path: Path) -> 
     r = _finished(run)
     (machine,) = r.host_load or [None]
     assert machine is not None and machine["cores"] == len(cores)
+    assert machine["wall_s"] >= 1.0, machine  # long enough for 10 ms counters
     share = machine["other_cpu_s"] / (machine["cores"] * machine["wall_s"])
     assert share >= 0.3, machine
+    assert machine["own_cpu_s"] >= 0.1 * machine["wall_s"], machine  # not filed as other
+    assert machine["own_wait_s"] is None or machine["own_wait_s"] > 0.0, machine
 
 
 def test_two_processes_follow_the_one_process_trajectory(spiral_runs: dict[str, object]) -> None:

@@ -27,7 +27,6 @@ from analysis.present.display import (
     sig,
 )
 from analysis.present.tables.gpu_columns import GPU_CAPTION, gpu_cells, gpu_columns
-from analysis.read.cpu_load import OTHER_SHARE
 from analysis.read.files import Problem
 from analysis.read.overlap import run_cells
 
@@ -91,7 +90,7 @@ def summary_table(
         if shared:
             row.append(shared.get(runs.index[i], ""))
         if loaded:
-            row.append(pct(c["other_cpu_share"][i], 0))
+            row.append(pct(c["other_cpu_share"][i]))
         world = c["world_size"][i]
         order = (labels[key], 0 if is_missing(world) else world, natural_key(c["job_id"][i]))
         rows.append((order, row))
@@ -124,16 +123,15 @@ SHARED_CAPTION = (
 LOAD_COLUMN = "Other load"
 LOAD_CAPTION = (
     f"{LOAD_COLUMN}: the share of the run's cores other programs kept busy while it trained "
-    f"(its busiest machine's), shown where a run reached {OTHER_SHARE:.0%}: its compute times "
-    "include that contention."
+    "(its busiest machine's); shown where other programs slowed a run (Read this first)."
 )
 
 
 def _other_load_shown(runs: pd.DataFrame) -> bool:
-    """Whether any run's cores were kept busy by other programs past the note's threshold."""
-    if "other_cpu_share" not in runs.columns or runs.empty:
+    """Whether other programs slowed any run (the runs frame's ``cpu_slowed``)."""
+    if "cpu_slowed" not in runs.columns or runs.empty:
         return False
-    return bool((pd.to_numeric(runs["other_cpu_share"], errors="coerce") >= OTHER_SHARE).any())
+    return bool(runs["cpu_slowed"].fillna(False).astype(bool).any())
 
 
 def _run_throughput(steady: Any, whole: Any) -> str:

@@ -423,8 +423,17 @@ def combine(everyone: list[dict[str, Any]]) -> Agreed:
         train_start_unix=train_start,
         train_end_unix=end,
         per_rank=everyone,
-        host_load=host_loads([r.get("cpu") for r in everyone]),
+        host_load=_host_loads(everyone),
     )
+
+
+def _host_loads(everyone: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """:func:`.host_load.host_loads` of the gathered parts; None rather than an error, which
+    would cost the run its record."""
+    try:
+        return host_loads([r.get("cpu") for r in everyone])
+    except Exception:  # a measurement beside training, never a reason to lose its record
+        return None
 
 
 def median_step_time(windows: list[tuple[int, int, float]], warmup_steps: int) -> float | None:
