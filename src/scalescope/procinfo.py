@@ -97,12 +97,31 @@ def tree_cpu() -> Tree:
     return out
 
 
+def threads_affinity() -> set[int] | None:
+    """The cores any thread of this process may run on: the union of its threads' masks (an
+    OpenMP runtime may pin the main thread to one core and its workers to others); None where
+    the OS gives no masks."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = set(os.sched_getaffinity(0))
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return allowed
+    for tid in tids:
+        try:
+            allowed |= os.sched_getaffinity(tid)
+        except OSError:  # a thread that ended
+            continue
+    return allowed
+
+
 def busy_cpu_seconds() -> dict[int, float] | None:
     """Seconds each core this process may run on was busy since boot, by the core's number
     (``/proc/stat``'s ``cpuN`` lines, so offline or missing cores cannot shift them): user,
     nice, system and steal (a hypervisor's other guests); idle, I/O wait and interrupt
     handling are no program's. None where the kernel gives no such counters."""
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    allowed = threads_affinity()
     try:
         with open("/proc/stat", encoding="ascii") as f:
             lines = f.read().splitlines()

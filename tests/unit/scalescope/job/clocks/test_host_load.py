@@ -190,3 +190,27 @@ def test_a_part_that_cannot_be_reduced_costs_the_record_nothing() -> None:
     from scalescope.job.clocks.timing import _host_loads
 
     assert _host_loads([{"cpu": {"host": "h", "node": "n"}}]) is None
+
+
+def test_the_cores_are_every_threads_not_the_main_threads() -> None:
+    """A runtime that pins the main thread to one core (OpenMP's binding) leaves the others on
+    the rest: the cores counted are the union of the threads' masks."""
+    import os
+    import threading
+
+    from scalescope.procinfo import busy_cpu_seconds, threads_affinity
+
+    cores = os.sched_getaffinity(0)
+    if len(cores) < 2:
+        pytest.skip("one core: nothing to pin apart")
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()  # created with every core
+    try:
+        os.sched_setaffinity(0, {min(cores)})
+        assert threads_affinity() == cores
+        assert set(busy_cpu_seconds() or {}) == cores
+    finally:
+        os.sched_setaffinity(0, cores)
+        stop.set()
+        worker.join()
