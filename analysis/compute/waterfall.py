@@ -69,6 +69,7 @@ from analysis.compute.metrics import BaselineSpec, pick_baseline
 from analysis.compute.profile_advice import advice_for, sweep_advice
 from analysis.compute.run_parts import RunParts, group_parts
 from analysis.compute.stats import finite_mean, number_at, ratio_ci, summarize
+from analysis.read.cpu_load import slowed_runs
 from analysis.read.frame import SERIES_KEYS
 
 NOT_RECORDED = "not recorded"
@@ -228,7 +229,7 @@ def _other_cpu(rows: pd.DataFrame) -> float:
     if "other_cpu_share" not in rows.columns or "cpu_slowed" not in rows.columns:
         return math.nan
     share = pd.to_numeric(rows["other_cpu_share"], errors="coerce")
-    hit = rows["cpu_slowed"].fillna(False).astype(bool)
+    hit = slowed_runs(rows)
     return finite_mean(share.where(hit | share.isna(), 0.0).tolist())
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.read.overlap import shape_label
 from scalescope.record import busiest_machine
 
 OTHER_SHARE = 0.10
@@ -55,11 +56,12 @@ def load_columns(host_load: Any) -> dict[str, Any]:
     }
 
 
-def _shape(row: Any) -> str:
-    nodes, devices = row.get("nodes"), row.get("devices_per_node")
-    if pd.isna(nodes) or pd.isna(devices):
-        return "?"
-    return f"{int(nodes)}x{int(devices)}"
+def slowed_runs(runs: pd.DataFrame) -> pd.Series:
+    """Per row of a runs frame, whether other programs slowed the run (its ``cpu_slowed``;
+    False where not recorded, and for a frame without the column)."""
+    if "cpu_slowed" not in runs.columns:
+        return pd.Series(False, index=runs.index, dtype=bool)
+    return runs["cpu_slowed"].fillna(False).astype(bool)
 
 
 def _phrase(row: Any, beside: set[Any]) -> str:
@@ -73,8 +75,9 @@ def _phrase(row: Any, beside: set[Any]) -> str:
         else f", its threads waiting for a core {b['wait_share']:.0%} as long as they ran"
     )
     also = " (also timed beside another job: above)" if row.name in beside else ""
+    shape = shape_label(row.get("nodes"), row.get("devices_per_node"))
     return (
-        f"job {row.get('job_id')} ({_shape(row)}) on {where}: {other_cores:.1f} of "
+        f"job {row.get('job_id')} ({shape}) on {where}: {other_cores:.1f} of "
         f"{int(b['cores'])} core(s) ({b['share']:.0%}){wait}{also}"
     )
 
@@ -83,9 +86,7 @@ def cpu_load_notes(runs: pd.DataFrame, overlaps: pd.DataFrame, limit: int = NOTE
     """The "Read this first" sentence: the runs other programs slowed (:func:`slowed`), the
     busiest first; those ``overlaps`` names (timed beside another of these jobs) say so. None
     without such runs."""
-    if runs.empty or "cpu_slowed" not in runs.columns:
-        return []
-    hit = runs[runs["cpu_slowed"].fillna(False).astype(bool)]
+    hit = runs[slowed_runs(runs)]
     if hit.empty:
         return []
     share = pd.to_numeric(hit["other_cpu_share"], errors="coerce")
@@ -112,4 +113,5 @@ __all__ = [
     "cpu_load_notes",
     "load_columns",
     "slowed",
+    "slowed_runs",
 ]

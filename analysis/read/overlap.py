@@ -61,7 +61,8 @@ class _Run:
     """When its job loaded the node: process start to the end of training."""
 
 
-def _shape(nodes: Any, devices: Any) -> str:
+def shape_label(nodes: Any, devices: Any) -> str:
+    """``2x4`` (nodes x devices per node), ``?`` where either is missing."""
     if pd.isna(nodes) or pd.isna(devices):
         return "?"
     return f"{int(nodes)}x{int(devices)}"
@@ -128,7 +129,7 @@ def _about(runs: pd.DataFrame, labels: set[Any]) -> dict[Any, tuple[str, str, st
         strict=True,
     )
     return {
-        label: (str(job), _shape(nodes, devices), str(run_id), float(length))
+        label: (str(job), shape_label(nodes, devices), str(run_id), float(length))
         for label, job, nodes, devices, run_id, length in cols
     }
 

@@ -27,6 +27,7 @@ from analysis.present.display import (
     sig,
 )
 from analysis.present.tables.gpu_columns import GPU_CAPTION, gpu_cells, gpu_columns
+from analysis.read.cpu_load import slowed_runs
 from analysis.read.files import Problem
 from analysis.read.overlap import run_cells
 
@@ -129,9 +130,7 @@ LOAD_CAPTION = (
 
 def _other_load_shown(runs: pd.DataFrame) -> bool:
     """Whether other programs slowed any run (the runs frame's ``cpu_slowed``)."""
-    if "cpu_slowed" not in runs.columns or runs.empty:
-        return False
-    return bool(runs["cpu_slowed"].fillna(False).astype(bool).any())
+    return bool(slowed_runs(runs).any())
 
 
 def _run_throughput(steady: Any, whole: Any) -> str:
