@@ -71,11 +71,34 @@ def test_a_finite_stream_nothing_bounds_trains_as_lightning_does(tmp_path: Path)
     assert "until the job's time limit (trainer.max_steps bounds it)" in run.stdout
 
 
+LINEAR_32_2_FLOPS = 2 * 32 * 2 * 2
+"""Training FLOPs per sample of the demos' one Linear(32, 2): the forward's and the weight
+gradient's multiply-adds, 2 x 32 x 2 FLOPs each (the input needs no gradient)."""
+
+
 def test_a_manual_optimization_demo_records(tmp_path: Path) -> None:
-    r = _record(
-        run_demo(tmp_path, "ManualOptimBoringModel", "BoringDataModule", "trainer.max_epochs=2")
-    )
+    # Its training_step calls self.optimizers(), which a copy without its trainer cannot:
+    # the FLOPs are counted on its first real step, in the warm-up, instead.
+    run = run_demo(tmp_path, "ManualOptimBoringModel", "BoringDataModule", "trainer.max_epochs=2")
+    r = _record(run)
     assert r.steps == 64 and r.identity.per_device_batch_size == 1
+    assert r.flops_source == "measured" and r.model_flops_per_sample == LINEAR_32_2_FLOPS
+    assert "FLOPs per sample counted on the first training step" in run.stdout, run.stdout
+
+
+def test_no_warm_up_leaves_a_manual_module_without_flops_and_says_why(tmp_path: Path) -> None:
+    # With no warm-up the first step is in the steady state, which the counter must not slow.
+    run = run_demo(
+        tmp_path,
+        "ManualOptimBoringModel",
+        "BoringDataModule",
+        "trainer.max_epochs=1",
+        "trainer.warmup_steps=0",
+        devices=1,
+    )
+    r = _record(run)
+    assert r.model_flops_per_sample is None and r.flops_source is None
+    assert "FLOPs per sample not measured (RuntimeError:" in run.stdout, run.stdout
 
 
 TWO_LOADERS = """

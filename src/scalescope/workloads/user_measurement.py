@@ -252,19 +252,31 @@ class FlopsProbe(L.Callback):
     parameters, gradients and buffers (batch-norm statistics) are never touched, and the
     Python, NumPy and torch random states are restored afterwards, so the shuffling and
     dropout of training are those of a run without the probe. FLOPs per sample = the counted
-    total / that batch's size. A module whose ``training_step`` needs its trainer (manual
-    optimization, ``self.trainer...``) cannot be probed this way: the record then has no
-    FLOPs, and ``problem`` says why; such a module can define ``flops_per_sample()``.
+    total / that batch's size.
+
+    A module whose ``training_step`` needs its trainer (manual optimization calls
+    ``self.optimizers()``; ``self.trainer...``) cannot run on a copy. Where ``live`` (the first
+    step is warm-up, left out of the steady state, and nothing is compiled), rank 0 then counts
+    its first real training step instead: forward, backward and whatever else the step runs
+    (a GAN's two passes), through the same counter, which only slows that one step. Where that
+    fails too, or is not allowed, the record has no FLOPs and ``problem`` says why; such a
+    module can define ``flops_per_sample()``.
 
     Under FSDP the module is sharded by then (and FSDP refuses ``deepcopy``), and a sharded
     module's FLOPs would not be the model's: the copy is taken in ``setup``, which Lightning
     calls before ``configure_model`` shards the module, and probed whole at training's start.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, live: bool = True) -> None:
         self.flops_per_sample: float | None = None
         self.problem: str | None = None
+        self.counted_live = False
+        """Whether the FLOPs were counted on the first real training step, not a copy."""
         self._unsharded: L.LightningModule | None = None
+        self._live_allowed = live
+        self._armed = False
+        self._counter: Any = None
+        self._samples = 0
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         from lightning.pytorch.strategies import ModelParallelStrategy
@@ -279,8 +291,60 @@ class FlopsProbe(L.Callback):
         try:
             self.flops_per_sample = measure_flops_per_sample(trainer, pl_module, unsharded)
         except Exception as exc:
-            text = str(exc).strip().splitlines()
-            self.problem = f"{type(exc).__name__}: {text[0] if text else '(no message)'}"
+            self.problem = _one_line(exc)
+            self._armed = self._live_allowed
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._armed:
+            return
+        self._armed = False
+        from torch.utils.flop_counter import FlopCounterMode
+
+        try:
+            combined = len(training_loaders(trainer.train_dataloader)) > 1
+            self._samples = batch_size_of(pl_module, batch, combined=combined)
+        except Exception as exc:
+            self.problem = f"{self.problem}; on the first step: {_one_line(exc)}"
+            return
+        self._counter = FlopCounterMode(display=False)
+        self._counter.__enter__()
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        counter = self._stop()
+        if counter is None:
+            return
+        flops = float(counter.get_total_flops())
+        if self._samples > 0 and flops > 0:
+            self.flops_per_sample, self.problem = flops / self._samples, None
+            self.counted_live = True
+        else:
+            self.problem = f"{self.problem}; the first step counted no FLOPs"
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._stop()
+
+    def _stop(self) -> Any:
+        """Leave the live counter, if one is counting; it, or None."""
+        counter, self._counter = self._counter, None
+        if counter is not None:
+            counter.__exit__(None, None, None)
+        return counter
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else '(no message)'}"
 
 
 def _rng_states() -> tuple[Any, ...]:

@@ -81,7 +81,7 @@ class Measures:
         )
         stop = StopOnSignal()
         user = (
-            UserMeasures.create(model, timing, job.resolved.batch_size_passed_to)
+            UserMeasures.create(model, timing, job.resolved.batch_size_passed_to, cfg.trainer)
             if job.user_workload
             else None
         )
@@ -168,10 +168,13 @@ class UserMeasures:
         self.counted: Any = None  # set on every rank after training (counter.agree)
 
     @classmethod
-    def create(cls, model: Any, timing: Any, passed_to: str | None) -> UserMeasures:
+    def create(cls, model: Any, timing: Any, passed_to: str | None, trainer: Any) -> UserMeasures:
         from ...workloads.user_measurement import FlopsProbe, SampleCounter, ValHistory
 
-        probe = None if hasattr(model, "flops_per_sample") else FlopsProbe()
+        # The first real step may be counted where the copy cannot run: only when it is
+        # warm-up (outside the steady state) and nothing is compiled under the counter.
+        live = trainer.warmup_steps != 0 and not trainer.compile
+        probe = None if hasattr(model, "flops_per_sample") else FlopsProbe(live=live)
         return cls(SampleCounter(lambda: timing.t.warmup_steps), ValHistory(), probe, passed_to)
 
     def before_timing(self) -> list[Any]:

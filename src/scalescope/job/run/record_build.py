@@ -188,8 +188,15 @@ def rank_zero_record(
     from .measure import diagnosis_off
 
     user, diag = measures.user, measures.diag
-    if user is not None and user.probe is not None and user.probe.problem:
-        say(job.topo, f"FLOPs per sample not measured ({user.probe.problem})")
+    probe = user.probe if user is not None else None
+    if probe is not None and probe.problem:
+        say(job.topo, f"FLOPs per sample not measured ({probe.problem})")
+    elif probe is not None and probe.counted_live:
+        say(
+            job.topo,
+            "FLOPs per sample counted on the first training step (warm-up): the "
+            "module's training_step cannot run on a copy without its trainer",
+        )
     result = build_result(
         cfg, ident, agreed, measures.timing.t, datamodule, model, versions, trainer, user
     )
