@@ -87,8 +87,12 @@ elif [ "$quick" = 0 ]; then
 fi
 
 banner "unit tier (in-process; stops at the first failure)"
+# In-process, the unit tier spreads over the cores (pytest-xdist, at most 4
+# workers); the integration tier below measures time and attribution, so it runs one test
+# at a time.
 unit_rc=0
-python -m pytest tests/unit -x -q --junitxml="$reports/unit.xml" "${pytest_args[@]}" || unit_rc=$?
+python -m pytest tests/unit -x -q -n logical --maxprocesses 4 --junitxml="$reports/unit.xml" \
+  "${pytest_args[@]}" || unit_rc=$?
 if [ "$unit_rc" != 0 ] && ! no_tests_ok "$unit_rc"; then
   if [ -n "$slurm_pid" ]; then
     kill "$slurm_pid" 2>/dev/null || true
