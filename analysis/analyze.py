@@ -35,7 +35,7 @@ from analysis.compute.precision import (
 from analysis.compute.projection import project as projection
 from analysis.compute.waterfall import Waterfall, waterfall
 from analysis.read.cpu_load import cpu_load_notes
-from analysis.read.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes
+from analysis.read.overlap import OVERLAP_COLUMNS, node_overlaps, overlap_notes, shape_label
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def _settle_notes(result: Analysis) -> list[str]:
         row = a["open"]
         if a["settled"] or row is None:
             continue
-        shape = f"{int(row['nodes'])}x{int(row['devices_per_node'])}"
+        shape = shape_label(row["nodes"], row["devices_per_node"])
         how = (
             f"measuring {shape} would settle it"
             if row["source"] == "projected"

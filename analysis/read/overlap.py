@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from scalescope.launch.resources import Shape
+
 MIN_SHARE = 0.01
 """Overlaps under this share of a run's timed interval are not reported: they cannot move its
 figures by more than that. (Two processes on one node read the same clock.)"""
@@ -62,10 +64,11 @@ class _Run:
 
 
 def shape_label(nodes: Any, devices: Any) -> str:
-    """``2x4`` (nodes x devices per node), ``?`` where either is missing."""
+    """``2x4`` (nodes x devices per node), as a sweep names its shapes
+    (:attr:`scalescope.launch.resources.Shape.label`); ``?`` where either is missing."""
     if pd.isna(nodes) or pd.isna(devices):
         return "?"
-    return f"{int(nodes)}x{int(devices)}"
+    return Shape(int(nodes), int(devices)).label
 
 
 def _runs_by_node(runs: pd.DataFrame) -> dict[str, list[_Run]]:

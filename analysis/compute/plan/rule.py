@@ -37,10 +37,11 @@ from analysis.compute.plan.table import (
     plan_table,
 )
 from analysis.compute.stats import repeats_to_settle
+from analysis.read.overlap import shape_label
 
 
 def scale_name(row: Mapping[str, Any]) -> str:
-    return f"{int(row['nodes'])}x{int(row['devices_per_node'])}"
+    return shape_label(row["nodes"], row["devices_per_node"])
 
 
 def lower_end(row: Mapping[str, Any]) -> float:

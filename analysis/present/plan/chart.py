@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from analysis.compute.plan import dominated_by, lower_end
+from analysis.read.overlap import shape_label
 
 CAP = 3.0
 """An interval end further than this factor from its centre is capped (on the log axes)."""
@@ -157,7 +158,7 @@ def plan_chart(plan: pd.DataFrame, series: str, floor: float, charge: str = "nod
         (
             float(r["charged_hours"]),
             float(r["time_h"]),
-            f"{int(r['nodes'])}x{int(r['devices_per_node'])}",
+            shape_label(r["nodes"], r["devices_per_node"]),
         )
         for r in records
         if math.isfinite(float(r["charged_hours"])) and math.isfinite(float(r["time_h"]))

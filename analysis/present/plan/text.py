@@ -17,6 +17,7 @@ import pandas as pd
 from analysis.compute.groups import series_scale_groups
 from analysis.compute.plan import PlanRequest, PlanResult, dominated_by
 from analysis.present.display import DisplayTable
+from analysis.read.overlap import shape_label
 
 WIDTH = 120
 """The scaling study's text is wrapped to this many columns in report.md."""
@@ -62,7 +63,7 @@ def _efficiency(row: Mapping[str, Any], column: str = "efficiency") -> str:
 
 
 def scale(row: Mapping[str, Any]) -> str:
-    return f"{int(row['nodes'])}x{int(row['devices_per_node'])}"
+    return shape_label(row["nodes"], row["devices_per_node"])
 
 
 def _work(request: PlanRequest) -> str:

@@ -29,7 +29,7 @@ from analysis.present.display import (
 from analysis.present.tables.gpu_columns import GPU_CAPTION, gpu_cells, gpu_columns
 from analysis.read.cpu_load import slowed_runs
 from analysis.read.files import Problem
-from analysis.read.overlap import run_cells
+from analysis.read.overlap import run_cells, shape_label
 
 
 def _truncate(table: DisplayTable, max_rows: int, where: str) -> DisplayTable:
@@ -147,7 +147,7 @@ def failure_label(row: pd.Series) -> str:
             return "unknown (no start event)"
         repeat = row.get("repeat_index")
         again = "" if is_missing(repeat) else f" repeat {int(repeat)}"
-        return f"shape {int(row['nodes'])}x{int(row['devices_per_node'])}{again}"
+        return f"shape {shape_label(row['nodes'], row['devices_per_node'])}{again}"
     name = str(row["config_name"])
     if not is_missing(row["workload"]) and row["workload"] != row["config_name"]:
         name += f" [{row['workload']}]"
