@@ -99,6 +99,12 @@ class TrainerConfig:
         "within a group of fsdp.shard_size ranks (a node's by default) and replicated "
         "across the groups, whose gradient shards are all-reduced",
     )
+    find_unused_parameters: bool = option(
+        False,
+        help="ddp: let a backward leave some parameters without a gradient (a GAN's "
+        "alternating passes, a branch not taken), which DDP otherwise refuses; it walks the "
+        "graph every step to find them and keeps the buckets it built at construction",
+    )
     compile: bool = option(
         False,
         help="torch.compile the module's forward when training starts (after the FLOPs "
@@ -164,6 +170,11 @@ class TrainerConfig:
             raise ConfigError(
                 f"{where}.precision: 16-mixed is not run with strategy {self.strategy} (it needs a "
                 "gradient scaler FSDP2 does not take here); use bf16-mixed or 32"
+            )
+        if self.find_unused_parameters and self.strategy in SHARDED:
+            raise ConfigError(
+                f"{where}.find_unused_parameters: DDP's setting; strategy {self.strategy} "
+                "gathers and reduces every unit whatever its backward uses"
             )
         if self.precision == "16-mixed" and self.accelerator == "cpu":
             raise ConfigError(

@@ -228,3 +228,94 @@ def test_a_manual_optimization_module_returning_none_is_timed(tmp_path: Path) ->
     (result,) = run.results()
     assert result.steps == 2 * result.steps_per_epoch and result.steady_samples_per_s
     assert result.step_time_s is not None  # windows from the stamps without a loss
+
+
+GAN = """\
+import torch
+from torch import nn
+import lightning as L
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Points(L.LightningDataModule):
+    def setup(self, stage=None):
+        g = torch.Generator().manual_seed(0)
+        self.data = TensorDataset(torch.randn(2048, 16, generator=g))
+
+    def train_dataloader(self):
+        return DataLoader(self.data, batch_size=64, drop_last=True)
+
+
+class TinyGan(L.LightningModule):
+    \"\"\"Two optimizers stepped by hand: the discriminator's backward leaves the generator
+    without a gradient, which DDP refuses unless told to look for unused parameters.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.gen = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 16))
+        self.disc = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+
+    def training_step(self, batch, batch_idx):
+        (real,) = batch
+        g_opt, d_opt = self.optimizers()
+        fake = self.gen(torch.randn(real.shape[0], 8))
+        ones, zeros = torch.ones(real.shape[0], 1), torch.zeros(real.shape[0], 1)
+        bce = nn.functional.binary_cross_entropy_with_logits
+        d_loss = bce(self.disc(real), ones) + bce(self.disc(fake.detach()), zeros)
+        d_opt.zero_grad()
+        self.manual_backward(d_loss)
+        d_opt.step()
+        g_loss = bce(self.disc(fake), ones)
+        g_opt.zero_grad()
+        self.manual_backward(g_loss)
+        g_opt.step()
+
+    def configure_optimizers(self):
+        return [torch.optim.Adam(self.gen.parameters()), torch.optim.Adam(self.disc.parameters())]
+"""
+
+GAN_FLOPS = 2 * (1536 + 3 * 1088 + (1088 + 64) * 2 + 2 * 1088 + 1536 + 1024)
+"""Its step's multiply-adds a sample, 2 FLOPs each: the generator's forward (8x64 + 64x16 =
+1536), the discriminator's three forwards (16x64 + 64x1 = 1088 each), the discriminator's
+loss backward through its two passes (weight gradients, 1088, and the hidden layer's input
+gradient, 64, each; the data needs none), the generator's loss backward through the
+discriminator (weights and inputs, 2 x 1088) and the generator (its weights, 1536, and its
+hidden layer's input, 1024)."""
+
+
+def test_a_gan_needs_find_unused_parameters_and_trains_with_it(tmp_path: Path) -> None:
+    """DDP refuses a backward that leaves parameters without a gradient: the job says which
+    setting allows it, in one line, and with it the GAN trains, its FLOPs counted on its first
+    step (its training step needs its trainer)."""
+    (tmp_path / "ganpkg").mkdir()
+    (tmp_path / "ganpkg" / "__init__.py").write_text("")
+    (tmp_path / "ganpkg" / "model.py").write_text(GAN)
+    args = (
+        "workload.name=ganpkg.model:TinyGan",
+        "workload.datamodule=ganpkg.model:Points",
+        "trainer.scaling=weak",
+        "trainer.batch_size=64",
+        "trainer.max_epochs=2",
+        "trainer.devices=2",
+        "tracking.mode='off'",
+    )
+    refused = run_train(tmp_path, *args, output_dir=tmp_path / "no")
+    assert refused.returncode == 2, refused.describe()
+    assert (
+        "error: trainer.find_unused_parameters: DDP found parameters of TinyGan that a "
+        "backward did not use"
+    ) in refused.stdout + refused.stderr, refused.describe()
+    assert not refused.results()
+    run = run_train(
+        tmp_path, *args, "trainer.find_unused_parameters=true", output_dir=tmp_path / "yes"
+    )
+    assert run.returncode == 0, run.describe()
+    (result,) = run.results()
+    # Lightning's step counts both optimizers' steps: 2 a batch, 16 batches an epoch a rank;
+    # the epoch's steps are those it ran, and the warm-up its first epoch, in those steps
+    assert (result.steps, result.steps_per_epoch) == (2 * 2 * 16, 2 * 16), result
+    assert (result.warmup_steps, result.steady_steps) == (32, 32), result
+    assert result.train_samples == 2048 and result.steady_samples_per_s
+    assert result.model_flops_per_sample == GAN_FLOPS and result.flops_source == "measured"
+    assert result.config["trainer"]["find_unused_parameters"] is True

@@ -101,11 +101,15 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         ("diagnosis.calibration_budget_s=0", "diagnosis.calibration_budget_s"),
         ("faults.slow_node=1", "unknown key faults.slow_node"),
         ("trainer.collective_timeout_s=0", "trainer.collective_timeout_s: must be > 0"),
+        (
+            "trainer.strategy=fsdp trainer.find_unused_parameters=true",
+            "^the command line: trainer.find_unused_parameters: DDP's setting; strategy fsdp",
+        ),
     ],
 )
 def test_fault_and_timeout_keys_are_validated(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_train_config(None, [override])
+        load_train_config(None, override.split())
 
 
 def test_command_line_over_file_over_defaults(tmp_path: Path) -> None:

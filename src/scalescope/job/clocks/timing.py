@@ -262,13 +262,18 @@ def loader_steps(trainer: L.Trainer) -> int:
     loader's own count, else Lightning's number of training batches (the loader's length,
     ``limit_train_batches`` applied; infinite for a loader without a length) over its
     gradient accumulation, the last partial accumulation stepping too (as Lightning does at an
-    epoch's end)."""
+    epoch's end). Unknown for a module that steps several optimizers by hand (a GAN's two):
+    Lightning's step, ``global_step``, counts each optimizer's step, as many a batch as the
+    module takes, so the epoch's steps are what it ran and the warm-up its first epoch."""
     loader = trainer.train_dataloader
     if loader is None:
         return 0
     own = getattr(loader, "num_steps", None)
     if own:
         return int(own)
+    module = trainer.lightning_module
+    if module is not None and not module.automatic_optimization and len(trainer.optimizers) > 1:
+        return 0
     batches = trainer.num_training_batches
     if not math.isfinite(batches):
         return 0

@@ -7,12 +7,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...errors import SameOnEveryRankError
+from ...errors import SameOnEveryRankError, ScalescopeError
 from .topology import Topology
 
 EXIT_STOPPED = 143
 """Exit status of a run stopped early by SIGTERM (128 + 15, what the signal itself gives):
 it did not train what it was asked to, so it never exits 0, and its record says why."""
+
+
+UNUSED_PARAMETERS = "parameters that were not used in producing the loss"
+"""The stable core of Lightning's and DDP's error when a backward left parameters without a
+gradient and ``find_unused_parameters`` is off."""
 
 
 class TrainingStopped(SameOnEveryRankError):
@@ -43,6 +48,14 @@ def fit(trainer: Any, model: Any, datamodule: Any, stop: Any, timings: Any) -> N
         if trainer.interrupted:
             raise KeyboardInterrupt from None
         raise
+    except RuntimeError as exc:
+        if UNUSED_PARAMETERS not in str(exc):
+            raise
+        raise ScalescopeError(
+            f"trainer.find_unused_parameters: DDP found parameters of "
+            f"{type(trainer.lightning_module).__name__} that a backward did not use (a GAN's "
+            "alternating passes, a branch not taken): set trainer.find_unused_parameters=true"
+        ) from exc
     if trainer.global_step == 0 and stop.reason is None:  # a stream that yielded nothing
         raise SameOnEveryRankError(
             f"the training loader of {_loader_owner(trainer)} yielded no "

@@ -205,7 +205,11 @@ def _strategy(
 
     collective = dt.timedelta(seconds=trainer_cfg.collective_timeout_s)
     startup = max(collective, dt.timedelta(seconds=STARTUP_TIMEOUT_S))
-    ddp = {"gradient_as_bucket_view": True, "timeout": startup}
+    ddp = {
+        "gradient_as_bucket_view": True,
+        "timeout": startup,
+        "find_unused_parameters": trainer_cfg.find_unused_parameters,
+    }
     strategy: Any = "auto"
     if trainer_cfg.strategy in SHARDED:  # on one rank too: the same sharding code runs
         from .sharded_strategy import fsdp_strategy
