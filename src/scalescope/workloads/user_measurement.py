@@ -329,6 +329,12 @@ class FlopsProbe(L.Callback):
         else:
             self.problem = f"{self.problem}; the first step counted no FLOPs"
 
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A first batch the module skipped (its on_train_batch_start returned -1) never
+        # reaches on_train_batch_end: the counter stops here, its count unused.
+        if self._stop() is not None:
+            self.problem = f"{self.problem}; the module skipped its first step"
+
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:

@@ -1,0 +1,67 @@
+"""The FLOPs probe's count on the first real step, for a module whose training step cannot
+run on a copy (it needs its trainer): counted once, stopped whatever happens to that step, and
+never where it is not allowed. In-process, with torch's own FlopCounterMode."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+from torch.utils.data import DataLoader, TensorDataset
+
+from scalescope.workloads.user_measurement import FlopsProbe
+
+BATCH = 4
+LINEAR_FLOPS = 2 * 4 * 3 * 2
+"""A Linear(4, 3)'s forward and weight gradient a sample, 2 x 4 x 3 FLOPs each (the input
+needs no gradient)."""
+
+
+def _started(live: bool = True) -> tuple[FlopsProbe, SimpleNamespace, torch.nn.Module, list]:
+    """A probe after training's start, whose copy could not run: the stand-in trainer has no
+    strategy to move a batch with, as a module needing its trainer cannot run on a copy."""
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=BATCH)
+    trainer = SimpleNamespace(global_rank=0, train_dataloader=loader)
+    module = torch.nn.Linear(4, 3)
+    probe = FlopsProbe(live=live)
+    probe.on_train_start(trainer, module)  # type: ignore[arg-type]
+    assert probe.problem and probe.flops_per_sample is None
+    return probe, trainer, module, next(iter(loader))
+
+
+def test_the_first_step_is_counted_where_the_copy_cannot_run() -> None:
+    probe, trainer, module, batch = _started()
+    for i in range(2):  # the second step is not counted
+        probe.on_train_batch_start(trainer, module, batch, i)  # type: ignore[arg-type]
+        module(batch[0]).sum().backward()
+        probe.on_train_batch_end(trainer, module, None, batch, i)  # type: ignore[arg-type]
+        assert _get_current_dispatch_mode() is None
+        assert probe.flops_per_sample == LINEAR_FLOPS
+        assert probe.counted_live and probe.problem is None
+
+
+def test_a_skipped_first_step_stops_the_counter_at_the_epoch_end() -> None:
+    probe, trainer, module, batch = _started()
+    probe.on_train_batch_start(trainer, module, batch, 0)  # type: ignore[arg-type]
+    assert _get_current_dispatch_mode() is not None  # counting
+    probe.on_train_epoch_end(trainer, module)  # type: ignore[arg-type]
+    assert _get_current_dispatch_mode() is None
+    assert probe.flops_per_sample is None and not probe.counted_live
+    assert probe.problem is not None and probe.problem.endswith("the module skipped its first step")
+
+
+def test_an_exception_in_the_first_step_stops_the_counter() -> None:
+    probe, trainer, module, batch = _started()
+    probe.on_train_batch_start(trainer, module, batch, 0)  # type: ignore[arg-type]
+    probe.on_exception(trainer, module, RuntimeError("boom"))  # type: ignore[arg-type]
+    assert _get_current_dispatch_mode() is None and probe.flops_per_sample is None
+
+
+def test_no_count_where_the_first_step_is_not_warm_up() -> None:
+    probe, trainer, module, batch = _started(live=False)
+    problem = probe.problem
+    probe.on_train_batch_start(trainer, module, batch, 0)  # type: ignore[arg-type]
+    assert _get_current_dispatch_mode() is None
+    probe.on_train_batch_end(trainer, module, None, batch, 0)  # type: ignore[arg-type]
+    assert probe.flops_per_sample is None and probe.problem == problem
