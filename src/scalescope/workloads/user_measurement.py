@@ -28,13 +28,16 @@ VAL_ACC_KEYS = ("val_acc", "val_accuracy")
 
 
 def _first_tensor(batch: Any) -> torch.Tensor | None:
-    """Depth first through tuples, lists and mapping values (in order); 0-d tensors skipped."""
+    """Depth first through tuples, lists, mapping values and a dataclass's fields (in order,
+    as Lightning moves such batches to the device); 0-d tensors skipped."""
     if isinstance(batch, torch.Tensor):
         return batch if batch.ndim > 0 else None
     if isinstance(batch, Mapping):
         items: Sequence[Any] = list(batch.values())
     elif isinstance(batch, (list, tuple)):
         items = batch
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        items = [getattr(batch, f.name) for f in dataclasses.fields(batch)]
     else:
         return None
     for item in items:

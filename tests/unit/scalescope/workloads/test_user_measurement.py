@@ -127,6 +127,23 @@ def test_batch_size_is_the_first_tensor_s_first_dimension() -> None:
     assert batch_size_of(_Declares(), (x, y)) == 7  # the module's own rule wins
 
 
+@dataclasses.dataclass
+class _Batch:
+    """A batch as some code bases hand it: a dataclass, its tensors in fields."""
+
+    note: str
+    tokens: torch.Tensor
+    labels: torch.Tensor
+
+
+def test_a_dataclass_batch_is_read_field_by_field() -> None:
+    batch = _Batch("first field holds no tensor", torch.zeros(6, 32), torch.zeros(6))
+    assert batch_size_of(object(), batch) == 6
+    assert batch_size_of(object(), {"a": batch}) == 6
+    with pytest.raises(ScalescopeError, match="define batch_size_of"):
+        batch_size_of(object(), _Batch)  # the class itself is no batch
+
+
 def test_a_batch_without_tensors_asks_for_batch_size_of() -> None:
     with pytest.raises(ScalescopeError, match="define batch_size_of"):
         batch_size_of(object(), ["a", "b"])
