@@ -69,7 +69,10 @@ class TrainerConfig:
     batch_size: int = option(256, help="see scaling", check=positive)
     max_epochs: int = option(10, help="epochs to train", check=positive)
     max_steps: int | None = option(
-        None, help="stop after this many optimizer steps (null = run all epochs)", check=positive
+        None,
+        help="stop after this many optimizer steps (null = run all epochs); Lightning's count, "
+        "in which a module stepping several optimizers by hand (a GAN) takes one per optimizer",
+        check=positive,
     )
     limit_train_batches: int | None = option(
         None,
