@@ -21,7 +21,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from ..errors import ScalescopeError
+from ..errors import ScalescopeError, first_line
 
 VAL_LOSS_KEYS = ("val_loss",)
 VAL_ACC_KEYS = ("val_acc", "val_accuracy")
@@ -352,8 +352,7 @@ class FlopsProbe(L.Callback):
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else '(no message)'}"
+    return f"{type(exc).__name__}: {first_line(exc) or '(no message)'}"
 
 
 def _rng_states() -> tuple[Any, ...]:
