@@ -23,6 +23,7 @@ from user_module_helpers import (
 )
 
 from scalescope import cli
+from scalescope.job.tracking.comet import read_offline_archive
 from scalescope.record import ResultRecord, decode_line
 
 
@@ -287,7 +288,8 @@ hidden layer's input, 1024)."""
 def test_a_gan_needs_find_unused_parameters_and_trains_with_it(tmp_path: Path) -> None:
     """DDP refuses a backward that leaves parameters without a gradient: the job says which
     setting allows it, in one line, and with it the GAN trains, its FLOPs counted on its first
-    step (its training step needs its trainer)."""
+    step (its training step needs its trainer), its batch and its throughput in samples, its
+    steps as Lightning counts them."""
     (tmp_path / "ganpkg").mkdir()
     (tmp_path / "ganpkg" / "__init__.py").write_text("")
     (tmp_path / "ganpkg" / "model.py").write_text(GAN)
@@ -298,9 +300,8 @@ def test_a_gan_needs_find_unused_parameters_and_trains_with_it(tmp_path: Path) -
         "trainer.batch_size=64",
         "trainer.max_epochs=2",
         "trainer.devices=2",
-        "tracking.mode='off'",
     )
-    refused = run_train(tmp_path, *args, output_dir=tmp_path / "no")
+    refused = run_train(tmp_path, *args, "tracking.mode='off'", output_dir=tmp_path / "no")
     assert refused.returncode == 2, refused.describe()
     assert (
         "error: trainer.find_unused_parameters: DDP found parameters of TinyGan that a "
@@ -308,10 +309,15 @@ def test_a_gan_needs_find_unused_parameters_and_trains_with_it(tmp_path: Path) -
     ) in refused.stdout + refused.stderr, refused.describe()
     assert not refused.results()
     run = run_train(
-        tmp_path, *args, "trainer.find_unused_parameters=true", output_dir=tmp_path / "yes"
+        tmp_path,
+        *args,
+        "trainer.find_unused_parameters=true",
+        "tracking.mode='offline'",
+        output_dir=tmp_path / "yes",
     )
     assert run.returncode == 0, run.describe()
     (result,) = run.results()
+    assert result.identity.per_device_batch_size == 64  # a batch, though it took two steps
     # Lightning's step counts both optimizers' steps: 2 a batch, 16 batches an epoch a rank;
     # the epoch's steps are those it ran, and the warm-up its first epoch, in those steps
     assert (result.steps, result.steps_per_epoch) == (2 * 2 * 16, 2 * 16), result
@@ -319,3 +325,9 @@ def test_a_gan_needs_find_unused_parameters_and_trains_with_it(tmp_path: Path) -
     assert result.train_samples == 2048 and result.steady_samples_per_s
     assert result.model_flops_per_sample == GAN_FLOPS and result.flops_source == "measured"
     assert result.config["trainer"]["find_unused_parameters"] is True
+    # Comet's per-epoch throughput: the epoch's 2,048 samples over its time, not its 32
+    # steps times the configured global batch (twice as many)
+    metrics = read_offline_archive(result.tracking["archive"])["metrics"]
+    times = [m["value"] for m in metrics["epoch_time_s"]]
+    rates = [m["value"] for m in metrics["samples_per_s"]]
+    assert rates == pytest.approx([2048 / t for t in times], rel=1e-6), (rates, times)

@@ -123,17 +123,19 @@ class SampleCounter(L.Callback):
     combined: bool = False
     """Several training loaders: each step's batch holds one batch of each."""
     steps: int = 0
-    """Optimizer steps the counted batches made."""
+    """Optimizer steps the counted batches made: each batch after which Lightning's step
+    advanced ends one (accumulation: the last of its micro-batches), however far it moved (a
+    module stepping two optimizers by hand moves it by two)."""
     max_step: int = 0
     """The most samples of one optimizer step (its micro-batches summed)."""
     _epoch_start: int = 0
     _validations: int = 0
     _step_samples: int = 0
-    _first_step: int = 0
+    _last_step: int = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.combined = len(training_loaders(trainer.train_dataloader)) > 1
-        self._first_step = trainer.global_step
+        self._last_step = trainer.global_step
         if self.warmup_steps() == 0:
             self.warmup_samples = 0
 
@@ -150,16 +152,21 @@ class SampleCounter(L.Callback):
         self.batches += 1
         self.max_batch = max(self.max_batch, size)
         self._step_samples += size
-        steps = trainer.global_step - self._first_step
-        if steps != self.steps:  # this batch ended an optimizer step (accumulation: the last)
-            self.steps = steps
+        if trainer.global_step != self._last_step:  # this batch ended an optimizer step
+            self._last_step = trainer.global_step
+            self.steps += 1
             self.max_step = max(self.max_step, self._step_samples)
             self._step_samples = 0
         if self.warmup_samples is None and self.warmup_steps() is not None:
             self.warmup_samples = self.total
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.epoch_samples.append(self.total - self._epoch_start)
+        self.epoch_samples.append(self.epoch_so_far())
+
+    def epoch_so_far(self) -> int:
+        """This rank's samples of the epoch running (at its end, before this callback's end
+        hook, the whole epoch's)."""
+        return self.total - self._epoch_start
 
     def on_validation_batch_end(
         self,
@@ -258,25 +265,27 @@ class FlopsProbe(L.Callback):
     total / that batch's size.
 
     A module whose ``training_step`` needs its trainer (manual optimization calls
-    ``self.optimizers()``; ``self.trainer...``) cannot run on a copy. Where ``live`` (the first
-    step is warm-up, left out of the steady state, and nothing is compiled), rank 0 then counts
-    its first real training step instead: forward, backward and whatever else the step runs
-    (a GAN's two passes), through the same counter, which only slows that one step. Where that
-    fails too, or is not allowed, the record has no FLOPs and ``problem`` says why; such a
-    module can define ``flops_per_sample()``.
+    ``self.optimizers()``; ``self.trainer...``) cannot run on a copy. Rank 0 then counts its
+    first real training step instead: forward, backward and whatever else the step runs (a
+    GAN's two passes, an optimizer's own matrix products), through the same counter, which
+    only slows that one step. ``first_step`` says, when that step starts, why it may not be
+    counted (None: it may): it is timed (no warm-up), or compiled. Where it is not counted, or
+    the count fails too, the record has no FLOPs and ``problem`` says why; such a module can
+    define ``flops_per_sample()``. ``copy_problem`` keeps why the copy failed.
 
     Under FSDP the module is sharded by then (and FSDP refuses ``deepcopy``), and a sharded
     module's FLOPs would not be the model's: the copy is taken in ``setup``, which Lightning
     calls before ``configure_model`` shards the module, and probed whole at training's start.
     """
 
-    def __init__(self, live: bool = True) -> None:
+    def __init__(self, first_step: Callable[[], str | None] = lambda: None) -> None:
         self.flops_per_sample: float | None = None
         self.problem: str | None = None
+        self.copy_problem: str | None = None
         self.counted_live = False
         """Whether the FLOPs were counted on the first real training step, not a copy."""
         self._unsharded: L.LightningModule | None = None
-        self._live_allowed = live
+        self._first_step = first_step
         self._armed = False
         self._counter: Any = None
         self._samples = 0
@@ -294,8 +303,8 @@ class FlopsProbe(L.Callback):
         try:
             self.flops_per_sample = measure_flops_per_sample(trainer, pl_module, unsharded)
         except Exception as exc:
-            self.problem = _one_line(exc)
-            self._armed = self._live_allowed
+            self.problem = self.copy_problem = _one_line(exc)
+            self._armed = True
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -305,6 +314,10 @@ class FlopsProbe(L.Callback):
         self._armed = False
         from torch.utils.flop_counter import FlopCounterMode
 
+        why_not = self._first_step()
+        if why_not is not None:
+            self.problem = f"{self.problem}; the first step is not counted: {why_not}"
+            return
         try:
             combined = len(training_loaders(trainer.train_dataloader)) > 1
             self._samples = batch_size_of(pl_module, batch, combined=combined)
@@ -333,8 +346,9 @@ class FlopsProbe(L.Callback):
             self.problem = f"{self.problem}; the first step counted no FLOPs"
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # A first batch the module skipped (its on_train_batch_start returned -1) never
-        # reaches on_train_batch_end: the counter stops here, its count unused.
+        # A module whose on_train_batch_start returned -1 skips the rest of the epoch, its
+        # first batch included, which never reaches on_train_batch_end: the counter stops
+        # here, its count unused.
         if self._stop() is not None:
             self.problem = f"{self.problem}; the module skipped its first step"
 

@@ -262,9 +262,10 @@ def loader_steps(trainer: L.Trainer) -> int:
     loader's own count, else Lightning's number of training batches (the loader's length,
     ``limit_train_batches`` applied; infinite for a loader without a length) over its
     gradient accumulation, the last partial accumulation stepping too (as Lightning does at an
-    epoch's end). Unknown for a module that steps several optimizers by hand (a GAN's two):
-    Lightning's step, ``global_step``, counts each optimizer's step, as many a batch as the
-    module takes, so the epoch's steps are what it ran and the warm-up its first epoch."""
+    epoch's end). Unknown for a user's module under manual optimization: it decides how many
+    optimizer steps a batch takes (a GAN's two, each counted in Lightning's ``global_step``;
+    one every k batches where it accumulates by hand), so the epoch's steps are the ones it
+    ran, and an ``auto`` warm-up ends with its first epoch (or at the cap)."""
     loader = trainer.train_dataloader
     if loader is None:
         return 0
@@ -272,7 +273,7 @@ def loader_steps(trainer: L.Trainer) -> int:
     if own:
         return int(own)
     module = trainer.lightning_module
-    if module is not None and not module.automatic_optimization and len(trainer.optimizers) > 1:
+    if module is not None and not module.automatic_optimization:
         return 0
     batches = trainer.num_training_batches
     if not math.isfinite(batches):

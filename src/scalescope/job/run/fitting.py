@@ -15,9 +15,12 @@ EXIT_STOPPED = 143
 it did not train what it was asked to, so it never exits 0, and its record says why."""
 
 
-UNUSED_PARAMETERS = "parameters that were not used in producing the loss"
-"""The stable core of Lightning's and DDP's error when a backward left parameters without a
-gradient and ``find_unused_parameters`` is off."""
+UNUSED_PARAMETERS = (
+    "parameters that were not used in producing the loss",
+    "Expected to have finished reduction in the prior iteration",
+)
+"""The stable cores of DDP's error when a step's backward left parameters without a gradient
+(its own, "Expected to have finished reduction ...") and of Lightning's rewrite of it."""
 
 
 class TrainingStopped(SameOnEveryRankError):
@@ -49,19 +52,33 @@ def fit(trainer: Any, model: Any, datamodule: Any, stop: Any, timings: Any) -> N
             raise KeyboardInterrupt from None
         raise
     except RuntimeError as exc:
-        if UNUSED_PARAMETERS not in str(exc):
+        if not any(core in str(exc) for core in UNUSED_PARAMETERS):
             raise
-        raise ScalescopeError(
-            f"trainer.find_unused_parameters: DDP found parameters of "
-            f"{type(trainer.lightning_module).__name__} that a backward did not use (a GAN's "
-            "alternating passes, a branch not taken): set trainer.find_unused_parameters=true"
-        ) from exc
+        raise ScalescopeError(_unused_parameters(trainer)) from exc
     if trainer.global_step == 0 and stop.reason is None:  # a stream that yielded nothing
         raise SameOnEveryRankError(
             f"the training loader of {_loader_owner(trainer)} yielded no "
             "batch: nothing was trained",
             rank=trainer.global_rank,
         )
+
+
+def _unused_parameters(trainer: Any) -> str:
+    """DDP's error about parameters a backward left without a gradient, in one line naming
+    the setting: to set where it is off; where it is on already, what it cannot cover."""
+    name = type(trainer.lightning_module).__name__
+    if getattr(trainer.strategy, "_ddp_kwargs", {}).get("find_unused_parameters"):
+        return (
+            f"trainer.find_unused_parameters: DDP did not finish reducing the gradients of {name} "
+            "in a step although it is true: by torch's reading of this error, it could not "
+            "find the output tensors in what the wrapped module's forward (the training step) "
+            "returned"
+        )
+    return (
+        f"trainer.find_unused_parameters: DDP found parameters of {name} that a backward did "
+        "not use (a GAN's alternating passes, a branch not taken): set "
+        "trainer.find_unused_parameters=true"
+    )
 
 
 def _loader_owner(trainer: Any) -> str:

@@ -68,15 +68,24 @@ class Measures:
         from ..clocks.timing import TimingCallback
 
         batch = job.batch
+        user: UserMeasures | None = None  # set below: the epoch's figures read it at its end
+
+        def epoch_rate(metrics: Mapping[str, float]) -> float:
+            """The epoch's samples per second: a built-in workload's steps x its global
+            batch; a user's module's samples its loader yielded (rank 0's, times the ranks:
+            the sampler gives each its share), since its steps and batches are its own."""
+            if user is None:
+                return _epoch_rate(metrics, batch.global_batch_size)
+            samples = user.counter.epoch_so_far() * job.topo.world_size
+            return record.rate(samples, metrics["epoch_time_s"])
+
         timing = TimingCallback(
             process_start=process_start,
             log_every_n_steps=cfg.trainer.log_every_n_steps,
             warmup_steps=cfg.trainer.warmup_steps,
             on_loss=lambda v, step, ep: tracker.log_metrics({"train_loss": v}, step=step, epoch=ep),
             on_epoch=lambda m, step, ep: tracker.log_metrics(
-                {**m, "samples_per_s": _epoch_rate(m, batch.global_batch_size)},
-                step=step,
-                epoch=ep,
+                {**m, "samples_per_s": epoch_rate(m)}, step=step, epoch=ep
             ),
         )
         stop = StopOnSignal()
@@ -168,13 +177,22 @@ class UserMeasures:
         self.counted: Any = None  # set on every rank after training (counter.agree)
 
     @classmethod
-    def create(cls, model: Any, timing: Any, passed_to: str | None, trainer: Any) -> UserMeasures:
+    def create(
+        cls, model: Any, timing: Any, passed_to: str | None, trainer_cfg: Any
+    ) -> UserMeasures:
         from ...workloads.user_measurement import FlopsProbe, SampleCounter, ValHistory
 
-        # The first real step may be counted where the copy cannot run: only when it is
-        # warm-up (outside the steady state) and nothing is compiled under the counter.
-        live = trainer.warmup_steps != 0 and not trainer.compile
-        probe = None if hasattr(model, "flops_per_sample") else FlopsProbe(live=live)
+        def first_step() -> str | None:
+            """Why the first real step may not be counted where the copy cannot run: it must
+            be warm-up (outside the steady state: the clock has resolved it by then, and set
+            0 where there is none), with nothing compiled under the counter."""
+            if trainer_cfg.compile:
+                return "trainer.compile is on"
+            if timing.t.warmup_steps == 0:
+                return "it is timed (no warm-up)"
+            return None
+
+        probe = None if hasattr(model, "flops_per_sample") else FlopsProbe(first_step)
         return cls(SampleCounter(lambda: timing.t.warmup_steps), ValHistory(), probe, passed_to)
 
     def before_timing(self) -> list[Any]:

@@ -194,8 +194,8 @@ def rank_zero_record(
     elif probe is not None and probe.counted_live:
         say(
             job.topo,
-            "FLOPs per sample counted on the first training step (warm-up): the "
-            "module's training_step cannot run on a copy without its trainer",
+            "FLOPs per sample counted on the first training step (warm-up): the copy "
+            f"failed ({probe.copy_problem})",
         )
     result = build_result(
         cfg, ident, agreed, measures.timing.t, datamodule, model, versions, trainer, user

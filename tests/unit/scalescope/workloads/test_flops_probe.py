@@ -18,13 +18,16 @@ LINEAR_FLOPS = 2 * 4 * 3 * 2
 needs no gradient)."""
 
 
-def _started(live: bool = True) -> tuple[FlopsProbe, SimpleNamespace, torch.nn.Module, list]:
+def _started(
+    why_not: str | None = None,
+) -> tuple[FlopsProbe, SimpleNamespace, torch.nn.Module, list]:
     """A probe after training's start, whose copy could not run: the stand-in trainer has no
-    strategy to move a batch with, as a module needing its trainer cannot run on a copy."""
+    strategy to move a batch with, as a module needing its trainer cannot run on a copy.
+    ``why_not``: why its first step may not be counted (None: it may)."""
     loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=BATCH)
     trainer = SimpleNamespace(global_rank=0, train_dataloader=loader)
     module = torch.nn.Linear(4, 3)
-    probe = FlopsProbe(live=live)
+    probe = FlopsProbe(lambda: why_not)
     probe.on_train_start(trainer, module)  # type: ignore[arg-type]
     assert probe.problem and probe.flops_per_sample is None
     return probe, trainer, module, next(iter(loader))
@@ -32,8 +35,9 @@ def _started(live: bool = True) -> tuple[FlopsProbe, SimpleNamespace, torch.nn.M
 
 def test_the_first_step_is_counted_where_the_copy_cannot_run() -> None:
     probe, trainer, module, batch = _started()
-    for i in range(2):  # the second step is not counted
+    for i in range(2):
         probe.on_train_batch_start(trainer, module, batch, i)  # type: ignore[arg-type]
+        assert (_get_current_dispatch_mode() is not None) == (i == 0)  # the first step alone
         module(batch[0]).sum().backward()
         probe.on_train_batch_end(trainer, module, None, batch, i)  # type: ignore[arg-type]
         assert _get_current_dispatch_mode() is None
@@ -59,9 +63,12 @@ def test_an_exception_in_the_first_step_stops_the_counter() -> None:
 
 
 def test_no_count_where_the_first_step_is_not_warm_up() -> None:
-    probe, trainer, module, batch = _started(live=False)
-    problem = probe.problem
+    probe, trainer, module, batch = _started("it is timed (no warm-up)")
+    copy_problem = probe.problem
     probe.on_train_batch_start(trainer, module, batch, 0)  # type: ignore[arg-type]
     assert _get_current_dispatch_mode() is None
     probe.on_train_batch_end(trainer, module, None, batch, 0)  # type: ignore[arg-type]
-    assert probe.flops_per_sample is None and probe.problem == problem
+    assert probe.flops_per_sample is None and probe.copy_problem == copy_problem
+    assert (
+        probe.problem == f"{copy_problem}; the first step is not counted: it is timed (no warm-up)"
+    )
