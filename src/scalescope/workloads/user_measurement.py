@@ -338,6 +338,10 @@ class FlopsProbe(L.Callback):
         counter = self._stop()
         if counter is None:
             return
+        if pl_module.automatic_optimization and outputs is None:
+            # Lightning skipped the backward and the optimizer step: a forward alone
+            self.problem = f"{self.problem}; the first step returned no loss"
+            return
         flops = float(counter.get_total_flops())
         if self._samples > 0 and flops > 0:
             self.flops_per_sample, self.problem = flops / self._samples, None

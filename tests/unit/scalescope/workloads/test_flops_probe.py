@@ -18,6 +18,12 @@ LINEAR_FLOPS = 2 * 4 * 3 * 2
 needs no gradient)."""
 
 
+class _Auto(torch.nn.Linear):
+    """A module under automatic optimization, as Lightning's modules default to."""
+
+    automatic_optimization = True
+
+
 def _started(
     why_not: str | None = None,
 ) -> tuple[FlopsProbe, SimpleNamespace, torch.nn.Module, list]:
@@ -26,7 +32,7 @@ def _started(
     ``why_not``: why its first step may not be counted (None: it may)."""
     loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=BATCH)
     trainer = SimpleNamespace(global_rank=0, train_dataloader=loader)
-    module = torch.nn.Linear(4, 3)
+    module = _Auto(4, 3)
     probe = FlopsProbe(lambda: why_not)
     probe.on_train_start(trainer, module)  # type: ignore[arg-type]
     assert probe.problem and probe.flops_per_sample is None
@@ -39,7 +45,8 @@ def test_the_first_step_is_counted_where_the_copy_cannot_run() -> None:
         probe.on_train_batch_start(trainer, module, batch, i)  # type: ignore[arg-type]
         assert (_get_current_dispatch_mode() is not None) == (i == 0)  # the first step alone
         module(batch[0]).sum().backward()
-        probe.on_train_batch_end(trainer, module, None, batch, i)  # type: ignore[arg-type]
+        loss = {"loss": torch.zeros(())}
+        probe.on_train_batch_end(trainer, module, loss, batch, i)  # type: ignore[arg-type]
         assert _get_current_dispatch_mode() is None
         assert probe.flops_per_sample == LINEAR_FLOPS
         assert probe.counted_live and probe.problem is None
@@ -72,3 +79,15 @@ def test_no_count_where_the_first_step_is_not_warm_up() -> None:
     assert (
         probe.problem == f"{copy_problem}; the first step is not counted: it is timed (no warm-up)"
     )
+
+
+def test_a_first_step_that_returned_no_loss_is_not_taken() -> None:
+    """Under automatic optimization a training step that returns None skips the backward and
+    the optimizer step: its count, a forward alone, is not the training step's."""
+    probe, trainer, module, batch = _started()
+    probe.on_train_batch_start(trainer, module, batch, 0)  # type: ignore[arg-type]
+    with torch.no_grad():
+        module(batch[0])
+    probe.on_train_batch_end(trainer, module, None, batch, 0)  # type: ignore[arg-type]
+    assert _get_current_dispatch_mode() is None and probe.flops_per_sample is None
+    assert probe.problem is not None and probe.problem.endswith("the first step returned no loss")
