@@ -106,7 +106,9 @@ class TrainerConfig:
         False,
         help="ddp: let a backward leave some parameters without a gradient (a GAN's "
         "alternating passes, a branch not taken), which DDP otherwise refuses; it walks the "
-        "graph every step to find them and keeps the buckets it built at construction",
+        "graph every step to find them and keeps the buckets it built at construction. fsdp "
+        "and hsdp take such a backward as it is and leave this unused (a sweep may cross "
+        "strategies with it on)",
     )
     compile: bool = option(
         False,
@@ -173,11 +175,6 @@ class TrainerConfig:
             raise ConfigError(
                 f"{where}.precision: 16-mixed is not run with strategy {self.strategy} (it needs a "
                 "gradient scaler FSDP2 does not take here); use bf16-mixed or 32"
-            )
-        if self.find_unused_parameters and self.strategy in SHARDED:
-            raise ConfigError(
-                f"{where}.find_unused_parameters: DDP's setting; strategy {self.strategy} "
-                "gathers and reduces every unit whatever its backward uses"
             )
         if self.precision == "16-mixed" and self.accelerator == "cpu":
             raise ConfigError(

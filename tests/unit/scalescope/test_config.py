@@ -101,15 +101,11 @@ def test_resolved_dict_carries_every_workload_default() -> None:
         ("diagnosis.calibration_budget_s=0", "diagnosis.calibration_budget_s"),
         ("faults.slow_node=1", "unknown key faults.slow_node"),
         ("trainer.collective_timeout_s=0", "trainer.collective_timeout_s: must be > 0"),
-        (
-            "trainer.strategy=fsdp trainer.find_unused_parameters=true",
-            "^the command line: trainer.find_unused_parameters: DDP's setting; strategy fsdp",
-        ),
     ],
 )
 def test_fault_and_timeout_keys_are_validated(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_train_config(None, override.split())
+        load_train_config(None, [override])
 
 
 def test_command_line_over_file_over_defaults(tmp_path: Path) -> None:
@@ -515,3 +511,13 @@ def test_a_user_constructor_is_given_the_micro_batch(
     # A data module that takes no batch_size is not refused: its loader decides the batch.
     c = cfg("FixedData", 3)
     assert check_workload(c, resolve_batch(c.trainer, 2)).datamodule_kwargs == {}
+
+
+def test_find_unused_parameters_is_ddps_and_left_unused_by_the_sharded_strategies() -> None:
+    """A sweep crossing strategies with it on runs its fsdp and hsdp jobs too: they take a
+    backward that leaves parameters without a gradient as it is."""
+    for strategy in ("ddp", "fsdp", "hsdp"):
+        cfg = load_train_config(
+            None, [f"trainer.strategy={strategy}", "trainer.find_unused_parameters=true"]
+        )
+        assert cfg.trainer.find_unused_parameters is True
