@@ -86,7 +86,9 @@ class Counted:
     """Whether every rank's first training batch was identical (None: one rank, or a batch
     without a tensor to compare)."""
     optimizer_steps: int = 0
-    """Optimizer steps the counted batches made (the same on every rank)."""
+    """Optimizer steps the counted batches made (the same on every rank): the batches after
+    which Lightning's step moved, each once, though a module stepping two optimizers by hand
+    moves it by two (its record's ``steps`` counts both)."""
     max_step_samples: int = 0
     """The most samples one optimizer step took on any rank (its micro-batches summed)."""
 
