@@ -43,6 +43,14 @@ def _example_sweep(root: Path, *, shapes: str, extra: str = "") -> Path:
     return sweep
 
 
+def write_package(root: Path, name: str, source: str) -> None:
+    """A package ``name`` under ``root`` whose ``model.py`` is ``source``: a user's module
+    the project has never seen, importable as ``name.model`` from ``root``."""
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text("")
+    (root / name / "model.py").write_text(source)
+
+
 def assert_train_refused(capsys: Any, out: Path, argv: Sequence[str], expected: str) -> None:
     """``scalescope train`` with ``argv`` (and ``output_dir=out``), in-process, refused before
     anything ran: exit 2, one line that starts as the command's errors do and holds

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from core_helpers import TINY_GPT, TrainRun, run_train
 from resnet_helpers import RESNET
-from user_module_helpers import EXAMPLE_FLOPS, _example_sweep
+from user_module_helpers import EXAMPLE_FLOPS, _example_sweep, write_package
 
 from scalescope.record import ResultRecord
 
@@ -211,9 +211,7 @@ class Sharded(MyModel):
 def user(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResultRecord]:
     root = tmp_path_factory.mktemp("fsdp_user")
     _example_sweep(root, shapes="")
-    (root / "shardpkg").mkdir()
-    (root / "shardpkg" / "__init__.py").write_text("")
-    (root / "shardpkg" / "model.py").write_text(SHARDS_ITSELF)
+    write_package(root, "shardpkg", SHARDS_ITSELF)
     common = (
         "tracking.mode='off'",
         "trainer.devices=2",

@@ -20,6 +20,7 @@ from user_module_helpers import (
     QUIET,
     REPO,
     _example_sweep,
+    write_package,
 )
 
 from scalescope import cli
@@ -171,9 +172,7 @@ def test_a_module_that_raises_gives_a_failed_row_with_its_exception(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     sweep = _example_sweep(tmp_path, shapes="  - {nodes: 1, devices_per_node: 1}\n")
-    (tmp_path / "boompkg").mkdir()
-    (tmp_path / "boompkg" / "__init__.py").write_text("")
-    (tmp_path / "boompkg" / "model.py").write_text(BOOM)
+    write_package(tmp_path, "boompkg", BOOM)
     argv = ["--config", str(sweep), "--executor", "local", "--sweep-id", "boom"]
     rc = cli.main(["sweep", *argv, "workload.name=boompkg.model:Boom", "tracking.mode='off'"])
     out = capsys.readouterr().out
@@ -213,9 +212,7 @@ def test_a_manual_optimization_module_returning_none_is_timed(tmp_path: Path) ->
     # Its steps still advance global_step, so the timing callback reaches its every-N read
     # with no loss to read: it must stamp the clock after a device sync instead.
     _example_sweep(tmp_path, shapes="")
-    (tmp_path / "manualpkg").mkdir()
-    (tmp_path / "manualpkg" / "__init__.py").write_text("")
-    (tmp_path / "manualpkg" / "model.py").write_text(MANUAL)
+    write_package(tmp_path, "manualpkg", MANUAL)
     run = run_train(
         tmp_path,
         "workload.name=manualpkg.model:Manual",
@@ -290,9 +287,7 @@ def test_a_gan_needs_find_unused_parameters_and_trains_with_it(tmp_path: Path) -
     setting allows it, in one line, and with it the GAN trains, its FLOPs counted on its first
     step (its training step needs its trainer), its batch and its throughput in samples, its
     steps as Lightning counts them."""
-    (tmp_path / "ganpkg").mkdir()
-    (tmp_path / "ganpkg" / "__init__.py").write_text("")
-    (tmp_path / "ganpkg" / "model.py").write_text(GAN)
+    write_package(tmp_path, "ganpkg", GAN)
     args = (
         "workload.name=ganpkg.model:TinyGan",
         "workload.datamodule=ganpkg.model:Points",
