@@ -136,7 +136,7 @@ class SampleCounter(L.Callback):
     _last_step: int = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.combined = len(training_loaders(trainer.train_dataloader)) > 1
+        self.combined = several_loaders(trainer.train_dataloader)
         self._last_step = trainer.global_step
         if self.warmup_steps() == 0:
             self.warmup_samples = 0
@@ -242,6 +242,12 @@ def training_loaders(loader: Any) -> list[Any]:
     return [] if iterables is None else [iterables]
 
 
+def several_loaders(loader: Any) -> bool:
+    """Whether ``trainer.train_dataloader`` is several training loaders: each step's batch
+    then holds one batch of each (:func:`training_loaders`)."""
+    return len(training_loaders(loader)) > 1
+
+
 def _fingerprint(batch: Any) -> float:
     """A number that identical batches share and different ones almost never do: the
     weighted sum of the first tensor's values (NaN without a tensor)."""
@@ -284,8 +290,6 @@ class FlopsProbe(L.Callback):
         self.flops_per_sample: float | None = None
         self.problem: str | None = None
         self.copy_problem: str | None = None
-        self.counted_live = False
-        """Whether the FLOPs were counted on the first real training step, not a copy."""
         self._unsharded: L.LightningModule | None = None
         self._first_step = first_step
         self._armed = False
@@ -318,13 +322,13 @@ class FlopsProbe(L.Callback):
 
         why_not = self._first_step()
         if why_not is not None:
-            self.problem = f"{self.problem}; the first step is not counted: {why_not}"
+            self._also(f"the first step is not counted: {why_not}")
             return
         try:
-            combined = len(training_loaders(trainer.train_dataloader)) > 1
+            combined = several_loaders(trainer.train_dataloader)
             self._samples = batch_size_of(pl_module, batch, combined=combined)
         except Exception as exc:
-            self.problem = f"{self.problem}; on the first step: {_one_line(exc)}"
+            self._also(f"on the first step: {_one_line(exc)}")
             return
         self._counter = FlopCounterMode(display=False)
         self._counter.__enter__()
@@ -342,26 +346,35 @@ class FlopsProbe(L.Callback):
             return
         if pl_module.automatic_optimization and outputs is None:
             # Lightning skipped the backward and the optimizer step: a forward alone
-            self.problem = f"{self.problem}; the first step returned no loss"
+            self._also("the first step returned no loss")
             return
         flops = float(counter.get_total_flops())
         if self._samples > 0 and flops > 0:
             self.flops_per_sample, self.problem = flops / self._samples, None
-            self.counted_live = True
         else:
-            self.problem = f"{self.problem}; the first step counted no FLOPs"
+            self._also("the first step counted no FLOPs")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A module whose on_train_batch_start returned -1 skips the rest of the epoch, its
         # first batch included, which never reaches on_train_batch_end: the counter stops
         # here, its count unused.
         if self._stop() is not None:
-            self.problem = f"{self.problem}; the module skipped its first step"
+            self._also("the module skipped its first step")
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         self._stop()
+
+    @property
+    def counted_live(self) -> bool:
+        """Whether the FLOPs were counted on the first real training step: the copy failed,
+        and there are FLOPs."""
+        return self.copy_problem is not None and self.flops_per_sample is not None
+
+    def _also(self, why: str) -> None:
+        """Why the first step gave no FLOPs either, after why the copy gave none."""
+        self.problem = f"{self.problem}; {why}"
 
     def _stop(self) -> Any:
         """Leave the live counter, if one is counting; it, or None."""
@@ -397,7 +410,7 @@ def _first_training_batch(loader: Any) -> tuple[Any, bool]:
     """The first batch a fresh iterator of the training loader(s) gives, as ``training_step``
     receives it (several loaders: one batch of each, combined as Lightning does by default),
     and whether it is such a combined batch."""
-    if len(training_loaders(loader)) > 1:
+    if several_loaders(loader):
         from lightning.pytorch.utilities import CombinedLoader
 
         batch, _, _ = next(iter(CombinedLoader(getattr(loader, "iterables", loader))))
