@@ -22,6 +22,7 @@ import lightning as L
 import torch
 
 from ..errors import ScalescopeError, first_line
+from .flop_formulas import flop_counter
 
 VAL_LOSS_KEYS = ("val_loss",)
 VAL_ACC_KEYS = ("val_acc", "val_accuracy")
@@ -265,12 +266,12 @@ class FlopsProbe(L.Callback):
     On ``on_train_start`` (put this callback before the TimingCallback, whose clock starts in
     the same hook after a barrier) rank 0 takes one batch from a fresh iterator of the training
     loader, moves it to the device, and runs the module's ``training_step`` and a backward pass
-    under ``torch.utils.flop_counter.FlopCounterMode`` on a *deep copy* of the module (the
-    trainer reference left out of the copy). Training is unchanged: the real module's
-    parameters, gradients and buffers (batch-norm statistics) are never touched, and the
-    Python, NumPy and torch random states are restored afterwards, so the shuffling and
-    dropout of training are those of a run without the probe. FLOPs per sample = the counted
-    total / that batch's size.
+    under ``torch.utils.flop_counter.FlopCounterMode`` (with ``flop_formulas``' recurrent
+    kernels) on a *deep copy* of the module (the trainer reference left out of the copy).
+    Training is unchanged: the real module's parameters, gradients and buffers (batch-norm
+    statistics) are never touched, and the Python, NumPy and torch random states are restored
+    afterwards, so the shuffling and dropout of training are those of a run without the probe.
+    FLOPs per sample = the counted total / that batch's size.
 
     A module whose ``training_step`` needs its trainer (manual optimization calls
     ``self.optimizers()``; ``self.trainer...``) cannot run on a copy. Rank 0 then counts its
@@ -318,8 +319,6 @@ class FlopsProbe(L.Callback):
         if not self._armed:
             return
         self._armed = False
-        from torch.utils.flop_counter import FlopCounterMode
-
         why_not = self._first_step()
         if why_not is not None:
             self._also(f"the first step is not counted: {why_not}")
@@ -330,7 +329,7 @@ class FlopsProbe(L.Callback):
         except Exception as exc:
             self._also(f"on the first step: {_one_line(exc)}")
             return
-        self._counter = FlopCounterMode(display=False)
+        self._counter = flop_counter()
         self._counter.__enter__()
 
     def on_train_batch_end(
@@ -423,8 +422,6 @@ def measure_flops_per_sample(
 ) -> float:
     """FLOPs per sample of one training batch, on a copy of ``module`` (or on ``unsharded``,
     the copy taken before FSDP sharded it, moved to the training device)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     states = _rng_states()
     try:
         batch, combined = _first_training_batch(trainer.train_dataloader)
@@ -435,7 +432,7 @@ def measure_flops_per_sample(
         else:
             probe = copy.deepcopy(module, memo={id(trainer): None})
         probe.train()
-        counter = FlopCounterMode(display=False)
+        counter = flop_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # self.log() without a trainer warns
             with counter, trainer.precision_plugin.train_step_context():

@@ -91,3 +91,23 @@ def test_a_first_step_that_returned_no_loss_is_not_taken() -> None:
     probe.on_train_batch_end(trainer, module, None, batch, 0)  # type: ignore[arg-type]
     assert _get_current_dispatch_mode() is None and probe.flops_per_sample is None
     assert probe.problem is not None and probe.problem.endswith("the first step returned no loss")
+
+
+class _AutoLSTM(torch.nn.LSTM):
+    automatic_optimization = True
+
+
+def test_a_recurrent_layer_in_the_first_step_is_counted() -> None:
+    """oneDNN's fused LSTM kernel, which torch's counter alone counts as nothing: 5 steps a
+    sample through 4 x 3 input and 4 x 3 hidden gate weights, forward, then data and weight
+    gradients (``flop_formulas``)."""
+    loader = DataLoader(TensorDataset(torch.randn(8, 5, 4)), batch_size=BATCH)
+    trainer = SimpleNamespace(global_rank=0, train_dataloader=loader)
+    lstm = _AutoLSTM(4, 3, batch_first=True)
+    probe = FlopsProbe()
+    probe.on_train_start(trainer, lstm)  # type: ignore[arg-type]
+    batch = next(iter(loader))
+    probe.on_train_batch_start(trainer, lstm, batch, 0)  # type: ignore[arg-type]
+    lstm(batch[0])[0].sum().backward()
+    probe.on_train_batch_end(trainer, lstm, {"loss": torch.zeros(())}, batch, 0)  # type: ignore[arg-type]
+    assert probe.flops_per_sample == 3 * 2 * 5 * (4 * 3 * 4 + 4 * 3 * 3)
