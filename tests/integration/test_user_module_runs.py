@@ -326,3 +326,72 @@ def test_a_gan_needs_find_unused_parameters_and_trains_with_it(tmp_path: Path) -
     times = [m["value"] for m in metrics["epoch_time_s"]]
     rates = [m["value"] for m in metrics["samples_per_s"]]
     assert rates == pytest.approx([2048 / t for t in times], rel=1e-6), (rates, times)
+
+
+WORKERS_LSTM = """\
+import torch
+from torch import nn
+import lightning as L
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Sequences(L.LightningDataModule):
+    def __init__(self, batch_size=16):
+        super().__init__()
+        self.batch_size = batch_size
+
+    def setup(self, stage=None):
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(256, 6, 4, generator=g), torch.randn(256, 1, generator=g)
+        self.data = TensorDataset(x, y)
+
+    def train_dataloader(self):
+        return DataLoader(self.data, batch_size=self.batch_size, shuffle=True, num_workers=1,
+                          persistent_workers=True)
+
+
+class Recurrent(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 8, batch_first=True)
+        self.head = nn.Linear(8, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        out, _ = self.lstm(x)
+        return nn.functional.mse_loss(self.head(out[:, -1]), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+"""
+
+WORKERS_LSTM_FLOPS = 3 * 2 * 6 * (4 * 8 * 4 + 4 * 8 * 8) + 3 * 2 * 8
+"""A sample's FLOPs, 2 a multiply-add: an LSTM 4 -> 8 over 6 steps (its gate weights, 32 x 4
+and 32 x 8, with each step's vectors: forward, then data and weight gradients, oneDNN's
+kernel counted by scalescope's formula) and a Linear 8 -> 1 on the last step (forward, weight
+gradient and input gradient, which the LSTM's backward needs)."""
+
+
+def test_a_loader_that_keeps_its_workers_trains_on_two_ranks_and_its_lstm_is_counted(
+    tmp_path: Path,
+) -> None:
+    """persistent_workers keeps one iterator, which Lightning has started when the FLOPs probe
+    reads a batch at training's start: read from it, rank 0's first epoch ran a batch short
+    and the ranks met in different collectives (gloo's size mismatch, or a wait until the
+    collective timeout, by where the epoch ended)."""
+    write_package(tmp_path, "lstmpkg", WORKERS_LSTM)
+    run = run_train(
+        tmp_path,
+        "workload.name=lstmpkg.model:Recurrent",
+        "workload.datamodule=lstmpkg.model:Sequences",
+        "trainer.batch_size=32",
+        "trainer.max_epochs=2",
+        "trainer.devices=2",
+        "trainer.collective_timeout_s=30",
+        "tracking.mode='off'",
+        output_dir=tmp_path / "out",
+    )
+    assert run.returncode == 0, run.describe()
+    (result,) = run.results()
+    assert (result.steps, result.steps_per_epoch) == (16, 8), result
+    assert result.model_flops_per_sample == WORKERS_LSTM_FLOPS, result.model_flops_per_sample

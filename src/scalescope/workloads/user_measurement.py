@@ -405,16 +405,43 @@ def _restore_rng(states: tuple[Any, ...]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+def _untouched(loader: Any) -> Any:
+    """A loader whose fresh iterator gives what ``loader``'s would, without touching ``loader``.
+
+    A DataLoader with ``persistent_workers`` keeps one iterator, which Lightning has started
+    by training's start: another ``iter()`` restarts it, and that rank's first epoch runs a
+    batch short while the other ranks wait for it in a collective until the timeout. Such a
+    loader is read through a twin on the same data set, sampler and collate function, in this
+    process (no workers started); any other loader is itself."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    if not (isinstance(loader, DataLoader) and loader.persistent_workers):
+        return loader
+    same = {"collate_fn": loader.collate_fn, "num_workers": 0}
+    if isinstance(loader.dataset, IterableDataset):
+        return DataLoader(
+            loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, **same
+        )
+    if loader.batch_sampler is not None:
+        return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **same)
+    return DataLoader(loader.dataset, batch_size=None, sampler=loader.sampler, **same)
+
+
 def _first_training_batch(loader: Any) -> tuple[Any, bool]:
     """The first batch a fresh iterator of the training loader(s) gives, as ``training_step``
     receives it (several loaders: one batch of each, combined as Lightning does by default),
-    and whether it is such a combined batch."""
+    and whether it is such a combined batch. The training loaders are left as they were."""
     if several_loaders(loader):
         from lightning.pytorch.utilities import CombinedLoader
 
-        batch, _, _ = next(iter(CombinedLoader(getattr(loader, "iterables", loader))))
+        iterables = getattr(loader, "iterables", loader)
+        if isinstance(iterables, Mapping):
+            twins: Any = {key: _untouched(part) for key, part in iterables.items()}
+        else:
+            twins = type(iterables)(_untouched(part) for part in iterables)
+        batch, _, _ = next(iter(CombinedLoader(twins)))
         return batch, True
-    return next(iter(loader)), False
+    return next(iter(_untouched(loader))), False
 
 
 def measure_flops_per_sample(

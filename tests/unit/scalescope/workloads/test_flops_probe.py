@@ -111,3 +111,24 @@ def test_a_recurrent_layer_in_the_first_step_is_counted() -> None:
     lstm(batch[0])[0].sum().backward()
     probe.on_train_batch_end(trainer, lstm, {"loss": torch.zeros(())}, batch, 0)  # type: ignore[arg-type]
     assert probe.flops_per_sample == 3 * 2 * 5 * (4 * 3 * 4 + 4 * 3 * 3)
+
+
+def test_a_loader_keeping_its_workers_is_read_through_a_twin_and_left_alone() -> None:
+    """A rank's shard, shuffled: the twin's first batch is the shard's first, in this process,
+    and the loader keeps no iterator it did not have (another iter() of a persistent loader
+    restarts the one training reads)."""
+    from torch.utils.data import DistributedSampler
+
+    from scalescope.workloads.user_measurement import _first_training_batch
+
+    data = TensorDataset(torch.arange(64.0))
+    sampler = DistributedSampler(data, num_replicas=2, rank=1, shuffle=True, seed=3)
+    loader = DataLoader(
+        data, batch_size=BATCH, sampler=sampler, num_workers=2, persistent_workers=True
+    )
+    batch, combined = _first_training_batch(loader)
+    assert not combined and loader._iterator is None
+    assert batch[0].tolist() == [float(i) for i in list(sampler)[:BATCH]]
+    both, combined = _first_training_batch({"a": loader, "b": loader})
+    assert combined and loader._iterator is None
+    assert both["a"][0].tolist() == batch[0].tolist() == both["b"][0].tolist()
