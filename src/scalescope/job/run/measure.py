@@ -180,7 +180,8 @@ class UserMeasures:
     def create(
         cls, model: Any, timing: Any, passed_to: str | None, trainer_cfg: Any
     ) -> UserMeasures:
-        from ...workloads.user_measurement import FlopsProbe, SampleCounter, ValHistory
+        from ...workloads.flops_probe import FlopsProbe
+        from ...workloads.user_measurement import SampleCounter, ValHistory
 
         def first_step() -> str | None:
             """Why the first real step may not be counted where the copy cannot run: it must

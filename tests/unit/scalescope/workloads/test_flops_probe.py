@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.data import DataLoader, TensorDataset
 
-from scalescope.workloads.user_measurement import FlopsProbe
+from scalescope.workloads.flops_probe import FlopsProbe
 
 BATCH = 4
 LINEAR_FLOPS = 2 * 4 * 3 * 2
@@ -119,7 +119,7 @@ def test_a_loader_keeping_its_workers_is_read_through_a_twin_and_left_alone() ->
     restarts the one training reads)."""
     from torch.utils.data import DistributedSampler
 
-    from scalescope.workloads.user_measurement import _first_training_batch
+    from scalescope.workloads.flops_probe import _first_training_batch
 
     data = TensorDataset(torch.arange(64.0))
     sampler = DistributedSampler(data, num_replicas=2, rank=1, shuffle=True, seed=3)
