@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 import yaml
 
-from . import workloads
-from .errors import ConfigError, yaml_problem
-from .faults_config import FaultsConfig
-from .run_length import WARMUP_AUTO_MAX_STEPS
-from .schema import (
+from .. import workloads
+from ..errors import ConfigError, yaml_problem
+from ..faults_config import FaultsConfig
+from ..run_length import WARMUP_AUTO_MAX_STEPS
+from ..schema import (
     UnknownKeyError,
     build,
     non_negative,
@@ -525,7 +525,7 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
     workload splits each device's batch into the micro-batches itself: it must divide.
     """
     if workloads.is_user(cfg.workload_name):
-        from .workloads import user_import
+        from ..workloads import user_import
 
         micro = batch.micro_batch_size
         resolved = user_import.check(
@@ -535,7 +535,7 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
             batch_error=None if micro else batch.micro_batch_error(),
         )
         if cfg.trainer.strategy in SHARDED:
-            from .workloads import user_sharding
+            from ..workloads import user_sharding
 
             user_sharding.check(resolved, cfg.workload_name, cfg.fsdp.wrap, cfg.trainer.strategy)
         return resolved
