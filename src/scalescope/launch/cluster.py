@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import read_yaml
+from ..config.files import read_yaml
 from ..errors import ConfigError
 from ..schema import build, non_negative, option, positive
 

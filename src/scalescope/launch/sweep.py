@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> tuple[SweepPlan, str]:
-    from ..config import parse_overrides
+    from ..config.files import parse_overrides
     from .executor import choose_executor
     from .sweep_config import load_sweep_config, plan_sweep
 

@@ -55,16 +55,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import (
-    OverrideLayers,
     TrainConfig,
     check_one_step,
     check_workload,
     load_train_config,
-    merge,
-    name_route,
     resolve_batch,
     shard_size,
 )
+from ..config.files import OverrideLayers, merge, name_route
 from ..errors import ConfigError
 from ..schema import set_dotted
 from ..workloads.tokens import tokens_per_sample
@@ -362,7 +360,7 @@ def _overrides(
 
 def _check_base_workload(base: TrainConfig, train_path: Path, routes: OverrideLayers) -> Any:
     """What checking the workload resolved (an import-path workload's classes), or None; its
-    errors named with the route their key came by (:func:`~scalescope.config.name_route`)."""
+    errors named with the route their key came by (:func:`~scalescope.config.files.name_route`)."""
     try:
         # An import-path workload is imported and checked here, on the submitting machine
         # (this imports lightning); built-in workloads need nothing more.

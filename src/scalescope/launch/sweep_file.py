@@ -9,7 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import Precision, Strategy, read_yaml
+from ..config import Precision, Strategy
+from ..config.files import read_yaml
 from ..errors import ConfigError
 from ..schema import below_one, build, check_axis, non_negative, option, positive
 from .plan_spec import PlanSpec

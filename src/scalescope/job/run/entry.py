@@ -21,7 +21,8 @@ import sys
 from collections.abc import Sequence
 
 from ... import record
-from ...config import TrainConfig, load_train_config, parse_overrides
+from ...config import TrainConfig, load_train_config
+from ...config.files import parse_overrides
 from ...errors import SameOnEveryRankError
 from ...procinfo import process_start_unix
 from .children import take_over_from_observer
