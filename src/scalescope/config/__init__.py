@@ -286,7 +286,11 @@ class DiagnosisConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    name: str = option("spiral", help="configuration name, used in run directories and reports")
+    name: str = option(
+        "spiral",
+        help="configuration name, used in run directories and reports; where no file or "
+        "override sets it, the workload's (your own module's: its class name)",
+    )
     workload: dict[str, Any] = option(
         {"name": DEFAULT_WORKLOAD},
         help="`name` of a registered workload plus that workload's parameters, or `name` "
@@ -337,6 +341,15 @@ class TrainConfig:
         return out
 
 
+def default_name(workload: Any) -> str:
+    """A configuration's name where none is given: its workload's, a class's name for an
+    import path (``pkg.model:Net`` -> ``Net``), as a folder may be named."""
+    name = workload.get("name") if isinstance(workload, Mapping) else None
+    label = name.rpartition(":")[2] if isinstance(name, str) else ""
+    label = re.sub(r"[^A-Za-z0-9_.-]", "-", label).lstrip("._-")
+    return label or DEFAULT_WORKLOAD
+
+
 def load_train_config(
     path: str | os.PathLike[str] | None,
     overrides: Sequence[str] | Mapping[str, Any] = (),
@@ -355,6 +368,8 @@ def load_train_config(
     for _, layer in layers:
         data = merge(data, layer)
     data = merge(data, extra)
+    if "name" not in data:
+        data = {**data, "name": default_name(data.get("workload"))}
     try:
         cfg = build(TrainConfig, data)
         cfg.workload_params()

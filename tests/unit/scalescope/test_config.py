@@ -20,9 +20,9 @@ from scalescope.config import (
     TrainerConfig,
     check_workload,
     load_train_config,
-    parse_overrides,
     resolve_batch,
 )
+from scalescope.config.files import parse_overrides
 from scalescope.errors import ConfigError
 from scalescope.schema import build
 from scalescope.workloads.params import SpiralParams
@@ -49,6 +49,19 @@ def test_defaults_load_without_a_file() -> None:
     assert cfg.trainer.devices == "auto"
     assert cfg.workload_params() == SpiralParams()
     assert cfg.sweep_id is None
+
+
+def test_a_config_without_a_name_is_named_after_its_workload(tmp_path: Path) -> None:
+    """Not after the default workload: a user's module run without a file would otherwise be
+    filed and reported as ``spiral``."""
+    assert load_train_config(None, ["workload.name=gpt"]).name == "gpt"
+    user = ["workload.name=examples.my_project.model:MyModel"]
+    assert load_train_config(None, user).name == "MyModel"
+    unnamed = _write(tmp_path / "c.yaml", "workload: {name: resnet}\n")
+    assert load_train_config(unnamed).name == "resnet"
+    named = _write(tmp_path / "n.yaml", "name: mine\nworkload: {name: resnet}\n")
+    assert load_train_config(named, ["workload.name=gpt"]).name == "mine"
+    assert load_train_config(None, ["name=x", *user]).name == "x"
 
 
 def test_resolved_dict_carries_every_workload_default() -> None:
