@@ -84,6 +84,18 @@ class TrainerConfig:
         "batch. A user's module gets Lightning's own accumulation over its loader's batches",
         check=positive,
     )
+    gradient_clip_val: float | None = option(
+        None,
+        help="clip the gradients before each optimizer step (Lightning's name; null = off): "
+        "their global norm down to this value (gradient_clip_algorithm: norm), or each "
+        "element into [-value, value] (value). Under fsdp and hsdp the norm is of the whole "
+        "model's gradients: one more all-reduce a step, of a single number. A user's module "
+        "that optimizes by hand clips in its own training_step (self.clip_gradients)",
+        check=positive,
+    )
+    gradient_clip_algorithm: Literal["norm", "value"] = option(
+        "norm", help="how trainer.gradient_clip_val clips: norm or value"
+    )
     precision: Precision = option(
         "32",
         help="32, bf16-mixed or 16-mixed (16-mixed needs a GPU and DDP); under fsdp, "

@@ -99,6 +99,7 @@ def build_workload(
     seed: int,
     steps_per_call: int = 1,
     accumulate_grad_batches: int = 1,
+    gradient_clip: tuple[float, str] | None = None,
 ) -> Any:
     """Import the workload's module (torch, lightning) and build (module, datamodule).
 
@@ -114,6 +115,8 @@ def build_workload(
     it into ``accumulate_grad_batches`` micro-batches itself
     (:meth:`~scalescope.workloads.base.WorkloadModule.training_step`); a user's constructor
     that takes a ``batch_size`` is given the micro-batch, and Lightning accumulates.
+    ``gradient_clip`` (value, algorithm) is a built-in module's to apply; Lightning clips a
+    user's.
     """
     if is_import_path(name):
         from .user_import import build as build_user
@@ -125,4 +128,5 @@ def build_workload(
         params, batch_size=batch_size, seed=seed, steps_per_call=steps_per_call
     )
     model.accumulate_grad_batches = accumulate_grad_batches
+    model.gradient_clip = gradient_clip
     return model, datamodule

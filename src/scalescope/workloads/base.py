@@ -51,6 +51,11 @@ class WorkloadModule(L.LightningModule):
     the group is split into this many, their gradients summed (each loss divided by it, as
     Lightning does), DDP's all-reduce running on the last one's backward only."""
 
+    gradient_clip: tuple[float, str] | None = None
+    """(value, ``norm`` or ``value``) from ``trainer.gradient_clip_val`` and
+    ``gradient_clip_algorithm``: the gradients are clipped before each optimizer step, after
+    the mixed-precision scaler unscaled them (:meth:`on_before_optimizer_step`)."""
+
     fsdp: FsdpSetting | None = None
     """Set by the job under ``trainer.strategy: fsdp``: :meth:`configure_model` then shards
     :meth:`fsdp_blocks` one by one, then the module."""
@@ -106,6 +111,15 @@ class WorkloadModule(L.LightningModule):
             if k > 1:
                 self._grad_sync(True)
         return loss.detach()
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        # Lightning clips for automatic optimization only; this step loop is manual, and
+        # Lightning calls this hook inside its optimizer step either way.
+        if self.gradient_clip is not None:
+            value, algorithm = self.gradient_clip
+            self.clip_gradients(
+                optimizer, gradient_clip_val=value, gradient_clip_algorithm=algorithm
+            )
 
     def _accumulate(self, x: Tensor, y: Tensor, k: int) -> Tensor:
         """Forward and backward on ``k`` micro-batches of (x, y); the gradient all-reduce on

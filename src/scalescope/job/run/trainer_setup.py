@@ -37,9 +37,12 @@ def build_module(cfg: TrainConfig, job: Job) -> tuple[Any, Any]:
         seed=cfg.trainer.seed,
         steps_per_call=cfg.trainer.steps_per_call,
         accumulate_grad_batches=job.batch.accumulate_grad_batches,
+        gradient_clip=_gradient_clip(cfg.trainer),
     )
     if job.user_workload and job.batch.accumulate_grad_batches > 1:
         _check_accumulates(model, job.batch.accumulate_grad_batches, job.topo.global_rank)
+    if job.user_workload and cfg.trainer.gradient_clip_val is not None:
+        _check_clips(model, cfg.trainer.gradient_clip_val, job.topo.global_rank)
     if cfg.trainer.strategy in SHARDED:
         _ask_to_shard(model, cfg, job)
     return model, datamodule
@@ -93,6 +96,25 @@ def _check_accumulates(model: Any, accumulate: int, rank: int) -> None:
         )
 
 
+def _gradient_clip(trainer_cfg: TrainerConfig) -> tuple[float, str] | None:
+    """(value, algorithm) where ``trainer.gradient_clip_val`` is set, else None."""
+    value = trainer_cfg.gradient_clip_val
+    return None if value is None else (float(value), trainer_cfg.gradient_clip_algorithm)
+
+
+def _check_clips(model: Any, value: float, rank: int) -> None:
+    """Lightning clips a user's module's gradients for automatic optimization only (and
+    stops ``fit`` otherwise): say so in one line, before training."""
+    if not model.automatic_optimization:
+        raise SameOnEveryRankError(
+            f"trainer.gradient_clip_val: {type(model).__name__} optimizes manually "
+            "(automatic_optimization = False), and Lightning clips gradients for automatic "
+            "optimization only; call self.clip_gradients(optimizer, ...) before its "
+            f"optimizer steps and leave trainer.gradient_clip_val null (got {value})",
+            rank=rank,
+        )
+
+
 def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -> Any:
     """This job's Trainer. Callbacks run in list order: what must not be timed (the
     diagnosis' baseline and sampler, the FLOPs probe, compilation) before the TimingCallback,
@@ -127,6 +149,8 @@ def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -
             {
                 "use_distributed_sampler": True,
                 "accumulate_grad_batches": job.batch.accumulate_grad_batches,
+                "gradient_clip_val": cfg.trainer.gradient_clip_val,
+                "gradient_clip_algorithm": cfg.trainer.gradient_clip_algorithm,
             }
             if job.user_workload
             else {}
