@@ -40,9 +40,11 @@ def build_module(cfg: TrainConfig, job: Job) -> tuple[Any, Any]:
         gradient_clip=_gradient_clip(cfg.trainer),
     )
     if job.user_workload and job.batch.accumulate_grad_batches > 1:
-        _check_accumulates(model, job.batch.accumulate_grad_batches, job.topo.global_rank)
+        _needs_automatic(
+            model, job.topo.global_rank, *_ACCUMULATES, job.batch.accumulate_grad_batches
+        )
     if job.user_workload and cfg.trainer.gradient_clip_val is not None:
-        _check_clips(model, cfg.trainer.gradient_clip_val, job.topo.global_rank)
+        _needs_automatic(model, job.topo.global_rank, *_CLIPS, cfg.trainer.gradient_clip_val)
     if cfg.trainer.strategy in SHARDED:
         _ask_to_shard(model, cfg, job)
     return model, datamodule
@@ -83,34 +85,33 @@ def _ask_to_shard(model: Any, cfg: TrainConfig, job: Job) -> None:
     user_sharding.install_wrap_rule(model, rules, setting)
 
 
-def _check_accumulates(model: Any, accumulate: int, rank: int) -> None:
-    """Lightning accumulates a user's module's gradients for automatic optimization only: say
-    so in one line, before training, instead of its traceback from inside ``fit``."""
-    if not model.automatic_optimization:
-        raise SameOnEveryRankError(
-            f"trainer.accumulate_grad_batches: {type(model).__name__} optimizes manually "
-            "(automatic_optimization = False), and Lightning accumulates gradients for "
-            "automatic optimization only; accumulate in its training_step and leave "
-            f"trainer.accumulate_grad_batches at 1 (got {accumulate})",
-            rank=rank,
-        )
-
-
 def _gradient_clip(trainer_cfg: TrainerConfig) -> tuple[float, str] | None:
     """(value, algorithm) where ``trainer.gradient_clip_val`` is set, else None."""
     value = trainer_cfg.gradient_clip_val
     return None if value is None else (float(value), trainer_cfg.gradient_clip_algorithm)
 
 
-def _check_clips(model: Any, value: float, rank: int) -> None:
-    """Lightning clips a user's module's gradients for automatic optimization only (and
-    stops ``fit`` otherwise): say so in one line, before training."""
+_ACCUMULATES = (
+    "trainer.accumulate_grad_batches",
+    "accumulates gradients",
+    "accumulate in its training_step and leave trainer.accumulate_grad_batches at 1",
+)
+_CLIPS = (
+    "trainer.gradient_clip_val",
+    "clips gradients",
+    "call self.clip_gradients(optimizer, ...) before its optimizer steps and leave "
+    "trainer.gradient_clip_val null",
+)
+
+
+def _needs_automatic(model: Any, rank: int, key: str, does: str, instead: str, got: Any) -> None:
+    """Lightning accumulates and clips a user's module's gradients for automatic optimization
+    only (and stops ``fit`` otherwise): say so in one line, naming ``key``, before training."""
     if not model.automatic_optimization:
         raise SameOnEveryRankError(
-            f"trainer.gradient_clip_val: {type(model).__name__} optimizes manually "
-            "(automatic_optimization = False), and Lightning clips gradients for automatic "
-            "optimization only; call self.clip_gradients(optimizer, ...) before its "
-            f"optimizer steps and leave trainer.gradient_clip_val null (got {value})",
+            f"{key}: {type(model).__name__} optimizes manually (automatic_optimization = "
+            f"False), and Lightning {does} for automatic optimization only; {instead} "
+            f"(got {got})",
             rank=rank,
         )
 
