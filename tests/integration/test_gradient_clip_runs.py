@@ -50,6 +50,9 @@ def test_clipped_to_nothing_a_run_does_not_learn(tmp_path: Path, workload: str) 
     assert clipped > plain + 0.05, (plain, clipped)
 
 
+# Its constructor reads a weight's value, so the checks before start-up cannot build it on the
+# meta device (they refuse one that builds there: tests/unit/.../test_manual_refusals.py) and
+# the job itself refuses it, on every rank.
 MANUAL_STEP = """\
 import torch
 import lightning as L
@@ -61,6 +64,7 @@ class ByHand(L.LightningModule):
         super().__init__()
         self.automatic_optimization = False
         self.layer = torch.nn.Linear(4, 1)
+        self.start_norm = float(self.layer.weight.norm())
 
     def train_dataloader(self):
         return DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8)
@@ -86,6 +90,8 @@ def test_a_module_stepping_by_hand_is_told_to_clip_itself(tmp_path: Path) -> Non
         output_dir=tmp_path / "out",
     )
     assert run.returncode == 2, run.describe()
+    assert '"event":"start"' in run.stdout, run.describe()  # refused by the job, not before
+    assert "UserWarning" not in run.stderr, run.describe()  # the meta build's, kept quiet
     assert (
         "error: trainer.gradient_clip_val: ByHand optimizes manually (automatic_optimization "
         "= False), and Lightning clips gradients for automatic optimization only"

@@ -443,7 +443,8 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
     Its constructor that takes a ``batch_size`` is given the micro-batch (Lightning
     accumulates the loader's batches), which the accumulation must then divide; under
     ``trainer.strategy: fsdp`` it brings a ``configure_model`` or a wrap rule that matches
-    (:func:`scalescope.workloads.user_sharding.check`). A built-in
+    (:func:`scalescope.workloads.user_sharding.check`); a module that optimizes manually, built
+    on the meta device, is not asked to accumulate or clip (:func:`automatic_asks`). A built-in
     workload splits each device's batch into the micro-batches itself: it must divide.
     """
     if workloads.is_user(cfg.workload_name):
@@ -460,6 +461,12 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
             from ..workloads import user_sharding
 
             user_sharding.check(resolved, cfg.workload_name, cfg.fsdp.wrap, cfg.trainer.strategy)
+        asked = automatic_asks(cfg.trainer, batch.accumulate_grad_batches)
+        if asked:
+            module = user_import.on_meta(resolved.module_cls, resolved.module_kwargs)
+            refusal = None if module is None else user_import.manual_refusal(module, asked)
+            if refusal:  # a module not buildable on the meta device: the job checks it
+                raise ConfigError(refusal)
         return resolved
     if cfg.fsdp.wrap:
         raise ConfigError(
@@ -468,6 +475,17 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
         )
     batch.check_micro_batch()
     return None
+
+
+def automatic_asks(trainer: TrainerConfig, accumulate_grad_batches: int) -> dict[str, Any]:
+    """What the config asks of Lightning's automatic optimization for a user's module (keys of
+    :data:`scalescope.workloads.user_import.AUTOMATIC_ONLY`, with the values set)."""
+    asked: dict[str, Any] = {}
+    if accumulate_grad_batches > 1:
+        asked["trainer.accumulate_grad_batches"] = accumulate_grad_batches
+    if trainer.gradient_clip_val is not None:
+        asked["trainer.gradient_clip_val"] = trainer.gradient_clip_val
+    return asked
 
 
 def shard_size(cfg: TrainConfig, num_nodes: int, devices_per_node: int) -> int | None:

@@ -292,6 +292,50 @@ def _defines(cls: type, method: str, base: type) -> bool:
     return False
 
 
+def on_meta(cls: type, kwargs: dict[str, Any]) -> Any:
+    """``cls(**kwargs)`` with every tensor on the meta device, for what checks before start-up
+    read of a module's structure; None where it cannot be built that way (a constructor that
+    reads its tensors' values)."""
+    import warnings
+
+    import torch
+
+    try:
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("ignore")  # the probe's, not the user's to read
+            return cls(**kwargs)
+    except Exception:
+        return None
+
+
+AUTOMATIC_ONLY: dict[str, tuple[str, str]] = {
+    "trainer.accumulate_grad_batches": (
+        "accumulates gradients",
+        "accumulate in its training_step and leave trainer.accumulate_grad_batches at 1",
+    ),
+    "trainer.gradient_clip_val": (
+        "clips gradients",
+        "call self.clip_gradients(optimizer, ...) before its optimizer steps and leave "
+        "trainer.gradient_clip_val null",
+    ),
+}
+"""What Lightning does for a module under automatic optimization only (and stops ``fit``
+otherwise), by the key that asks for it: (what it does, what the module does instead)."""
+
+
+def manual_refusal(model: Any, asked: Mapping[str, Any]) -> str | None:
+    """One line refusing the first of ``asked`` (keys of :data:`AUTOMATIC_ONLY` with the values
+    set) where ``model`` optimizes manually; None where it does not or nothing is asked."""
+    if not asked or model.automatic_optimization:
+        return None
+    key, got = next(iter(asked.items()))
+    does, instead = AUTOMATIC_ONLY[key]
+    return (
+        f"{key}: {type(model).__name__} optimizes manually (automatic_optimization = False), "
+        f"and Lightning {does} for automatic optimization only; {instead} (got {got})"
+    )
+
+
 def build(name: str, params: UserParams, *, batch_size: int) -> tuple[Any, Any]:
     """(module, data module or None), built as :func:`check` resolved them."""
     r = check(name, params, batch_size=batch_size)

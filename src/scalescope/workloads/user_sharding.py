@@ -109,7 +109,7 @@ def check(resolved: Any, name: str, rules: Sequence[str] | None, strategy: str =
     ConfigError names the key."""
     import lightning as L
 
-    from .user_import import _defines
+    from .user_import import _defines, on_meta
 
     cls = resolved.module_cls
     own = _defines(cls, "configure_model", L.LightningModule)
@@ -132,7 +132,7 @@ def check(resolved: Any, name: str, rules: Sequence[str] | None, strategy: str =
             f"fsdp.wrap: {name} shards itself in its own configure_model; leave fsdp.wrap "
             f"unset (got {list(rules)})"
         )
-    module = _on_meta(cls, resolved.module_kwargs)
+    module = on_meta(cls, resolved.module_kwargs)
     if module is None:
         return  # not buildable without memory: the job checks the real module
     missing = unmatched(module, rules)
@@ -157,19 +157,6 @@ def missing_text(missing: Sequence[str], module: nn.Module, name: str) -> str:
     classes = sorted({type(m).__name__ for n, m in module.named_modules() if n})
     shown = ", ".join(classes[:12]) + (", ..." if len(classes) > 12 else "")
     return f"{', '.join(missing)} matches no submodule of {name}; its submodules' classes: {shown}"
-
-
-def _on_meta(cls: type, kwargs: dict[str, Any]) -> nn.Module | None:
-    """``cls(**kwargs)`` with every tensor on the meta device; None where it cannot be built
-    that way (a constructor that reads its tensors' values)."""
-    import torch
-
-    try:
-        with torch.device("meta"):
-            module: nn.Module = cls(**kwargs)
-        return module
-    except Exception:
-        return None
 
 
 def install_wrap_rule(model: nn.Module, rules: Sequence[str], setting: FsdpSetting) -> None:

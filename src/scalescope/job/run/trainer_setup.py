@@ -9,7 +9,7 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...config import SHARDED, TrainConfig, TrainerConfig, shard_size
+from ...config import SHARDED, TrainConfig, TrainerConfig, automatic_asks, shard_size
 from ...errors import SameOnEveryRankError
 from .children import StartedRanks, adopting_ddp
 from .topology import Topology
@@ -23,8 +23,8 @@ STARTUP_TIMEOUT_S = 120.0
 
 
 def build_module(cfg: TrainConfig, job: Job) -> tuple[Any, Any]:
-    """The workload's module and data module, seeded. A user's module that cannot accumulate
-    gradients the way it is asked to is refused here, before training."""
+    """The workload's module and data module, seeded. A user's module that optimizes
+    manually, asked to accumulate or clip, is refused here, before training."""
     import lightning as L
 
     from ...workloads import build_workload
@@ -39,12 +39,13 @@ def build_module(cfg: TrainConfig, job: Job) -> tuple[Any, Any]:
         accumulate_grad_batches=job.batch.accumulate_grad_batches,
         gradient_clip=_gradient_clip(cfg.trainer),
     )
-    if job.user_workload and job.batch.accumulate_grad_batches > 1:
-        _needs_automatic(
-            model, job.topo.global_rank, *_ACCUMULATES, job.batch.accumulate_grad_batches
-        )
-    if job.user_workload and cfg.trainer.gradient_clip_val is not None:
-        _needs_automatic(model, job.topo.global_rank, *_CLIPS, cfg.trainer.gradient_clip_val)
+    if job.user_workload:
+        from ...workloads.user_import import manual_refusal
+
+        asked = automatic_asks(cfg.trainer, job.batch.accumulate_grad_batches)
+        refusal = manual_refusal(model, asked)
+        if refusal:  # the check before start-up could not build it on the meta device
+            raise SameOnEveryRankError(refusal, rank=job.topo.global_rank)
     if cfg.trainer.strategy in SHARDED:
         _ask_to_shard(model, cfg, job)
     return model, datamodule
@@ -89,31 +90,6 @@ def _gradient_clip(trainer_cfg: TrainerConfig) -> tuple[float, str] | None:
     """(value, algorithm) where ``trainer.gradient_clip_val`` is set, else None."""
     value = trainer_cfg.gradient_clip_val
     return None if value is None else (float(value), trainer_cfg.gradient_clip_algorithm)
-
-
-_ACCUMULATES = (
-    "trainer.accumulate_grad_batches",
-    "accumulates gradients",
-    "accumulate in its training_step and leave trainer.accumulate_grad_batches at 1",
-)
-_CLIPS = (
-    "trainer.gradient_clip_val",
-    "clips gradients",
-    "call self.clip_gradients(optimizer, ...) before its optimizer steps and leave "
-    "trainer.gradient_clip_val null",
-)
-
-
-def _needs_automatic(model: Any, rank: int, key: str, does: str, instead: str, got: Any) -> None:
-    """Lightning accumulates and clips a user's module's gradients for automatic optimization
-    only (and stops ``fit`` otherwise): say so in one line, naming ``key``, before training."""
-    if not model.automatic_optimization:
-        raise SameOnEveryRankError(
-            f"{key}: {type(model).__name__} optimizes manually (automatic_optimization = "
-            f"False), and Lightning {does} for automatic optimization only; {instead} "
-            f"(got {got})",
-            rank=rank,
-        )
 
 
 def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -> Any:
