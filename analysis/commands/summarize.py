@@ -65,6 +65,7 @@ from analysis.present.report.summary_files import csv_frames, write_outputs
 from analysis.present.tables.tables import all_tables, markdown, rich_table
 from analysis.read.frame import Loaded, load_all, written
 from scalescope.cli import OneLineParser
+from scalescope.errors import described
 
 CSV_TABLES = (
     "runs",
@@ -385,7 +386,7 @@ def _log_to_comet(args: argparse.Namespace, doc: dict[str, Any], written: Path, 
     except Exception as exc:  # comet_ml or the server: the summary stands
         from scalescope.job.tracking.comet import KEY_ENV, redact
 
-        why = redact(f"{type(exc).__name__}: {exc}", [os.environ.get(KEY_ENV, "")])
+        why = redact(described(exc), [os.environ.get(KEY_ENV, "")])
         print(f"{PROG}: warning: comet: {why}", file=sys.stderr)
     else:
         for line in lines:

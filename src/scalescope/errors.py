@@ -28,6 +28,12 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def described(exc: BaseException) -> str:
+    """An error as one line names it: ``ValueError: its first line`` (``(no message)`` where
+    it has none)."""
+    return f"{type(exc).__name__}: {first_line(exc) or '(no message)'}"
+
+
 def yaml_problem(exc: BaseException) -> str:
     """A YAML parser's error in one line, where it is first: ``line 3, column 1: expected the
     node content, but found '<stream end>'`` (the first line of its message where it gives no

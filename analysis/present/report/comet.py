@@ -41,6 +41,7 @@ import pandas as pd
 from analysis.compute.metrics import SERIES_KEYS, efficiency_column
 from analysis.compute.stats import finite_number
 from analysis.compute.waterfall import PARTS
+from scalescope.errors import described
 
 SUMMARY_TAG = "scaling-summary"
 VIEW_NAME = "scalescope scaling"
@@ -269,4 +270,4 @@ def publish_scaling_view(*, project: str, workspace: str | None) -> tuple[bool, 
             return made, line if made else f"view not made: {line}"
         return publish_view(api, view, workspace=workspace, project=project)
     except Exception as exc:  # the server or comet_ml: the summary stands
-        return False, f"view not made: {redact(f'{type(exc).__name__}: {exc}', secrets)}"
+        return False, f"view not made: {redact(described(exc), secrets)}"

@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, described
 from .dry_run import _jobs_breakdown, _round_orders, _what_is_shuffled, dry_run_lines
 
 if TYPE_CHECKING:
@@ -475,7 +475,7 @@ def run_summary(
             kw = {"plan": dict(work_plan), "sweep_file": sweep_file}
         return int(summarize_sweep(sweep_dir, project_nodes=tuple(project), **kw) or 0)
     except Exception as exc:
-        console.print(f"summary failed: {type(exc).__name__}: {exc}", markup=False)
+        console.print(f"summary failed: {described(exc)}", markup=False)
         return 1
 
 

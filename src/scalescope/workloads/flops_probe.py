@@ -13,7 +13,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from ..errors import ScalescopeError, first_line
+from ..errors import ScalescopeError, described
 from .flop_formulas import flop_counter
 from .user_measurement import batch_size_of, several_loaders
 
@@ -68,7 +68,7 @@ class FlopsProbe(L.Callback):
         try:
             self.flops_per_sample = measure_flops_per_sample(trainer, pl_module, unsharded)
         except Exception as exc:
-            self.problem = self.copy_problem = _one_line(exc)
+            self.problem = self.copy_problem = described(exc)
             self._armed = True
 
     def on_train_batch_start(
@@ -85,7 +85,7 @@ class FlopsProbe(L.Callback):
             combined = several_loaders(trainer.train_dataloader)
             self._samples = batch_size_of(pl_module, batch, combined=combined)
         except Exception as exc:
-            self._also(f"on the first step: {_one_line(exc)}")
+            self._also(f"on the first step: {described(exc)}")
             return
         self._counter = flop_counter()
         self._counter.__enter__()
@@ -139,10 +139,6 @@ class FlopsProbe(L.Callback):
         if counter is not None:
             counter.__exit__(None, None, None)
         return counter
-
-
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {first_line(exc) or '(no message)'}"
 
 
 def _rng_states() -> tuple[Any, ...]:

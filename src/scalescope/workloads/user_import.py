@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, described
 from ..schema import option, positive
 from .tokens import KEY as TOKENS_KEY
 from .tokens import is_count
@@ -118,8 +118,7 @@ def load(key: str, path: str) -> Any:
         ) from None
     except Exception as exc:  # the user's module raised while importing
         raise ConfigError(
-            f"{key}: importing module {module_name!r} failed: {type(exc).__name__}: "
-            f"{_first_line(exc)}"
+            f"{key}: importing module {module_name!r} failed: {described(exc)}"
         ) from None
     where = module_name
     for part in attr.split("."):
@@ -128,11 +127,6 @@ def load(key: str, path: str) -> Any:
         obj = getattr(obj, part)
         where = f"{where}.{part}"
     return obj
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else "(no message)"
 
 
 def _kind(obj: Any) -> str:

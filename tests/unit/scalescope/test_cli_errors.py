@@ -91,3 +91,20 @@ def test_a_summary_of_nothing_that_exists_is_one_error_line(tmp_path: Path) -> N
     assert proc.returncode == 1
     assert f"{missing}: no such file or folder" in proc.stderr
     assert "nothing usable in" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("exc", "line"),
+    [
+        (
+            ValueError("shapes differ\n  at layer 3\n  (traceback follows)"),
+            "ValueError: shapes differ",
+        ),
+        (RuntimeError("  \n"), "RuntimeError: (no message)"),
+        (KeyError("rank"), "KeyError: 'rank'"),
+    ],
+)
+def test_an_error_is_described_in_one_line(exc: BaseException, line: str) -> None:
+    from scalescope.errors import described
+
+    assert described(exc) == line

@@ -52,6 +52,7 @@ from ...allreduce_model import (
     predicted_step_s,
     split_into_buckets,
 )
+from ...errors import described
 
 if TYPE_CHECKING:
     import torch
@@ -171,7 +172,7 @@ def read_ddp_buckets(model: Any) -> tuple[list[int] | None, str | None]:
             return None, f"unexpected bucket sizes in DDP's logging data: {text!r}"
         return sizes, None
     except Exception as exc:  # a private API: whatever it does, training goes on
-        return None, f"DDP's buckets not read: {type(exc).__name__}: {exc}"
+        return None, f"DDP's buckets not read: {described(exc)}"
 
 
 def backend_name(backend: str, device_type: str) -> str:

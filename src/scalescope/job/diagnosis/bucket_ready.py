@@ -45,6 +45,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ...errors import described
 from .step_clock import Clock
 
 READY_STEPS = 4
@@ -182,7 +183,7 @@ class ReadinessTimer:
         try:
             return self._result(model, first_order)
         except Exception as exc:  # private DDP data, device events: the record goes on
-            return not_recorded(f"{type(exc).__name__}: {exc}")
+            return not_recorded(described(exc))
 
     def _result(self, model: Any, first_order: Sequence[int] | None) -> dict[str, Any]:
         from .allreduce import read_ddp_buckets

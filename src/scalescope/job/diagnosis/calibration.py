@@ -28,7 +28,7 @@ import lightning as L
 import torch
 
 from ...config import DiagnosisConfig, FaultsConfig
-from ...errors import first_line
+from ...errors import described
 from ..faults.fsdp_comms import fsdp_modules
 from . import fsdp_calibration as fsdp
 from .allreduce import SKIPPED_ONE_DEVICE
@@ -338,8 +338,7 @@ def _trial_pass_agreed(passes: _Passes) -> tuple[float, str]:
             passes.trial_pass()
             passes.sync()
         except Exception as exc:  # e.g. a user's training_step outside the loop
-            failed = f"the calibration pass failed: {type(exc).__name__}: "
-            failed += first_line(exc)
+            failed = f"the calibration pass failed: {described(exc)}"
     return _agreed(passes, failed, time.perf_counter() - started)
 
 
@@ -422,7 +421,7 @@ def _leave_after_failure(trainer: L.Trainer, where: str, exc: Exception) -> str:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
-    mine = f"{where} failed on rank {trainer.global_rank}: {type(exc).__name__}: {first_line(exc)}"
+    mine = f"{where} failed on rank {trainer.global_rank}: {described(exc)}"
     reason = mine
     try:
         store = c10d._get_default_store()

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...errors import described
+
 SOURCE = "torch.profiler (CUDA kernels) over synced calibration passes, after training"
 CPU_REASON = "a CPU run: no kernels to time"
 
@@ -73,7 +75,6 @@ def profiled_window(
     to time: no pass runs (every rank of a job is on the same kind of device)."""
     if not cuda:
         return not_measured(CPU_REASON)
-    from ...errors import first_line
     from ...traces import collective_kernels, read_trace
 
     prof: Any = None
@@ -85,7 +86,7 @@ def profiled_window(
         sync()
         prof.start()
     except Exception as exc:  # the passes still run: the peers' all-reduces need them
-        prof, why = None, f"the profiler did not start: {type(exc).__name__}: {first_line(exc)}"
+        prof, why = None, f"the profiler did not start: {described(exc)}"
     try:
         for _ in range(k):
             one_pass()
@@ -101,5 +102,5 @@ def profiled_window(
             prof.export_chrome_trace(str(path))
             summary = collective_kernels(read_trace(path))
     except Exception as exc:
-        return not_measured(f"reading the profile failed: {type(exc).__name__}: {first_line(exc)}")
+        return not_measured(f"reading the profile failed: {described(exc)}")
     return measured(summary, k)

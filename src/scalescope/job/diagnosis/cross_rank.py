@@ -19,7 +19,8 @@ import lightning as L
 import numpy as np
 import torch
 
-from .calibration import ANOTHER_RANK, first_line
+from ...errors import described
+from .calibration import ANOTHER_RANK
 from .step_clock import COLLECTIVES
 
 
@@ -178,7 +179,7 @@ def gather_calibration(trainer: L.Trainer, part: Mapping[str, Any]) -> dict[str,
     except Exception as exc:  # this rank's own failure says more, where it had one
         failure = {
             "status": "failed",
-            "reason": f"gathering the calibration failed: {type(exc).__name__}: {first_line(exc)}",
+            "reason": f"gathering the calibration failed: {described(exc)}",
             "steps": part.get("steps"),
         }
         everyone = [part if part.get("status") == "failed" else failure]

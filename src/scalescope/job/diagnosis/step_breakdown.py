@@ -28,10 +28,11 @@ import lightning as L
 
 from ...collectives import DDP_BROADCAST, DDP_GRADIENT
 from ...config import DiagnosisConfig, FaultsConfig
+from ...errors import described
 from ..clocks.timing import Timings
 from .allreduce import FSDP_HAS_NO_BUCKETS
 from .bucket_ready import ReadinessTimer, not_recorded
-from .calibration import calibrate, first_line, pass_estimate
+from .calibration import calibrate, pass_estimate
 from .cross_rank import gather_calibration, reduce_step_waits
 from .step_clock import COLLECTIVES, MAX_STEP_RECORDS, Clock, clock_for
 from .strategies import attach_waits, wait_hooks
@@ -343,7 +344,7 @@ class StepBreakdown(L.Callback):
         except Exception as exc:  # a peer that died, a collective that failed
             part = {
                 "status": "failed",
-                "reason": f"{type(exc).__name__}: {first_line(exc)}",
+                "reason": described(exc),
                 "steps": self.cfg.calibration_steps,
             }
         finally:

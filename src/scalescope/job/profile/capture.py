@@ -41,8 +41,8 @@ from typing import Any
 import lightning as L
 
 from ...config import WARMUP_AUTO_MAX_STEPS, ProfileConfig
+from ...errors import described
 from ..clocks.timing import loader_steps
-from ..diagnosis.calibration import first_line
 from ..diagnosis.step_breakdown import StepBreakdown
 from . import plan
 from .stderr_filter import dropping_lines
@@ -315,7 +315,7 @@ class ProfileCapture(L.Callback):
                 prof.start()
             self._prof = prof
         except Exception as exc:  # a profiler that cannot start: the part says why
-            self.part = {"status": "failed", "reason": f"{type(exc).__name__}: {first_line(exc)}"}
+            self.part = {"status": "failed", "reason": described(exc)}
 
     def _mark(self, step: int) -> None:
         """A call boundary inside the capture where optimizer steps were taken: the next
@@ -360,7 +360,7 @@ class ProfileCapture(L.Callback):
             prof.export_chrome_trace(str(path))
             table = top_operations(read_trace(path))
         except Exception as exc:  # a failed capture is this part's reason, not the job's end
-            self.part = {"status": "failed", "reason": f"{type(exc).__name__}: {first_line(exc)}"}
+            self.part = {"status": "failed", "reason": described(exc)}
             return
         self.part = {
             "status": "captured",

@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ...config import TrackingConfig
-from ...errors import ScalescopeError
+from ...errors import ScalescopeError, described
 from .comet_guards import (
     COMET_LOG_FILTER,
     check_reachable,
@@ -90,7 +90,7 @@ def start_tracking(
     except TrackingError:
         raise
     except Exception as exc:
-        why = redact(f"{type(exc).__name__}: {exc}", req.secrets)
+        why = redact(described(exc), req.secrets)
         return Tracker(f"failed to start: {why}"), f"tracking: off (could not start Comet: {why})"
 
 

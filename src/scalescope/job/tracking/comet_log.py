@@ -27,6 +27,7 @@ from functools import cached_property
 from typing import Any
 
 from ...config import TrackingConfig
+from ...errors import described
 from ...record import other_cpu_share
 from .comet_guards import redact, run_bounded
 
@@ -156,7 +157,7 @@ class CometTracker(Tracker):
         try:
             return call()
         except Exception as exc:
-            self._error = self._redact(f"comet {what} failed: {type(exc).__name__}: {exc}")
+            self._error = self._redact(f"comet {what} failed: {described(exc)}")
             LOGGER.warning("tracking: %s; tracking is off for the rest of this run", self._error)
             experiment, self._exp = self._exp, None
             # Keep what was logged so far (an offline archive stays usable); bounded.
