@@ -76,9 +76,7 @@ def test_a_measured_scale_the_slow_draws_cannot_reach_rules_them_out() -> None:
     line rate whose all-reduce outlasts the 2-node step, and the centre sits low (46%). With
     the 2-node point measured, the draws too slow to reach it are ruled out, and 4 nodes is
     projected within 10 points (72%) and covered."""
-    case = next(
-        c for c in read_cases(str(CASES)) if c.name == "paddlefleetx-vgg16-fp32-bs32-v100"
-    )
+    case = next(c for c in read_cases(str(CASES)) if c.name == "paddlefleetx-vgg16-fp32-bs32-v100")
     four = max(case.published, key=lambda p: p.nodes)
     walked = walk_forward([case])
     assert [(w.name, [p.nodes for p in w.measured], w.published) for w in walked] == [
