@@ -443,8 +443,9 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
     Its constructor that takes a ``batch_size`` is given the micro-batch (Lightning
     accumulates the loader's batches), which the accumulation must then divide; under
     ``trainer.strategy: fsdp`` it brings a ``configure_model`` or a wrap rule that matches
-    (:func:`scalescope.workloads.user_sharding.check`); a module that optimizes manually, built
-    on the meta device, is not asked to accumulate or clip (:func:`automatic_asks`). A built-in
+    (:func:`scalescope.workloads.user_sharding.check`); a module that may optimize manually
+    (:func:`~scalescope.workloads.user_import.may_optimize_manually`), built on the meta device,
+    is not asked to accumulate or clip (:func:`automatic_asks`). A built-in
     workload splits each device's batch into the micro-batches itself: it must divide.
     """
     if workloads.is_user(cfg.workload_name):
@@ -462,7 +463,7 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
 
             user_sharding.check(resolved, cfg.workload_name, cfg.fsdp.wrap, cfg.trainer.strategy)
         asked = automatic_asks(cfg.trainer, batch.accumulate_grad_batches)
-        if asked:
+        if asked and user_import.may_optimize_manually(resolved.module_cls):
             module = user_import.on_meta(resolved.module_cls, resolved.module_kwargs)
             refusal = None if module is None else user_import.manual_refusal(module, asked)
             if refusal:  # a module not buildable on the meta device: the job checks it

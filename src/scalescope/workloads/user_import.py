@@ -317,6 +317,24 @@ AUTOMATIC_ONLY: dict[str, tuple[str, str]] = {
 otherwise), by the key that asks for it: (what it does, what the module does instead)."""
 
 
+def may_optimize_manually(cls: type) -> bool:
+    """Whether a class between ``cls`` and LightningModule mentions ``automatic_optimization``
+    in its source (or has none to read): only then is the module built to ask it, so that a
+    module loading weights in its constructor is not built on the submitting machine."""
+    import lightning as L
+
+    for klass in cls.__mro__:
+        if klass is L.LightningModule:
+            return False
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            return True
+        if "automatic_optimization" in source:
+            return True
+    return False
+
+
 def manual_refusal(model: Any, asked: Mapping[str, Any]) -> str | None:
     """One line refusing the first of ``asked`` (keys of :data:`AUTOMATIC_ONLY` with the values
     set) where ``model`` optimizes manually; None where it does not or nothing is asked."""

@@ -52,6 +52,28 @@ class ReadsValues(L.LightningModule):
 """
 
 
+# Loads its weights in its constructor (a stand-in: it leaves a mark where it was built).
+LOADS_WEIGHTS = """
+import os
+
+import lightning as L
+import torch
+
+
+class LoadsWeights(L.LightningModule):
+    def __init__(self, mark: str):
+        super().__init__()
+        open(mark, "a").close()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=4)
+"""
+
+
 @pytest.fixture(autouse=True)
 def _keep_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -108,3 +130,25 @@ def test_what_optimizes_automatically_or_cannot_be_built_on_meta_passes(
     sys.path.insert(0, str(tmp_path))
     cfg = load_train_config(None, ["workload.name=valpkg.model:ReadsValues", *asked])
     assert check_workload(cfg, resolve_batch(cfg.trainer, 1)) is not None
+
+
+def test_a_module_that_never_mentions_manual_optimization_is_not_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a module whose classes' source mentions ``automatic_optimization`` is built to ask
+    it: one that loads weights in its constructor is not built on the submitting machine."""
+    write_package(tmp_path, "wpkg", LOADS_WEIGHTS)
+    monkeypatch.chdir(tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    mark = tmp_path / "built"
+    cfg = load_train_config(
+        None,
+        [
+            "workload.name=wpkg.model:LoadsWeights",
+            f"workload.init_args.mark={mark}",
+            "trainer.gradient_clip_val=1.0",
+            "trainer.accumulate_grad_batches=2",
+        ],
+    )
+    assert check_workload(cfg, resolve_batch(cfg.trainer, 1)) is not None
+    assert not mark.exists()
