@@ -22,6 +22,7 @@ from analysis_helpers import (
     write_log,
     write_runs,
 )
+from core_helpers import default_sigint
 
 import analysis.read.parse as parse_mod
 from analysis.read.parse import parse
@@ -216,6 +217,7 @@ sys.meta_path.insert(0, Hold())
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,  # as from a terminal, however the suite was started
     )
     deadline = time.monotonic() + 120
     while not waiting.exists() and proc.poll() is None and time.monotonic() < deadline:
