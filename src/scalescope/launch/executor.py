@@ -22,7 +22,7 @@ from typing import Any, Literal
 import submitit
 from submitit.helpers import DelayedSubmission
 
-from ..errors import ConfigError
+from ..errors import ConfigError, first_line
 from ..record import ResultRecord
 from .sweep_config import ExecutorKind, Shape, ShapePlan, SweepPlan
 
@@ -179,7 +179,7 @@ def render_sbatch(plan: SweepPlan, sp: ShapePlan) -> str | None:
     try:
         text: str = _make_sbatch_string(command=submit_command(folder), folder=folder, **params)
     except (ValueError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc) or type(exc).__name__
         raise ConfigError(f"shape {sp.label}: submitit refuses the parameters: {first}") from None
     return text
 
