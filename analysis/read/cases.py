@@ -48,6 +48,8 @@ class Case:
     """The bucket cap the source sets (DDP's ``bucket_cap_mb``, Horovod's fusion threshold;
     MiB, as the frameworks take it), or None where it sets none: the method's default."""
     scaling: str
+    """``weak``, ``strong``, or ``unknown`` where the source does not settle it (a table of
+    throughput that prints no global batch): the projection then spans both."""
     per_device_batch: float
     grad_accum: int
     intra_busbw_gbps: float | None
@@ -199,8 +201,8 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
     _check_references(name, dpn, measured, published)
     method = _method(model.get("method"))
     scaling = raw.get("scaling", "weak")
-    if scaling not in ("weak", "strong"):
-        raise CaseError(f"case {name!r}: scaling must be weak or strong, got {scaling!r}")
+    if scaling not in ("weak", "strong", "unknown"):
+        raise CaseError(f"case {name!r}: scaling must be weak, strong or unknown, got {scaling!r}")
     return Case(
         name=name,
         devices_per_node=dpn,

@@ -86,6 +86,11 @@ PATTERNS = ("one message", "ddp")
 Horovod nor FSDP and states no cap): every gradient in one message after backward, nothing
 hidden, to DDP's buckets overlapping backward. Drawn over in the interval, the centre between
 them: an unknown is spanned, never assumed."""
+SCALINGS = ("strong", "weak")
+"""The span of a scaling mode the source does not settle (``scaling: unknown``: a table of
+throughput that prints no global batch): a fixed global batch, the per-device batch (its
+accumulation first) shrinking as ranks grow, to a fixed per-device batch. Drawn over like
+:data:`PATTERNS`, the centre between them."""
 
 
 def reference(case: Case) -> tuple[Point, str]:
@@ -107,6 +112,7 @@ def case_model(
     band_u: float = 0.5,
     hidden: float = 1.0,
     pattern: str = PATTERNS[0],
+    scaling: str = SCALINGS[0],
 ) -> StepModel:
     """The step model a case's measured points give (see the module doc), with what it
     leaves of the anchor's step carried as ``carry`` says (:data:`~.step_time.step_model.CARRIES`),
@@ -114,7 +120,10 @@ def case_model(
     scale; 0.5 its middle), the same at the anchor and every target. ``hidden``: for an
     FSDP case, the share of what prefetching can hide that it does hide (FSDP_HIDDEN_BAND).
     ``pattern``: for a method whose communication the file does not know, one of
-    :data:`PATTERNS` (one message after backward, or DDP's buckets)."""
+    :data:`PATTERNS` (one message after backward, or DDP's buckets). ``scaling``: for a case
+    whose scaling mode is unknown, one of :data:`SCALINGS`."""
+    if unknown_scaling(case):
+        case = replace(case, scaling=scaling)
     d = case.devices_per_node
     b = case.per_device_batch
     ref, _ = reference(case)
@@ -207,6 +216,8 @@ def unknowns(case: Case) -> list[str]:
         )
     if unknown_pattern(case):
         out.append("the communication pattern: one message after backward to DDP's buckets")
+    if unknown_scaling(case):
+        out.append("the scaling mode: a fixed global batch to a fixed per-device batch")
     if is_fsdp(case):
         out.append("how much of FSDP's communication prefetching hides")
     out.append("which explanation carries the rest of the anchor's step")
@@ -217,6 +228,20 @@ def unknown_pattern(case: Case) -> bool:
     """Whether the file does not know how the case's method groups its gradients: neither
     DDP, Horovod nor FSDP, and no cap stated."""
     return case.method not in ("ddp", "horovod", *SHARDED_METHODS) and case.bucket_mb is None
+
+
+def unknown_scaling(case: Case) -> bool:
+    """Whether the source does not settle the case's scaling mode (``scaling: unknown``)."""
+    return case.scaling == "unknown"
+
+
+def variants(case: Case) -> list[tuple[str, str]]:
+    """The (pattern, scaling mode) pairs a case's unknowns span: :data:`PATTERNS` where its
+    communication pattern is unknown, :data:`SCALINGS` where its scaling mode is; one pair
+    where it knows both."""
+    patterns = PATTERNS if unknown_pattern(case) else PATTERNS[:1]
+    scalings = SCALINGS if unknown_scaling(case) else (case.scaling,)
+    return [(p, m) for p in patterns for m in scalings]
 
 
 def _messages(case: Case, pattern: str = "one message") -> tuple[float, ...]:
@@ -299,11 +324,11 @@ def _predict(model: StepModel, p: Point, bw: float | None) -> float:
 def centre_carry(case: Case, p: Point) -> tuple[str, float]:
     """The explanation the centre assumes, and its efficiency: of the structural
     alternatives, the middle one at the network band's middle (the others bound it)."""
-    patterns = PATTERNS if unknown_pattern(case) else PATTERNS[:1]
     centres = []
-    for pattern in patterns:
+    for pattern, scaling in variants(case):
         got = sorted(
-            (_predict(case_model(case, carry=c, pattern=pattern), p, None), c) for c in CARRIES
+            (_predict(case_model(case, carry=c, pattern=pattern, scaling=scaling), p, None), c)
+            for c in CARRIES
         )
         finite = [(e, c) for e, c in got if math.isfinite(e)]
         if not finite:
@@ -312,9 +337,21 @@ def centre_carry(case: Case, p: Point) -> tuple[str, float]:
     if len(centres) == 1:
         e, c = centres[0]
         return c, e
-    # an unknown pattern: the centre between one message and DDP's buckets (geometric)
-    e = math.sqrt(centres[0][0] * centres[1][0])
-    return f"{centres[0][1]}; communication between one message and DDP's buckets", e
+    # an unknown: the centre between its ends (geometric)
+    product = math.prod(x for x, _ in centres)
+    e = math.sqrt(product) if len(centres) == 2 else product ** (1 / len(centres))
+    spans = [
+        text
+        for text, unknown in (
+            ("communication between one message and DDP's buckets", unknown_pattern(case)),
+            (
+                "scaling between a fixed global batch and a fixed per-device one",
+                unknown_scaling(case),
+            ),
+        )
+        if unknown
+    ]
+    return "; ".join([centres[0][1], *spans]), e
 
 
 def evidence(case: Case) -> list[tuple[Point, float]]:
@@ -406,10 +443,13 @@ def _drawn_models(
         sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
         u = float(rng.uniform())
         # FSDP: how much of what prefetching can hide it does (no draw for DDP's cases)
-        kw = {"hidden": float(rng.uniform(*FSDP_HIDDEN_BAND))} if is_fsdp(case) else {}
-        # a method the file does not know: each draw takes one end of the span in turn
-        if unknown_pattern(case):
-            kw["pattern"] = PATTERNS[(i // len(CARRIES)) % len(PATTERNS)]
+        kw: dict[str, Any] = (
+            {"hidden": float(rng.uniform(*FSDP_HIDDEN_BAND))} if is_fsdp(case) else {}
+        )
+        # an unknown pattern or scaling mode: each draw takes one end of the span in turn
+        ends = variants(case)
+        if len(ends) > 1:
+            kw["pattern"], kw["scaling"] = ends[(i // len(CARRIES)) % len(ends)]
         models.append(
             case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u, **kw)
         )
