@@ -88,3 +88,30 @@ def test_a_measured_scale_the_slow_draws_cannot_reach_rules_them_out() -> None:
     assert at4["low"] <= four.efficiency_vs_1node <= at4["high"], at4
     (from_one,) = [p for p in backtest([case], draws=400)["points"] if p["nodes"] == 4]
     assert from_one["network"] == "stated" and from_one["predicted"] < at4["predicted"] - 0.2
+
+
+def _one_point(case) -> dict:  # type: ignore[no-untyped-def]
+    got = backtest([case], draws=400)
+    (point,) = got["points"] or got["fsdp"]["points"]
+    return point
+
+
+def test_no_open_case_with_a_stated_link_is_widened_by_a_measured_scale() -> None:
+    """The bar, over every open case that states its inter-node line rate, walked forward as a
+    sweep is (each published point from every smaller scale): its interval is no wider than
+    with its anchor (the largest measured node count) removed, and no more than a fifth of a
+    point wider with any other measured node count removed (a middle point can move the draws
+    it keeps towards one edge of what the others allow; 0.2 points at most in the file)."""
+    shut = set(read_sealed(str(CASES)).sources)
+    stated = [c for c in read_cases(str(CASES)) if c.group not in shut and c.inter_busbw_gbps]
+    walked = walk_forward(stated)
+    assert len(walked) >= 20
+    for case in walked:
+        point = _one_point(case)
+        width = point["high"] - point["low"]
+        multi = [p for p in case.measured if p.nodes > 1]
+        anchor = max(multi, key=lambda p: p.nodes)
+        for q in multi:
+            fewer = _one_point(replace(case, measured=tuple(p for p in case.measured if p != q)))
+            slack = 0.0 if q is anchor else 0.005
+            assert width <= fewer["high"] - fewer["low"] + slack + 1e-9, (case.name, q.nodes)
