@@ -101,7 +101,7 @@ def test_no_open_case_with_a_stated_link_is_widened_by_a_measured_scale() -> Non
     sweep is (each published point from every smaller scale): its interval is no wider than
     with its anchor (the largest measured node count) removed, and no more than a fifth of a
     point wider with any other measured node count removed (a middle point can move the draws
-    it keeps towards one edge of what the others allow; 0.2 points at most in the file)."""
+    it keeps towards one edge of what the others allow; 6 of 65 pairs, 0.11 points at most)."""
     shut = set(read_sealed(str(CASES)).sources)
     stated = [c for c in read_cases(str(CASES)) if c.group not in shut and c.inter_busbw_gbps]
     walked = walk_forward(stated)
@@ -113,5 +113,5 @@ def test_no_open_case_with_a_stated_link_is_widened_by_a_measured_scale() -> Non
         anchor = max(multi, key=lambda p: p.nodes)
         for q in multi:
             fewer = _one_point(replace(case, measured=tuple(p for p in case.measured if p != q)))
-            slack = 0.0 if q is anchor else 0.005
+            slack = 0.0 if q is anchor else 0.002
             assert width <= fewer["high"] - fewer["low"] + slack + 1e-9, (case.name, q.nodes)
