@@ -230,7 +230,9 @@ def _add_projection_arguments(proj: argparse._ArgumentGroup) -> None:
         metavar="FILE",
         help="the cluster's inter-node all-reduce at the target size: nccl-tests' "
         "all_reduce_perf output (or benchmarks/allreduce.py's), or YAML with inter_busbw_gbps "
-        "(optionally inter_alpha_s, at_world_size, source)",
+        "(measured, GB/s) or inter_line_rate_gbit_s (the stated line rate, Gb/s a node: an "
+        "upper bound, the share achieved spanned), optionally inter_alpha_s, at_world_size, "
+        "source",
     )
 
 

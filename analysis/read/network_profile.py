@@ -11,10 +11,13 @@ from scalescope.errors import yaml_problem
 
 
 def read_profile(path: str) -> dict[str, Any]:
-    """A ``--network`` file: YAML with ``inter_busbw_gbps`` (GB/s, required) and optionally
-    ``inter_alpha_s``, ``at_world_size`` and ``source``; or the output of nccl-tests'
-    ``all_reduce_perf`` (or of ``benchmarks/allreduce.py``) run at the target size, to which
-    the latency-bandwidth model is fitted. Raises ValueError naming what is wrong."""
+    """A ``--network`` file: YAML with either ``inter_busbw_gbps`` (GB/s, the bus bandwidth
+    measured across nodes) or ``inter_line_rate_gbit_s`` (Gb/s, the inter-node line rate a
+    node's NICs are stated at, all of them together: an upper bound, not what is achieved),
+    and optionally ``inter_alpha_s``, ``at_world_size`` and ``source``; or the output of
+    nccl-tests' ``all_reduce_perf`` (or of ``benchmarks/allreduce.py``) run at the target
+    size, to which the latency-bandwidth model is fitted. Raises ValueError naming what is
+    wrong."""
     import yaml
 
     try:
@@ -30,20 +33,29 @@ def read_profile(path: str) -> dict[str, Any]:
         raise ValueError(f"{path} is not YAML: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ValueError(
-            f"{path}: neither a YAML mapping with inter_busbw_gbps nor an all-reduce table "
-            "(nccl-tests' all_reduce_perf output)"
+            f"{path}: neither a YAML mapping with inter_busbw_gbps or inter_line_rate_gbit_s "
+            "nor an all-reduce table (nccl-tests' all_reduce_perf output)"
         )
-    known = {"inter_busbw_gbps", "inter_alpha_s", "at_world_size", "source"}
+    known = {"inter_busbw_gbps", LINE_RATE_KEY, "inter_alpha_s", "at_world_size", "source"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(
             f"{path}: unknown key(s) {', '.join(map(str, unknown))}; known: "
             f"{', '.join(sorted(known))}"
         )
-    for key in ("inter_busbw_gbps", "inter_alpha_s"):
+    given = [k for k in ("inter_busbw_gbps", LINE_RATE_KEY) if data.get(k) is not None]
+    if not given:
+        raise ValueError(
+            f"{path}: inter_busbw_gbps (measured, GB/s) or {LINE_RATE_KEY} (the stated line "
+            "rate, Gb/s a node) is missing"
+        )
+    if len(given) > 1:
+        raise ValueError(
+            f"{path}: inter_busbw_gbps (measured) and {LINE_RATE_KEY} (stated) are both "
+            "given; keep the one you have"
+        )
+    for key in ("inter_busbw_gbps", LINE_RATE_KEY, "inter_alpha_s"):
         value = data.get(key)
-        if key == "inter_busbw_gbps" and value is None:
-            raise ValueError(f"{path}: inter_busbw_gbps is missing")
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
         ):
@@ -52,6 +64,12 @@ def read_profile(path: str) -> dict[str, Any]:
     if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 2):
         raise ValueError(f"{path}: at_world_size must be an integer >= 2, got {at!r}")
     return data
+
+
+LINE_RATE_KEY = "inter_line_rate_gbit_s"
+"""A profile's stated inter-node line rate (Gb/s a node, every NIC together), as a site's
+documentation gives it: the projection spans the share of it that published clusters
+achieved, never the whole of it."""
 
 
 _NCCL_ROW = (

@@ -15,6 +15,7 @@ bus bandwidth log-uniformly within its band, and (4) add the error model's resid
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -49,6 +50,7 @@ from analysis.compute.projection.step_time.step_model import (
     fit_series,
 )
 from analysis.compute.projection.what_ifs import WhatIf, settings_of, under, what_ifs
+from analysis.read.network_profile import LINE_RATE_KEY
 from analysis.read.strategy import frame_strategy, fsdp_sharding
 
 DRAWS = 400
@@ -477,11 +479,29 @@ def _few_repeats_notes(label: str, points: Sequence[ScalePoint]) -> list[str]:
 
 
 def _network(points: Sequence[ScalePoint], profile: Mapping[str, Any] | None) -> Network:
+    """The series' network: as its all-reduce sweeps measured it, or as ``profile`` gives
+    it. A profile's stated line rate spans the share the shipped model learned that
+    clusters achieve; where the series measured across nodes, what it measured is used and
+    the line rate, an upper bound, is not."""
     multi = [pt for pt in points if pt.world > 1 and any(p.recorded for p in pt.parts)]
     measured = network_from_points(multi)
     if profile is None:
         return measured
+    if profile.get(LINE_RATE_KEY) is not None:
+        if measured.inter is not None and measured.measured_nodes > 1:
+            return replace(
+                measured,
+                note=f"{measured.note}; the stated line rate of the --network profile, an "
+                "upper bound, is not used where the bus bandwidth was measured across nodes",
+            )
+        return network_from_profile(profile, measured.intra, _shipped_share_band())
     return network_from_profile(profile, measured.intra)
+
+
+@functools.cache
+def _shipped_share_band() -> tuple[float, float, float] | None:
+    """The band of shares of a stated line rate the shipped sweep model learned."""
+    return load_sweep().share_band
 
 
 def self_check(

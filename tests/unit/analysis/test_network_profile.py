@@ -1,13 +1,20 @@
 """A network profile given to the projection (analysis.read.network_profile): a YAML of the
-inter-node bandwidth, or nccl-tests' output fitted at its rank count; a bad one names its key."""
+inter-node bandwidth measured or its stated line rate, or nccl-tests' output fitted at its rank
+count; a bad one names its key."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from projection_helpers import FIXTURE, first_projection, run
+import pytest
+from projection_helpers import FIXTURE, REPO, first_projection, parts, run
 
 from analysis import summarize
+from analysis.compute.projection.step_time.step_model import ScalePoint
+
+QUICKSTART = REPO / "tests" / "fixtures" / "quickstart"
+"""A sweep of one node (1 and 2 processes): nothing measured across nodes."""
 
 
 def test_an_nccl_tests_output_is_a_network_profile(tmp_path: Path) -> None:
@@ -35,3 +42,77 @@ def test_a_bad_network_profile_names_the_key(tmp_path: Path) -> None:
     profile.write_text("busbw: 3\n")
     rc, _, err = run(summarize.main, str(FIXTURE), "--project", "4", "--network", str(profile))
     assert rc == 2 and "unknown key(s) busbw" in err, err
+
+
+def test_a_stated_line_rate_is_read_and_refused_with_a_measured_one_or_without_either(
+    tmp_path: Path,
+) -> None:
+    from analysis.read.network_profile import read_profile
+
+    profile = tmp_path / "net.yaml"
+    profile.write_text("inter_line_rate_gbit_s: 800\nsource: site docs, 4x NDR200\n")
+    assert read_profile(str(profile))["inter_line_rate_gbit_s"] == 800
+    for text, says in (
+        ("inter_line_rate_gbit_s: 800\ninter_busbw_gbps: 90\n", "are both given"),
+        ("source: site docs\n", "inter_line_rate_gbit_s (the stated line rate, Gb/s a node)"),
+        ("inter_line_rate_gbit_s: 0\n", "inter_line_rate_gbit_s must be a positive number"),
+    ):
+        profile.write_text(text)
+        rc, _, err = run(
+            summarize.main, str(QUICKSTART), "--project", "4", "--network", str(profile)
+        )
+        assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_stated_line_rate_is_an_upper_bound_spanned_over_the_learned_share() -> None:
+    """800 Gb/s a node stated: the bus bandwidth is drawn over the shares of a stated line rate
+    the shipped model learned published clusters reached, its centre at the typical one."""
+    from analysis.compute.projection.model_error import load_sweep
+    from analysis.compute.projection.step_time.network import network_from_profile
+
+    band = load_sweep().share_band
+    assert band is not None
+    low, typical, high = band
+    net = network_from_profile({"inter_line_rate_gbit_s": 800}, None, band)
+    assert net.inter is not None and net.inter.busbw_gbps == 100.0  # 800 Gb/s = 100 GB/s
+    assert net.factor(1) == 1.0  # within a node: the intra-node level, untouched
+    assert net.factor(4) == pytest.approx(typical)
+    assert (net.factor(4, 0.0), net.factor(4, 1.0)) == pytest.approx((low, high))
+    assert "an upper bound" in net.note and f"typical {100 * typical:.0f}%" in net.note
+
+
+def test_a_line_rate_projects_lower_and_wider_than_the_same_rate_measured(tmp_path: Path) -> None:
+    """A sweep of one node (the quickstart's), projected to 8 nodes on 10 Gb/s: stated, its
+    centre sits at the typical share and its interval spans the band; measured (1.25 GB/s,
+    the same rate achieved whole), the centre is higher and the interval narrower."""
+    stated, measured = tmp_path / "stated.yaml", tmp_path / "measured.yaml"
+    stated.write_text("inter_line_rate_gbit_s: 10\n")
+    measured.write_text("inter_busbw_gbps: 1.25\n")
+    rows = {}
+    for name, path in (("stated", stated), ("measured", measured)):
+        rc, out, err = run(
+            summarize.main, str(QUICKSTART), "--project", "8", "--network", str(path),
+            "--no-write", "--format", "json",
+        )  # fmt: skip
+        assert rc == 0, err
+        rows[name] = json.loads(out)["projection"][0]
+    s, m = rows["stated"], rows["measured"]
+    assert s["nodes"] == m["nodes"] == 8
+    assert s["efficiency"] < m["efficiency"] - 0.05, (s["efficiency"], m["efficiency"])
+    width = {k: r["efficiency_high"] - r["efficiency_low"] for k, r in rows.items()}
+    assert width["stated"] > width["measured"] + 0.05, width
+    assert "upper bound" in s["network"] and "upper bound" not in m["network"]
+
+
+def test_a_line_rate_does_not_replace_what_a_sweep_measured_across_nodes() -> None:
+    from analysis.compute.projection.project import _network
+
+    base = ScalePoint(1, 1, 1, [parts(world=1)] * 3)
+    across = ScalePoint(4, 2, 2, [parts(busbw=3.0, world=4)] * 3)
+    measured = _network([base, across], None)
+    got = _network([base, across], {"inter_line_rate_gbit_s": 400})
+    assert got.inter == measured.inter and got.measured_nodes == 2
+    assert "is not used" in got.note
+    # one node measured: the line rate gives the level, a share of it spanned
+    alone = _network([base, ScalePoint(2, 1, 2, [parts()] * 3)], {"inter_line_rate_gbit_s": 400})
+    assert alone.inter is not None and alone.inter.busbw_gbps == 50.0 and alone.inter_band[0] < 1

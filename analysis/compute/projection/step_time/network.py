@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.compute.stats import finite_mean
+from analysis.read.network_profile import LINE_RATE_KEY
 
 UNKNOWN_INTER_BAND = (0.01, 1.0)
 """Where nothing measures or states the network between nodes (a sweep with no multi-node run
@@ -37,9 +38,10 @@ class Level:
 class Network:
     """Intra-node and inter-node levels, and the band of the inter-node bus bandwidth.
 
-    ``inter_band``: (low, high) factors on ``inter.busbw_gbps``; the central value is their
-    geometric mean. ``inter`` is None where nothing says what crosses nodes (then only
-    single-node scales can be projected)."""
+    ``inter_band``: (low, high) factors on ``inter.busbw_gbps``; the central value is the
+    point ``centre_u`` of it (log scale; 0.5, their geometric mean, unless a learned band
+    says where its typical value lies). ``inter`` is None where nothing says what crosses
+    nodes (then only single-node scales can be projected)."""
 
     intra: Level | None
     inter: Level | None
@@ -49,17 +51,19 @@ class Network:
     """Up to this many nodes the inter-node level is as measured (factor 1)."""
     missing: str = ""
     """Why a level the anchor needs is missing ('' when none is)."""
+    centre_u: float = 0.5
+    """Where in ``inter_band`` (log scale, 0 to 1) the central value lies."""
 
     def level(self, nodes: int) -> Level | None:
         return self.intra if nodes <= 1 else self.inter
 
     def factor(self, nodes: int, u: float | None = None) -> float:
         """The factor on the level's bus bandwidth at ``nodes``: 1 where measured, else the
-        band's geometric middle, or the point ``u`` in [0, 1] of it (log scale)."""
+        band's centre (:attr:`centre_u`), or the point ``u`` in [0, 1] of it (log scale)."""
         if nodes <= self.measured_nodes:
             return 1.0
         lo, hi = (math.log(b) for b in self.inter_band)
-        return math.exp(lo + (0.5 if u is None else u) * (hi - lo))
+        return math.exp(lo + (self.centre_u if u is None else u) * (hi - lo))
 
 
 def network_from_points(multi: Sequence[Any]) -> Network:
@@ -131,9 +135,16 @@ def _measured_level(pts: Sequence[Any], where: str) -> Level | None:
     return Level(alpha, bw, pt.world, source)
 
 
-def network_from_profile(profile: Mapping[str, Any], intra: Level | None) -> Network:
+def network_from_profile(
+    profile: Mapping[str, Any],
+    intra: Level | None,
+    share_band: tuple[float, float, float] | None = None,
+) -> Network:
     """A user's cluster profile (``--network FILE``): the inter-node bus bandwidth (GB/s)
-    and latency at the target size, e.g. from nccl-tests there; band +-15%."""
+    and latency at the target size, e.g. from nccl-tests there; band +-15%. A stated line
+    rate instead (``inter_line_rate_gbit_s``) is an upper bound: :func:`from_line_rate`."""
+    if profile.get(LINE_RATE_KEY) is not None:
+        return from_line_rate(profile, intra, share_band)
     bw = float(profile["inter_busbw_gbps"])
     alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
     at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
@@ -144,4 +155,47 @@ def network_from_profile(profile: Mapping[str, Any], intra: Level | None) -> Net
         inter,
         (0.85, 1.15),
         note=(f"inter-node bus bandwidth {bw:g} GB/s from {source} (+-15%)"),
+    )
+
+
+def from_line_rate(
+    profile: Mapping[str, Any],
+    intra: Level | None,
+    share_band: tuple[float, float, float] | None,
+) -> Network:
+    """A stated inter-node line rate (``inter_line_rate_gbit_s``, Gb/s a node, every NIC
+    together; the published cases' ``inter_busbw_gbps`` is the same quantity in GB/s): the
+    bus bandwidth achieved is a share of it, spanned over ``share_band`` (low, typical, high),
+    the band the shipped error model learned from the published clusters that state a line
+    rate, the centre at its typical share; the whole line rate where no band was learned
+    (then it is only an upper bound: the interval says so)."""
+    gbit = float(profile[LINE_RATE_KEY])
+    alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
+    at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
+    source = str(profile.get("source") or "the --network profile")
+    inter = Level(alpha, gbit / 8.0, at, f"inter-node: a stated line rate, {source}")
+    if share_band is None:
+        return Network(
+            intra,
+            inter,
+            (1.0, 1.0),
+            note=(
+                f"inter-node line rate {gbit:g} Gb/s a node stated in {source}, taken whole: "
+                "no band of the share clusters achieve was learned"
+            ),
+        )
+    low, typical, high = share_band
+    lo, hi = math.log(low), math.log(high)
+    centre_u = (math.log(typical) - lo) / (hi - lo) if hi > lo else 0.5
+    return Network(
+        intra,
+        inter,
+        (low, high),
+        centre_u=centre_u,
+        note=(
+            f"inter-node line rate {gbit:g} Gb/s a node stated in {source}: an upper bound; "
+            f"the bus bandwidth achieved spans {100 * low:.0f}-{100 * high:.0f}% of it "
+            f"(typical {100 * typical:.0f}%), the share published clusters on a stated line "
+            "rate reached; run 2 nodes, or pass nccl-tests' output, to measure it"
+        ),
     )
