@@ -15,7 +15,6 @@ bus bandwidth log-uniformly within its band, and (4) add the error model's resid
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -34,12 +33,8 @@ from analysis.compute.projection.model_error import (
     load_sweep,
     within_one_node,
 )
+from analysis.compute.projection.series_network import series_network
 from analysis.compute.projection.step_time.fsdp_comm import FsdpTerm
-from analysis.compute.projection.step_time.network import (
-    Network,
-    network_from_points,
-    network_from_profile,
-)
 from analysis.compute.projection.step_time.step_model import (
     CARRIES,
     DDP_TERM,
@@ -50,7 +45,6 @@ from analysis.compute.projection.step_time.step_model import (
     fit_series,
 )
 from analysis.compute.projection.what_ifs import WhatIf, settings_of, under, what_ifs
-from analysis.read.network_profile import LINE_RATE_KEY
 from analysis.read.strategy import frame_strategy, fsdp_sharding
 
 DRAWS = 400
@@ -188,7 +182,7 @@ def _draw(
         base_draw = resample([baseline], rng)[0]
         pts = resample(points, rng)
         carry = CARRIES[i % len(CARRIES)]
-        net, t = _network(pts, profile), term.drawn(rng)
+        net, t = series_network(pts, profile), term.drawn(rng)
         drawn = fit_series(pts, base_draw, scaling_mode, net, carry, t).model
         u, z, z_noise = float(rng.uniform()), rng.standard_normal(), rng.standard_normal()
         if drawn is None:
@@ -396,7 +390,7 @@ def project(
             continue
         base, _ = pick_baseline(members, baseline)
         points, base_pt = _points_of(members, base)
-        net = _network(points, profile)
+        net = series_network(points, profile)
         fit = fit_series(points, base_pt, mode, net, term=term)
         if fit.model is None:
             notes.append(f"{label}: no projection: {fit.reason}.")
@@ -478,32 +472,6 @@ def _few_repeats_notes(label: str, points: Sequence[ScalePoint]) -> list[str]:
     ]
 
 
-def _network(points: Sequence[ScalePoint], profile: Mapping[str, Any] | None) -> Network:
-    """The series' network: as its all-reduce sweeps measured it, or as ``profile`` gives
-    it. A profile's stated line rate spans the share the shipped model learned that
-    clusters achieve; where the series measured across nodes, what it measured is used and
-    the line rate, an upper bound, is not."""
-    multi = [pt for pt in points if pt.world > 1 and any(p.recorded for p in pt.parts)]
-    measured = network_from_points(multi)
-    if profile is None:
-        return measured
-    if profile.get(LINE_RATE_KEY) is not None:
-        if measured.inter is not None and measured.measured_nodes > 1:
-            return replace(
-                measured,
-                note=f"{measured.note}; the stated line rate of the --network profile, an "
-                "upper bound, is not used where the bus bandwidth was measured across nodes",
-            )
-        return network_from_profile(profile, measured.intra, _shipped_share_band())
-    return network_from_profile(profile, measured.intra)
-
-
-@functools.cache
-def _shipped_share_band() -> tuple[float, float, float] | None:
-    """The band of shares of a stated line rate the shipped sweep model learned."""
-    return load_sweep().share_band
-
-
 def self_check(
     members: Sequence[Any],
     points: Sequence[ScalePoint],
@@ -524,7 +492,7 @@ def self_check(
     # every scale as large as the one predicted is held out (a 1x4 beside a 2x2 too), so
     # the prediction comes from smaller world sizes alone, as it says
     rest = [pt for pt in points if pt.world < top.world]
-    fit = fit_series(rest, base_pt, mode, _network(rest, profile), term=term)
+    fit = fit_series(rest, base_pt, mode, series_network(rest, profile), term=term)
     if fit.model is None or not top.parts:
         return None
     (row,) = project_points(

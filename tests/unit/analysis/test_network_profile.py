@@ -105,14 +105,16 @@ def test_a_line_rate_projects_lower_and_wider_than_the_same_rate_measured(tmp_pa
 
 
 def test_a_line_rate_does_not_replace_what_a_sweep_measured_across_nodes() -> None:
-    from analysis.compute.projection.project import _network
+    from analysis.compute.projection.series_network import series_network
 
     base = ScalePoint(1, 1, 1, [parts(world=1)] * 3)
     across = ScalePoint(4, 2, 2, [parts(busbw=3.0, world=4)] * 3)
-    measured = _network([base, across], None)
-    got = _network([base, across], {"inter_line_rate_gbit_s": 400})
+    measured = series_network([base, across], None)
+    got = series_network([base, across], {"inter_line_rate_gbit_s": 400})
     assert got.inter == measured.inter and got.measured_nodes == 2
     assert "is not used" in got.note
     # one node measured: the line rate gives the level, a share of it spanned
-    alone = _network([base, ScalePoint(2, 1, 2, [parts()] * 3)], {"inter_line_rate_gbit_s": 400})
+    alone = series_network(
+        [base, ScalePoint(2, 1, 2, [parts()] * 3)], {"inter_line_rate_gbit_s": 400}
+    )
     assert alone.inter is not None and alone.inter.busbw_gbps == 50.0 and alone.inter_band[0] < 1
