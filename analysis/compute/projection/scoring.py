@@ -65,19 +65,18 @@ from analysis.compute.projection.step_time.fsdp_comm import (
     FsdpStepModel,
     block_bytes,
 )
-from analysis.compute.projection.step_time.network import UNKNOWN_INTER_BAND, Level, Network
+from analysis.compute.projection.step_time.network import (
+    LINE_RATE_PRIOR,
+    UNKNOWN_INTER_BAND,
+    Level,
+    Network,
+)
 from analysis.compute.projection.step_time.step_model import CARRIES, StepModel, expected_max
 from analysis.read.cases import SHARDED_METHODS, Case, CaseError, Point, read_cases
 from scalescope.allreduce_model import split_into_buckets
 
 ALPHA_INTRA_S = 20e-6
 ALPHA_INTER_S = 50e-6
-LINE_RATE_PRIOR = (0.05, 1.0)
-"""The achieved inter-node bus bandwidth as a share of a stated line rate, before any case is
-seen: a line rate is an upper bound, and a cluster can reach a twentieth of it (TCP over a
-cloud's virtual network, one NIC shared by eight GPUs). The draws span it (log scale); the
-error model narrows it to the band the training cases achieved
-(:func:`analysis.compute.projection.scored.learn_share_band`)."""
 UNKNOWN_INTER_SHARE = 1.0
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01

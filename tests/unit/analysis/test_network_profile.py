@@ -68,7 +68,10 @@ def test_a_stated_line_rate_is_an_upper_bound_spanned_over_the_learned_share() -
     """800 Gb/s a node stated: the bus bandwidth is drawn over the shares of a stated line rate
     the shipped model learned published clusters reached, its centre at the typical one."""
     from analysis.compute.projection.model_error import load_sweep
-    from analysis.compute.projection.step_time.network import network_from_profile
+    from analysis.compute.projection.step_time.network import (
+        LINE_RATE_PRIOR,
+        network_from_profile,
+    )
 
     band = load_sweep().share_band
     assert band is not None
@@ -79,6 +82,9 @@ def test_a_stated_line_rate_is_an_upper_bound_spanned_over_the_learned_share() -
     assert net.factor(4) == pytest.approx(typical)
     assert (net.factor(4, 0.0), net.factor(4, 1.0)) == pytest.approx((low, high))
     assert "an upper bound" in net.note and f"typical {100 * typical:.0f}%" in net.note
+    # an error model that learned no band: the prior's span, never the whole line rate
+    bare = network_from_profile({"inter_line_rate_gbit_s": 800}, None, None)
+    assert bare.inter_band == LINE_RATE_PRIOR and bare.factor(4) < 1.0
 
 
 def test_a_line_rate_projects_lower_and_wider_than_the_same_rate_measured(tmp_path: Path) -> None:

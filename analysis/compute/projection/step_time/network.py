@@ -23,6 +23,13 @@ cluster achieved about 1%, Horovod on AWS p3 about 2%), a DGX A100's 200 Gb/s In
 GPU about 8%, PCIe beside InfiniBand or Ethernet beside Ethernet up to all of it. (10-100% before:
 its floor was above every cloud and DGX cluster in the file.)"""
 
+LINE_RATE_PRIOR = (0.05, 1.0)
+"""The achieved inter-node bus bandwidth as a share of a stated line rate, before any case is
+seen: a line rate is an upper bound, and a cluster can reach a twentieth of it (TCP over a
+cloud's virtual network, one NIC shared by eight GPUs). The draws span it (log scale); the
+error model narrows it to the band the training cases achieved
+(:func:`analysis.compute.projection.scored.learn_share_band`)."""
+
 
 @dataclass(frozen=True)
 class Level:
@@ -167,24 +174,19 @@ def from_line_rate(
     together; the published cases' ``inter_busbw_gbps`` is the same quantity in GB/s): the
     bus bandwidth achieved is a share of it, spanned over ``share_band`` (low, typical, high),
     the band the shipped error model learned from the published clusters that state a line
-    rate, the centre at its typical share; the whole line rate where no band was learned
-    (then it is only an upper bound: the interval says so)."""
+    rate, the centre at its typical share; :data:`LINE_RATE_PRIOR` where no band was
+    learned."""
     gbit = float(profile[LINE_RATE_KEY])
     alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
     at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
     source = str(profile.get("source") or "the --network profile")
     inter = Level(alpha, gbit / 8.0, at, f"inter-node: a stated line rate, {source}")
-    if share_band is None:
-        return Network(
-            intra,
-            inter,
-            (1.0, 1.0),
-            note=(
-                f"inter-node line rate {gbit:g} Gb/s a node stated in {source}, taken whole: "
-                "no band of the share clusters achieve was learned"
-            ),
-        )
-    low, typical, high = share_band
+    # no learned band (an error model fitted without cases that state a line rate): the prior
+    low, typical, high = share_band or (
+        LINE_RATE_PRIOR[0],
+        math.sqrt(LINE_RATE_PRIOR[0] * LINE_RATE_PRIOR[1]),
+        LINE_RATE_PRIOR[1],
+    )
     lo, hi = math.log(low), math.log(high)
     centre_u = (math.log(typical) - lo) / (hi - lo) if hi > lo else 0.5
     return Network(
