@@ -567,14 +567,18 @@ def summarize_sweep(
     project_nodes: Sequence[int] = (),
     plan: Mapping[str, Any] | None = None,
     sweep_file: str | os.PathLike[str] | None = None,
+    network: str | os.PathLike[str] | None = None,
 ) -> int:
     """The summary a sweep makes of its own folder (written beside its logs, printed): the
     defaults of ``python -m analysis.summarize FOLDER``, projected to ``project_nodes``,
     planned as the sweep file's ``plan:`` says (its keys: ``work``, ``unit``, ``floor``,
     ``charge_factor``, ``price_per_gpu_hour``). Its errors name the sweep file's keys
-    (``sweep_file: plan.unit``), not the options the user never typed."""
+    (``sweep_file: plan.unit``), not the options the user never typed. ``network``: the
+    sweep file's ``project_network`` (``--network``)."""
     args = build_parser().parse_args([str(folder)])
     args.project = list(project_nodes) or None
+    if network is not None:
+        args.network = str(network)
     if plan:
         args.plan_work = plan.get("work")
         args.plan_unit = plan.get("unit", args.plan_unit)

@@ -63,7 +63,8 @@ def read_profile(path: str) -> dict[str, Any]:
     at = data.get("at_world_size")
     if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 2):
         raise ValueError(f"{path}: at_world_size must be an integer >= 2, got {at!r}")
-    return data
+    # the projection's note names where the figure came from: the file, unless it says
+    return {**data, "source": data.get("source") or Path(path).name}
 
 
 LINE_RATE_KEY = "inter_line_rate_gbit_s"

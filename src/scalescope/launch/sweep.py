@@ -436,7 +436,12 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
             markup=False,
         )
     rc = run_summary(
-        plan.sweep_dir, console, plan.project_nodes, plan.summary_plan, plan.sweep_file
+        plan.sweep_dir,
+        console,
+        plan.project_nodes,
+        plan.summary_plan,
+        plan.sweep_file,
+        plan.project_network,
     )
     if rc is None:
         console.print(
@@ -456,6 +461,7 @@ def run_summary(
     project: Sequence[int] = (),
     work_plan: Mapping[str, Any] | None = None,
     sweep_file: Path | None = None,
+    network: Path | None = None,
 ) -> int | None:
     """The summary of the sweep's folder (``analysis.summarize.summarize_sweep``, a typed
     call), when the analysis package is installed beside the launcher."""
@@ -473,6 +479,8 @@ def run_summary(
         kw: dict[str, Any] = {}  # an older analysis takes neither
         if work_plan:  # its errors name the sweep file's keys (plan.unit), not --plan-unit
             kw = {"plan": dict(work_plan), "sweep_file": sweep_file}
+        if network is not None:
+            kw["network"] = network
         return int(summarize_sweep(sweep_dir, project_nodes=tuple(project), **kw) or 0)
     except Exception as exc:
         console.print(f"summary failed: {described(exc)}", markup=False)

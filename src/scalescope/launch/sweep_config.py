@@ -20,6 +20,8 @@ and how often to repeat each::
     timeout_min: 20               # per job; null = the cluster profile's timeout_min
     order_seed: null              # shuffles the shapes within each round; null = random
     project_nodes: [2, 4, 8]      # optional: the summary projects to these node counts
+    project_network: net.yaml     # optional: on this network between nodes (--network;
+                                  # e.g. inter_line_rate_gbit_s: 800), relative to THIS file
     plan: {work: 2e11, unit: tokens}  # optional: and plans this training (time, node-hours)
 
 Repeats are interleaved: round 1 submits every shape once, in a shuffled order, then round 2,
@@ -32,8 +34,8 @@ on the cluster (a busy file system, a noisy neighbour) then falls on several sha
 biasing all repeats of one.
 The order and its seed are kept in ``sweep.json``.
 
-``train_config`` is resolved against the sweep file's folder, not the current directory, so
-that a sweep means the same thing wherever it is launched from.
+``train_config`` (and ``project_network``) is resolved against the sweep file's folder, not
+the current directory, so that a sweep means the same thing wherever it is launched from.
 
 :func:`plan_sweep` validates *everything* before anything is submitted: the train config of
 every shape (through :func:`~scalescope.config.load_train_config`), the batch split of every
@@ -44,6 +46,7 @@ lightning, for that case only). This module imports neither torch nor submitit o
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import re
@@ -179,6 +182,9 @@ class SweepPlan:
     """Node counts the summary projects to (none: no projection)."""
     summary_plan: dict[str, Any] | None = None
     """The training the summary plans (:class:`PlanSpec`'s fields); None: no plan."""
+    project_network: Path | None = None
+    """The network profile the summary's projection takes (``--network``); None: what the
+    runs measured."""
     profile_repeat: int | None = None
     """The repeat of every shape that captures a profile (``trainer.profile``); None: every
     repeat runs as its config says."""
@@ -279,6 +285,7 @@ def plan_sweep(
             )
         except ConfigError as exc:
             raise ConfigError(f"{sweep_path}: {exc}") from None
+    network = _project_network_path(sweep, sweep_path)
     _check_profile_repeat(sweep, base, repeats if repeats is not None else sweep.repeats)
     sweep_dir = (Path(base.output_dir) / "sweeps" / sweep_id).absolute()
     plans = _ShapePlanner(
@@ -299,6 +306,7 @@ def plan_sweep(
         seed_source=seed_source,
         project_nodes=tuple(sweep.project_nodes or ()),
         summary_plan=asdict(sweep.plan) if sweep.plan is not None else None,
+        project_network=network,
         profile_repeat=sweep.profile_repeat,
     )
 
@@ -340,6 +348,30 @@ def _train_config_path(sweep: SweepConfig, sweep_path: Path) -> Path:
             f"{train_path}; relative paths are relative to the sweep file's folder)"
         )
     return train_path
+
+
+def _project_network_path(sweep: SweepConfig, sweep_path: Path) -> Path | None:
+    """The sweep file's ``project_network``, found (relative to the sweep file) and read as the
+    summary will read it, before anything is submitted; None where it names none. Read by the
+    analysis package's reader where it is installed beside the launcher (without it, no
+    summary is made, and the file is only looked for)."""
+    if sweep.project_network is None:
+        return None
+    path = resolve_train_config_path(sweep_path, sweep.project_network)
+    if not path.is_file():
+        raise ConfigError(
+            f"{sweep_path}: project_network {sweep.project_network!r} not found (looked for "
+            f"{path}; relative paths are relative to the sweep file's folder)"
+        )
+    try:
+        reader = importlib.import_module("analysis.read.network_profile")
+    except ImportError:
+        return path.absolute()
+    try:
+        reader.read_profile(str(path))
+    except ValueError as exc:
+        raise ConfigError(f"{sweep_path}: project_network: {exc}") from None
+    return path.absolute()
 
 
 def _overrides(

@@ -74,6 +74,13 @@ class SweepConfig:
         help="the summary projects each series to these node counts (e.g. [2, 4, 8]: "
         "`python -m analysis.summarize --project 2,4,8`); null = no projection",
     )
+    project_network: str | None = option(
+        None,
+        help="the projection's network between nodes, as `python -m analysis.summarize "
+        "--network` takes it: a YAML with inter_busbw_gbps (measured) or "
+        "inter_line_rate_gbit_s (the stated line rate, Gb/s a node), or nccl-tests' "
+        "all_reduce_perf output; relative to this file; null = what the runs measured",
+    )
     plan: PlanSpec | None = option(
         None,
         help="the summary plans this training, e.g. {work: 2e11, unit: tokens} (`python -m "
@@ -100,6 +107,11 @@ class SweepConfig:
         if self.project_nodes is not None:
             check_axis(
                 "project_nodes", self.project_nodes, bad=below_one, wanted="a node count >= 1"
+            )
+        if self.project_network is not None and not self.project_nodes:
+            raise ConfigError(
+                "project_network: the summary projects only where project_nodes is set; add "
+                "e.g. project_nodes: [2, 4, 8]"
             )
         if self.accumulate_grad_batches is not None:
             check_axis(

@@ -492,7 +492,13 @@ def test_failed_jobs_are_listed_and_set_the_exit_code(
     )
     monkeypatch.setattr(sweep_cli_module, "run_summary", lambda *a: 0)
     console = Console(record=True, width=200)
-    plan = SimpleNamespace(sweep_dir=tmp_path, project_nodes=(), summary_plan=None, sweep_file=None)
+    plan = SimpleNamespace(
+        sweep_dir=tmp_path,
+        project_nodes=(),
+        summary_plan=None,
+        sweep_file=None,
+        project_network=None,
+    )
     rc = sweep_cli_module._report(watch, plan, console, show_table=True)  # type: ignore[arg-type]
     text = console.export_text()
     assert rc == 1

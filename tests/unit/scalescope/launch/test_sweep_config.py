@@ -21,6 +21,52 @@ def test_a_sweep_names_its_projection_nodes() -> None:
         build(SweepConfig, {**base, "project_nodes": [0]}).validate("s.yaml")
 
 
+def test_a_sweep_names_its_projections_network_and_it_is_read_before_submission(
+    in_tmp: Path,
+) -> None:
+    """``project_network`` (the summary's ``--network``) is found beside the sweep file and
+    read as the summary will read it, before anything is submitted; it travels to the summary
+    as an absolute path."""
+    nodes = "project_nodes: [2, 4]\n"
+    sweep = write_sweep(in_tmp, shapes=((1, 1),), extra=f"{nodes}project_network: net.yaml\n")
+    net = sweep.parent / "net.yaml"
+
+    def plan():  # type: ignore[no-untyped-def]
+        return plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
+
+    with pytest.raises(ConfigError, match=r"project_network 'net.yaml' not found \(looked for"):
+        plan()
+    net.write_text("inter_line_rate_gbit_s: 0\n")
+    with pytest.raises(ConfigError, match=r"project_network: .*inter_line_rate_gbit_s must be a"):
+        plan()
+    net.write_text("inter_line_rate_gbit_s: 800\n")
+    assert plan().project_network == net.absolute()
+    alone = write_sweep(in_tmp, shapes=((1, 1),), extra="project_network: net.yaml\n")
+    with pytest.raises(ConfigError, match="project_network: the summary projects only where"):
+        load_sweep_config(alone)
+
+
+def test_the_sweeps_network_reaches_its_summary(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The sweep's end: run_summary hands the sweep file's network to summarize_sweep, which
+    gives it to the summary as ``--network``."""
+    import analysis.commands.summarize as summarize_command
+    import analysis.summarize
+    from scalescope.launch.sweep import run_summary
+
+    net = tmp_path / "net.yaml"
+    got: dict = {}
+    monkeypatch.setattr(
+        analysis.summarize, "summarize_sweep", lambda folder, **kw: got.update(kw) or 0
+    )
+    assert run_summary(tmp_path, None, (4,), None, None, net) == 0
+    assert got == {"project_nodes": (4,), "network": net}
+    monkeypatch.undo()
+    seen: dict = {}
+    monkeypatch.setattr(summarize_command, "guarded", lambda fn, args: seen.update(vars(args)) or 0)
+    assert summarize_command.summarize_sweep(tmp_path, project_nodes=(4,), network=net) == 0
+    assert seen["network"] == str(net) and seen["project"] == [4]
+
+
 def test_a_sweep_names_the_training_its_summary_plans(in_tmp: Path) -> None:
     """``plan:`` is checked where it is read and travels to the summary as its fields."""
     base = {"name": "s", "train_config": "t.yaml", "shapes": [{"nodes": 1, "devices_per_node": 1}]}
