@@ -62,6 +62,25 @@ def _same_order(plan: SweepPlan) -> str:
     return f"the seed comes from {plan.seed_source}: a submission uses the same"
 
 
+def _summary(plan: SweepPlan) -> str:
+    """What the summary at the sweep's end adds, as the sweep file asks (checked already):
+    its projection (``project_nodes``, on ``project_network``) and its plan; '' for
+    neither."""
+    out = []
+    if plan.project_nodes:
+        nodes = ", ".join(str(n) for n in plan.project_nodes)
+        on = (
+            f" on the network of {_rel(plan.project_network)}"
+            if plan.project_network
+            else " on the network the runs measure"
+        )
+        out.append(f"projects to {nodes} node(s){on}")
+    if plan.summary_plan:
+        work = plan.summary_plan.get("work")
+        out.append(f"plans {work:g} {plan.summary_plan.get('unit', 'samples')}")
+    return "; ".join(out)
+
+
 def _profiling(plan: SweepPlan) -> str | None:
     """Which jobs capture a profile (``trainer.profile``), or None where none does."""
     steps = {sp.config.trainer.profile.steps for sp in plan.shapes} - {0}
@@ -119,6 +138,9 @@ def dry_run_lines(plan: SweepPlan, why: str, at_once: int | None = None) -> list
     profiling = _profiling(plan)
     if profiling:
         lines.append(f"  profile       {profiling}")
+    summary = _summary(plan)
+    if summary:
+        lines.append(f"  summary       {summary}")
     for i, sp in enumerate(plan.shapes, 1):
         r = sp.resources
         t = sp.config.trainer

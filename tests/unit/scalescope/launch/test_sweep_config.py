@@ -10,6 +10,7 @@ import pytest
 from sweep_helpers import plan_of, write_sweep
 
 from scalescope.errors import ConfigError
+from scalescope.launch.dry_run import dry_run_lines
 from scalescope.launch.sweep_config import SweepConfig, load_sweep_config, plan_sweep
 from scalescope.schema import build
 
@@ -40,7 +41,15 @@ def test_a_sweep_names_its_projections_network_and_it_is_read_before_submission(
     with pytest.raises(ConfigError, match=r"project_network: .*inter_line_rate_gbit_s must be a"):
         plan()
     net.write_text("inter_line_rate_gbit_s: 800\n")
-    assert plan().project_network == net.absolute()
+    got = plan()
+    assert got.project_network == net.absolute()
+    # --dry-run says what the summary will do, as it was checked
+    summary = [line for line in dry_run_lines(got, "asked for") if "summary" in line]
+    where = net.relative_to(in_tmp)  # as --dry-run names files: from where it runs
+    assert summary == [f"  summary       projects to 2, 4 node(s) on the network of {where}"]
+    bare = write_sweep(in_tmp, shapes=((1, 1),))
+    bare_plan = plan_sweep(load_sweep_config(bare), bare, executor="local", sweep_id="t")
+    assert not [line for line in dry_run_lines(bare_plan, "asked for") if "summary" in line]
     alone = write_sweep(in_tmp, shapes=((1, 1),), extra="project_network: net.yaml\n")
     with pytest.raises(ConfigError, match="project_network: the summary projects only where"):
         load_sweep_config(alone)
@@ -87,6 +96,7 @@ def test_a_sweep_names_the_training_its_summary_plans(in_tmp: Path) -> None:
         "charge_factor": None,
         "price_per_gpu_hour": None,
     }
+    assert "  summary       plans 4e+06 steps" in dry_run_lines(plan, "asked for")
 
 
 def test_the_sweep_axis_runs_every_shape_at_each_accumulation(in_tmp: Path) -> None:
