@@ -336,7 +336,8 @@ def centre_carry(case: Case, p: Point) -> tuple[str, float]:
     if len(centres) == 1:
         e, c = centres[0]
         return c, e
-    # an unknown: the centre between its ends (geometric)
+    # an unknown: the centre between its ends (geometric; a pair's by sqrt, correctly
+    # rounded, so a case with one unknown keeps the centre it had to the bit)
     product = math.prod(x for x, _ in centres)
     e = math.sqrt(product) if len(centres) == 2 else product ** (1 / len(centres))
     spans = [

@@ -76,8 +76,7 @@ def _summary(plan: SweepPlan) -> str:
         )
         out.append(f"projects to {nodes} node(s){on}")
     if plan.summary_plan:
-        work = plan.summary_plan.get("work")
-        out.append(f"plans {work:g} {plan.summary_plan.get('unit', 'samples')}")
+        out.append(f"plans {plan.summary_plan['work']:g} {plan.summary_plan['unit']}")
     return "; ".join(out)
 
 

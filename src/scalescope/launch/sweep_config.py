@@ -216,11 +216,6 @@ def make_sweep_id(name: str, now: datetime | None = None) -> str:
     return f"{name}-{stamp}"
 
 
-def resolve_train_config_path(sweep_file: Path, train_config: str) -> Path:
-    path = Path(train_config).expanduser()
-    return path if path.is_absolute() else (sweep_file.parent / path)
-
-
 def _nested(overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Dotted override keys (``trainer.max_epochs``) as the nested mapping configs merge."""
     out: dict[str, Any] = {}
@@ -262,7 +257,7 @@ def plan_sweep(
     """
     sweep_path = Path(sweep_file)
     _check_request(executor, profile, repeats)
-    train_path = _train_config_path(sweep, sweep_path)
+    train_path = _beside(sweep_path, "train_config", sweep.train_config)
     overrides, routes = _overrides(sweep, sweep_path, extra_overrides)
     sweep_id = sweep_id or make_sweep_id(sweep.name)
     if not NAME.match(sweep_id):
@@ -340,14 +335,18 @@ def _check_request(
         )
 
 
-def _train_config_path(sweep: SweepConfig, sweep_path: Path) -> Path:
-    train_path = resolve_train_config_path(sweep_path, sweep.train_config)
-    if not train_path.is_file():
+def _beside(sweep_path: Path, key: str, value: str) -> Path:
+    """The file the sweep file's ``key`` names (``value``: absolute, or relative to the sweep
+    file's folder), which must exist; the error names the key and where it looked."""
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = sweep_path.parent / path
+    if not path.is_file():
         raise ConfigError(
-            f"{sweep_path}: train_config {sweep.train_config!r} not found (looked for "
-            f"{train_path}; relative paths are relative to the sweep file's folder)"
+            f"{sweep_path}: {key} {value!r} not found (looked for {path}; relative paths are "
+            "relative to the sweep file's folder)"
         )
-    return train_path
+    return path
 
 
 def _project_network_path(sweep: SweepConfig, sweep_path: Path) -> Path | None:
@@ -357,12 +356,7 @@ def _project_network_path(sweep: SweepConfig, sweep_path: Path) -> Path | None:
     summary is made, and the file is only looked for)."""
     if sweep.project_network is None:
         return None
-    path = resolve_train_config_path(sweep_path, sweep.project_network)
-    if not path.is_file():
-        raise ConfigError(
-            f"{sweep_path}: project_network {sweep.project_network!r} not found (looked for "
-            f"{path}; relative paths are relative to the sweep file's folder)"
-        )
+    path = _beside(sweep_path, "project_network", sweep.project_network)
     try:
         reader = importlib.import_module("analysis.read.network_profile")
     except ImportError:

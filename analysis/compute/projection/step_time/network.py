@@ -153,10 +153,7 @@ def network_from_profile(
     if profile.get(LINE_RATE_KEY) is not None:
         return from_line_rate(profile, intra, share_band)
     bw = float(profile["inter_busbw_gbps"])
-    alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
-    at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
-    source = str(profile.get("source") or "the --network profile")
-    inter = Level(alpha, bw, at, f"inter-node: {source}")
+    inter, source = _profile_level(profile, intra, bw, "inter-node: ")
     return Network(
         intra,
         inter,
@@ -177,10 +174,7 @@ def from_line_rate(
     rate, the centre at its typical share; :data:`LINE_RATE_PRIOR` where no band was
     learned."""
     gbit = float(profile[LINE_RATE_KEY])
-    alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
-    at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
-    source = str(profile.get("source") or "the --network profile")
-    inter = Level(alpha, gbit / 8.0, at, f"inter-node: a stated line rate, {source}")
+    inter, source = _profile_level(profile, intra, gbit / 8.0, "inter-node: a stated line rate, ")
     # no learned band (an error model fitted without cases that state a line rate): the prior
     low, typical, high = share_band or (
         LINE_RATE_PRIOR[0],
@@ -201,3 +195,15 @@ def from_line_rate(
             "rate reached; run 2 nodes, or pass nccl-tests' output, to measure it"
         ),
     )
+
+
+def _profile_level(
+    profile: Mapping[str, Any], intra: Level | None, busbw_gbps: float, what: str
+) -> tuple[Level, str]:
+    """The inter-node level a profile gives at ``busbw_gbps``: its latency and rank count,
+    else the intra-node level's; and where it came from (``source``), which the level's own
+    source follows ``what`` with."""
+    alpha = float(profile.get("inter_alpha_s") or (intra.alpha_s if intra else 0.0))
+    at = int(profile.get("at_world_size") or (intra.at_world if intra else 2))
+    source = str(profile.get("source") or "the --network profile")
+    return Level(alpha, busbw_gbps, at, f"{what}{source}"), source
