@@ -32,9 +32,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, described
@@ -435,14 +433,7 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
             f"log {h.stdout}, errors {h.stderr}",
             markup=False,
         )
-    rc = run_summary(
-        plan.sweep_dir,
-        console,
-        plan.project_nodes,
-        plan.summary_plan,
-        plan.sweep_file,
-        plan.project_network,
-    )
+    rc = run_summary(plan, console)
     if rc is None:
         console.print(
             f"results: {plan.sweep_dir} (each job's log holds its :::SCALESCOPE record)",
@@ -455,16 +446,10 @@ def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: boo
     return rc
 
 
-def run_summary(
-    sweep_dir: Path,
-    console: Any,
-    project: Sequence[int] = (),
-    work_plan: Mapping[str, Any] | None = None,
-    sweep_file: Path | None = None,
-    network: Path | None = None,
-) -> int | None:
+def run_summary(plan: SweepPlan, console: Any) -> int | None:
     """The summary of the sweep's folder (``analysis.summarize.summarize_sweep``, a typed
-    call), when the analysis package is installed beside the launcher."""
+    call) as its sweep file asks (projection, its network, plan), when the analysis package
+    is installed beside the launcher."""
     try:
         found = importlib.util.find_spec("analysis.summarize") is not None
     except (ImportError, ValueError):
@@ -477,11 +462,13 @@ def run_summary(
         return None
     try:
         kw: dict[str, Any] = {}  # an older analysis takes neither
-        if work_plan:  # its errors name the sweep file's keys (plan.unit), not --plan-unit
-            kw = {"plan": dict(work_plan), "sweep_file": sweep_file}
-        if network is not None:
-            kw["network"] = network
-        return int(summarize_sweep(sweep_dir, project_nodes=tuple(project), **kw) or 0)
+        if plan.summary_plan:  # its errors name the sweep file's keys (plan.unit), not --plan-unit
+            kw = {"plan": dict(plan.summary_plan), "sweep_file": plan.sweep_file}
+        if plan.project_network is not None:
+            kw["network"] = plan.project_network
+        return int(
+            summarize_sweep(plan.sweep_dir, project_nodes=tuple(plan.project_nodes), **kw) or 0
+        )
     except Exception as exc:
         console.print(f"summary failed: {described(exc)}", markup=False)
         return 1

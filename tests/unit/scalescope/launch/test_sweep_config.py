@@ -5,6 +5,7 @@ submitted, and the node counts it projects to."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sweep_helpers import plan_of, write_sweep
@@ -67,7 +68,14 @@ def test_the_sweeps_network_reaches_its_summary(tmp_path: Path, monkeypatch) -> 
     monkeypatch.setattr(
         analysis.summarize, "summarize_sweep", lambda folder, **kw: got.update(kw) or 0
     )
-    assert run_summary(tmp_path, None, (4,), None, None, net) == 0
+    plan = SimpleNamespace(
+        sweep_dir=tmp_path,
+        project_nodes=(4,),
+        summary_plan=None,
+        sweep_file=None,
+        project_network=net,
+    )
+    assert run_summary(plan, None) == 0  # type: ignore[arg-type]
     assert got == {"project_nodes": (4,), "network": net}
     monkeypatch.undo()
     seen: dict = {}
