@@ -38,6 +38,7 @@ from analysis.compute.metrics import scaling_table
 from analysis.compute.stats import below_test
 from analysis.read.frame import SERIES_KEYS
 from scalescope.atomic import write_text_atomic
+from scalescope.config.files import load_yaml_text
 
 REFERENCE_SCHEMA_VERSION = 1
 DEFAULT_TOLERANCE = 0.05
@@ -194,7 +195,7 @@ def load_reference(path: str | os.PathLike[str]) -> list[Expectation]:
     except (OSError, UnicodeDecodeError) as exc:
         raise BadReference(f"{path}: cannot read: {exc}") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml_text(text)  # as a config is read: 1e4 a number, off a string
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""

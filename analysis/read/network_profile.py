@@ -3,6 +3,7 @@ nccl-tests' ``all_reduce_perf`` (or ``benchmarks/allreduce.py``) printed across 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ def read_profile(path: str) -> dict[str, Any]:
     wrong."""
     import yaml
 
+    from scalescope.config.files import load_yaml_text
+
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -28,7 +31,7 @@ def read_profile(path: str) -> dict[str, Any]:
     if table is not None:
         return _profile_from_table(path, *table)
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text)  # as people mean it: 1e9 is a number, as in a config
     except yaml.YAMLError as exc:
         raise ValueError(f"{path} is not YAML: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
@@ -57,7 +60,10 @@ def read_profile(path: str) -> dict[str, Any]:
     for key in ("inter_busbw_gbps", LINE_RATE_KEY, "inter_alpha_s"):
         value = data.get(key)
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
         ):
             raise ValueError(f"{path}: {key} must be a positive number, got {value!r}")
     at = data.get("at_world_size")

@@ -140,6 +140,16 @@ def test_tolerance_per_series_and_metric(tmp_path: Path, reference: Path) -> Non
     assert proc.returncode == 1
 
 
+def test_a_hand_edited_reference_is_read_as_a_config_is(tmp_path: Path, reference: Path) -> None:
+    """Numbers as people type them (1e-1, no dot) are numbers, as in a config (YAML 1.2):
+    read as YAML 1.1 reads them, 1e-1 was the string '1e-1' and the file was refused."""
+    text = reference.read_text(encoding="utf-8").replace("tolerance: 0.05", "tolerance: 1e-1")
+    assert "tolerance: 1e-1" in text
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(text, encoding="utf-8")
+    assert {e.tolerance for e in load_reference(edited)} == {0.1}
+
+
 def test_write_reference_refuses_to_overwrite_without_force(
     tmp_path: Path, reference: Path
 ) -> None:

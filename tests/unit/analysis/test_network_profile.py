@@ -52,10 +52,15 @@ def test_a_stated_line_rate_is_read_and_refused_with_a_measured_one_or_without_e
     profile = tmp_path / "net.yaml"
     profile.write_text("inter_line_rate_gbit_s: 800\nsource: site docs, 4x NDR200\n")
     assert read_profile(str(profile))["inter_line_rate_gbit_s"] == 800
+    # written as people write it, as a config is read: 1e9 without a dot is a number (YAML 1.2)
+    profile.write_text("inter_busbw_gbps: 2.5e1\ninter_alpha_s: 5e-5\n")
+    assert read_profile(str(profile))["inter_alpha_s"] == 5e-5
     for text, says in (
         ("inter_line_rate_gbit_s: 800\ninter_busbw_gbps: 90\n", "are both given"),
         ("source: site docs\n", "inter_line_rate_gbit_s (the stated line rate, Gb/s a node)"),
         ("inter_line_rate_gbit_s: 0\n", "inter_line_rate_gbit_s must be a positive number"),
+        ("inter_line_rate_gbit_s: .nan\n", "inter_line_rate_gbit_s must be a positive number"),
+        ("inter_busbw_gbps: .inf\n", "inter_busbw_gbps must be a positive number"),
     ):
         profile.write_text(text)
         rc, _, err = run(
