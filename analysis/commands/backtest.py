@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from analysis.commands.common import _positive_int
 from analysis.compute.projection.backtest import backtest, cross_validated, split
 from analysis.compute.projection.model_error import SHIPPED_PATH, fit_sweep
 from analysis.compute.projection.model_error import write as write_error_model
@@ -244,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="score each source's points with the error model whose noise and fit come from "
         "the other sources alone (nested leave one source out) instead of the shipped one",
     )
-    bt.add_argument("--draws", type=int, default=DRAWS, help=argparse.SUPPRESS)
+    bt.add_argument("--draws", type=_positive_int, default=DRAWS, help=argparse.SUPPRESS)
     fe = sub.add_parser(
         "fit-error",
         help="fit the projection's error model on published cases and write it "
@@ -252,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     fe.add_argument("cases", metavar="CASES.yaml")
     fe.add_argument("--out", metavar="FILE", default=str(SHIPPED_PATH), help=argparse.SUPPRESS)
-    fe.add_argument("--draws", type=int, default=DRAWS, help=argparse.SUPPRESS)
+    fe.add_argument("--draws", type=_positive_int, default=DRAWS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         cases = read_cases(args.cases)

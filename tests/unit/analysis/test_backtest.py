@@ -230,6 +230,20 @@ def test_a_case_file_with_a_missing_field_is_one_line(
     assert rc == 2 and "case 'x': model.grad_bytes must be a positive number" in err, err
 
 
+@pytest.mark.parametrize("command", ["backtest", "fit-error"])
+def test_no_draws_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """--draws 0 is refused before anything is read or written (it was a traceback)."""
+    out = tmp_path / "model.json"
+    extra = ["--out", str(out)] if command == "fit-error" else []
+    with pytest.raises(SystemExit) as exc:
+        backtest.main([command, str(CASES), "--draws", "0", *extra])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--draws: 0: expected an integer >= 1" in err, err
+    assert not out.exists()
+
+
 def test_cross_validating_the_cases_of_one_source_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
