@@ -236,7 +236,8 @@ def _centre_row(
         else (math.nan, math.nan)
     )
     ratio = world / model.baseline_world
-    x = batch / parts["step"] * shift if parts["step"] > 0 else math.nan
+    # no throughput where no efficiency: a micro-batch of less than one sample is not run
+    x = batch / parts["step"] * shift if parts["step"] > 0 and math.isfinite(e) else math.nan
     return {
         "what_if": w.name,
         "nodes": nodes,

@@ -39,6 +39,16 @@ def amount(value: Any) -> str:
     return f"{v:.2g}"
 
 
+def _banded(row: Mapping[str, Any], column: str) -> str:
+    """``24.7 [20.6, 62.8]`` of ``column`` and its ``_low``/``_high`` (or ``low_``/``high_``
+    before a ``_h`` unit); only "—" where the row has no such figure (a scale that cannot be
+    projected), never "— no interval"."""
+    if not math.isfinite(float(row[column])):
+        return "—"
+    stem, unit = (column[:-2], "_h") if column.endswith("_h") else (column, "")
+    return f"{amount(row[column])} {_interval(row, f'{stem}_low{unit}', f'{stem}_high{unit}')}"
+
+
 def _interval(row: Mapping[str, Any], low: str, high: str) -> str:
     lo, hi = float(row[low]), float(row[high])
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -96,6 +106,8 @@ def _memory(r: Mapping[str, Any]) -> str:
 
 
 def _note(r: Mapping[str, Any], chosen: Mapping[str, Any] | None) -> str:
+    if not math.isfinite(float(r["efficiency"])):
+        return "cannot be projected"  # why: the projection's paragraph (a micro-batch < 1)
     by = dominated_by(r)
     if by is not None:
         return f"beaten by {by}"
@@ -124,14 +136,14 @@ def table_rows(
         if request.charge == "node":
             line["Eff./node"] = _efficiency(r, "charged_efficiency")
         line |= {
-            "Mean samples/s": f"{float(r['throughput']):,.4g}",
-            "Time to train (h)": f"{amount(r['time_h'])} "
-            f"{_interval(r, 'time_low_h', 'time_high_h')}",
-            _charged_label(request): f"{amount(r['charged_hours'])} "
-            f"{_interval(r, 'charged_hours_low', 'charged_hours_high')}",
+            "Mean samples/s": (
+                f"{float(r['throughput']):,.4g}" if math.isfinite(float(r["throughput"])) else "—"
+            ),
+            "Time to train (h)": _banded(r, "time_h"),
+            _charged_label(request): _banded(r, "charged_hours"),
         }
         if request.price_per_gpu_hour:
-            line["Cost"] = f"{amount(r['cost'])} {_interval(r, 'cost_low', 'cost_high')}"
+            line["Cost"] = _banded(r, "cost")
         if memory:
             line["Model state per device"] = _memory(r)
         line["Note"] = _note(r, chosen)

@@ -176,3 +176,23 @@ def test_no_projected_scale_clears_the_floor() -> None:
     # open, and measuring 4 nodes settles it
     assert a["open"]["nodes"] == 4 and not a["settled"]
     assert [(r["nodes"], why) for r, why in a["measure_next"]] == [(4, "projected")]
+
+
+def test_a_scale_that_cannot_be_projected_has_no_figures_and_says_so() -> None:
+    """100,000 nodes of the quick start's strong-scaling series leave less than one sample a
+    micro-batch: the projection gives no efficiency, and neither its throughput (it gave
+    0.0014 samples/s a device) nor the plan's table ('nan', '— no interval') pretend to."""
+    from analysis.present.plan.text import table_rows
+
+    runs = load_all([str(QUICKSTART)], jobs=1).runs
+    request = PlanRequest(2e7, "samples")
+    result = analyze(runs, project=ProjectionRequest([2, 100000]), plan=request)
+    proj = result.projection.table
+    far = proj[proj["nodes"] == 100000]
+    assert len(far) and far["efficiency"].isna().all() and far["throughput"].isna().all()
+    plan = result.plan.table
+    shown = table_rows(plan.to_dict("records"), request).set_index("Scale")
+    row = shown.loc["100000x2"]
+    assert row["Note"] == "cannot be projected"
+    assert {row["Mean samples/s"], row["Time to train (h)"], row["Node-hours"]} == {"—"}
+    assert shown.loc["2x2", "Time to train (h)"].count("[") == 1  # a projected scale keeps its band
