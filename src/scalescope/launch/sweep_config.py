@@ -341,6 +341,8 @@ def _beside(sweep_path: Path, key: str, value: str) -> Path:
     path = Path(value).expanduser()
     if not path.is_absolute():
         path = sweep_path.parent / path
+    if path.is_dir():
+        raise ConfigError(f"{sweep_path}: {key} {value!r} is a folder ({path}); name a file")
     if not path.is_file():
         raise ConfigError(
             f"{sweep_path}: {key} {value!r} not found (looked for {path}; relative paths are "

@@ -38,6 +38,10 @@ def test_a_sweep_names_its_projections_network_and_it_is_read_before_submission(
 
     with pytest.raises(ConfigError, match=r"project_network 'net.yaml' not found \(looked for"):
         plan()
+    net.mkdir()
+    with pytest.raises(ConfigError, match=r"project_network 'net.yaml' is a folder .*name a file"):
+        plan()
+    net.rmdir()
     net.write_text("inter_line_rate_gbit_s: 0\n")
     with pytest.raises(ConfigError, match=r"project_network: .*inter_line_rate_gbit_s must be a"):
         plan()
