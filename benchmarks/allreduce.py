@@ -143,19 +143,25 @@ def run(args: argparse.Namespace) -> None:
             bucket_bytes=args.bucket_bytes,
             bucket_reason="given with --bucket-bytes" if args.bucket_bytes else None,
         )
+        # where the ranks ran: --network refuses a table from one host (the link within a node)
+        hosts: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(hosts, socket.gethostname())
         if dist.get_rank() == 0:
-            print(format_table(section, device, args))
+            print(format_table(section, device, args, list(dict.fromkeys(hosts))))
     finally:
         dist.destroy_process_group()
 
 
-def format_table(s: dict[str, Any], device: torch.device, args: argparse.Namespace) -> str:
+def format_table(
+    s: dict[str, Any], device: torch.device, args: argparse.Namespace, hosts: list[str]
+) -> str:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
     lines = [
         f"# all-reduce baseline  {datetime.datetime.now().isoformat(timespec='seconds')}",
         f"# host {socket.gethostname()}, {where or platform.machine()}, torch {torch.__version__}",
         f"# backend {s['backend']}, {s['world_size']} ranks, float32,"
         f" gradient {s['gradient_bytes']} B, budget {args.budget_s:g} s",
+        f"# hosts {', '.join(hosts)}",
     ]
     if s["status"] != "measured":
         lines.append(f"# {s['status']}: {s['reason']}")

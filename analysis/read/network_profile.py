@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from scalescope.errors import yaml_problem
 
@@ -29,7 +29,7 @@ def read_profile(path: str) -> dict[str, Any]:
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
     table = allreduce_table(text)  # first: srun's "0: " prefixes make it a YAML mapping
     if table is not None:
-        return _profile_from_table(path, *table)
+        return _profile_from_table(path, table)
     try:
         data = load_yaml_text(text)  # as people mean it: 1e9 is a number, as in a config
     except yaml.YAMLError as exc:
@@ -89,18 +89,38 @@ _TABLE_ROW = r"^\s*(\d+)\s+(\d+(?:\.\d+)?)\s+[\d.]+\s+[\d.]+\s*$"
 """A data row of benchmarks/allreduce.py: size, time (us), algbw, busbw."""
 
 
-def allreduce_table(text: str) -> tuple[int | None, list[tuple[float, float]]] | None:
-    """(ranks, [(bytes, seconds)]) from an all-reduce table: nccl-tests' ``all_reduce_perf``
-    output (the out-of-place time) or ``benchmarks/allreduce.py``'s; None without a data row.
-    Ranks: nccl-tests' ``#  Rank N`` lines, or the ``N ranks`` of the benchmark's header."""
+class AllreduceTable(NamedTuple):
+    """An all-reduce table's rows and what it says of where it ran."""
+
+    ranks: int | None
+    rows: list[tuple[float, float]]
+    """(bytes, seconds) per size: the out-of-place time."""
+    hosts: list[str]
+    """The hosts its ranks ran on, where it names them (nccl-tests' ``#  Rank`` lines, the
+    benchmark's ``# hosts`` line); empty where it does not."""
+
+
+def allreduce_table(text: str) -> AllreduceTable | None:
+    """The rows of an all-reduce table: nccl-tests' ``all_reduce_perf`` output (the
+    out-of-place time) or ``benchmarks/allreduce.py``'s; None without a data row. Ranks:
+    nccl-tests' ``#  Rank N`` lines, or the ``N ranks`` of the benchmark's header; hosts:
+    the ``on HOST device`` of those lines, or the benchmark's ``# hosts`` line."""
 
     rows: list[tuple[float, float]] = []
     ranks: set[int] = set()
+    hosts: dict[str, None] = {}
     declared = None
     for line in text.splitlines():
         rank = re.search(r"#\s+Rank\s+(\d+)\s", line)
         if rank:
             ranks.add(int(rank.group(1)))
+            host = re.search(r"\son\s+(\S+)\s+device\s", line)
+            if host:
+                hosts[host.group(1)] = None
+            continue
+        named = re.search(r"#\s*hosts\s+(\S.*)$", line)
+        if named:
+            hosts.update(dict.fromkeys(h.strip() for h in named.group(1).split(",")))
             continue
         header = re.search(r"#.*?(\d+) ranks", line)
         if header:
@@ -111,16 +131,22 @@ def allreduce_table(text: str) -> tuple[int | None, list[tuple[float, float]]] |
             rows.append((float(found.group(1)), float(found.group(2)) * 1e-6))
     if not rows:
         return None
-    return (len(ranks) or declared), rows
+    return AllreduceTable(len(ranks) or declared, rows, [h for h in hosts if h])
 
 
-def _profile_from_table(
-    path: str, ranks: int | None, rows: list[tuple[float, float]]
-) -> dict[str, Any]:
+def _profile_from_table(path: str, table: AllreduceTable) -> dict[str, Any]:
     from scalescope.allreduce_model import fit_model
 
+    ranks, rows = table.ranks, table.rows
     if ranks is None or ranks < 2:
         raise ValueError(f"{path}: the all-reduce table does not say how many ranks ran it")
+    if len(table.hosts) == 1:
+        # the link within a node (NVLink, shared memory), read as the network between nodes,
+        # would project every multi-node scale as if it were one node
+        raise ValueError(
+            f"{path}: every rank of this all-reduce ran on one host ({table.hosts[0]}): it "
+            "measured the link within a node; --network wants it run across 2 or more nodes"
+        )
     fit = fit_model(rows, ranks)
     if fit.get("busbw_gbps") is None or fit.get("alpha_s") is None:
         raise ValueError(f"{path}: no latency-bandwidth fit from its table ({fit.get('note')})")

@@ -229,6 +229,8 @@ def test_the_benchmark_prints_the_table_from_spawned_ranks() -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "# backend gloo, 2 ranks, float32, gradient 65536 B" in out.stdout
+    # where its ranks ran, so that --network refuses a table of the link within a node
+    assert f"# hosts {socket.gethostname()}\n" in out.stdout
     rows = [line.split() for line in out.stdout.splitlines() if not line.startswith("#")]
     assert [int(r[0]) for r in rows] == [4096 * 2**k for k in range(12)]  # up to 8 MiB
     for size, time_us, algbw, busbw in rows:

@@ -34,6 +34,32 @@ def test_an_nccl_tests_output_is_a_network_profile(tmp_path: Path) -> None:
     assert "srun.out (16 ranks, 7 sizes fitted)" in row["network"]
 
 
+def test_an_all_reduce_run_on_one_host_is_refused_as_the_link_within_a_node(
+    tmp_path: Path,
+) -> None:
+    """A table whose ranks all ran on one host measured NVLink (or shared memory), not the
+    network between nodes: read as that network, it projected every multi-node scale as if it
+    were one node. nccl-tests names each rank's host; benchmarks/allreduce.py prints
+    ``# hosts``; a table that names none is taken as it was."""
+    from analysis.read.network_profile import read_profile
+
+    text = (FIXTURE / "nccl_tests_16_ranks.txt").read_text()
+    one_host = tmp_path / "one_node.txt"
+    one_host.write_text(text.replace(" node1 device", " node0 device"))
+    bench = tmp_path / "bench.txt"
+    rows = "".join(f"{2**k:>14} {100.0 + 2**k / 1e4:12.1f} 1.0 1.0\n" for k in range(12, 24))
+    header = "# backend nccl, 16 ranks, float32, gradient 65536 B, budget 10 s\n"
+    bench.write_text(header + "# hosts gpu07\n" + rows)
+    for path in (one_host, bench):
+        rc, _, err = run(summarize.main, str(QUICKSTART), "--project", "4", "--network", str(path))
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert "ran on one host" in err and "across 2 or more nodes" in err, err
+    bench.write_text(header + "# hosts gpu07, gpu08\n" + rows)
+    assert read_profile(str(bench))["at_world_size"] == 16
+    bench.write_text(header + rows)  # no host named: as before
+    assert read_profile(str(bench))["at_world_size"] == 16
+
+
 def test_a_bad_network_profile_names_the_key(tmp_path: Path) -> None:
     profile = tmp_path / "net.yaml"
     profile.write_text("inter_busbw_gbps: -3\n")
