@@ -40,9 +40,9 @@ def amount(value: Any) -> str:
 
 
 def _banded(row: Mapping[str, Any], column: str) -> str:
-    """``24.7 [20.6, 62.8]`` of ``column`` and its ``_low``/``_high`` (or ``low_``/``high_``
-    before a ``_h`` unit); only "—" where the row has no such figure (a scale that cannot be
-    projected), never "— no interval"."""
+    """``24.7 [20.6, 62.8]``: ``column`` and its ``_low``/``_high`` columns (before a ``_h``
+    unit: ``time_h``'s are ``time_low_h``, ``time_high_h``); only "—" where the row has no
+    such figure (a scale that cannot be projected), never "— no interval"."""
     if not math.isfinite(float(row[column])):
         return "—"
     stem, unit = (column[:-2], "_h") if column.endswith("_h") else (column, "")
