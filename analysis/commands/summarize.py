@@ -227,12 +227,13 @@ def _add_projection_arguments(proj: argparse._ArgumentGroup) -> None:
     )
     proj.add_argument(
         "--network",
-        metavar="FILE",
+        metavar="PATH",
         help="the cluster's inter-node all-reduce at the target size: nccl-tests' "
-        "all_reduce_perf output (or benchmarks/allreduce.py's), or YAML with inter_busbw_gbps "
-        "(measured, GB/s) or inter_line_rate_gbit_s (the stated line rate, Gb/s a node: an "
-        "upper bound, the share achieved spanned), optionally inter_alpha_s, at_world_size, "
-        "source",
+        "all_reduce_perf output (or benchmarks/allreduce.py's) across nodes; earlier "
+        "scalescope runs across nodes on the same cluster, any workload (a folder or a log: "
+        "what their all-reduce sweeps measured); or YAML with inter_busbw_gbps (measured, "
+        "GB/s) or inter_line_rate_gbit_s (the stated line rate, Gb/s a node: an upper bound, "
+        "the share achieved spanned), optionally inter_alpha_s, at_world_size, source",
     )
 
 
@@ -284,10 +285,10 @@ def _check_paths(args: argparse.Namespace) -> None:
 def _network_profile(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.network is None:
         return None
-    from analysis.read.network_profile import read_profile
+    from analysis.compute.projection.network_runs import read_network
 
     try:
-        return read_profile(args.network)
+        return read_network(args.network)
     except ValueError as exc:
         raise _UsageError(f"--network: {exc}") from None
 

@@ -335,15 +335,16 @@ def _check_request(
         )
 
 
-def _beside(sweep_path: Path, key: str, value: str) -> Path:
-    """The file the sweep file's ``key`` names (``value``: absolute, or relative to the sweep
-    file's folder), which must exist; the error names the key and where it looked."""
+def _beside(sweep_path: Path, key: str, value: str, *, folder: bool = False) -> Path:
+    """The file (or, with ``folder``, the folder) the sweep file's ``key`` names (``value``:
+    absolute, or relative to the sweep file's folder), which must exist; the error names the
+    key and where it looked."""
     path = Path(value).expanduser()
     if not path.is_absolute():
         path = sweep_path.parent / path
-    if path.is_dir():
+    if path.is_dir() and not folder:
         raise ConfigError(f"{sweep_path}: {key} {value!r} is a folder ({path}); name a file")
-    if not path.is_file():
+    if not (path.is_file() or (folder and path.is_dir())):
         raise ConfigError(
             f"{sweep_path}: {key} {value!r} not found (looked for {path}; relative paths are "
             "relative to the sweep file's folder)"
@@ -358,13 +359,14 @@ def _project_network_path(sweep: SweepConfig, sweep_path: Path) -> Path | None:
     summary is made, and the file is only looked for)."""
     if sweep.project_network is None:
         return None
-    path = _beside(sweep_path, "project_network", sweep.project_network)
+    # a profile, an all-reduce table, or earlier scalescope runs across nodes (a folder)
+    path = _beside(sweep_path, "project_network", sweep.project_network, folder=True)
     try:
-        reader = importlib.import_module("analysis.read.network_profile")
+        reader = importlib.import_module("analysis.compute.projection.network_runs")
     except ImportError:
         return path.absolute()
     try:
-        reader.read_profile(str(path))
+        reader.read_network(str(path))
     except ValueError as exc:
         raise ConfigError(f"{sweep_path}: project_network: {exc}") from None
     return path.absolute()

@@ -78,8 +78,9 @@ class SweepConfig:
         None,
         help="the projection's network between nodes, as `python -m analysis.summarize "
         "--network` takes it: a YAML with inter_busbw_gbps (measured) or "
-        "inter_line_rate_gbit_s (the stated line rate, Gb/s a node), or nccl-tests' "
-        "all_reduce_perf output; relative to this file; null = what the runs measured",
+        "inter_line_rate_gbit_s (the stated line rate, Gb/s a node), nccl-tests' "
+        "all_reduce_perf output across nodes, or a folder of earlier scalescope runs across "
+        "nodes on the cluster; relative to this file; null = what the runs measured",
     )
     plan: PlanSpec | None = option(
         None,

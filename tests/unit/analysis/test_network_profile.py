@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-from projection_helpers import FIXTURE, REPO, first_projection, parts, run
+from projection_helpers import (
+    FIXTURE,
+    REPO,
+    first_projection,
+    parts,
+    run,
+    write_runs_across_nodes,
+)
 
 from analysis import summarize
 from analysis.compute.projection.step_time.step_model import ScalePoint
@@ -58,6 +65,37 @@ def test_an_all_reduce_run_on_one_host_is_refused_as_the_link_within_a_node(
     assert read_profile(str(bench))["at_world_size"] == 16
     bench.write_text(header + rows)  # no host named: as before
     assert read_profile(str(bench))["at_world_size"] == 16
+
+
+def test_earlier_runs_across_nodes_give_the_network_they_measured(tmp_path: Path) -> None:
+    """A folder (or a log) of earlier scalescope runs across nodes, of any workload: the
+    network their all-reduce sweeps measured, as a measured bus bandwidth (±15%), so that a
+    one-node sweep is projected on it rather than on the assumed band; runs of one node
+    only are refused in one line."""
+    from analysis.compute.projection.network_runs import read_network
+
+    earlier = write_runs_across_nodes(tmp_path / "earlier", busbw_gbps=1.6)
+    for path in (earlier, earlier / "slurm-900.out"):
+        profile = read_network(str(path))
+        assert profile["inter_busbw_gbps"] == pytest.approx(1.6)
+        assert profile["inter_alpha_s"] == pytest.approx(5e-5) and profile["at_world_size"] == 4
+        assert f"the 2x2 runs in {path}" in profile["source"], profile
+    rows = {}
+    for name, given in (("assumed", []), ("runs", ["--network", str(earlier)])):
+        rc, out, err = run(
+            summarize.main, str(QUICKSTART), "--project", "4", *given,
+            "--no-write", "--format", "json",
+        )  # fmt: skip
+        assert rc == 0, err
+        rows[name] = json.loads(out)["projection"][0]
+    assert "the 2x2 runs in" in rows["runs"]["network"] and "assumed" in rows["assumed"]["network"]
+    width = {k: r["efficiency_high"] - r["efficiency_low"] for k, r in rows.items()}
+    assert width["runs"] < width["assumed"] - 0.1, width
+    rc, _, err = run(
+        summarize.main, str(QUICKSTART), "--project", "4", "--network", str(QUICKSTART)
+    )
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "no scalescope run across nodes" in err and "the most nodes 1" in err, err
 
 
 def test_a_bad_network_profile_names_the_key(tmp_path: Path) -> None:

@@ -23,6 +23,24 @@ def test_a_sweep_names_its_projection_nodes() -> None:
         build(SweepConfig, {**base, "project_nodes": [0]}).validate("s.yaml")
 
 
+def test_a_folder_of_earlier_runs_across_nodes_is_a_network_and_a_train_config_is_a_file(
+    in_tmp: Path,
+) -> None:
+    """``project_network`` may name a folder of earlier scalescope runs across nodes (the
+    network their all-reduce sweeps measured, read before submission); ``train_config``
+    names a file, and a folder there is said to be one."""
+    from projection_helpers import write_runs_across_nodes
+
+    extra = "project_nodes: [2, 4]\nproject_network: earlier\n"
+    sweep = write_sweep(in_tmp, shapes=((1, 1),), extra=extra)
+    earlier = write_runs_across_nodes(sweep.parent / "earlier")
+    got = plan_sweep(load_sweep_config(sweep), sweep, executor="local", sweep_id="t")
+    assert got.project_network == earlier.absolute()
+    folder = write_sweep(in_tmp, shapes=((1, 1),), train_path="..")
+    with pytest.raises(ConfigError, match=r"train_config '\.\.' is a folder .*name a file"):
+        plan_sweep(load_sweep_config(folder), folder, executor="local", sweep_id="t")
+
+
 def test_a_sweep_names_its_projections_network_and_it_is_read_before_submission(
     in_tmp: Path,
 ) -> None:
@@ -38,8 +56,8 @@ def test_a_sweep_names_its_projections_network_and_it_is_read_before_submission(
 
     with pytest.raises(ConfigError, match=r"project_network 'net.yaml' not found \(looked for"):
         plan()
-    net.mkdir()
-    with pytest.raises(ConfigError, match=r"project_network 'net.yaml' is a folder .*name a file"):
+    net.mkdir()  # a folder: earlier scalescope runs across nodes, and this one holds none
+    with pytest.raises(ConfigError, match=r"project_network: .*no scalescope run across nodes"):
         plan()
     net.rmdir()
     net.write_text("inter_line_rate_gbit_s: 0\n")
