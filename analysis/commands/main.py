@@ -11,7 +11,8 @@ from analysis.commands.check import build_check_parser, gate
 from analysis.commands.common import guarded
 from analysis.commands.compare import build_compare_parser, compare
 from analysis.commands.export import build_export_parser, export
-from analysis.commands.summarize import build_parser, summarize
+from analysis.commands.summarize import summarize
+from analysis.commands.summarize_args import build_parser
 
 COMMANDS: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[..., int]]] = {
     "compare": (build_compare_parser, compare),

@@ -21,7 +21,7 @@ from analysis_helpers import (
 )
 
 import analysis.summarize as cli
-from analysis.commands.summarize import build_parser
+from analysis.commands.summarize_args import build_parser
 from analysis.present.charts import chart_files
 from analysis.present.report import summary_files
 
