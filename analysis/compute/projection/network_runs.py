@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compute.projection.step_time.network import network_from_points
+from analysis.compute.projection.step_time.network import Level, network_from_points
 from analysis.compute.projection.step_time.step_model import ScalePoint
 from analysis.read.network_profile import read_profile
 from scalescope.record import MARKER
@@ -45,23 +45,19 @@ def profile_from_runs(runs: pd.DataFrame, where: str) -> dict[str, Any]:
     (:func:`~.step_time.network.network_from_points`), as a profile of a measured bus
     bandwidth. ValueError where no run across nodes recorded a sweep with a bandwidth."""
     from analysis.compute.groups import series_scale_groups
+    from analysis.compute.metrics import DEFAULT_CONFIDENCE
     from analysis.compute.run_parts import group_parts
 
-    found: list[tuple[tuple[int, int], str, Any, ScalePoint]] = []
-    for _, label, members in series_scale_groups(runs, 0.95) if not runs.empty else []:
-        for g in members:
-            if g.nodes <= 1:
-                continue
+    measured: list[tuple[tuple[int, int], str, Any, Level]] = []
+    for _, label, members in series_scale_groups(runs, DEFAULT_CONFIDENCE) if len(runs) else []:
+        for g in (g for g in members if g.nodes > 1):
             parts = [p for _, p in group_parts(g) if p.recorded]
             point = ScalePoint(g.world_size, g.nodes, g.devices_per_node, parts, 1)
-            found.append(((g.nodes, g.world_size), label, g, point))
-    measured = []
-    for key, label, g, point in found:
-        level = network_from_points([point]).inter if point.parts else None
-        if level is not None:
-            measured.append((key, label, g, level))
+            level = network_from_points([point]).inter if parts else None
+            if level is not None:
+                measured.append(((g.nodes, g.world_size), label, g, level))
     if not measured:
-        most = int(runs["nodes"].max()) if not runs.empty else 0
+        most = int(runs["nodes"].max()) if len(runs) else 0
         raise ValueError(
             f"{where}: no scalescope run across nodes with an all-reduce sweep to take the "
             f"network from ({len(runs)} run(s) read, the most nodes {most}); give runs of 2 "
