@@ -86,6 +86,19 @@ def wait_for_job(job_id: str, timeout_s: float = 300.0) -> Job:
         time.sleep(0.5)
 
 
+def wait_until_started(job_id: str, timeout_s: float = 420.0) -> str:
+    """Poll until the job has left the queue (its state then): on a loaded machine the jobs
+    before it may hold both nodes for minutes, which a test's own deadlines must not count."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = _scontrol_job(job_id).get("JobState", "?")
+        if state not in ("PENDING", "CONFIGURING"):
+            return state
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} still {state} after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
 def make_submit_dir(root: Path, links: Sequence[str] = ("slurm_jobs", "configs", "src")) -> Path:
     """A stand-in repository root whose outputs/ is private to one test.
 

@@ -114,15 +114,16 @@ def test_counts_and_bytes_are_what_fsdp_issued(
 
 
 def test_a_hold_is_inside_the_timed_all_gather(tmp_path: Path) -> None:
-    """The step's first all-gather held 100 ms: the timed all-gather time per step exceeds a
-    run's without it by the hold (mean over steps and ranks, within 25%); the first step,
-    which sets FSDP up, is left out."""
-    held_s = 0.1
+    """The step's first all-gather held 300 ms: every step's timed all-gather time holds the
+    whole hold (it is inside the timed span), and exceeds a run's without it by the hold
+    (mean over steps and ranks, within 25%); the first step, which sets FSDP up, is left out.
+    (At 100 ms, two runs beside the Slurm tier on two cores differed by 35 ms unheld.)"""
+    held_s = 0.3
 
-    def gathering(ranks: list[list[dict[str, Any]]]) -> float:
-        return statistics.mean(s["all_gather"][2] for steps in ranks for s in steps[1:])
+    def gathering(ranks: list[list[dict[str, Any]]]) -> list[float]:
+        return [s["all_gather"][2] for steps in ranks for s in steps[1:]]
 
-    added = gathering(_run(tmp_path / "held", True, held_s)) - gathering(
-        _run(tmp_path / "plain", True)
-    )
+    held = gathering(_run(tmp_path / "held", True, held_s))
+    assert min(held) >= held_s, held
+    added = statistics.mean(held) - statistics.mean(gathering(_run(tmp_path / "plain", True)))
     assert added == pytest.approx(held_s, rel=0.25)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import slurm_helpers
@@ -45,10 +47,21 @@ Submit = Callable[..., str]
 
 
 @pytest.fixture
-def sbatch(slurm_cluster: object) -> Submit:
+def sbatch(slurm_cluster: object) -> Iterator[Submit]:
     """``sbatch(*args, cwd=..., env=...) -> job id`` on the local cluster
-    (:func:`slurm_helpers.sbatch` once the cluster is up)."""
-    return slurm_helpers.sbatch
+    (:func:`slurm_helpers.sbatch` once the cluster is up). Every job it submitted is
+    cancelled when the test ends: a test that fails mid-job must not hold the two nodes until
+    the job's time limit, with every test after it waiting in the queue."""
+    submitted: list[str] = []
+
+    def submit(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+        job_id = slurm_helpers.sbatch(*args, cwd=cwd, env=env)
+        submitted.append(job_id)
+        return job_id
+
+    yield submit
+    if submitted:  # a job that ended is left as it is (scancel says so, and that is all)
+        subprocess.run(["scancel", *submitted], capture_output=True, timeout=30)
 
 
 @pytest.fixture(scope="session")

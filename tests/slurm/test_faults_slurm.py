@@ -12,7 +12,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from slurm_helpers import REPO, EarlyJobs, job_env, make_submit_dir, wait_for_job
+from slurm_helpers import (
+    REPO,
+    EarlyJobs,
+    job_env,
+    make_submit_dir,
+    wait_for_job,
+    wait_until_started,
+)
 
 from scalescope.record import ResultRecord, StartEvent, decode_line
 
@@ -49,7 +56,9 @@ def _summary(outputs: Path) -> dict[str, object]:
 
 
 def _task_pid(job_id: str, rank: int, timeout_s: float = 180.0) -> int:
-    """The pid of the training process of one rank: it carries the job's variables."""
+    """The pid of the training process of one rank: it carries the job's variables. The
+    deadline counts from the job's start, not its submission (it may wait in the queue)."""
+    wait_until_started(job_id)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for proc in psutil.process_iter(["cmdline"]):
@@ -94,7 +103,7 @@ def test_time_limit_with_one_second_steps_stops_within_killwait(early_jobs: Earl
     assert row["reason"] == "time_limit", row  # Slurm's word, read from the same log
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)  # up to 420 s in the queue behind the session's slow jobs
 def test_a_killed_rank_fails_the_two_node_job_fast(sbatch, tmp_path: Path) -> None:
     repo = make_submit_dir(tmp_path / "repo")
     job_id = sbatch(
