@@ -39,14 +39,13 @@ def amount(value: Any) -> str:
     return f"{v:.2g}"
 
 
-def _banded(row: Mapping[str, Any], column: str) -> str:
-    """``24.7 [20.6, 62.8]``: ``column`` and its ``_low``/``_high`` columns (before a ``_h``
-    unit: ``time_h``'s are ``time_low_h``, ``time_high_h``); only "—" where the row has no
-    such figure (a scale that cannot be projected), never "— no interval"."""
+def _banded(row: Mapping[str, Any], column: str, low: str, high: str) -> str:
+    """``24.7 [20.6, 62.8]``: ``column`` and its interval (``low``, ``high``); only "—"
+    where the row has no such figure (a scale that cannot be projected), never "— no
+    interval"."""
     if not math.isfinite(float(row[column])):
         return "—"
-    stem, unit = (column[:-2], "_h") if column.endswith("_h") else (column, "")
-    return f"{amount(row[column])} {_interval(row, f'{stem}_low{unit}', f'{stem}_high{unit}')}"
+    return f"{amount(row[column])} {_interval(row, low, high)}"
 
 
 def _interval(row: Mapping[str, Any], low: str, high: str) -> str:
@@ -139,11 +138,13 @@ def table_rows(
             "Mean samples/s": (
                 f"{float(r['throughput']):,.4g}" if math.isfinite(float(r["throughput"])) else "—"
             ),
-            "Time to train (h)": _banded(r, "time_h"),
-            _charged_label(request): _banded(r, "charged_hours"),
+            "Time to train (h)": _banded(r, "time_h", "time_low_h", "time_high_h"),
+            _charged_label(request): _banded(
+                r, "charged_hours", "charged_hours_low", "charged_hours_high"
+            ),
         }
         if request.price_per_gpu_hour:
-            line["Cost"] = _banded(r, "cost")
+            line["Cost"] = _banded(r, "cost", "cost_low", "cost_high")
         if memory:
             line["Model state per device"] = _memory(r)
         line["Note"] = _note(r, chosen)
