@@ -126,23 +126,14 @@ def write_runs_across_nodes(folder: Path, *, busbw_gbps: float = 1.6) -> Path:
     """Three records of a 2x2 spiral run (4 ranks on 2 nodes) in ``folder``, each laid out as
     the job writes it with an all-reduce sweep across the nodes whose fit reads
     ``busbw_gbps`` GB/s and 50 us: what an earlier sweep on the cluster left behind."""
-    from dataclasses import replace
+    from analysis_helpers import start_of, write_log
+    from waterfall_helpers import JITTER, diag_record
 
-    from analysis_helpers import make_result, start_of, write_log
-    from waterfall_helpers import make_diagnosis
-
-    for i, jitter in enumerate((1.0, 1.02, 0.98)):
-        record = make_result(f"90{i}", world=(2, 2))
-        d = make_diagnosis(
-            4, batch=64, input_s=0.001, compute_s=0.05 * jitter, exposed_s=0.002, nodes=2
+    for i, jitter in enumerate(JITTER):
+        record = diag_record(
+            f"90{i}", 4, nodes=2, input_s=0.001, compute_s=0.05, exposed_s=0.002, jitter=jitter
         )
-        d["allreduce"]["fit"] = {"alpha_s": 5e-05, "busbw_gbps": busbw_gbps}
-        step = d["ranks"][0]["step_time_s"]
-        record = replace(
-            record,
-            diagnosis=d,
-            steady_samples_per_s=4 * 64 / step,
-            steady_samples_per_s_per_device=64 / step,
-        )
+        assert record.diagnosis is not None
+        record.diagnosis["allreduce"]["fit"] = {"alpha_s": 5e-05, "busbw_gbps": busbw_gbps}
         write_log(folder / f"slurm-90{i}.out", start_of(record), record)
     return folder

@@ -146,11 +146,12 @@ def diag_record(
     with_diagnosis: bool = True,
     num_workers: int = 2,
     scaling_mode: str = "strong",
+    nodes: int = 1,
     **extra: Any,
 ) -> ResultRecord:
-    """A strong-scaling run on ``world`` devices (global batch 256) whose headline throughput
-    follows from the step its breakdown describes (``jitter`` scales the compute time: a
-    repeat's noise)."""
+    """A strong-scaling run on ``world`` devices over ``nodes`` nodes (global batch 256) whose
+    headline throughput follows from the step its breakdown describes (``jitter`` scales the
+    compute time: a repeat's noise)."""
     batch = GLOBAL_BATCH // world if scaling_mode == "strong" else GLOBAL_BATCH // 2
     d = make_diagnosis(
         world,
@@ -158,13 +159,14 @@ def diag_record(
         input_s=input_s,
         compute_s=compute_s * jitter,
         exposed_s=exposed_s,
+        nodes=nodes,
         **extra,
     )
     step = d["ranks"][0]["step_time_s"]
     per_device = batch / step
     held = GLOBAL_BATCH if scaling_mode == "strong" else batch
     record = make_result(
-        job_id, world=(1, world), global_batch_size=held, scaling_mode=scaling_mode
+        job_id, world=(nodes, world // nodes), global_batch_size=held, scaling_mode=scaling_mode
     )
     config = {"name": "spiral", "workload": {"name": "spiral", "num_workers": num_workers}}
     return replace(
