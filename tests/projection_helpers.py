@@ -122,10 +122,15 @@ def fsdp_model(**kw: object) -> FsdpStepModel:
 # --- earlier runs across nodes ------------------------------------------------------------------
 
 
-def write_runs_across_nodes(folder: Path, *, busbw_gbps: float = 1.6) -> Path:
+def write_runs_across_nodes(
+    folder: Path, *, busbw_gbps: float = 1.6, cluster: str | None = None
+) -> Path:
     """Three records of a 2x2 spiral run (4 ranks on 2 nodes) in ``folder``, each laid out as
     the job writes it with an all-reduce sweep across the nodes whose fit reads
-    ``busbw_gbps`` GB/s and 50 us: what an earlier sweep on the cluster left behind."""
+    ``busbw_gbps`` GB/s and 50 us: what an earlier sweep on the cluster (``cluster``, where
+    the records name one) left behind."""
+    from dataclasses import replace
+
     from analysis_helpers import start_of, write_log
     from waterfall_helpers import JITTER, diag_record
 
@@ -134,6 +139,7 @@ def write_runs_across_nodes(folder: Path, *, busbw_gbps: float = 1.6) -> Path:
             f"90{i}", 4, nodes=2, input_s=0.001, compute_s=0.05, exposed_s=0.002, jitter=jitter
         )
         assert record.diagnosis is not None
+        record = replace(record, identity=replace(record.identity, cluster=cluster))
         record.diagnosis["allreduce"]["fit"] = {"alpha_s": 5e-05, "busbw_gbps": busbw_gbps}
         write_log(folder / f"slurm-90{i}.out", start_of(record), record)
     return folder

@@ -43,7 +43,9 @@ def profile_from_runs(runs: pd.DataFrame, where: str) -> dict[str, Any]:
     largest scale across nodes (the most nodes, then ranks; of its series, the first in the
     summary's order), fitted as a sweep's own multi-node runs are
     (:func:`~.step_time.network.network_from_points`), as a profile of a measured bus
-    bandwidth. ValueError where no run across nodes recorded a sweep with a bandwidth."""
+    bandwidth, with the clusters the runs name (``clusters``: the projection says so where
+    a series ran on another). ValueError where no run across nodes recorded a sweep with a
+    bandwidth."""
     from analysis.compute.groups import series_scale_groups
     from analysis.compute.metrics import DEFAULT_CONFIDENCE
     from analysis.compute.run_parts import group_parts
@@ -71,6 +73,7 @@ def profile_from_runs(runs: pd.DataFrame, where: str) -> dict[str, Any]:
         "inter_busbw_gbps": float(level.busbw_gbps),
         "inter_alpha_s": max(float(level.alpha_s), 1e-9),  # finite: a measured level's
         "at_world_size": int(level.at_world),
+        "clusters": clusters,
         "source": f"the all-reduce sweeps of the {g.nodes}x{g.devices_per_node} runs in {where} "
         f"({label}{on})",
     }

@@ -392,6 +392,7 @@ def project(
         base, _ = pick_baseline(members, baseline)
         points, base_pt = _points_of(members, base)
         net = series_network(points, profile)
+        notes += _other_cluster_notes(label, members, profile)
         fit = fit_series(points, base_pt, mode, net, term=term)
         if fit.model is None:
             notes.append(f"{label}: no projection: {fit.reason}.")
@@ -460,6 +461,22 @@ def _crossings(
         highs = {r["nodes"]: r["efficiency_high"] for r in these}
         crossing[w.name] = scan_crossing(model, w, dpn, lows, highs)
     return crossing
+
+
+def _other_cluster_notes(
+    label: str, members: Sequence[Any], profile: Mapping[str, Any] | None
+) -> list[str]:
+    """A note where the earlier runs a network was taken from name clusters and the series
+    ran on none of them: their network is taken to be this cluster's, which it may not be."""
+    theirs = {str(c) for c in (profile or {}).get("clusters") or []}
+    ours = {str(c) for g in members for c in g.rows.get("cluster", []) if c == c and c}
+    if not theirs or not ours or theirs & ours:
+        return []
+    return [
+        f"{label}: the network is taken from runs on {', '.join(sorted(theirs))}, but this "
+        f"series ran on {', '.join(sorted(ours))}: its projection holds only if the two "
+        "clusters' networks between nodes are alike."
+    ]
 
 
 def _few_repeats_notes(label: str, points: Sequence[ScalePoint]) -> list[str]:

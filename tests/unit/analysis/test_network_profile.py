@@ -98,6 +98,26 @@ def test_earlier_runs_across_nodes_give_the_network_they_measured(tmp_path: Path
     assert "no scalescope run across nodes" in err and "the most nodes 1" in err, err
 
 
+def test_runs_on_another_cluster_are_said_to_be_another_clusters(tmp_path: Path) -> None:
+    """Earlier runs that name a cluster the sweep did not run on still give the network,
+    and the notes say whose it is; runs on the sweep's own cluster (the quick start's
+    ``local``), or naming none, add no such note."""
+    notes = {}
+    for cluster in ("hpc-a", "local", None):
+        earlier = write_runs_across_nodes(tmp_path / str(cluster), cluster=cluster)
+        rc, out, err = run(
+            summarize.main, str(QUICKSTART), "--project", "4", "--network", str(earlier),
+            "--no-write", "--format", "json",
+        )  # fmt: skip
+        assert rc == 0, err
+        doc = json.loads(out)
+        assert "the 2x2 runs in" in doc["projection"][0]["network"], doc["projection"][0]
+        notes[cluster] = [n for n in doc["notes"] if "network is taken from runs on" in n]
+    assert notes["local"] == notes[None] == [], notes
+    (note,) = notes["hpc-a"]
+    assert "runs on hpc-a, but this series ran on local" in note, note
+
+
 def test_a_bad_network_profile_names_the_key(tmp_path: Path) -> None:
     profile = tmp_path / "net.yaml"
     profile.write_text("inter_busbw_gbps: -3\n")
