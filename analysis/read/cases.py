@@ -71,6 +71,10 @@ class Case:
     leaves one source out at a time, since cases of one source share its methods."""
     family: str = ""
     """The kind of system (``family``, one of :data:`FAMILIES`), or '' where the case names none."""
+    inter_node: str = ""
+    """The link between nodes as the source names it (``hardware.inter_node``), '' where not
+    given: a source whose cases ran on several links (one cluster's Ethernet and InfiniBand)
+    reached a share of each line rate of its own."""
 
 
 def _number(case: str, where: str, value: Any, *, optional: bool = False) -> float | None:
@@ -225,6 +229,7 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
         shard_size=_shard_size(name, method, dpn, model.get("shard_size")),
         group=str(raw.get("source_group") or name),
         family=_family(name, raw.get("family")),
+        inter_node=str(hw.get("inter_node") or ""),
     )
 
 

@@ -31,6 +31,10 @@ class Scored:
     """Which structural explanation the centre assumes (for the report)."""
     family: str = ""
     """The kind of system the point's case ran on (its case's ``family``, else its source)."""
+    link: str = ""
+    """The network the point's case crossed between nodes: its source and the link the case
+    names (:func:`learn_share_band` learns one share of a line rate per network; '' counts
+    the point with its source's)."""
     share: np.ndarray | None = None
     """Per draw, the share of the case's stated inter-node line rate it took (NaN, or None,
     where the case states none): the error model keeps the draws within its learned band."""
@@ -95,23 +99,25 @@ def _share_of(point: Scored) -> float:
 
 def learn_share_band(points: Sequence[Scored]) -> tuple[float, float, float] | None:
     """The band of shares of a stated inter-node line rate a cluster not yet seen achieves,
-    learned from the clusters of ``points``: each source's share (the median of its points',
-    :func:`_share_of`), and the 95% prediction interval of one more source's from theirs
+    learned from the clusters of ``points``: each network's share (the median of its points',
+    :func:`_share_of`; a network is a source's cases on one link, :attr:`Scored.link`, so that
+    one cluster measured on its Ethernet and its InfiniBand counts each), and the 95%
+    prediction interval of one more network's from theirs
     (log-normal, Student's t on their spread: a few clusters leave the band wide), at most
     the whole line rate, with the typical share (their geometric mean) the centre is taken
-    at: (low, typical, high). None with fewer than two such sources: a band needs more than one
+    at: (low, typical, high). None with fewer than two such networks: a band needs more than one
     cluster (the draws then keep the prior's span)."""
     from scipy import stats
 
-    by_source: dict[str, list[float]] = {}
+    by_network: dict[str, list[float]] = {}
     for p in points:
         got = _share_of(p)
         if math.isfinite(got) and got > 0:
-            by_source.setdefault(p.group, []).append(got)
-    n = len(by_source)
+            by_network.setdefault(p.link or p.group, []).append(got)
+    n = len(by_network)
     if n < 2:
         return None
-    logs = np.log([float(np.median(v)) for v in by_source.values()])
+    logs = np.log([float(np.median(v)) for v in by_network.values()])
     half = float(stats.t.ppf(0.975, n - 1)) * float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / n)
     centre = float(np.mean(logs))
     return math.exp(centre - half), math.exp(centre), min(1.0, math.exp(centre + half))

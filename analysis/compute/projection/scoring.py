@@ -497,6 +497,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
                     z_noise=rng.standard_normal(draws),
                     explanation=carry,
                     family=case.family or case.group,
+                    link=f"{case.group}: {case.inter_node}" if case.inter_node else "",
                     share=shares,
                     evidenced=bool(evidence(case)),
                     within=within_one_node(anchor.anchor_nodes),

@@ -429,6 +429,28 @@ def test_the_band_is_learned_from_the_clusters_seen_and_one_is_not_enough() -> N
     assert sc.learn_share_band([replace(p, share=None) for p in pts]) is None
 
 
+def test_one_source_on_two_links_is_two_networks_for_the_band() -> None:
+    """A source whose cases ran on two links of one cluster (its Ethernet and its
+    InfiniBand) reached a share of each line rate of its own: counted as two networks, not
+    pooled into one median; cases on one link, or naming none, count with their source."""
+    eth = stated("lab", 0.9, seed=1)
+    ib = replace(stated("lab", 0.3, seed=2), case="lab-ib")
+    other = stated("other", 0.5, seed=3)
+    pooled = sc.learn_share_band([eth, ib, other])
+    assert pooled is not None  # two sources: lab (its points' median) and other
+    split = sc.learn_share_band(
+        [replace(eth, link="lab: 10GbE"), replace(ib, link="lab: 100Gb IB"), other]
+    )
+    assert split is not None
+    three = np.log([sc._share_of(p) for p in (eth, ib, other)])
+    assert split[1] == pytest.approx(math.exp(np.mean(three)))  # three networks
+    assert pooled[1] != pytest.approx(split[1])
+    same = sc.learn_share_band(
+        [replace(eth, link="lab: 10GbE"), replace(ib, link="lab: 10GbE"), other]
+    )
+    assert same == pytest.approx(pooled)  # one link named alike: one network, as before
+
+
 def test_a_point_is_viewed_within_the_band_and_centred_at_the_typical_share() -> None:
     p = stated("a", 0.3)
     band = (0.2, 0.4, 0.7)
