@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,34 +69,42 @@ def _scontrol_job(job_id: str) -> dict[str, str]:
     return fields
 
 
+def _poll_job(
+    job_id: str, done: Callable[[str], bool], timeout_s: float, *, cancel: bool
+) -> dict[str, str]:
+    """``scontrol``'s fields of the job once ``done`` holds of its state, polled every half
+    second; past ``timeout_s`` an AssertionError naming the state (the job cancelled first
+    where ``cancel``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        fields = _scontrol_job(job_id)
+        state = fields.get("JobState", "?")
+        if done(state):
+            return fields
+        if time.monotonic() > deadline:
+            if cancel:
+                subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
+            gone = ": cancelled" if cancel else ""
+            raise AssertionError(f"job {job_id} still {state} after {timeout_s:.0f} s{gone}")
+        time.sleep(0.5)
+
+
 def wait_for_job(job_id: str, timeout_s: float = 300.0) -> Job:
     """Poll until the job ends (no accounting: scontrol keeps it for MinJobAge).
 
     `sbatch --wait` would also do, but it polls with a growing interval (up to ~30 s late).
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        fields = _scontrol_job(job_id)
-        state = fields.get("JobState", "?")
-        if state in TERMINAL_STATES:
-            return Job(job_id, state, fields.get("ExitCode", "?"), fields)
-        if time.monotonic() > deadline:
-            subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
-            raise AssertionError(f"job {job_id} still {state} after {timeout_s:.0f} s: cancelled")
-        time.sleep(0.5)
+    fields = _poll_job(job_id, lambda state: state in TERMINAL_STATES, timeout_s, cancel=True)
+    return Job(job_id, fields.get("JobState", "?"), fields.get("ExitCode", "?"), fields)
 
 
 def wait_until_started(job_id: str, timeout_s: float = 420.0) -> str:
     """Poll until the job has left the queue (its state then): on a loaded machine the jobs
     before it may hold both nodes for minutes, which a test's own deadlines must not count."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        state = _scontrol_job(job_id).get("JobState", "?")
-        if state not in ("PENDING", "CONFIGURING"):
-            return state
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} still {state} after {timeout_s:.0f} s")
-        time.sleep(0.5)
+    fields = _poll_job(
+        job_id, lambda state: state not in ("PENDING", "CONFIGURING"), timeout_s, cancel=False
+    )
+    return fields.get("JobState", "?")
 
 
 def make_submit_dir(root: Path, links: Sequence[str] = ("slurm_jobs", "configs", "src")) -> Path:
