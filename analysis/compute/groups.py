@@ -123,6 +123,10 @@ class ScaleGroup:
     rows: pd.DataFrame
     stats: dict[str, Summary] = field(default_factory=dict)
 
+    def clusters(self) -> list[str]:
+        """The clusters its runs' records name, sorted (none where they name none)."""
+        return sorted({str(c) for c in self.rows.get("cluster", []) if c == c and c})
+
 
 def scale_groups(runs: pd.DataFrame, confidence: float) -> list[ScaleGroup]:
     """Groups in a canonical order (series key, world size, nodes) whatever the row order."""

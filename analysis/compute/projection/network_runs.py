@@ -67,7 +67,7 @@ def profile_from_runs(runs: pd.DataFrame, where: str) -> dict[str, Any]:
         )
     top = max(key for key, *_ in measured)
     _, label, g, level = next(m for m in measured if m[0] == top)
-    clusters = sorted({str(c) for c in g.rows.get("cluster", []) if c == c and c})
+    clusters = g.clusters()
     on = f" on {', '.join(clusters)}" if clusters else ""
     return {
         "inter_busbw_gbps": float(level.busbw_gbps),

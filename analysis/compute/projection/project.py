@@ -469,7 +469,7 @@ def _other_cluster_notes(
     """A note where the earlier runs a network was taken from name clusters and the series
     ran on none of them: their network is taken to be this cluster's, which it may not be."""
     theirs = {str(c) for c in (profile or {}).get("clusters") or []}
-    ours = {str(c) for g in members for c in g.rows.get("cluster", []) if c == c and c}
+    ours = {c for g in members for c in g.clusters()}
     if not theirs or not ours or theirs & ours:
         return []
     return [
