@@ -7,9 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from analysis.compute.projection.scoring import case_model, prepare, read_cases
+from analysis.compute.projection.scoring import case_model, monotone_last, prepare, read_cases
 from analysis.read.cases import Case, Point
 from scalescope.allreduce_model import DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES, MIB
 
@@ -137,6 +140,43 @@ def test_a_published_point_beyond_the_anchor_is_bounded_by_the_anchors_efficienc
     alone = two_node_case(measured=(Point(1, 1, 100.0),))
     (q,) = prepare([alone], draws=8)
     assert q.ceiling == pytest.approx(1.0)
+
+
+def test_an_anchor_measured_above_a_smaller_scale_bounds_no_higher_than_it() -> None:
+    """Measured at 1 node (95 samples/s a device), 2 nodes (80) and 3 (82, above the 2's: its
+    noise), the 4-node point does the work per device of each and communicates more, so
+    before its noise it is at most the 3-node efficiency as a non-increasing fit of the three
+    puts it, the mean of the 2's and the 3's (0.81), not the 3's 0.82; where the anchor is the
+    least, the bound is the anchor's; a 1-GPU point (a partial node) never bounds it."""
+    above = two_node_case(
+        measured=(Point(1, 1, 100.0), Point(1, 8, 95.0), Point(2, 8, 80.0), Point(3, 8, 82.0))
+    )
+    (p,) = prepare([above], draws=8)
+    assert p.ceiling == pytest.approx(0.81)
+    below = two_node_case(
+        measured=(Point(1, 1, 100.0), Point(1, 8, 95.0), Point(2, 8, 80.0), Point(3, 8, 78.0))
+    )
+    (q,) = prepare([below], draws=8)
+    assert q.ceiling == pytest.approx(0.78)
+    slow_gpu = two_node_case(measured=(Point(1, 1, 70.0), Point(1, 8, 95.0), Point(2, 8, 80.0)))
+    (r,) = prepare([slow_gpu], draws=8)
+    assert r.ceiling == pytest.approx(80.0 / 70.0)
+
+
+@given(st.lists(st.floats(0.05, 1.5), min_size=1, max_size=8))
+def test_the_anchors_monotone_value_is_the_non_increasing_fits_last(effs: list[float]) -> None:
+    """Against a brute pool-adjacent-violators fit: never above the anchor's own value, and
+    equal to it where no smaller scale is below it."""
+    blocks: list[list[float]] = []
+    for e in effs:
+        blocks.append([e])
+        while len(blocks) > 1 and np.mean(blocks[-2]) < np.mean(blocks[-1]):
+            blocks[-2:] = [blocks[-2] + blocks[-1]]
+    got = monotone_last(effs)
+    assert got == pytest.approx(float(np.mean(blocks[-1])))
+    assert got <= effs[-1] + 1e-12
+    if all(e >= effs[-1] for e in effs):
+        assert got == pytest.approx(effs[-1])
 
 
 def test_more_ranks_on_fewer_nodes_than_the_anchor_are_not_bounded_by_it() -> None:
