@@ -52,8 +52,9 @@ Fitting (:func:`fit`), on the residuals of a training set:
 
 The noise is the one setting chosen by a score, so it is chosen inside the folds
 (:func:`.noise_selection.choose_noise`): from :data:`NOISE_GRID`, by a leave-one-source-out over
-the training sources only, picked by the one-standard-error rule
-(:func:`.noise_selection.pick_noise`). The other
+the training sources only, each held-out source scored on its points projected from their
+cases' measured points and from their smaller published scales alike (one noise serves both),
+picked by the one-standard-error rule (:func:`.noise_selection.pick_noise`). The other
 settings are fitted on the training set (the means, the spreads, ``kappa``) or are stated
 assumptions of the backtest (the bands of :mod:`analysis.compute.projection.scoring`), never scored.
 :func:`.noise_selection.cross_validate` is therefore nested: each source is held out in turn

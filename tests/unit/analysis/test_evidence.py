@@ -92,26 +92,31 @@ def test_a_measured_scale_the_slow_draws_cannot_reach_rules_them_out() -> None:
     assert from_one["network"] == "stated" and from_one["predicted"] < at4["predicted"] - 0.1
 
 
-def _width(case, seed: int) -> float:  # type: ignore[no-untyped-def]
-    """The width of the interval a sweep's projection draws for the case's one point."""
+def _width(case, seed: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The widths of the case's one point's intervals: the published tables' model's, and the
+    one a sweep's projection draws."""
     got = backtest([case], draws=400, seed=seed)
-    (point,) = got["sweep"]["points"] or got["fsdp"]["sweep"]["points"]
-    return float(point["high"] - point["low"])
+    ((pub,), (sweep,)) = (
+        got["points"] or got["fsdp"]["points"],
+        got["sweep"]["points"] or got["fsdp"]["sweep"]["points"],
+    )
+    return np.array([p["high"] - p["low"] for p in (pub, sweep)], dtype=float)
 
 
 def test_no_open_case_with_a_stated_link_is_widened_by_a_measured_scale() -> None:
     """The bar, over every open case that states its inter-node line rate, walked forward as a
-    sweep is (each published point from every smaller scale), on the interval a sweep's
-    projection draws: no wider than with its anchor (the largest measured node count)
-    removed; with any other measured node count removed, a little wider at most (a middle
-    point can move the draws it keeps towards one edge of what the others allow). One seed's
-    width carries the draws' Monte Carlo noise (at 400 draws about a point over seeds, up to
-    a point on the difference one measured point makes), so where one seed's comparison says
-    wider, 5 seeds decide: an anchor fails where the widening is beyond the noise (one-sided
-    t-test on the 5 differences, p < 0.05), a middle point where it averages more than a
-    point. On the shipped cases every anchor narrows the interval, by 0.68 points on the median
-    seed at the least (of 63), and the widest a middle point leaves is 0.51 points on average
-    (HKBU's BERT-Base over IPoIB at 8 nodes, its 2-node point), of 47."""
+    sweep is (each published point from every smaller scale), on the intervals of both
+    shipped models (the published tables' and a sweep's): no wider than with its anchor (the
+    largest measured node count) removed; with any other measured node count removed, a
+    little wider at most (a middle point can move the draws it keeps towards one edge of what
+    the others allow). One seed's width carries the draws' Monte Carlo noise (at 400 draws
+    about a point over seeds, up to a point on the difference one measured point makes), so
+    where one seed's comparison says wider, 5 seeds decide: an anchor fails where the
+    widening is beyond the noise (one-sided t-test on the 5 differences, p < 0.05), a middle
+    point where it averages more than a point. On the shipped cases no anchor widens either
+    model's interval on the first seed, and the widest a middle point leaves is 0.73 points
+    there (the DDP benchmark's 8 machines at 7, its 2-machine point; the published tables'
+    model), of 63 cases."""
     from scipy import stats
 
     shut = set(read_sealed(str(CASES)).sources)
@@ -125,10 +130,12 @@ def test_no_open_case_with_a_stated_link_is_widened_by_a_measured_scale() -> Non
         for q in multi:
             fewer = replace(case, measured=tuple(p for p in case.measured if p != q))
             wider = width - _width(fewer, 0)
-            if wider > (1e-9 if q is anchor else 0.002):
-                seeds = [wider] + [_width(case, s) - _width(fewer, s) for s in range(1, 5)]
+            for model in np.flatnonzero(wider > (1e-9 if q is anchor else 0.002)):
+                seeds = [wider[model]] + [
+                    (_width(case, s) - _width(fewer, s))[model] for s in range(1, 5)
+                ]
                 if q is anchor:
                     got = stats.ttest_1samp(seeds, 0.0, alternative="greater").pvalue
-                    assert not got < 0.05, (case.name, q.nodes, seeds)
+                    assert not got < 0.05, (case.name, q.nodes, model, seeds)
                 else:
-                    assert float(np.mean(seeds)) <= 0.01, (case.name, q.nodes, seeds)
+                    assert float(np.mean(seeds)) <= 0.01, (case.name, q.nodes, model, seeds)
