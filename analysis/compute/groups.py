@@ -15,7 +15,13 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute.stats import Summary, summarize
-from analysis.read.frame import SCALE_KEYS, SERIES_KEY_DEFAULTS, SERIES_KEYS, STAT_COLUMNS
+from analysis.read.frame import (
+    SCALE_KEYS,
+    SERIES_KEY_DEFAULTS,
+    SERIES_KEYS,
+    STAT_COLUMNS,
+    named,
+)
 
 STATS = ("mean", "median", "gmean", "std", "min", "max", "ci_low", "ci_high", "cv")
 DEFAULT_CONFIDENCE = 0.95
@@ -125,7 +131,7 @@ class ScaleGroup:
 
     def clusters(self) -> list[str]:
         """The clusters its runs' records name, sorted (none where they name none)."""
-        return sorted({str(c) for c in self.rows.get("cluster", []) if c == c and c})
+        return named(self.rows, "cluster")
 
 
 def scale_groups(runs: pd.DataFrame, confidence: float) -> list[ScaleGroup]:

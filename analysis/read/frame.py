@@ -74,6 +74,12 @@ written as they were; a sweep over strategies, or runs that recorded their memor
 them."""
 
 
+def named(rows: pd.DataFrame, column: str) -> list[str]:
+    """The distinct names a text column of ``rows`` holds (a cluster, a sweep id), sorted;
+    empty and missing values left out, and none where the frame has no such column."""
+    return sorted({v for v in rows.get(column, []) if isinstance(v, str) and v})
+
+
 def written(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` less the :data:`UNLESS_RECORDED` columns every row of which is the default."""
     drop = []

@@ -41,6 +41,7 @@ import pandas as pd
 from analysis.compute.metrics import SERIES_KEYS, efficiency_column
 from analysis.compute.stats import finite_number
 from analysis.compute.waterfall import PARTS
+from analysis.read.frame import named
 from scalescope.errors import described
 
 SUMMARY_TAG = "scaling-summary"
@@ -112,11 +113,8 @@ def log_scaling_summaries(
     for series in series_names:
         first = next(r for r in doc["scaling"] if r["series"] == series)
         mine = _runs_of(runs, first)
-        sweeps = sorted({str(s) for s in mine.get("sweep_id", []) if isinstance(s, str)})
-        clusters = sorted({str(c) for c in mine.get("cluster", []) if isinstance(c, str)})
-        keys = sorted(
-            {str(k) for k in mine.get("comet_experiment_key", []) if isinstance(k, str) and k}
-        )
+        sweeps, clusters = named(mine, "sweep_id"), named(mine, "cluster")
+        keys = named(mine, "comet_experiment_key")
         cfg = TrackingConfig(
             mode=mode,  # type: ignore[arg-type]
             project=project,
