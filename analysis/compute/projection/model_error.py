@@ -54,7 +54,7 @@ The noise is the one setting chosen by a score, so it is chosen inside the folds
 (:func:`.noise_selection.choose_noise`): from :data:`NOISE_GRID`, by a leave-one-source-out over
 the training sources only, each held-out source scored on its points projected from their
 cases' measured points and from their smaller published scales alike (one noise serves both),
-picked by the one-standard-error rule (:func:`.noise_selection.pick_noise`). The other
+picked by the least mean interval score (:func:`.noise_selection.pick_noise`). The other
 settings are fitted on the training set (the means, the spreads, ``kappa``) or are stated
 assumptions of the backtest (the bands of :mod:`analysis.compute.projection.scoring`), never scored.
 :func:`.noise_selection.cross_validate` is therefore nested: each source is held out in turn
@@ -419,18 +419,21 @@ def score(points: Sequence[Scored], em: ErrorModel) -> list[dict[str, float | bo
                 "covered": bool(low <= p.truth <= high),
                 "error_pts": 100.0 * (centre - p.truth),
                 "width_pts": 100.0 * (high - low),
+                "miss_pts": 100.0 * (max(0.0, low - p.truth) + max(0.0, p.truth - high)),
             }
         )
     return out
 
 
 def totals(scored: Sequence[dict[str, float | bool | str]]) -> dict[str, float]:
-    """Coverage, median absolute error and median width (points) of scored points."""
+    """Coverage, median absolute error, median width (points) and mean interval score
+    (:func:`interval_score`) of scored points."""
     if not scored:
         return {
             "coverage": math.nan,
             "median_abs_error_pts": math.nan,
             "median_width_pts": math.nan,
+            "interval_score_pts": math.nan,
         }
     errors = [abs(float(p["error_pts"])) for p in scored]
     widths = [float(p["width_pts"]) for p in scored if math.isfinite(float(p["width_pts"]))]
@@ -438,7 +441,22 @@ def totals(scored: Sequence[dict[str, float | bool | str]]) -> dict[str, float]:
         "coverage": sum(bool(p["covered"]) for p in scored) / len(scored),
         "median_abs_error_pts": float(np.median(errors)),
         "median_width_pts": float(np.median(widths)) if widths else math.nan,
+        "interval_score_pts": interval_score(scored),
     }
+
+
+def interval_score(scored: Sequence[dict[str, float | bool | str]]) -> float:
+    """The mean interval score (points) of scored points' central 95% intervals: the width,
+    plus 2 / 0.05 times how far the truth falls outside (Gneiting and Raftery, 2007, the
+    proper scoring rule for a central interval: lowest in expectation for the true quantiles,
+    so it weighs narrowness against misses at the interval's own level); over the points with
+    an interval, as the median width is (NaN where none has one)."""
+    got = [
+        float(p["width_pts"]) + 2 / (1 - COVERAGE_TARGET) * float(p["miss_pts"])
+        for p in scored
+        if math.isfinite(float(p["width_pts"]))
+    ]
+    return float(np.mean(got)) if got else math.nan
 
 
 def fit_sweep(
