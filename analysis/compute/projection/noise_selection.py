@@ -49,13 +49,16 @@ def pick_noise(rows: Sequence[dict[str, float]]) -> float:
     held-out intervals score best: the least mean interval score
     (:func:`.model_error.interval_score`, the proper scoring rule for a central 95% interval:
     its width, and 40 times how far a point falls outside it), then the lower level; a level
-    with no score (no interval) is never chosen over one with. Chosen instead as the narrowest
+    with no score (no interval) is never chosen over one with, and where none has one, the
+    lowest level. Chosen instead as the narrowest
     level whose coverage lay within one binomial standard error of 95%, the choice hung on
     one point of about 200: the held-out coverage barely moves with the noise (``kappa``
     shrinks the spreads as it grows), so folds went from 4.5% to 20%, and the intervals from
     one node a fifth wider, for that point."""
     scored = [r for r in rows if math.isfinite(r["interval_score_pts"])]
-    return min(scored or rows, key=lambda r: (r["interval_score_pts"], r["noise"]))["noise"]
+    if not scored:  # no level drew an interval: nothing to tell them apart, the lowest
+        return min(r["noise"] for r in rows)
+    return min(scored, key=lambda r: (r["interval_score_pts"], r["noise"]))["noise"]
 
 
 def choose_noise(
