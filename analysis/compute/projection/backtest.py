@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from analysis.compute.projection.interval import DRAWS
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     NOISE_GRID,
@@ -22,7 +23,6 @@ from analysis.compute.projection.model_error import (
 )
 from analysis.compute.projection.model_error import load as load_error_model
 from analysis.compute.projection.noise_selection import cross_validate
-from analysis.compute.projection.project import DRAWS
 from analysis.compute.projection.scored import Scored
 from analysis.compute.projection.scoring import (
     evidence,

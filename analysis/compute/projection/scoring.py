@@ -52,13 +52,13 @@ from typing import Any
 
 import numpy as np
 
+from analysis.compute.projection.interval import DRAWS
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     beyond_anchor,
     features,
     within_one_node,
 )
-from analysis.compute.projection.project import DRAWS
 from analysis.compute.projection.scored import Scored
 from analysis.compute.projection.step_time.fsdp_comm import (
     FSDP_HIDDEN_BAND,

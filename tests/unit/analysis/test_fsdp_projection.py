@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 from projection_helpers import FIXTURE, series
 
-from analysis.compute.projection.project import FSDP_NO_UNIT_BYTES, project, project_points
+from analysis.compute.projection.interval import project_points
+from analysis.compute.projection.project import FSDP_NO_UNIT_BYTES, project
 from analysis.compute.projection.step_time.fsdp_comm import (
     FSDP_HIDDEN_BAND,
     FsdpStepModel,

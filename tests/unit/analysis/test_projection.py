@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from projection_helpers import parts, series
 
-from analysis.compute.projection.project import project_points
+from analysis.compute.projection.interval import project_points
 from analysis.compute.projection.step_time.step_model import (
     ScalePoint,
     fit_series,
