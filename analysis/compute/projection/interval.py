@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -126,13 +126,21 @@ def project_points(
         load_sweep(), noise=run_noise(points, model.anchor_world, floor=MEASURED_NOISE)
     )
     ifs = what_ifs(model, precision)
-    samples = _draw(points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed, term)
+    centres = {
+        (w.name, nodes, dpn): _centre(under(model, w), settings_of(model, w), nodes, dpn, em)
+        for w in ifs
+        for nodes, dpn in targets
+    }
+    # the error model's spread reaches as far as the loss each centre projects (loss_scale)
+    lifted = {key: c.efficiency for key, c in centres.items()}
+    samples = _draw(
+        points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed, term, lifted
+    )
     rows = []
     for w in ifs:
-        changed, kw = under(model, w), settings_of(model, w)
         for nodes, dpn in targets:
-            drawn = samples.get((w.name, nodes, dpn), [])
-            rows.append(_centre_row(changed, w, kw, nodes, dpn, em, drawn))
+            key = (w.name, nodes, dpn)
+            rows.append(_centre_row(w, nodes, dpn, centres[key], samples.get(key, [])))
     return rows
 
 
@@ -146,12 +154,14 @@ def _draw(
     em: ErrorModel,
     draws: int,
     seed: int,
-    term: CommTerm = DDP_TERM,
+    term: CommTerm,
+    centres: Mapping[tuple[str, int, int], float],
 ) -> dict[tuple[str, int, int], list[float]]:
     """(what-if, nodes, devices per node) -> the efficiency of every draw (see
     :func:`project_points`): the fit redone on resampled runs (``term`` as one draw takes it:
     FSDP's hidden share on GPUs), the explanations in turn, a point of the network band, the
-    error model's residual and one run's noise."""
+    error model's residual (as far as the loss of its ``centres``' efficiency reaches) and
+    one run's noise."""
     rng = np.random.default_rng(seed)
     samples: dict[tuple[str, int, int], list[float]] = {}
     for i in range(draws):
@@ -169,7 +179,7 @@ def _draw(
             top = anchor_efficiency(changed, kw, bw=drawn.network.factor(drawn.anchor_nodes, u))
             for nodes, dpn in targets:
                 d, s = features(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes)
-                spread = float(em.spread(d, s))
+                spread = float(em.reach(d, s, centres[(w.name, nodes, dpn)]))
                 e, _, _ = changed.efficiency(
                     nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
                 )
@@ -182,17 +192,25 @@ def _draw(
     return samples
 
 
-def _centre_row(
-    model: StepModel,
-    w: WhatIf,
-    kw: Mapping[str, Any],
-    nodes: int,
-    dpn: int,
-    em: ErrorModel,
-    drawn: Sequence[float],
-) -> dict[str, Any]:
-    """One row of :func:`project_points`: the centre at ``nodes`` x ``dpn`` under what-if
-    ``w`` (its settings ``kw``), the interval from the ``drawn`` efficiencies."""
+class _Centre(NamedTuple):
+    carry: str
+    """The explanation the centre assumes."""
+    efficiency: float
+    """With the error model's mean."""
+    parts: dict[str, float]
+    """The step's parts, the model's own."""
+    batch: float
+    """The per-device batch."""
+    shift: float
+    """The mean's factor."""
+    ratio: float
+    """The world size over the baseline's."""
+
+
+def _centre(
+    model: StepModel, kw: Mapping[str, Any], nodes: int, dpn: int, em: ErrorModel
+) -> _Centre:
+    """The centre at ``nodes`` x ``dpn`` of ``model`` under a what-if's settings ``kw``."""
     world = nodes * dpn
     carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
     d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
@@ -203,7 +221,21 @@ def _centre_row(
     shift = math.exp(float(em.mean(d, s, within_one_node(model.anchor_nodes))))
     if beyond_anchor(world, nodes, model.anchor_world, model.anchor_nodes) and e > 0:
         shift = min(shift, anchor_efficiency(replace(model, carry=carry), kw) / e)
-    e *= shift
+    return _Centre(carry, e * shift, dict(parts), batch, shift, world / model.baseline_world)
+
+
+def _centre_row(
+    w: WhatIf,
+    nodes: int,
+    dpn: int,
+    centre: _Centre,
+    drawn: Sequence[float],
+) -> dict[str, Any]:
+    """One row of :func:`project_points`: the ``centre`` (:func:`_centre`) at ``nodes`` x
+    ``dpn`` under what-if ``w``, the interval from the ``drawn`` efficiencies."""
+    carry, e, parts, batch, shift, ratio = centre
+    world = nodes * dpn
+    parts = dict(parts)
     k_used = int(parts.pop("k"))
     got = np.array([v for v in drawn if math.isfinite(v)])
     low, high = (
@@ -211,7 +243,6 @@ def _centre_row(
         if len(got)
         else (math.nan, math.nan)
     )
-    ratio = world / model.baseline_world
     # no throughput where no efficiency: a micro-batch of less than one sample is not run
     x = batch / parts["step"] * shift if parts["step"] > 0 and math.isfinite(e) else math.nan
     return {

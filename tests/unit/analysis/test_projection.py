@@ -267,3 +267,24 @@ def test_a_lifting_mean_never_projects_a_larger_scale_past_the_anchors_own() -> 
         assert row["throughput_per_device"] == pytest.approx(top * x_base, rel=1e-9)
         assert row["efficiency_high"] <= top * math.exp(3.5 * 0.03), row
         assert row["efficiency_low"] < top
+
+
+def test_a_sweeps_spread_reaches_as_far_as_the_loss_its_centre_projects() -> None:
+    """The same error model (a spread of 0.5 a doubling per unit of loss, no noise) on two
+    series, one that barely communicates (97% at 4 devices) and one that loses over 40% of
+    its step there: the interval's reach below its centre (log; above, the anchor's own
+    efficiency stops it) is in the ratio of the losses the centres project, as
+    ``loss_scale`` says; with one spread for every point it was the same."""
+    from analysis.compute.projection.model_error import ErrorModel, loss_scale
+
+    spread = ErrorModel(sd_d=0.5, noise=0.0)
+    log_widths, centres = [], []
+    for kw in (dict(comm=0.0002, busbw=200.0, wait=0.0, alpha=1e-6), dict(comm=0.004, busbw=5.0)):
+        pts, base = series(**kw)
+        fit = fit_series(pts, base, "weak")
+        (row, *_) = project_points(fit, pts, base, "weak", [(1, 4)], draws=400, error_model=spread)
+        log_widths.append(math.log(row["efficiency"] / row["efficiency_low"]))
+        centres.append(row["efficiency"])
+    assert centres[0] > 0.95 and centres[1] < 0.6
+    ratio = float(loss_scale(centres[0]) / loss_scale(centres[1]))
+    assert log_widths[0] / log_widths[1] == pytest.approx(ratio, rel=0.05), (log_widths, centres)
