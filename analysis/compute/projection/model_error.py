@@ -14,7 +14,7 @@ that loss (to first order, a factor ``f`` on the lost time moves ``log efficienc
 efficiency) log f``). A centre near 100% then draws a few points either way, where one spread
 in ``log efficiency`` for every point drew tens: on the shipped cases the one-node residuals
 grow with the projected loss (rank correlation 0.74, against 0.19 with the doublings), median
-1.8 points below 5% of loss and 15-19 points above 15%.
+1.8 points below 5% of loss and 15-19 points at 15-60%.
 
 where ``d = log2(target world size / anchor world size)`` (how many doublings beyond the
 anchor: the error of a model grows with how far it is carried) and ``s = 1`` where the
