@@ -132,9 +132,8 @@ def project_points(
         for nodes, dpn in targets
     }
     # the error model's spread reaches as far as the loss each centre projects (loss_scale)
-    lifted = {key: c.efficiency for key, c in centres.items()}
     samples = _draw(
-        points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed, term, lifted
+        points, baseline, scaling_mode, profile, ifs, targets, em, draws, seed, term, centres
     )
     rows = []
     for w in ifs:
@@ -155,12 +154,12 @@ def _draw(
     draws: int,
     seed: int,
     term: CommTerm,
-    centres: Mapping[tuple[str, int, int], float],
+    centres: Mapping[tuple[str, int, int], _Centre],
 ) -> dict[tuple[str, int, int], list[float]]:
     """(what-if, nodes, devices per node) -> the efficiency of every draw (see
     :func:`project_points`): the fit redone on resampled runs (``term`` as one draw takes it:
     FSDP's hidden share on GPUs), the explanations in turn, a point of the network band, the
-    error model's residual (as far as the loss of its ``centres``' efficiency reaches) and
+    error model's residual (as far as the loss of its ``centres``' efficiencies reaches) and
     one run's noise."""
     rng = np.random.default_rng(seed)
     samples: dict[tuple[str, int, int], list[float]] = {}
@@ -179,7 +178,7 @@ def _draw(
             top = anchor_efficiency(changed, kw, bw=drawn.network.factor(drawn.anchor_nodes, u))
             for nodes, dpn in targets:
                 d, s = features(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes)
-                spread = float(em.reach(d, s, centres[(w.name, nodes, dpn)]))
+                spread = float(em.reach(d, s, centres[(w.name, nodes, dpn)].efficiency))
                 e, _, _ = changed.efficiency(
                     nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
                 )
@@ -221,7 +220,7 @@ def _centre(
     shift = math.exp(float(em.mean(d, s, within_one_node(model.anchor_nodes))))
     if beyond_anchor(world, nodes, model.anchor_world, model.anchor_nodes) and e > 0:
         shift = min(shift, anchor_efficiency(replace(model, carry=carry), kw) / e)
-    return _Centre(carry, e * shift, dict(parts), batch, shift, world / model.baseline_world)
+    return _Centre(carry, e * shift, parts, batch, shift, world / model.baseline_world)
 
 
 def _centre_row(
@@ -235,8 +234,6 @@ def _centre_row(
     ``dpn`` under what-if ``w``, the interval from the ``drawn`` efficiencies."""
     carry, e, parts, batch, shift, ratio = centre
     world = nodes * dpn
-    parts = dict(parts)
-    k_used = int(parts.pop("k"))
     got = np.array([v for v in drawn if math.isfinite(v)])
     low, high = (
         (float(np.percentile(got, INTERVAL[0])), float(np.percentile(got, INTERVAL[1])))
@@ -251,7 +248,7 @@ def _centre_row(
         "devices_per_node": dpn,
         "world_size": world,
         "per_device_batch_size": batch,
-        "accumulate_grad_batches": k_used,
+        "accumulate_grad_batches": int(parts["k"]),
         "efficiency": e,
         "efficiency_low": min(low, e),
         "efficiency_high": max(high, e),
@@ -261,5 +258,5 @@ def _centre_row(
         "throughput_per_device": x,
         "throughput": x * world,
         "centre_assumes": carry,
-        **{("step_s" if k == "step" else f"{k}_step_s"): v for k, v in parts.items()},
+        **{("step_s" if k == "step" else f"{k}_step_s"): v for k, v in parts.items() if k != "k"},
     }

@@ -180,6 +180,15 @@ def loss_scale(centre: np.ndarray | float) -> np.ndarray | float:
     return np.where(np.isnan(lost), np.nan, np.clip(lost, 0.0, 1.0)) + LOSS_FLOOR
 
 
+def lifted(
+    centre: np.ndarray | float, shift: np.ndarray | float, ceiling: np.ndarray | float
+) -> np.ndarray:
+    """A centre with the error model's mean ``shift`` (log) applied, never past ``ceiling``
+    (:func:`beyond_anchor`; inf where there is none): the centre a point's interval is drawn
+    around and its spread scaled by (:func:`loss_scale`)."""
+    return np.minimum(np.asarray(centre, dtype=float) * np.exp(shift), ceiling)
+
+
 def features(
     target_world: int, target_nodes: int, anchor_world: int, anchor_nodes: int
 ) -> tuple[float, float]:
@@ -275,7 +284,7 @@ class _Stacked:
         d, s = np.array([p.d for p in points]), np.array([p.s for p in points])
         within = np.array([p.within for p in points])
         self.shift = np.asarray(em.mean(d, s, within), dtype=float)
-        self.lifted = np.minimum(self.centre * np.exp(self.shift), self.ceiling)
+        self.lifted = lifted(self.centre, self.shift, self.ceiling)
         self.spread = np.asarray(em.reach(d, s, self.lifted), dtype=float)
         self.noise = em.noise
         self.reachable = within_reach(points, em.noise)
@@ -363,7 +372,7 @@ def _components(
     # the spreads are per unit of the loss each centre projects (loss_scale), as is the noise
     # they are fitted beside
     ceiling = np.array([p.ceiling for p in points])
-    h = np.asarray(loss_scale(np.minimum(np.array(centres) * np.exp(shift), ceiling)))
+    h = np.asarray(loss_scale(lifted(np.array(centres), shift, ceiling)))
     e = (r - shift) / h
     noise2 = (noise / h) ** 2
     # a source's own error is its network's: its mean residual is taken over the points
