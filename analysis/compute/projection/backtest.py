@@ -19,7 +19,6 @@ from analysis.compute.projection.model_error import (
     ErrorModel,
     load_sweep,
     score,
-    totals,
 )
 from analysis.compute.projection.model_error import load as load_error_model
 from analysis.compute.projection.noise_selection import cross_validate
@@ -33,6 +32,7 @@ from analysis.compute.projection.scoring import (
     unknowns,
 )
 from analysis.compute.projection.sealed import split_sealed
+from analysis.compute.projection.totals import totals
 from analysis.read.cases import Case, CaseError
 
 

@@ -23,9 +23,9 @@ from analysis.compute.projection.model_error import (
     ErrorModel,
     fit,
     score,
-    totals,
 )
 from analysis.compute.projection.scored import Scored
+from analysis.compute.projection.totals import totals
 
 
 def leave_one_source_out(
@@ -47,7 +47,7 @@ def leave_one_source_out(
 def pick_noise(rows: Sequence[dict[str, float]]) -> float:
     """The level of ``rows`` (one per noise level: its leave-one-source-out totals) whose
     held-out intervals score best: the least mean interval score
-    (:func:`.model_error.interval_score`, the proper scoring rule for a central 95% interval:
+    (:func:`.totals.interval_score`, the proper scoring rule for a central 95% interval:
     its width, and 40 times how far a point falls outside it), then the lower level; a level
     with no score (no interval) is never chosen over one with, and where none has one, the
     lowest level. Chosen instead as the narrowest

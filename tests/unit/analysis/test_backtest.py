@@ -187,11 +187,11 @@ def test_a_sweeps_model_covers_its_own_points_with_a_runs_noise() -> None:
         load,
         load_sweep,
         score,
-        totals,
         within_reach,
     )
     from analysis.compute.projection.scoring import prepare, prepare_walked, read_cases
     from analysis.compute.projection.sealed import split_sealed
+    from analysis.compute.projection.totals import totals
     from analysis.read.cases import read_sealed
 
     sealed = read_sealed(str(CASES))

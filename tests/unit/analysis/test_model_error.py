@@ -16,6 +16,7 @@ from hypothesis.extra import numpy as hnp
 from analysis.compute.projection import model_error as me
 from analysis.compute.projection import noise_selection as ns
 from analysis.compute.projection import scored as sc
+from analysis.compute.projection.totals import interval_score, totals
 
 
 def point(truth: float, *, base: list[float], z_noise: list[float], group: str = "g") -> sc.Scored:
@@ -56,7 +57,7 @@ def test_one_point_is_scored_as_worked_by_hand() -> None:
         assert got["predicted"] == pytest.approx(0.9)
         assert got["low"] == pytest.approx(low) and got["high"] == pytest.approx(high)
         assert got["width_pts"] == pytest.approx(100 * (high - low))
-    t = me.totals([missed, hit])
+    t = totals([missed, hit])
     assert missed["miss_pts"] == pytest.approx(100 * (low - 0.80)) and hit["miss_pts"] == 0.0
     # the interval score: each width, the miss 2 / 0.05 = 40 times, averaged
     score = 100 * (high - low) + 20 * 100 * (low - 0.80)
@@ -252,9 +253,9 @@ def test_the_interval_score_is_width_plus_forty_times_the_miss() -> None:
     inside = {"width_pts": 20.0, "miss_pts": 0.0}
     above = {"width_pts": 20.0, "miss_pts": 5.0}
     none = {"width_pts": math.nan, "miss_pts": 0.0}
-    assert me.interval_score([inside]) == pytest.approx(20.0)
-    assert me.interval_score([inside, above, none]) == pytest.approx((20.0 + 220.0) / 2)
-    assert math.isnan(me.interval_score([none]))
+    assert interval_score([inside]) == pytest.approx(20.0)
+    assert interval_score([inside, above, none]) == pytest.approx((20.0 + 220.0) / 2)
+    assert math.isnan(interval_score([none]))
     (got,) = me.score([stated("a", 0.3)], me.ErrorModel(noise=0.0, share_band=(0.2, 0.4, 0.7)))
     truth = stated("a", 0.3).truth
     low, high = float(got["low"]), float(got["high"])
