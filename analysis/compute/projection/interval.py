@@ -178,7 +178,7 @@ def _draw(
             top = anchor_efficiency(changed, kw, bw=drawn.network.factor(drawn.anchor_nodes, u))
             for nodes, dpn in targets:
                 d, s = features(nodes * dpn, nodes, drawn.anchor_world, drawn.anchor_nodes)
-                spread = float(em.reach(d, s, centres[(w.name, nodes, dpn)].efficiency))
+                spread = float(em.reach(d, s, centres[(w.name, nodes, dpn)].efficiency, within))
                 e, _, _ = changed.efficiency(
                     nodes * dpn, nodes, bw=drawn.network.factor(nodes, u), **kw
                 )

@@ -405,6 +405,56 @@ def test_a_clusters_own_error_applies_only_where_the_anchor_has_not_crossed_a_no
     assert float(scaled.spread(d, s)) == pytest.approx(2 * float(em.spread(d, s)))
 
 
+@given(
+    st.floats(0.0, 0.3),
+    st.floats(0.0, 0.3),
+    st.floats(0.0, 0.3),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 4.0),
+)
+def test_the_spread_from_an_anchor_across_nodes_is_its_own_per_doubling(
+    sd_d: float, sd_s: float, sd_src: float, sd_m: float, d: float
+) -> None:
+    """Where the anchor spans nodes (``within`` = 0), the spread is ``sd_m`` per doubling,
+    whatever the one-node spreads are (it was ``sd_d``'s, fitted on one-node points and zero
+    in half the folds); ``kappa`` (:meth:`ErrorModel.scaled`) does not touch it."""
+    em = me.ErrorModel(sd_d=sd_d, sd_s=sd_s, sd_src=sd_src, sd_m=sd_m, noise=0.0)
+    assert float(em.spread(d, 0.0, 0.0)) ** 2 == pytest.approx(sd_m**2 * d, abs=1e-12)
+    assert float(em.spread(d, 0.0, 1.0)) ** 2 == pytest.approx(sd_d**2 * d, abs=1e-12)
+    assert em.scaled(3.0).sd_m == sd_m
+    centre = 0.8
+    assert float(em.reach(d, 0.0, centre, 0.0)) == pytest.approx(
+        sd_m * math.sqrt(d) * float(me.loss_scale(centre))
+    )
+
+
+def test_the_spread_from_an_anchor_across_nodes_is_what_95_percent_of_its_points_need() -> None:
+    """``sd_m`` is the 95th percentile (numpy's linear) of the levels each training point
+    projected from an anchor across nodes needs to be covered. With no noise and every
+    structural draw at the centre (0.9, its loss scale 0.13), a point ``r`` above it in log
+    needs ``r / (0.13 q97.5)`` of the residual draws' own percentile, one below ``r / (0.13
+    q2.5)``. ``fit`` sets it from such points alone: they leave ``kappa`` on the one-node
+    points as it was, and without them it is 0."""
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal(400)
+    r = rng.normal(0.0, 0.05, 40)
+    pts = [
+        replace(residual(f"g{i % 8}", float(x), z, np.zeros(400), s=0.0), within=0.0)
+        for i, x in enumerate(r)
+    ]
+    lo, hi = np.percentile(z, [2.5, 97.5])
+    need = np.where(r > 0, r / (0.13 * hi), r / (0.13 * lo))
+    got = me._quantile_factor(me._Stacked(pts, me.ErrorModel(sd_m=1.0, noise=0.0)))
+    assert got == pytest.approx(float(np.percentile(need, 95)), rel=0.02)
+    ranked = np.sort(need)
+    assert ranked[37] < got < ranked[38]  # between the levels covering 38 and 39 of 40
+    one_node = sources(seed=3)
+    alone, both = me.fit(one_node, noise=0.01), me.fit(one_node, noise=0.01, spanning=pts)
+    assert (both.sd_d, both.sd_s, both.sd_src) == (alone.sd_d, alone.sd_s, alone.sd_src)
+    assert alone.sd_m == 0.0 < both.sd_m
+    assert both.sd_m == me._quantile_factor(me._Stacked(pts, replace(both, sd_m=1.0)))
+
+
 # --- the share of a stated line rate a cluster achieves ----------------------------------------
 
 
