@@ -221,8 +221,8 @@ def test_a_sweeps_intervals_from_anchors_across_nodes_cover_their_points_and_fsd
     published point from the case's smaller published scales), a sweep's intervals cover
     95% of the open all-reduce points they were calibrated on, less one point's worth of
     the quantile's interpolation (74 of 78), and FSDP's 10 such points, none of them in the
-    fit, at 80% or more. The one-node spread per doubling they drew with before covered 88%
-    and 6 of 10: it was fitted on one-node points, and zero in half the folds."""
+    fit, at 80% or more. The one-node spread per doubling they drew with before covered 72 of
+    78 and 6 of 10: it was fitted on one-node points, and zero in half the folds."""
     from analysis.compute.projection.backtest import split
     from analysis.compute.projection.model_error import (
         MEASURED_NOISE,
