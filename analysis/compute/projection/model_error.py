@@ -315,8 +315,9 @@ class _Stacked:
         self, kappa: float | np.ndarray = 1.0
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(centre, low, high) per row: the 95% prediction interval under the spreads times
-        ``kappa`` (:func:`apply_error`; the finite draws only), never narrower than its centre; low
-        and high NaN where no draw is finite or the centre is not."""
+        ``kappa`` (one factor, or one a row; :func:`apply_error`; the finite draws only), never
+        narrower than its centre; low and high NaN where no draw is finite or the centre is
+        not."""
         draws = apply_error(
             self.base,
             self.shift[:, None],
