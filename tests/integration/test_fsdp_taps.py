@@ -81,15 +81,25 @@ def _worker(
 
 def _run(tmp_path: Path, reshard: bool, hold_s: float = 0.0) -> list[list[dict[str, Any]]]:
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessExitedException
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     tmp_path.mkdir(exist_ok=True)
-    mp.spawn(
-        _worker,
-        args=(2, str(tmp_path / "init"), str(tmp_path), reshard, hold_s),
-        nprocs=2,
-        join=True,
-    )
+    try:
+        mp.spawn(
+            _worker,
+            args=(2, str(tmp_path / "init"), str(tmp_path), reshard, hold_s),
+            nprocs=2,
+            join=True,
+        )
+    except ProcessExitedException as exc:
+        # torch's gloo teardown now and then aborts a rank ("terminate called without an
+        # active exception"; seen once, beside the Slurm tier) after every rank has
+        # written its counts: the collectives under test are over by then. Only that abort
+        # is let through; any other exit, or one before every rank's counts, fails the test.
+        written = all((tmp_path / f"rank{r}.json").is_file() for r in range(2))
+        if not (written and exc.signal_name == "SIGABRT"):
+            raise
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
 
