@@ -75,6 +75,7 @@ def _worker(
             opt.step()
             opt.zero_grad()
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(issued))
+        dist.barrier()  # both done before either tears down, as a run's ranks leave
     finally:
         dist.destroy_process_group()
 
@@ -94,9 +95,11 @@ def _run(tmp_path: Path, reshard: bool, hold_s: float = 0.0) -> list[list[dict[s
         )
     except ProcessExitedException as exc:
         # torch's gloo teardown now and then aborts a rank ("terminate called without an
-        # active exception"; seen once, beside the Slurm tier) after every rank has
-        # written its counts: the collectives under test are over by then. Only that abort
-        # is let through; any other exit, or one before every rank's counts, fails the test.
+        # active exception"; seen once, beside the Slurm tier, before the barrier above,
+        # which a run's ranks meet at too: job.run.fitting._leave_process_group) after every
+        # rank has written its counts: the collectives under test are over by then. Only
+        # that abort is let through; any other exit, or one before every rank's counts,
+        # fails the test.
         written = all((tmp_path / f"rank{r}.json").is_file() for r in range(2))
         if not (written and exc.signal_name == "SIGABRT"):
             raise
