@@ -9,9 +9,23 @@ from pathlib import Path
 import pytest
 
 from analysis.commands import backtest
+from analysis.read.cases import Case
 
 REPO = Path(__file__).resolve().parents[3]
 CASES = REPO / "benchmarks" / "projection_cases.yaml"
+
+
+def open_by_method() -> tuple[list[Case], list[Case]]:
+    """The shipped file's open cases (its sealed sources left out): the all-reduce ones and
+    FSDP's, apart, each in the file's order."""
+    from analysis.compute.projection.backtest import split
+    from analysis.compute.projection.scoring import read_cases
+    from analysis.compute.projection.sealed import split_sealed
+    from analysis.read.cases import read_sealed
+
+    sealed = read_sealed(str(CASES))
+    assert sealed is not None
+    return split(split_sealed(read_cases(str(CASES)), sealed.sources)[0])
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -76,11 +90,9 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     recorded noise is the one its training sources choose, computed here again; the folds do
     not all choose alike, and none chooses the grid's widest level; no sealed source is in
     any fold."""
-    from analysis.compute.projection.backtest import split
     from analysis.compute.projection.model_error import NOISE_GRID
     from analysis.compute.projection.noise_selection import choose_noise
-    from analysis.compute.projection.scoring import prepare, prepare_walked, read_cases
-    from analysis.compute.projection.sealed import split_sealed
+    from analysis.compute.projection.scoring import prepare, prepare_walked
     from analysis.read.cases import read_sealed
 
     out = tmp_path / "cv.json"
@@ -107,7 +119,7 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     walked = doc["walked"]
     below = [
         (c.name, p.nodes)
-        for c in split(split_sealed(read_cases(str(CASES)), read_sealed(str(CASES)).sources)[0])[0]
+        for c in open_by_method()[0]
         for p in c.published
         if any(q.nodes < p.nodes for q in c.published)
     ]
@@ -121,9 +133,9 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     assert "Every measured scale used" in text
     sealed = read_sealed(str(CASES))
     assert sealed is not None
-    open_cases = split_sealed(read_cases(str(CASES)), sealed.sources)[0]
-    prepared = prepare(split(open_cases)[0])  # the command's draws
-    spanning = prepare_walked(split(open_cases)[0])[1]
+    ddp, fsdp_cases = open_by_method()
+    prepared = prepare(ddp)  # the command's draws
+    spanning = prepare_walked(ddp)[1]
     groups = list(dict.fromkeys(p.group for p in prepared))
     assert not set(groups) & set(sealed.sources)
     assert f"(nested leave one source out: each of {len(groups)} folds chose its noise" in text
@@ -156,7 +168,6 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     # FSDP's own error model, for comparison: nested over the open FSDP sources alone (each
     # fold's noise chosen by the other FSDP sources), never a sealed or all-reduce source
     own = doc["fsdp"]["own"]
-    fsdp_cases = split(open_cases)[1]
     fsdp_groups = list(dict.fromkeys(c.group for c in fsdp_cases))
     assert own["sources"] == sorted(fsdp_groups)
     fsdp_prepared = prepare(fsdp_cases)
@@ -180,7 +191,6 @@ def test_a_sweeps_model_covers_its_own_points_with_a_runs_noise() -> None:
     calibrated beside the table's noise, which carried nearly all the width."""
     from dataclasses import replace
 
-    from analysis.compute.projection.backtest import split
     from analysis.compute.projection.model_error import (
         MEASURED_NOISE,
         fit,
@@ -189,14 +199,10 @@ def test_a_sweeps_model_covers_its_own_points_with_a_runs_noise() -> None:
         score,
         within_reach,
     )
-    from analysis.compute.projection.scoring import prepare, prepare_walked, read_cases
-    from analysis.compute.projection.sealed import split_sealed
+    from analysis.compute.projection.scoring import prepare, prepare_walked
     from analysis.compute.projection.totals import totals
-    from analysis.read.cases import read_sealed
 
-    sealed = read_sealed(str(CASES))
-    assert sealed is not None
-    open_cases = split(split_sealed(read_cases(str(CASES)), sealed.sources)[0])[0]
+    open_cases = open_by_method()[0]
     prepared = prepare(open_cases)
     sweep, published = load_sweep(), load()
     assert sweep.noise == MEASURED_NOISE <= published.noise
@@ -223,21 +229,16 @@ def test_a_sweeps_intervals_from_anchors_across_nodes_cover_their_points_and_fsd
     the quantile's interpolation (74 of 78), and FSDP's 10 such points, none of them in the
     fit, at 80% or more. The one-node spread per doubling they drew with before covered 72 of
     78 and 6 of 10: it was fitted on one-node points, and zero in half the folds."""
-    from analysis.compute.projection.backtest import split
     from analysis.compute.projection.model_error import (
         MEASURED_NOISE,
         load_sweep,
         score,
         within_reach,
     )
-    from analysis.compute.projection.scoring import prepare, prepare_walked, read_cases
-    from analysis.compute.projection.sealed import split_sealed
+    from analysis.compute.projection.scoring import prepare, prepare_walked
     from analysis.compute.projection.totals import totals
-    from analysis.read.cases import read_sealed
 
-    sealed = read_sealed(str(CASES))
-    assert sealed is not None
-    ddp, fsdp = split(split_sealed(read_cases(str(CASES)), sealed.sources)[0])
+    ddp, fsdp = open_by_method()
     across = [p for p in [*prepare(ddp), *prepare_walked(ddp)[1]] if not p.within]
     reach = within_reach(across, MEASURED_NOISE)
     in_reach = [p for p, ok in zip(across, reach, strict=True) if ok]
