@@ -21,9 +21,10 @@ from typing import Any
 
 from analysis.commands.common import _positive_int
 from analysis.compute.projection.backtest import backtest, cross_validated, split
+from analysis.compute.projection.error_file import SHIPPED_PATH
+from analysis.compute.projection.error_file import write as write_error_model
 from analysis.compute.projection.interval import DRAWS
-from analysis.compute.projection.model_error import SHIPPED_PATH, fit_sweep
-from analysis.compute.projection.model_error import write as write_error_model
+from analysis.compute.projection.model_error import fit_sweep
 from analysis.compute.projection.noise_selection import fit_selected
 from analysis.compute.projection.scoring import CaseError, prepare, prepare_walked, read_cases
 from analysis.compute.projection.sealed import split_sealed

@@ -12,15 +12,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from analysis.compute.projection.error_file import load as load_error_model
+from analysis.compute.projection.error_file import load_sweep
 from analysis.compute.projection.interval import DRAWS
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     NOISE_GRID,
     ErrorModel,
-    load_sweep,
     score,
 )
-from analysis.compute.projection.model_error import load as load_error_model
 from analysis.compute.projection.noise_selection import cross_validate
 from analysis.compute.projection.scored import Scored
 from analysis.compute.projection.scoring import (

@@ -17,13 +17,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from analysis.compute.projection.error_file import load_sweep
 from analysis.compute.projection.model_error import (
     MEASURED_NOISE,
     ErrorModel,
     apply_error,
     beyond_anchor,
     features,
-    load_sweep,
     within_one_node,
 )
 from analysis.compute.projection.series_network import series_network

@@ -82,7 +82,8 @@ never scored. :func:`.noise_selection.cross_validate` is therefore nested: each 
 out in turn and scored by a model whose noise and fit come from the others alone. The shipped
 model is made the same way on every open source (:func:`.noise_selection.fit_selected`; the
 sealed ones, :mod:`.sealed`, never), written with its grid and its selection by ``python -m
-analysis.project fit-error`` into ``analysis/compute/projection/model_error.json``.
+analysis.project fit-error`` into ``analysis/compute/projection/model_error.json``
+(:mod:`.error_file`).
 
 That model scores published tables, whose noise is unknown. A sweep's projection knows its
 own runs' noise, so it draws with the same fit calibrated beside one run's
@@ -92,12 +93,9 @@ nested the same way, as what a sweep's intervals cover.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -135,7 +133,6 @@ LOSS_FLOOR = MEASURED_NOISE
 """The least loss a spread is scaled by (:func:`loss_scale`): a centre projected at 100% is still
 one run's figure away from its truth, and a loss the step model does not see at all (a loader,
 a straggler) is not zero in the model's terms either."""
-SHIPPED_PATH = Path(__file__).with_name("model_error.json")
 
 
 @dataclass(frozen=True)
@@ -532,40 +529,3 @@ def fit_sweep(
     noise instead, ``kappa`` puts the width where the error grows: with the carry and the
     first step across nodes."""
     return fit(points, fitted_on, MEASURED_NOISE, spanning)
-
-
-def write(
-    em: ErrorModel,
-    path: Path = SHIPPED_PATH,
-    selection: Sequence[dict[str, float]] = (),
-    sweep: ErrorModel | None = None,
-) -> None:
-    """``em`` (with the noise grid and its ``selection``) at ``path``, and under ``sweep``
-    the model a sweep's projection draws with (:func:`fit_sweep`)."""
-    from scalescope.atomic import write_text_atomic
-
-    doc: dict[str, Any] = asdict(em)
-    doc["noise_grid"] = list(NOISE_GRID)
-    doc["noise_selection"] = list(selection)
-    if sweep is not None:
-        doc["sweep"] = asdict(sweep)
-    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-
-
-def _model(data: dict[str, Any]) -> ErrorModel:
-    got = {f.name: data[f.name] for f in fields(ErrorModel) if f.name in data}
-    if got.get("share_band") is not None:
-        got["share_band"] = tuple(got["share_band"])
-    return ErrorModel(**got)
-
-
-def load(path: Path = SHIPPED_PATH) -> ErrorModel:
-    """The error model written at ``path``, the one published tables are scored with (its
-    recorded selection is for the record)."""
-    return _model(json.loads(path.read_text(encoding="utf-8")))
-
-
-def load_sweep(path: Path = SHIPPED_PATH) -> ErrorModel:
-    """The error model a sweep's projection draws with (:func:`fit_sweep`), written beside
-    the published one at ``path`` by ``fit-error``."""
-    return _model(json.loads(path.read_text(encoding="utf-8"))["sweep"])

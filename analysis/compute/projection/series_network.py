@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from analysis.compute.projection.model_error import load_sweep
+from analysis.compute.projection.error_file import load_sweep
 from analysis.compute.projection.step_time.network import (
     Network,
     network_from_points,

@@ -191,11 +191,10 @@ def test_a_sweeps_model_covers_its_own_points_with_a_runs_noise() -> None:
     calibrated beside the table's noise, which carried nearly all the width."""
     from dataclasses import replace
 
+    from analysis.compute.projection.error_file import load, load_sweep
     from analysis.compute.projection.model_error import (
         MEASURED_NOISE,
         fit,
-        load,
-        load_sweep,
         score,
         within_reach,
     )
@@ -229,9 +228,9 @@ def test_a_sweeps_intervals_from_anchors_across_nodes_cover_their_points_and_fsd
     the quantile's interpolation (74 of 78), and FSDP's 10 such points, none of them in the
     fit, at 80% or more. The one-node spread per doubling they drew with before covered 72 of
     78 and 6 of 10: it was fitted on one-node points, and zero in half the folds."""
+    from analysis.compute.projection.error_file import load_sweep
     from analysis.compute.projection.model_error import (
         MEASURED_NOISE,
-        load_sweep,
         score,
         within_reach,
     )
@@ -302,7 +301,8 @@ def test_the_shipped_error_model_chose_its_noise_by_the_stated_rule() -> None:
     gives under the stated rule (analysis.compute.projection.noise_selection.pick_noise: the
     least mean interval score, then the lower level), applied here by hand to the recorded
     rows, over the whole grid; the grid reaches beyond the choice on both sides."""
-    from analysis.compute.projection.model_error import NOISE_GRID, SHIPPED_PATH
+    from analysis.compute.projection.error_file import SHIPPED_PATH
+    from analysis.compute.projection.model_error import NOISE_GRID
 
     shipped = json.loads(SHIPPED_PATH.read_text())
     rows = shipped["noise_selection"]
@@ -326,7 +326,7 @@ def test_the_shipped_error_model_is_the_fit_on_the_shipped_cases(
     floating-point noise (other numpy and scipy builds differ in the last digits). A case
     added without refitting fails here. This catches a stale file only: the test above
     checks the choice of the noise against its stated rule."""
-    from analysis.compute.projection.model_error import SHIPPED_PATH
+    from analysis.compute.projection.error_file import SHIPPED_PATH
 
     out = tmp_path / "model_error.json"
     rc, _, err = run(capsys, "fit-error", str(CASES), "--out", str(out))

@@ -16,7 +16,7 @@ from analysis.compute.projection.backtest import (
     fsdp_error_model,
     split,
 )
-from analysis.compute.projection.model_error import load as load_error_model
+from analysis.compute.projection.error_file import load as load_error_model
 from analysis.compute.projection.scoring import case_model
 from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel
 from analysis.compute.projection.step_time.step_model import StepModel
@@ -109,7 +109,7 @@ def test_fsdps_error_model_keeps_the_spreads_and_a_noise_floor() -> None:
     (the widest level of the grid when FSDP's cases were first scored)."""
     from dataclasses import replace
 
-    from analysis.compute.projection.model_error import load
+    from analysis.compute.projection.error_file import load
 
     em = load()
     wide = fsdp_error_model(em)

@@ -156,7 +156,7 @@ def test_a_stated_line_rate_is_read_and_refused_with_a_measured_one_or_without_e
 def test_a_stated_line_rate_is_an_upper_bound_spanned_over_the_learned_share() -> None:
     """800 Gb/s a node stated: the bus bandwidth is drawn over the shares of a stated line rate
     the shipped model learned published clusters reached, its centre at the typical one."""
-    from analysis.compute.projection.model_error import load_sweep
+    from analysis.compute.projection.error_file import load_sweep
     from analysis.compute.projection.step_time.network import (
         LINE_RATE_PRIOR,
         network_from_profile,

@@ -212,7 +212,8 @@ def test_a_sweep_draws_with_the_sweep_model_and_its_anchors_own_mean() -> None:
     given by hand, not as the published model's with its noise swapped. And the mean that
     shifts the centre is the anchor's regime's: a 2-node anchor (its network measured) takes
     ``mu_m``, a 1-node anchor the one-node mean."""
-    from analysis.compute.projection.model_error import MEASURED_NOISE, ErrorModel, load, load_sweep
+    from analysis.compute.projection.error_file import load, load_sweep
+    from analysis.compute.projection.model_error import MEASURED_NOISE, ErrorModel
 
     pts, base = series(comm=0.004)
     fit = fit_series(pts, base, "weak")
