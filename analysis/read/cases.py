@@ -39,6 +39,10 @@ class Point:
     efficiency_vs_1gpu: float | None = None
 
 
+GRAD_SYNCS = ("step", "micro-batch", "unknown")
+"""What a case's ``grad_sync`` may say (:attr:`Case.grad_sync`)."""
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -75,6 +79,11 @@ class Case:
     """The link between nodes as the source names it (``hardware.inter_node``), '' where not
     given: a source whose cases ran on several links (one cluster's Ethernet and InfiniBand)
     reached a share of each line rate of its own."""
+    grad_sync: str = "step"
+    """Under accumulation, when gradients are synced (``grad_sync``): ``step`` (once a step,
+    on its last micro-batch: DDP's ``no_sync``, Horovod's post-accumulation all-reduce, FSDP's
+    gradient sync switched off while accumulating), ``micro-batch`` (on every one), or
+    ``unknown`` where the source does not say: the projection then spans both."""
 
 
 def _number(case: str, where: str, value: Any, *, optional: bool = False) -> float | None:
@@ -207,6 +216,11 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
     scaling = raw.get("scaling", "weak")
     if scaling not in ("weak", "strong", "unknown"):
         raise CaseError(f"case {name!r}: scaling must be weak, strong or unknown, got {scaling!r}")
+    sync = raw.get("grad_sync", "step")
+    if sync not in GRAD_SYNCS:
+        raise CaseError(
+            f"case {name!r}: grad_sync must be step, micro-batch or unknown, got {sync!r}"
+        )
     return Case(
         name=name,
         devices_per_node=dpn,
@@ -230,6 +244,7 @@ def _case(name: str, raw: dict[str, Any]) -> Case:
         group=str(raw.get("source_group") or name),
         family=_family(name, raw.get("family")),
         inter_node=str(hw.get("inter_node") or ""),
+        grad_sync=sync,
     )
 
 

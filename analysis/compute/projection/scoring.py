@@ -90,6 +90,11 @@ SCALINGS = ("strong", "weak")
 throughput that prints no global batch): a fixed global batch, the per-device batch (its
 accumulation first) shrinking as ranks grow, to a fixed per-device batch. Drawn over like
 :data:`PATTERNS`, the centre between them."""
+SYNCS = ("step", "micro-batch")
+"""The span of when an accumulating case syncs its gradients where the source does not say
+(``grad_sync: unknown``): once a step, on its last micro-batch (DDP's ``no_sync``, FSDP's
+sync switched off while accumulating), to every micro-batch (a trainer that never turns the
+sync off). Drawn over like :data:`PATTERNS`, the centre between them."""
 
 
 def reference(case: Case) -> tuple[Point, str]:
@@ -112,6 +117,7 @@ def case_model(
     hidden: float = 1.0,
     pattern: str = PATTERNS[0],
     scaling: str = SCALINGS[0],
+    sync: str = SYNCS[0],
 ) -> StepModel:
     """The step model a case's measured points give (see the module doc), with what it
     leaves of the anchor's step carried as ``carry`` says (:data:`~.step_time.step_model.CARRIES`),
@@ -120,9 +126,12 @@ def case_model(
     FSDP case, the share of what prefetching can hide that it does hide (FSDP_HIDDEN_BAND).
     ``pattern``: for a method whose communication the file does not know, one of
     :data:`PATTERNS` (one message after backward, or DDP's buckets). ``scaling``: for a case
-    whose scaling mode is unknown, one of :data:`SCALINGS`."""
+    whose scaling mode is unknown, one of :data:`SCALINGS`. ``sync``: for a case that does not
+    say when it syncs its gradients under accumulation, one of :data:`SYNCS`."""
     if unknown_scaling(case):
         case = replace(case, scaling=scaling)
+    if unknown_sync(case):
+        case = replace(case, grad_sync=sync)
     d = case.devices_per_node
     b = case.per_device_batch
     ref, _ = reference(case)
@@ -191,6 +200,7 @@ def _draft(
         baseline_world=ref_world,
         scaling_mode=case.scaling,
         carry=carry,
+        sync_every_micro_batch=case.grad_sync == "micro-batch",
         **_strategy_fields(case, hidden),
     )
 
@@ -217,6 +227,8 @@ def unknowns(case: Case) -> list[str]:
         out.append("the communication pattern: one message after backward to DDP's buckets")
     if unknown_scaling(case):
         out.append("the scaling mode: a fixed global batch to a fixed per-device batch")
+    if unknown_sync(case):
+        out.append("when gradients are synced under accumulation: once a step to every micro-batch")
     if is_fsdp(case):
         out.append("how much of FSDP's communication prefetching hides")
     out.append("which explanation carries the rest of the anchor's step")
@@ -234,13 +246,23 @@ def unknown_scaling(case: Case) -> bool:
     return case.scaling == "unknown"
 
 
-def variants(case: Case) -> list[tuple[str, str]]:
-    """The (pattern, scaling mode) pairs a case's unknowns span: :data:`PATTERNS` where its
-    communication pattern is unknown, :data:`SCALINGS` where its scaling mode is; one pair
-    where it knows both."""
+def unknown_sync(case: Case) -> bool:
+    """Whether the case accumulates and its source does not say when it syncs its gradients
+    (``grad_sync: unknown``)."""
+    return case.grad_sync == "unknown" and case.grad_accum > 1
+
+
+def variants(case: Case) -> list[dict[str, str]]:
+    """The ends a case's unknowns span, each as :func:`case_model`'s keywords (``pattern``,
+    ``scaling``, ``sync``): :data:`PATTERNS` where its communication pattern is unknown,
+    :data:`SCALINGS` where its scaling mode is, :data:`SYNCS` where its gradient sync is;
+    one where it knows them all."""
     patterns = PATTERNS if unknown_pattern(case) else PATTERNS[:1]
     scalings = SCALINGS if unknown_scaling(case) else (case.scaling,)
-    return [(p, m) for p in patterns for m in scalings]
+    syncs = SYNCS if unknown_sync(case) else (SYNCS[0],)
+    return [
+        {"pattern": p, "scaling": m, "sync": y} for p in patterns for m in scalings for y in syncs
+    ]
 
 
 def _messages(case: Case, pattern: str = "one message") -> tuple[float, ...]:
@@ -324,11 +346,8 @@ def centre_carry(case: Case, p: Point) -> tuple[str, float]:
     """The explanation the centre assumes, and its efficiency: of the structural
     alternatives, the middle one at the network band's middle (the others bound it)."""
     centres = []
-    for pattern, scaling in variants(case):
-        got = sorted(
-            (_predict(case_model(case, carry=c, pattern=pattern, scaling=scaling), p, None), c)
-            for c in CARRIES
-        )
+    for ends in variants(case):
+        got = sorted((_predict(case_model(case, carry=c, **ends), p, None), c) for c in CARRIES)
         finite = [(e, c) for e, c in got if math.isfinite(e)]
         if not finite:
             return CARRIES[0], math.nan
@@ -348,6 +367,7 @@ def centre_carry(case: Case, p: Point) -> tuple[str, float]:
                 "scaling between a fixed global batch and a fixed per-device one",
                 unknown_scaling(case),
             ),
+            ("gradient sync between once a step and every micro-batch", unknown_sync(case)),
         )
         if unknown
     ]
@@ -469,7 +489,7 @@ def _drawn_models(
         # an unknown pattern or scaling mode: each draw takes one end of the span in turn
         ends = variants(case)
         if len(ends) > 1:
-            kw["pattern"], kw["scaling"] = ends[(i // len(CARRIES)) % len(ends)]
+            kw.update(ends[(i // len(CARRIES)) % len(ends)])
         models.append(
             case_model(case, sigma_share=sigma, carry=CARRIES[i % len(CARRIES)], band_u=u, **kw)
         )

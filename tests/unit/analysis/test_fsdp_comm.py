@@ -249,3 +249,21 @@ def test_backward_meets_unequal_units_last_first() -> None:
     units = [0.2, 1.0]
     twice = microbatch_exposed(units, [2 * u for u in units], COMPUTE, overlap=True)
     assert twice == pytest.approx(0.9 + 2.8)
+
+
+def test_a_case_syncing_every_micro_batch_reduce_scatters_on_each() -> None:
+    """k = 2 on the CPU, every micro-batch syncing (a published case's ``grad_sync:
+    micro-batch``): 2 micro-batches of 4 gathers and 2 reduce-scatters each, 12 x 0.5 s,
+    where syncing once a step exposes 10 x 0.5 s; what carry = network scales with counts
+    the reduce-scatters twice as well (8 + 4 at 0.5 s). With one micro-batch the two are
+    the same step."""
+    once = _model(overlap=False, accumulate=2)
+    every = replace(once, sync_every_micro_batch=True)
+    assert every.modelled_exposed(2, 1, (GB, GB), 2, 1.0, 4.0) == pytest.approx(12 * 0.5)
+    assert once.modelled_exposed(2, 1, (GB, GB), 2, 1.0, 4.0) == pytest.approx(10 * 0.5)
+    assert every.allreduce_total(2, 1, (GB, GB)) == pytest.approx(6.0)
+    assert once.allreduce_total(2, 1, (GB, GB)) == pytest.approx(5.0)
+    single = replace(every, accumulate=1)
+    assert single.modelled_exposed(2, 1, (GB, GB), 1, 1.0, 2.0) == pytest.approx(
+        replace(single, sync_every_micro_batch=False).modelled_exposed(2, 1, (GB, GB), 1, 1.0, 2.0)
+    )

@@ -10,8 +10,10 @@ the N ranks. Per micro-batch, for each of its blocks (bytes ``n_i`` as gathered)
   scalescope leaves it (torch's ``_lazy_init`` sets the root's ``post_forward_mesh_info`` to
   None), so a sweep's units, the root first (``root_first``), gather the root once a
   micro-batch; a published case's even blocks have no root;
-* a reduce-scatter of its gradients after its backward, on the micro-batch that syncs them
-  (under accumulation the others keep the gathers and skip the reduce-scatters).
+* a reduce-scatter of its gradients after its backward, on each micro-batch that syncs them
+  (under accumulation the last one, the others keeping the gathers and skipping the
+  reduce-scatters; every one where a published case says so,
+  :attr:`..step_model.StepModel.sync_every_micro_batch`).
 
 Each takes ``alpha(N) + n_i (N - 1) / N / busbw`` (the ring's bus factor of
 :data:`scalescope.collectives.FSDP`; on gloo, which runs a reduce-scatter as an all-reduce of
@@ -128,17 +130,19 @@ def timeline_exposed(
     scatters: Sequence[float],
     compute_s: float,
     k: int = 1,
+    syncs: int = 1,
     **kw: Any,
 ) -> float:
     """The exposed seconds of one optimizer step of ``k`` micro-batches (compute
     ``compute_s`` for all of them) whose units take ``gathers`` and ``scatters`` seconds
     (:func:`microbatch_exposed`'s keywords in ``kw``): every micro-batch gathers, the last
-    one also reduce-scatters."""
+    ``syncs`` of them (one, or all ``k`` where every micro-batch syncs) also reduce-scatter."""
     micro = compute_s / k
-    last = microbatch_exposed(gathers, scatters, micro, sync=True, **kw)
-    if k == 1:
+    syncs = min(max(1, syncs), k)
+    last = syncs * microbatch_exposed(gathers, scatters, micro, sync=True, **kw)
+    if syncs == k:
         return last
-    return (k - 1) * microbatch_exposed(gathers, scatters, micro, sync=False, **kw) + last
+    return (k - syncs) * microbatch_exposed(gathers, scatters, micro, sync=False, **kw) + last
 
 
 def hybrid_times(
@@ -259,6 +263,7 @@ class FsdpStepModel(StepModel):
             "root_first": self.root_first,
         }
         compute = self.compute_s(batch, k)
+        kw["syncs"] = self.syncs(k)
         hidden = timeline_exposed(gathers, scatters, compute, k, overlap=self.overlap, **kw)
         if not self.overlap or self.hidden_share >= 1.0:
             return hidden
@@ -270,8 +275,9 @@ class FsdpStepModel(StepModel):
     ) -> float:
         """Every collective of one optimizer step of ``k`` micro-batches (the anchor's where
         None): the gathers of every micro-batch (before backward too where resharded, never
-        the root's), the reduce-scatters once, one after another on the network level of
-        ``nodes`` nodes: what ``carry = network`` grows with."""
+        the root's), the reduce-scatters on each micro-batch that syncs (:meth:`syncs`), one
+        after another on the network level of ``nodes`` nodes: what ``carry = network`` grows
+        with."""
         level = self.network.level(nodes)
         if world <= 1 or level is None:
             return math.nan if level is None else 0.0
@@ -279,7 +285,7 @@ class FsdpStepModel(StepModel):
         gathers, scatters = self.unit_times(level, world, buckets, self.network.factor(nodes))
         again = gathers[1:] if self.root_first else gathers
         per_micro = math.fsum(gathers) + (math.fsum(again) if self.reshard_after_forward else 0.0)
-        return k * per_micro + math.fsum(scatters)
+        return k * per_micro + self.syncs(k) * math.fsum(scatters)
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,14 @@ class StepModel:
     bucket_ready: tuple[float, ...] = ()
     """When each of ``bucket_bytes`` was ready, as a share of backward (recorded at the
     anchor); empty where not recorded: then in proportion to bytes (:mod:`.bucket_overlap`)."""
+    sync_every_micro_batch: bool = False
+    """Whether every micro-batch of an accumulating step syncs its gradients (a published
+    case's ``grad_sync: micro-batch``); False: the last one alone, as a sweep's runs do (DDP's
+    ``no_sync``, FSDP's gradient sync switched off while accumulating)."""
+
+    def syncs(self, k: int) -> int:
+        """How many of a step's ``k`` micro-batches sync their gradients."""
+        return k if self.sync_every_micro_batch else 1
 
     def compute_s(self, batch: float, k: int) -> float:
         micro = batch / k
@@ -170,13 +178,14 @@ class StepModel:
         self, level: Level, world: int, buckets: Sequence[float], k: int, bw: float, batch: float
     ) -> float:
         """The exposed communication per step on ``level`` (``world`` > 1, buckets known):
-        DDP's all-reduce of each bucket after backward, less what backward hides."""
+        DDP's all-reduce of each bucket after backward, less what backward hides, on each
+        micro-batch that syncs (:meth:`syncs`)."""
         times = [allreduce_s(level, b, world, bw) for b in buckets]
-        backward = BACKWARD_SHARE * self.compute_s(batch, k) / k  # the last micro-batch's
+        backward = BACKWARD_SHARE * self.compute_s(batch, k) / k  # one micro-batch's
         ready = None
         if self.bucket_ready:
             ready = ready_shares(self.bucket_bytes, self.bucket_ready, buckets)
-        return exposed_after_backward(times, buckets, backward, ready)
+        return self.syncs(k) * exposed_after_backward(times, buckets, backward, ready)
 
     def parts(
         self,
@@ -261,13 +270,15 @@ class StepModel:
         self, world: int, nodes: int, buckets: Sequence[float], k: int | None = None
     ) -> float:
         """Every bucket's all-reduce at ``world`` ranks on the network level of ``nodes``
-        nodes (as measured there), one after another (seconds); DDP all-reduces once a step,
-        whatever its ``k`` micro-batches (FSDP gathers every one of them)."""
+        nodes (as measured there), one after another (seconds), on each of the ``k``
+        micro-batches (the anchor's where None) that syncs: DDP all-reduces once a step unless
+        every micro-batch syncs (:meth:`syncs`; FSDP gathers every one of them)."""
         level = self.network.level(nodes)
         if world <= 1 or level is None:
             return math.nan if level is None else 0.0
         bw = self.network.factor(nodes)
-        return math.fsum(allreduce_s(level, b, world, bw) for b in buckets)
+        k = self.accumulate if k is None else k
+        return self.syncs(k) * math.fsum(allreduce_s(level, b, world, bw) for b in buckets)
 
     def anchor_step_s(self) -> float:
         return (
