@@ -7,7 +7,8 @@ other sources alone; ``--json`` records each fold's choice under ``folds``); FSD
 scored and printed apart (``fsdp`` in the JSON), never fitted into the shipped error model;
 ``fit-error CASES.yaml`` fits the projection's error model on them, its noise level chosen by
 a leave-one-source-out over them, and writes the shipped one with its selection.
-The work is :mod:`analysis.compute.projection.backtest`'s; this module is the command line.
+The work is :mod:`analysis.compute.projection.published.backtest`'s; this module is the
+command line.
 """
 
 from __future__ import annotations
@@ -20,14 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from analysis.commands.common import _positive_int
-from analysis.compute.projection.backtest import backtest, cross_validated, split
 from analysis.compute.projection.error_file import SHIPPED_PATH
 from analysis.compute.projection.error_file import write as write_error_model
 from analysis.compute.projection.interval import DRAWS
 from analysis.compute.projection.model_error import fit_sweep
-from analysis.compute.projection.noise_selection import fit_selected
-from analysis.compute.projection.scoring import CaseError, prepare, prepare_walked, read_cases
-from analysis.compute.projection.sealed import split_sealed
+from analysis.compute.projection.published.backtest import backtest, cross_validated, split
+from analysis.compute.projection.published.noise_selection import fit_selected
+from analysis.compute.projection.published.scoring import (
+    CaseError,
+    prepare,
+    prepare_walked,
+    read_cases,
+)
+from analysis.compute.projection.published.sealed import split_sealed
 from analysis.read.cases import Case, read_sealed
 from scalescope.cli import OneLineParser
 

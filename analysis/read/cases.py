@@ -2,7 +2,7 @@
 case, a model's gradient bytes and buckets (FSDP's: its gathered bytes and wrapped blocks),
 the hardware's devices per node and link bandwidths, its ``measured`` small-scale throughputs
 and its ``published`` larger-scale ones.
-What :mod:`analysis.compute.projection.scoring` makes of them is its own.
+What :mod:`analysis.compute.projection.published.scoring` makes of them is its own.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def read_cases(path: str) -> list[Case]:
 @dataclass(frozen=True)
 class Draw:
     """One draw of the sealed test: ``sources`` drawn with ``seed`` from ``drawn_from``
-    (:func:`analysis.compute.projection.sealed.draw`)."""
+    (:func:`analysis.compute.projection.published.sealed.draw`)."""
 
     seed: int
     drawn_from: tuple[str, ...]

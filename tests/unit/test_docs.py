@@ -218,10 +218,13 @@ def test_code_the_documents_name_exists(path: Path) -> None:
 def test_a_name_placed_in_the_wrong_file_is_found() -> None:
     """The check itself: a constant named in a file that does not define it, a file that does
     not exist, and the right place passing."""
-    wrong = "from none to all (`FSDP_HIDDEN_BAND` in `analysis/compute/projection/scoring.py`)"
+    wrong = (
+        "from none to all (`FSDP_HIDDEN_BAND` in "
+        "`analysis/compute/projection/published/scoring.py`)"
+    )
     assert broken_references(wrong) == [
-        "`FSDP_HIDDEN_BAND` in `analysis/compute/projection/scoring.py`: "
-        "analysis/compute/projection/scoring.py "
+        "`FSDP_HIDDEN_BAND` in `analysis/compute/projection/published/scoring.py`: "
+        "analysis/compute/projection/published/scoring.py "
         "defines no FSDP_HIDDEN_BAND"
     ]
     right = (

@@ -1,7 +1,7 @@
 """The shipped error model's file: ``model_error.json`` beside this module, written by ``python
 -m analysis.project fit-error`` (:func:`write`) with the published tables' model
-(:func:`.model_error.fit` through :func:`.noise_selection.fit_selected`) and the one a sweep's
-projection draws with (:func:`.model_error.fit_sweep`), and read back (:func:`load`,
+(:func:`.model_error.fit` through :func:`.published.noise_selection.fit_selected`) and the one a
+sweep's projection draws with (:func:`.model_error.fit_sweep`), and read back (:func:`load`,
 :func:`load_sweep`)."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ The mean ``mu_d d + mu_s s`` is that of a projection whose anchor is within one 
 on such points, as nearly every published point is. Where the anchor spans nodes, the step
 model was calibrated on the network it projects, and its mean is ``mu_m d``, fitted on points
 projected from such anchors: each training case's published points from its smaller published
-scales (:func:`analysis.compute.projection.scoring.walk_forward`; ``spanning`` in
+scales (:func:`analysis.compute.projection.published.scoring.walk_forward`; ``spanning`` in
 :func:`fit`), used for this slope alone. (The one-node slope carried there shifted every such
 centre down 5.7% a doubling, and their median signed error in the folds was -2.9 points:
 the two regimes do not share a slope.) Its spread there is ``h e`` with ``e ~ N(0, sd_m^2
@@ -72,17 +72,18 @@ Fitting (:func:`fit`), on the residuals of a training set:
   published at 90.4%) took 2.5 times the quantile's level.
 
 The noise is the one setting chosen by a score, so it is chosen inside the folds
-(:func:`.noise_selection.choose_noise`): from :data:`NOISE_GRID`, by a leave-one-source-out
-over the training sources only, each held-out source scored on its points projected from their
-cases' measured points and from their smaller published scales alike (one noise serves both),
-picked by the least mean interval score (:func:`.noise_selection.pick_noise`). The other
-settings are fitted on the training set (the means, the spreads, ``kappa``, ``sd_m``) or are
-stated assumptions of the backtest (the bands of :mod:`analysis.compute.projection.scoring`),
-never scored. :func:`.noise_selection.cross_validate` is therefore nested: each source is held
-out in turn and scored by a model whose noise and fit come from the others alone. The shipped
-model is made the same way on every open source (:func:`.noise_selection.fit_selected`; the
-sealed ones, :mod:`.sealed`, never), written with its grid and its selection by ``python -m
-analysis.project fit-error`` into ``analysis/compute/projection/model_error.json``
+(:func:`.published.noise_selection.choose_noise`): from :data:`NOISE_GRID`, by a
+leave-one-source-out over the training sources only, each held-out source scored on its points
+projected from their cases' measured points and from their smaller published scales alike (one
+noise serves both), picked by the least mean interval score
+(:func:`.published.noise_selection.pick_noise`). The other settings are fitted on the training
+set (the means, the spreads, ``kappa``, ``sd_m``) or are stated assumptions of the backtest (the
+bands of :mod:`analysis.compute.projection.published.scoring`), never scored.
+:func:`.published.noise_selection.cross_validate` is therefore nested: each source is held out in
+turn and scored by a model whose noise and fit come from the others alone. The shipped model is
+made the same way on every open source (:func:`.published.noise_selection.fit_selected`; the
+sealed ones, :mod:`.published.sealed`, never), written with its grid and its selection by
+``python -m analysis.project fit-error`` into ``analysis/compute/projection/model_error.json``
 (:mod:`.error_file`).
 
 That model scores published tables, whose noise is unknown. A sweep's projection knows its
@@ -124,8 +125,8 @@ NOISE_GRID = (
 """The noise of one published point (relative, one s.d.) the error model chooses from:
 published tables state one number per point, an average over an unknown number of steps on
 a cluster of unknown tuning, and say nothing of its spread, so the level is chosen by
-:func:`.noise_selection.choose_noise`. The grid reaches far enough that no fold chooses its
-widest level, and starts at :data:`MEASURED_NOISE`: a published point is one run's figure, no
+:func:`.published.noise_selection.choose_noise`. The grid reaches far enough that no fold chooses
+its widest level, and starts at :data:`MEASURED_NOISE`: a published point is one run's figure, no
 less noisy than a measured run. (From 1%, two folds chose 1%, and their intervals from every
 smaller scale, a few points wide there, covered 76% of them.)"""
 COVERAGE_TARGET = 0.95
@@ -521,11 +522,11 @@ def fit_sweep(
     table's.
 
     A sweep's projection replaces the noise with its own runs' (never below
-    :data:`MEASURED_NOISE`). The spreads of :func:`.noise_selection.fit_selected`'s model were
-    calibrated beside the table's noise the folds chose, which at its usual level carries nearly all
-    the width (``kappa`` near 0); with a run's noise in its place, the intervals a sweep
-    drew covered 83% of the held-out points from one node and 82% from several, where the
-    same folds' published-noise intervals covered 95% and 91%. Calibrated beside a run's
-    noise instead, ``kappa`` puts the width where the error grows: with the carry and the
-    first step across nodes."""
+    :data:`MEASURED_NOISE`). The spreads of :func:`.published.noise_selection.fit_selected`'s
+    model were calibrated beside the table's noise the folds chose, which at its usual level
+    carries nearly all the width (``kappa`` near 0); with a run's noise in its place, the
+    intervals a sweep drew covered 83% of the held-out points from one node and 82% from
+    several, where the same folds' published-noise intervals covered 95% and 91%. Calibrated
+    beside a run's noise instead, ``kappa`` puts the width where the error grows: with the carry
+    and the first step across nodes."""
     return fit(points, fitted_on, MEASURED_NOISE, spanning)

@@ -43,7 +43,7 @@ class Scored:
     means applies."""
     evidenced: bool = False
     """Whether the draws were already weighed by the case's other measured scales
-    (:func:`analysis.compute.projection.scoring.evidence`): the centre is then theirs, not
+    (:func:`analysis.compute.projection.published.scoring.evidence`): the centre is then theirs, not
     the typical share's, since what the cluster achieved was measured."""
     ceiling: float = math.inf
     """The most the point's efficiency can be before its run-to-run noise: the anchor's own

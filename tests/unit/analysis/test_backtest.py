@@ -18,9 +18,9 @@ CASES = REPO / "benchmarks" / "projection_cases.yaml"
 def open_by_method() -> tuple[list[Case], list[Case]]:
     """The shipped file's open cases (its sealed sources left out): the all-reduce ones and
     FSDP's, apart, each in the file's order."""
-    from analysis.compute.projection.backtest import split
-    from analysis.compute.projection.scoring import read_cases
-    from analysis.compute.projection.sealed import split_sealed
+    from analysis.compute.projection.published.backtest import split
+    from analysis.compute.projection.published.scoring import read_cases
+    from analysis.compute.projection.published.sealed import split_sealed
     from analysis.read.cases import read_sealed
 
     sealed = read_sealed(str(CASES))
@@ -91,8 +91,8 @@ def test_cross_validated_backtest_covers_and_chooses_inside_its_folds(
     not all choose alike, and none chooses the grid's widest level; no sealed source is in
     any fold."""
     from analysis.compute.projection.model_error import NOISE_GRID
-    from analysis.compute.projection.noise_selection import choose_noise
-    from analysis.compute.projection.scoring import prepare, prepare_walked
+    from analysis.compute.projection.published.noise_selection import choose_noise
+    from analysis.compute.projection.published.scoring import prepare, prepare_walked
     from analysis.read.cases import read_sealed
 
     out = tmp_path / "cv.json"
@@ -198,8 +198,8 @@ def test_a_sweeps_model_covers_its_own_points_with_a_runs_noise() -> None:
         score,
         within_reach,
     )
-    from analysis.compute.projection.scoring import prepare, prepare_walked
-    from analysis.compute.projection.totals import totals
+    from analysis.compute.projection.published.scoring import prepare, prepare_walked
+    from analysis.compute.projection.published.totals import totals
 
     open_cases = open_by_method()[0]
     prepared = prepare(open_cases)
@@ -234,8 +234,8 @@ def test_a_sweeps_intervals_from_anchors_across_nodes_cover_their_points_and_fsd
         score,
         within_reach,
     )
-    from analysis.compute.projection.scoring import prepare, prepare_walked
-    from analysis.compute.projection.totals import totals
+    from analysis.compute.projection.published.scoring import prepare, prepare_walked
+    from analysis.compute.projection.published.totals import totals
 
     ddp, fsdp = open_by_method()
     across = [p for p in [*prepare(ddp), *prepare_walked(ddp)[1]] if not p.within]
@@ -298,8 +298,8 @@ def test_cross_validating_the_cases_of_one_source_is_one_line(
 
 def test_the_shipped_error_model_chose_its_noise_by_the_stated_rule() -> None:
     """The shipped model's noise is the one its recorded leave-one-source-out selection
-    gives under the stated rule (analysis.compute.projection.noise_selection.pick_noise: the
-    least mean interval score, then the lower level), applied here by hand to the recorded
+    gives under the stated rule (analysis.compute.projection.published.noise_selection.pick_noise:
+    the least mean interval score, then the lower level), applied here by hand to the recorded
     rows, over the whole grid; the grid reaches beyond the choice on both sides."""
     from analysis.compute.projection.error_file import SHIPPED_PATH
     from analysis.compute.projection.model_error import NOISE_GRID

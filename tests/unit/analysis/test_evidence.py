@@ -1,5 +1,5 @@
-"""Every measured scale used (analysis.compute.projection.scoring.evidence): a case measured
-at several node counts narrows its draws to those that reproduce the scales it was not
+"""Every measured scale used (analysis.compute.projection.published.scoring.evidence): a case
+measured at several node counts narrows its draws to those that reproduce the scales it was not
 anchored on, so a second measured node count never widens the interval and a case measured
 flat stays flat."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from analysis_helpers import REPO
 
-from analysis.compute.projection.backtest import backtest
-from analysis.compute.projection.scoring import evidence, read_cases, walk_forward
+from analysis.compute.projection.published.backtest import backtest
+from analysis.compute.projection.published.scoring import evidence, read_cases, walk_forward
 from analysis.read.cases import read_sealed
 
 CASES = REPO / "benchmarks" / "projection_cases.yaml"

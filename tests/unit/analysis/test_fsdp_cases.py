@@ -1,5 +1,6 @@
 """FSDP's published cases: read (analysis.read.cases), routed to FSDP's step model and scored
-apart from the all-reduce cases (analysis.compute.projection.scoring), which stay as they were."""
+apart from the all-reduce cases (analysis.compute.projection.published.scoring), which stay as they
+were."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from analysis.commands import backtest as command
-from analysis.compute.projection.backtest import (
+from analysis.compute.projection.error_file import load as load_error_model
+from analysis.compute.projection.published.backtest import (
     FSDP_NOISE_FLOOR,
     backtest,
     fsdp_error_model,
     split,
 )
-from analysis.compute.projection.error_file import load as load_error_model
-from analysis.compute.projection.scoring import case_model
+from analysis.compute.projection.published.scoring import case_model
 from analysis.compute.projection.step_time.fsdp_comm import FsdpStepModel
 from analysis.compute.projection.step_time.step_model import StepModel
 from analysis.read.cases import CaseError, read_cases

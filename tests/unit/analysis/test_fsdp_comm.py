@@ -99,7 +99,7 @@ def test_the_hidden_share_runs_from_the_cpus_none_to_the_timelines_all() -> None
 def test_the_backtest_draws_how_much_an_fsdp_case_hides() -> None:
     """An FSDP case's draws span the hidden share's band: its least efficient draw at 4
     ranks is below the centre's (all hidden), which stays at the band's top."""
-    from analysis.compute.projection.scoring import FSDP_HIDDEN_BAND, case_model, prepare
+    from analysis.compute.projection.published.scoring import FSDP_HIDDEN_BAND, case_model, prepare
     from analysis.read.cases import Case, Point
 
     case = Case(

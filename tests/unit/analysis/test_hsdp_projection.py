@@ -198,8 +198,8 @@ def test_a_published_hsdp_case_is_read_projected_in_shard_groups_and_scored_with
     sharded, and scored with FSDP's cases, apart from the all-reduce ones."""
     import yaml
 
-    from analysis.compute.projection.backtest import backtest
-    from analysis.compute.projection.scoring import case_model, is_fsdp
+    from analysis.compute.projection.published.backtest import backtest
+    from analysis.compute.projection.published.scoring import case_model, is_fsdp
     from analysis.read.cases import read_cases
 
     doc = yaml.safe_load(CASES.read_text())

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from analysis.compute.projection import model_error as me
-from analysis.compute.projection import noise_selection as ns
 from analysis.compute.projection import scored as sc
-from analysis.compute.projection.totals import interval_score, totals
+from analysis.compute.projection.published import noise_selection as ns
+from analysis.compute.projection.published.totals import interval_score, totals
 
 
 def point(truth: float, *, base: list[float], z_noise: list[float], group: str = "g") -> sc.Scored:

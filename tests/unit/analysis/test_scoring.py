@@ -1,4 +1,5 @@
-"""The backtest's model of a published case (analysis.compute.projection.scoring): one bandwidth
+"""The backtest's model of a published case (analysis.compute.projection.published.scoring): one
+bandwidth
 from the anchor to the targets, and the buckets each method makes, against figures worked by
 hand."""
 
@@ -12,7 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis.compute.projection.scoring import case_model, monotone_last, prepare, read_cases
+from analysis.compute.projection.published.scoring import (
+    case_model,
+    monotone_last,
+    prepare,
+    read_cases,
+)
 from analysis.read.cases import Case, Point
 from scalescope.allreduce_model import DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES, MIB
 
@@ -47,7 +53,7 @@ def two_node_case(**kw: object) -> Case:
 def band_of_ten(monkeypatch: pytest.MonkeyPatch) -> None:
     """The worked examples' band of an unstated inter-node link: 10-100% of the node's (the
     mechanism, not the shipped band, is what they check)."""
-    import analysis.compute.projection.scoring as scoring
+    import analysis.compute.projection.published.scoring as scoring
 
     monkeypatch.setattr(scoring, "UNKNOWN_INTER_BAND", (0.1, 1.0))
 

@@ -1,4 +1,4 @@
-"""The sealed test (analysis.compute.projection.sealed): a third of the published cases'
+"""The sealed test (analysis.compute.projection.published.sealed): a third of the published cases'
 sources drawn with fixed seeds (the first draw, then one over each pool of three sources added
 later), recorded in the case file and named in its notes, left out of every fit and fold, and
 scored once by the model fitted on the others."""
@@ -14,8 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analysis.commands import backtest as command
-from analysis.compute.projection.backtest import backtest, cross_validated
-from analysis.compute.projection.sealed import SEAL_SEED, draw, due, next_seed, split_sealed
+from analysis.compute.projection.published.backtest import backtest, cross_validated
+from analysis.compute.projection.published.sealed import (
+    SEAL_SEED,
+    draw,
+    due,
+    next_seed,
+    split_sealed,
+)
 from analysis.read.cases import CaseError, read_cases, read_sealed
 
 REPO = Path(__file__).resolve().parents[3]

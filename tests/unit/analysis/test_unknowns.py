@@ -1,4 +1,5 @@
-"""Unknowns spanned, never assumed (analysis.compute.projection.scoring.PATTERNS, SCALINGS,
+"""Unknowns spanned, never assumed (analysis.compute.projection.published.scoring.PATTERNS,
+SCALINGS,
 SYNCS): a method whose communication the file does not know is drawn over one message after
 backward to DDP's buckets, a scaling mode the source does not settle over strong and weak, a
 gradient sync under accumulation it does not state over once a step and every micro-batch, each
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from analysis_helpers import REPO
 
-from analysis.compute.projection.scoring import (
+from analysis.compute.projection.published.scoring import (
     CARRIES,
     PATTERNS,
     SCALINGS,

@@ -35,8 +35,9 @@ What of it is exposed (:func:`microbatch_exposed`):
 Forward is ``1 - BACKWARD_SHARE`` of a micro-batch's compute, backward the rest, each shared
 evenly over the blocks. :class:`FsdpStepModel` can also hide only a share of what the
 timeline hides (``hidden_share``: 1 the timeline, 0 as on CPUs), which the interval draws
-over :data:`FSDP_HIDDEN_BAND`, for published cases (:mod:`analysis.compute.projection.scoring`) and
-a sweep's own FSDP series (:class:`FsdpTerm`, :mod:`analysis.compute.projection.project`) alike.
+over :data:`FSDP_HIDDEN_BAND`, for published cases
+(:mod:`analysis.compute.projection.published.scoring`) and a sweep's own FSDP series
+(:class:`FsdpTerm`, :mod:`analysis.compute.projection.project`) alike.
 """
 
 from __future__ import annotations

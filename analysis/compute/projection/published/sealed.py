@@ -7,7 +7,7 @@ choice has seen: drawn by :func:`draw` with a fixed seed, from the sources the c
 then, and recorded in the file (``sealed:``, read by
 :func:`analysis.read.cases.read_sealed`). The shipped error model is fitted on the other
 sources alone, the cross-validation runs on them alone, and the sealed ones are scored once,
-by that model, beside them (:func:`analysis.compute.projection.backtest.cross_validated`).
+by that model, beside them (:func:`analysis.compute.projection.published.backtest.cross_validated`).
 
 A source added to the file later is not sealed by the draws before it. Such sources are
 pooled: once the pool holds a whole source's third (three sources, at a third), a new draw is

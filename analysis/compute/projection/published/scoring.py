@@ -1,5 +1,5 @@
 """The published cases as the projection sees them: each case's step model, its draws and
-the points they prepare for scoring (:mod:`analysis.compute.projection.backtest` scores them).
+the points they prepare for scoring (:mod:`.backtest` scores them).
 
 Each case (format: ``benchmarks/projection_cases.yaml``, read by :mod:`analysis.read.cases`)
 gives a model's gradient bytes and buckets, the hardware's devices per node and link
@@ -38,9 +38,9 @@ FSDP's cases (``model.method: fsdp``) take the same steps with FSDP's communicat
 all-reduce (:mod:`analysis.compute.projection.step_time.fsdp_comm`: each of ``wrapped_blocks``
 blocks gathers its share of ``grad_bytes`` before forward and backward and reduce-scatters it, the
 next block's gather behind the current block's compute), and are scored apart
-(:func:`analysis.compute.projection.backtest.split`): never fitted into the shipped error
-model, and scored with its spreads and the widest noise of its grid
-(:func:`analysis.compute.projection.backtest.fsdp_error_model`) until there are enough of them.
+(:func:`.backtest.split`): never fitted into the shipped error model, and scored with its spreads
+and the widest noise of its grid (:func:`.backtest.fsdp_error_model`) until there are enough of
+them.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def case_model(
     sync: str = SYNCS[0],
 ) -> StepModel:
     """The step model a case's measured points give (see the module doc), with what it
-    leaves of the anchor's step carried as ``carry`` says (:data:`~.step_time.step_model.CARRIES`),
+    leaves of the anchor's step carried as ``carry`` says (:data:`~..step_time.step_model.CARRIES`),
     and its inter-node bus bandwidth at the point ``band_u`` in [0, 1] of its band (log
     scale; 0.5 its middle), the same at the anchor and every target. ``hidden``: for an
     FSDP case, the share of what prefetching can hide that it does hide (FSDP_HIDDEN_BAND).
@@ -408,7 +408,7 @@ def evidence_weight(model: StepModel, checks: Sequence[tuple[Point, float]]) -> 
 
 def anchor_ceiling(case: Case, anchor: StepModel, p: Point) -> float:
     """The most ``p``'s efficiency can be before its noise (``scored.Scored.ceiling``): where
-    ``p`` is beyond the anchor (:func:`.model_error.beyond_anchor`), the anchor's efficiency
+    ``p`` is beyond the anchor (:func:`..model_error.beyond_anchor`), the anchor's efficiency
     (against the reference) as the measured full-node scales ``p`` is beyond say it is when
     efficiency never rises with scale (:func:`monotone_last`): ``p`` does their work per
     device and communicates more, and a table's one number a scale carries its noise (285

@@ -1,7 +1,7 @@
 """The error model's one chosen setting, its noise, and the nested cross-validation that keeps
-the choice inside the folds (the model and its fit: :mod:`.model_error`).
+the choice inside the folds (the model and its fit: :mod:`..model_error`).
 
-:func:`choose_noise` picks a level of :data:`.model_error.NOISE_GRID` by a leave-one-source-out
+:func:`choose_noise` picks a level of :data:`..model_error.NOISE_GRID` by a leave-one-source-out
 over the training sources alone (:func:`pick_noise`: the least mean interval score), scoring each
 held-out source's points projected from its cases' measured points (nearly all one node) and
 those projected from its smaller published scales alike: one noise serves both, and chosen
@@ -24,8 +24,8 @@ from analysis.compute.projection.model_error import (
     fit,
     score,
 )
+from analysis.compute.projection.published.totals import totals
 from analysis.compute.projection.scored import Scored
-from analysis.compute.projection.totals import totals
 
 
 def leave_one_source_out(

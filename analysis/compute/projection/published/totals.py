@@ -1,5 +1,5 @@
 """How scored points add up: coverage, median error and width, and the mean interval score
-of the points :func:`.model_error.score` scored, whatever model scored them."""
+of the points :func:`..model_error.score` scored, whatever model scored them."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 (``python -m analysis.project backtest``), with the shipped error model or nested
 cross-validated, FSDP's cases apart.
 
-The cases' step models, their draws and the points they prepare are
-:mod:`analysis.compute.projection.scoring`'s; this module scores them and lays out the result.
+The cases' step models, their draws and the points they prepare are :mod:`.scoring`'s; this
+module scores them and lays out the result.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from analysis.compute.projection.model_error import (
     ErrorModel,
     score,
 )
-from analysis.compute.projection.noise_selection import cross_validate
-from analysis.compute.projection.scored import Scored
-from analysis.compute.projection.scoring import (
+from analysis.compute.projection.published.noise_selection import cross_validate
+from analysis.compute.projection.published.scoring import (
     evidence,
     is_fsdp,
     prepare,
@@ -31,8 +30,9 @@ from analysis.compute.projection.scoring import (
     reference,
     unknowns,
 )
-from analysis.compute.projection.sealed import split_sealed
-from analysis.compute.projection.totals import totals
+from analysis.compute.projection.published.sealed import split_sealed
+from analysis.compute.projection.published.totals import totals
+from analysis.compute.projection.scored import Scored
 from analysis.read.cases import Case, CaseError
 
 
@@ -47,7 +47,7 @@ def backtest(
     from the case's smaller published scales as well (:func:`~.scoring.walk_forward`: the
     network measured); FSDP's cases apart, under ``fsdp`` (:func:`split`). With the shipped
     model, the same points also under ``sweep``, scored by the model a sweep's projection
-    draws with (:func:`~.model_error.fit_sweep`)."""
+    draws with (:func:`~..model_error.fit_sweep`)."""
     em = error_model or load_error_model()
     sweep = None if error_model else load_sweep()
     ddp, fsdp = split(cases)
@@ -199,7 +199,7 @@ def cross_validated(
     out the same way (``family_totals``, ``family_folds``: a kind of system held out whole,
     :data:`analysis.read.cases.FAMILIES`); under ``sweep``, each source's points (and its
     walked ones) by its fold's fit calibrated beside one run's noise, as a sweep's projection
-    draws (:func:`~.model_error.fit_sweep`); FSDP's cases apart,
+    draws (:func:`~..model_error.fit_sweep`); FSDP's cases apart,
     as :func:`backtest` scores them. ``prepared``: the open all-reduce cases' prepared points
     where already made (:func:`prepare`, the costly part).
 
