@@ -86,6 +86,11 @@ class Case:
     ``unknown`` where the source does not say: the projection then spans both."""
 
 
+def is_fsdp(case: Case) -> bool:
+    """Whether the case shards its model (FSDP, or HSDP in shard groups): scored apart."""
+    return case.method in SHARDED_METHODS
+
+
 def _number(case: str, where: str, value: Any, *, optional: bool = False) -> float | None:
     if value is None and optional:
         return None

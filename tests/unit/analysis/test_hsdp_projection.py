@@ -199,8 +199,8 @@ def test_a_published_hsdp_case_is_read_projected_in_shard_groups_and_scored_with
     import yaml
 
     from analysis.compute.projection.published.backtest import backtest
-    from analysis.compute.projection.published.scoring import case_model, is_fsdp
-    from analysis.read.cases import read_cases
+    from analysis.compute.projection.published.scoring import case_model
+    from analysis.read.cases import is_fsdp, read_cases
 
     doc = yaml.safe_load(CASES.read_text())
     raw = next(c for c in doc["cases"] if c["name"].startswith("ptdbench-gptxl"))

@@ -1,9 +1,8 @@
-"""Unknowns spanned, never assumed (analysis.compute.projection.published.scoring.PATTERNS,
-SCALINGS,
-SYNCS): a method whose communication the file does not know is drawn over one message after
-backward to DDP's buckets, a scaling mode the source does not settle over strong and weak, a
-gradient sync under accumulation it does not state over once a step and every micro-batch, each
-centred between its ends; a known method, mode or sync keeps its own."""
+"""Unknowns spanned, never assumed (analysis.compute.projection.published.unknowns): a method
+whose communication the file does not know is drawn over one message after backward to DDP's
+buckets, a scaling mode the source does not settle over strong and weak, a gradient sync under
+accumulation it does not state over once a step and every micro-batch, each centred between its
+ends; a known method, mode or sync keeps its own."""
 
 from __future__ import annotations
 
@@ -17,14 +16,16 @@ from analysis_helpers import REPO
 
 from analysis.compute.projection.published.scoring import (
     CARRIES,
-    PATTERNS,
-    SCALINGS,
-    SYNCS,
     _drawn_models,
     _predict,
     case_model,
     centre_carry,
     read_cases,
+)
+from analysis.compute.projection.published.unknowns import (
+    PATTERNS,
+    SCALINGS,
+    SYNCS,
     unknown_pattern,
     unknown_scaling,
     unknown_sync,

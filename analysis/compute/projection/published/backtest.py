@@ -24,16 +24,15 @@ from analysis.compute.projection.model_error import (
 from analysis.compute.projection.published.noise_selection import cross_validate
 from analysis.compute.projection.published.scoring import (
     evidence,
-    is_fsdp,
     prepare,
     prepare_walked,
     reference,
-    unknowns,
 )
 from analysis.compute.projection.published.sealed import split_sealed
 from analysis.compute.projection.published.totals import totals
+from analysis.compute.projection.published.unknowns import unknowns
 from analysis.compute.projection.scored import Scored
-from analysis.read.cases import Case, CaseError
+from analysis.read.cases import Case, CaseError, is_fsdp
 
 
 def backtest(

@@ -59,6 +59,15 @@ from analysis.compute.projection.model_error import (
     features,
     within_one_node,
 )
+from analysis.compute.projection.published.unknowns import (
+    PATTERNS,
+    SCALINGS,
+    SYNCS,
+    unknown_pattern,
+    unknown_scaling,
+    unknown_sync,
+    variants,
+)
 from analysis.compute.projection.scored import Scored
 from analysis.compute.projection.step_time.fsdp_comm import (
     FSDP_HIDDEN_BAND,
@@ -72,7 +81,7 @@ from analysis.compute.projection.step_time.network import (
     Network,
 )
 from analysis.compute.projection.step_time.step_model import CARRIES, StepModel, expected_max
-from analysis.read.cases import SHARDED_METHODS, Case, CaseError, Point, read_cases
+from analysis.read.cases import Case, CaseError, Point, is_fsdp, read_cases
 from scalescope.allreduce_model import split_into_buckets
 
 ALPHA_INTRA_S = 20e-6
@@ -80,21 +89,6 @@ ALPHA_INTER_S = 50e-6
 UNKNOWN_INTER_SHARE = 1.0
 INTRA_DEFAULT_GBPS = 100.0
 SIGMA_SHARE = 0.01
-PATTERNS = ("one message", "ddp")
-"""The span of a communication pattern the file does not know (a method that is neither DDP,
-Horovod nor FSDP and states no cap): every gradient in one message after backward, nothing
-hidden, to DDP's buckets overlapping backward. Drawn over in the interval, the centre between
-them: an unknown is spanned, never assumed."""
-SCALINGS = ("strong", "weak")
-"""The span of a scaling mode the source does not settle (``scaling: unknown``: a table of
-throughput that prints no global batch): a fixed global batch, the per-device batch (its
-accumulation first) shrinking as ranks grow, to a fixed per-device batch. Drawn over like
-:data:`PATTERNS`, the centre between them."""
-SYNCS = ("step", "micro-batch")
-"""The span of when an accumulating case syncs its gradients where the source does not say
-(``grad_sync: unknown``): once a step, on its last micro-batch (DDP's ``no_sync``, FSDP's
-sync switched off while accumulating), to every micro-batch (a trainer that never turns the
-sync off). Drawn over like :data:`PATTERNS`, the centre between them."""
 
 
 def reference(case: Case) -> tuple[Point, str]:
@@ -203,66 +197,6 @@ def _draft(
         sync_every_micro_batch=case.grad_sync == "micro-batch",
         **_strategy_fields(case, hidden),
     )
-
-
-def is_fsdp(case: Case) -> bool:
-    """Whether the case shards its model (FSDP, or HSDP in shard groups): scored apart."""
-    return case.method in SHARDED_METHODS
-
-
-def unknowns(case: Case) -> list[str]:
-    """What a case's interval spans rather than assumes, in words: the network between nodes
-    (the share of a stated line rate, or a band of the intra-node link where none is stated),
-    a communication pattern the file does not know, how much of FSDP's communication
-    prefetching hides, and which explanation carries what the model leaves of the anchor."""
-    out = []
-    if case.inter_busbw_gbps:
-        out.append("the share of the stated inter-node line rate achieved (the learned band)")
-    elif any(p.nodes > 1 for p in case.published):
-        out.append(
-            f"the inter-node bus bandwidth, not stated: {100 * UNKNOWN_INTER_BAND[0]:g}-"
-            f"{100 * UNKNOWN_INTER_BAND[1]:g}% of the intra-node link"
-        )
-    if unknown_pattern(case):
-        out.append("the communication pattern: one message after backward to DDP's buckets")
-    if unknown_scaling(case):
-        out.append("the scaling mode: a fixed global batch to a fixed per-device batch")
-    if unknown_sync(case):
-        out.append("when gradients are synced under accumulation: once a step to every micro-batch")
-    if is_fsdp(case):
-        out.append("how much of FSDP's communication prefetching hides")
-    out.append("which explanation carries the rest of the anchor's step")
-    return out
-
-
-def unknown_pattern(case: Case) -> bool:
-    """Whether the file does not know how the case's method groups its gradients: neither
-    DDP, Horovod nor FSDP, and no cap stated."""
-    return case.method not in ("ddp", "horovod", *SHARDED_METHODS) and case.bucket_mb is None
-
-
-def unknown_scaling(case: Case) -> bool:
-    """Whether the source does not settle the case's scaling mode (``scaling: unknown``)."""
-    return case.scaling == "unknown"
-
-
-def unknown_sync(case: Case) -> bool:
-    """Whether the case accumulates and its source does not say when it syncs its gradients
-    (``grad_sync: unknown``)."""
-    return case.grad_sync == "unknown" and case.grad_accum > 1
-
-
-def variants(case: Case) -> list[dict[str, str]]:
-    """The ends a case's unknowns span, each as :func:`case_model`'s keywords (``pattern``,
-    ``scaling``, ``sync``): :data:`PATTERNS` where its communication pattern is unknown,
-    :data:`SCALINGS` where its scaling mode is, :data:`SYNCS` where its gradient sync is;
-    one where it knows them all."""
-    patterns = PATTERNS if unknown_pattern(case) else PATTERNS[:1]
-    scalings = SCALINGS if unknown_scaling(case) else (case.scaling,)
-    syncs = SYNCS if unknown_sync(case) else (SYNCS[0],)
-    return [
-        {"pattern": p, "scaling": m, "sync": y} for p in patterns for m in scalings for y in syncs
-    ]
 
 
 def _messages(case: Case, pattern: str = "one message") -> tuple[float, ...]:
@@ -571,10 +505,8 @@ __all__ = [  # read_cases and CaseError: the cases are read in analysis.read.cas
     "Point",
     "case_model",
     "centre_carry",
-    "is_fsdp",
     "prepare",
     "prepare_walked",
     "read_cases",
     "reference",
-    "unknowns",
 ]
