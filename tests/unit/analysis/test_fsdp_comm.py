@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from projection_helpers import BUS, COMPUTE, GB
 from projection_helpers import fsdp_model as _model
 
@@ -15,6 +17,7 @@ from analysis.compute.projection.step_time.fsdp_comm import (
     FsdpStepModel,
     block_bytes,
     microbatch_exposed,
+    timeline_exposed,
 )
 from analysis.compute.projection.step_time.step_model import collective_s
 from scalescope.collectives import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER
@@ -267,3 +270,37 @@ def test_a_case_syncing_every_micro_batch_reduce_scatters_on_each() -> None:
     assert single.modelled_exposed(2, 1, (GB, GB), 1, 1.0, 2.0) == pytest.approx(
         replace(single, sync_every_micro_batch=False).modelled_exposed(2, 1, (GB, GB), 1, 1.0, 2.0)
     )
+
+
+_seconds = st.lists(st.floats(0.0, 2.0), min_size=1, max_size=5)
+
+
+@given(
+    gathers=_seconds,
+    scatters=_seconds,
+    compute=st.floats(0.01, 10.0),
+    k=st.integers(1, 8),
+    overlap=st.booleans(),
+    reshard=st.booleans(),
+)
+def test_syncing_more_micro_batches_never_exposes_less(
+    gathers: list[float],
+    scatters: list[float],
+    compute: float,
+    k: int,
+    overlap: bool,
+    reshard: bool,
+) -> None:
+    """Whatever the units' times: a step whose every micro-batch syncs exposes k times one
+    syncing micro-batch, a step syncing once exposes no more than that, and one micro-batch
+    is the same step either way."""
+    n = min(len(gathers), len(scatters))
+    g, s = gathers[:n], scatters[:n]
+    kw = {"overlap": overlap, "reshard_after_forward": reshard}
+    once = timeline_exposed(g, s, compute, k, syncs=1, **kw)
+    every = timeline_exposed(g, s, compute, k, syncs=k, **kw)
+    one_syncing = microbatch_exposed(g, s, compute / k, sync=True, **kw)
+    assert every == pytest.approx(k * one_syncing, rel=1e-9, abs=1e-12)
+    assert once <= every + 1e-9
+    if k == 1:
+        assert once == every
