@@ -75,7 +75,7 @@ def variants(case: Case) -> list[dict[str, str]]:
     one where it knows them all."""
     patterns = PATTERNS if unknown_pattern(case) else PATTERNS[:1]
     scalings = SCALINGS if unknown_scaling(case) else (case.scaling,)
-    syncs = SYNCS if unknown_sync(case) else (SYNCS[0],)
+    syncs = SYNCS if unknown_sync(case) else (case.grad_sync,)
     return [
         {"pattern": p, "scaling": m, "sync": y} for p in patterns for m in scalings for y in syncs
     ]
