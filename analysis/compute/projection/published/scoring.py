@@ -63,6 +63,7 @@ from analysis.compute.projection.published.unknowns import (
     PATTERNS,
     SCALINGS,
     SYNCS,
+    centred_between,
     unknown_pattern,
     unknown_scaling,
     unknown_sync,
@@ -293,19 +294,7 @@ def centre_carry(case: Case, p: Point) -> tuple[str, float]:
     # rounded, so a case with one unknown keeps the centre it had to the bit)
     product = math.prod(x for x, _ in centres)
     e = math.sqrt(product) if len(centres) == 2 else product ** (1 / len(centres))
-    spans = [
-        text
-        for text, unknown in (
-            ("communication between one message and DDP's buckets", unknown_pattern(case)),
-            (
-                "scaling between a fixed global batch and a fixed per-device one",
-                unknown_scaling(case),
-            ),
-            ("gradient sync between once a step and every micro-batch", unknown_sync(case)),
-        )
-        if unknown
-    ]
-    return "; ".join([centres[0][1], *spans]), e
+    return "; ".join([centres[0][1], *centred_between(case)]), e
 
 
 def evidence(case: Case) -> list[tuple[Point, float]]:

@@ -51,6 +51,23 @@ def unknowns(case: Case) -> list[str]:
     return out
 
 
+def centred_between(case: Case) -> list[str]:
+    """The ends a case's centre sits between, in words, one per unknown it spans
+    (:func:`variants`; :func:`.scoring.centre_carry` names them beside its explanation)."""
+    return [
+        text
+        for text, unknown in (
+            ("communication between one message and DDP's buckets", unknown_pattern(case)),
+            (
+                "scaling between a fixed global batch and a fixed per-device one",
+                unknown_scaling(case),
+            ),
+            ("gradient sync between once a step and every micro-batch", unknown_sync(case)),
+        )
+        if unknown
+    ]
+
+
 def unknown_pattern(case: Case) -> bool:
     """Whether the file does not know how the case's method groups its gradients: neither
     DDP, Horovod nor FSDP, and no cap stated."""
