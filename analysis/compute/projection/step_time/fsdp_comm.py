@@ -154,22 +154,35 @@ def hybrid_times(
     shard_size: int,
     *,
     bw_factor: float = 1.0,
+    shard_bw_factor: float = 1.0,
+    sharing: int = 1,
     scatter_factor: float = 1.0,
     backend: str = "nccl",
 ) -> tuple[list[float], list[float]]:
     """Each unit's gather and reduce seconds under hybrid sharding (HSDP) at ``world`` ranks
     in shard groups of ``shard_size``: the all-gather and the reduce-scatter over the shard
-    group on ``shard_level`` (a node's link where the group is a node's devices), then, after
-    each reduce-scatter on the same channel, the all-reduce of the unit's gradient shard (its
+    group on ``shard_level`` (``shard_bw_factor`` on its bandwidth: a node's link where the
+    group is within a node, the link between nodes where it spans them), then, after each
+    reduce-scatter on the same channel, the all-reduce of the unit's gradient shard (its
     reduced bytes over the shard group) across the ``world / shard_size`` replicas on
     ``replica_level`` (``bw_factor`` on its bandwidth: the replicas' link is the one a
-    projection draws)."""
+    projection draws).
+
+    Every rank all-reduces its own shard at once, so across nodes the ``sharing`` ranks of a
+    node in different replica groups (a node's devices, or a shard group's where it is
+    smaller) share the node's link: each all-reduce has ``1 / sharing`` of its bus bandwidth,
+    which is the node's, every NIC together, as an all-reduce over the world measures it.
+    Together they move what one all-reduce of the whole unit across the replicas would; within
+    a node each rank has its own link (``sharing`` 1)."""
     shard = max(1, min(shard_size, world))
     replicas = world // shard
-    gathers, scatters = _collective_times(shard_level, units, shard, 1.0, scatter_factor, backend)
+    gathers, scatters = _collective_times(
+        shard_level, units, shard, shard_bw_factor, scatter_factor, backend
+    )
     reduce = as_run_by(FSDP_REPLICA_ALL_REDUCE, backend)
+    per_group = bw_factor / max(1, sharing)
     shards = [
-        collective_s(replica_level, reduce, b * scatter_factor / shard, replicas, bw_factor)
+        collective_s(replica_level, reduce, b * scatter_factor / shard, replicas, per_group)
         for b in units
     ]
     return gathers, [a + b for a, b in zip(scatters, shards, strict=True)]
@@ -224,41 +237,49 @@ class FsdpStepModel(StepModel):
     shard_size: int | None = None
     """Hybrid sharding (HSDP): the ranks of a shard group (a node's devices unless the
     series set ``fsdp.shard_size``), whose gathers and reduce-scatters stay on the intra-node
-    link, each unit's gradient shard then all-reduced across the replicas
-    (:func:`hybrid_times`); None: full sharding over the world."""
+    link unless the group spans nodes, each unit's gradient shard then all-reduced across the
+    replicas (:func:`hybrid_times`); None: full sharding over the world."""
 
     def hybrid_at(self, world: int) -> bool:
         """Whether ``world`` ranks run hybrid sharding with more than one replica."""
         return self.shard_size is not None and world > self.shard_size
 
     def unit_times(
-        self, level: Level, world: int, buckets: Sequence[float], bw: float
+        self, world: int, nodes: int, buckets: Sequence[float], bw: float
     ) -> tuple[list[float], list[float]]:
-        """Each unit's gather and reduce seconds at ``world`` ranks on ``level`` (the level
-        of the step's node count): full sharding's over the world, or hybrid sharding's
-        (:func:`hybrid_times`: the shard group on the intra-node level, the replicas on
-        ``level``)."""
+        """Each unit's gather and reduce seconds at ``world`` ranks over ``nodes`` nodes
+        (``bw`` on the bandwidth of the level of ``nodes``, which is known): full sharding's
+        over the world, or hybrid sharding's (:func:`hybrid_times`: the shard group on the
+        intra-node level, or between nodes where it spans them; the replicas on the level of
+        ``nodes``, the ranks of a node sharing its link)."""
+        level = self.network.level(nodes)
+        assert level is not None
         if not self.hybrid_at(world):
             return _collective_times(level, buckets, world, bw, self.scatter_factor, self.backend)
         assert self.shard_size is not None
+        per_node = max(1, world // max(1, nodes))
+        shard = min(self.shard_size, world)
+        spans = nodes > 1 and shard > per_node
         return hybrid_times(
-            self.network.intra or level,
+            level if spans else (self.network.intra or level),
             level,
             buckets,
             world,
             self.shard_size,
             bw_factor=bw,
+            shard_bw_factor=bw if spans else 1.0,
+            sharing=min(shard, per_node) if nodes > 1 else 1,
             scatter_factor=self.scatter_factor,
             backend=self.backend,
         )
 
     def exposed_on(
-        self, level: Level, world: int, buckets: Sequence[float], k: int, bw: float, batch: float
+        self, world: int, nodes: int, buckets: Sequence[float], k: int, bw: float, batch: float
     ) -> float:
-        """FSDP's exposed gathers and reduce-scatters per step on ``level`` (under HSDP, with
-        the replicas' all-reduces): the timeline of the module doc, less ``hidden_share`` of
-        what it hides on GPUs."""
-        gathers, scatters = self.unit_times(level, world, buckets, bw)
+        """FSDP's exposed gathers and reduce-scatters per step at ``world`` ranks over
+        ``nodes`` nodes (under HSDP, with the replicas' all-reduces): the timeline of the
+        module doc, less ``hidden_share`` of what it hides on GPUs."""
+        gathers, scatters = self.unit_times(world, nodes, buckets, bw)
         kw: dict[str, Any] = {
             "reshard_after_forward": self.reshard_after_forward,
             "root_first": self.root_first,
@@ -283,7 +304,7 @@ class FsdpStepModel(StepModel):
         if world <= 1 or level is None:
             return math.nan if level is None else 0.0
         k = self.accumulate if k is None else k
-        gathers, scatters = self.unit_times(level, world, buckets, self.network.factor(nodes))
+        gathers, scatters = self.unit_times(world, nodes, buckets, self.network.factor(nodes))
         again = gathers[1:] if self.root_first else gathers
         per_micro = math.fsum(gathers) + (math.fsum(again) if self.reshard_after_forward else 0.0)
         return k * per_micro + self.syncs(k) * math.fsum(scatters)

@@ -172,14 +172,17 @@ class StepModel:
             return 0.0
         if level is None:
             return math.nan
-        return self.exposed_on(level, world, buckets, k, bw, batch)
+        return self.exposed_on(world, nodes, buckets, k, bw, batch)
 
     def exposed_on(
-        self, level: Level, world: int, buckets: Sequence[float], k: int, bw: float, batch: float
+        self, world: int, nodes: int, buckets: Sequence[float], k: int, bw: float, batch: float
     ) -> float:
-        """The exposed communication per step on ``level`` (``world`` > 1, buckets known):
-        DDP's all-reduce of each bucket after backward, less what backward hides, on each
-        micro-batch that syncs (:meth:`syncs`)."""
+        """The exposed communication per step at ``world`` ranks over ``nodes`` nodes (``world``
+        > 1, buckets known, the network's level for ``nodes`` known): DDP's all-reduce of each
+        bucket after backward, less what backward hides, on each micro-batch that syncs
+        (:meth:`syncs`)."""
+        level = self.network.level(nodes)
+        assert level is not None
         times = [allreduce_s(level, b, world, bw) for b in buckets]
         backward = BACKWARD_SHARE * self.compute_s(batch, k) / k  # one micro-batch's
         ready = None
