@@ -70,6 +70,12 @@ class FsdpSharding:
     shard_size: int | None = None
     """Under hybrid sharding (HSDP), the ranks of a shard group (:func:`mesh_shard_size`);
     None under full sharding."""
+    root_first: bool = True
+    """Whether the first of ``unit_bytes`` is the root's (which FSDP2 keeps gathered from
+    forward to backward): False where the root holds no parameters of its own (every one in
+    a wrapped block: its empty unit is left out, and the first left is a block, gathered again
+    before backward like the rest) or is not a unit (a module that sharded its blocks alone);
+    True where the record does not name its units."""
 
     @property
     def scatter_factor(self) -> float:
@@ -103,6 +109,7 @@ def fsdp_sharding(rows: pd.DataFrame) -> FsdpSharding | None:
         reduce_dtype=_text(s.get("reduce_dtype")),
         own_dtype=OWN_DTYPES.get(precision, "float32"),
         shard_size=mesh_shard_size(rows) if frame_strategy(rows) == "hsdp" else None,
+        root_first=_root_first(s),
     )
 
 
@@ -130,6 +137,18 @@ def _unit_bytes(section: Mapping[str, Any]) -> tuple[int, ...] | None:
         return None
     kept = tuple(v for v in values if v > 0)
     return kept or None
+
+
+def _root_first(section: Mapping[str, Any]) -> bool:
+    """Whether the first unit :func:`_unit_bytes` keeps is the root: the record's first
+    wrapped module is the root (named ``""``) and it gathers some bytes of its own."""
+    wrapped, values = section.get("wrapped"), section.get("unit_bytes")
+    if not isinstance(wrapped, list) or not wrapped:
+        return True
+    if wrapped[0] != "":
+        return False
+    first = values[0] if isinstance(values, list) and values else None
+    return not (isinstance(first, int) and first == 0)
 
 
 def _text(value: Any) -> str | None:

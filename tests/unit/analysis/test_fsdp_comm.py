@@ -182,6 +182,38 @@ def test_the_root_unit_is_not_gathered_again_before_backward() -> None:
     assert saved == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize(
+    ("wrapped", "unit_bytes", "root_first", "kept"),
+    [
+        (["", "0", "1"], [int(2 * GB), int(GB), int(GB)], True, 3),
+        # every parameter in a block (a wrap rule on a plain MLP): the root's unit is empty
+        (["", "0", "1"], [0, int(GB), int(GB)], False, 2),
+        # a module that sharded its blocks alone: the first unit is a block
+        (["0", "1"], [int(GB), int(GB)], False, 2),
+    ],
+)
+def test_the_root_is_the_first_unit_only_where_it_gathers_bytes_of_its_own(
+    wrapped: list[str], unit_bytes: list[int], root_first: bool, kept: int
+) -> None:
+    """The record names its units, the root as ""; its empty units are left out. Where the
+    root held nothing, the first unit left is a block, gathered again before backward like
+    the rest: at 2 ranks on 1 GB/s, two blocks of 1 GB expose 4 gathers and 2 reduce-scatters
+    (3 s) on CPUs, not 3 gathers (2.5 s)."""
+    import pandas as pd
+
+    from analysis.compute.projection.step_time.fsdp_comm import FsdpTerm
+    from analysis.read.strategy import fsdp_sharding
+
+    section = {"wrapped": wrapped, "unit_bytes": unit_bytes, "reshard_after_forward": True}
+    got = fsdp_sharding(pd.DataFrame([{"strategy": "fsdp", "sharding": section}]))
+    assert got is not None and got.unit_bytes is not None
+    assert (got.root_first, len(got.unit_bytes)) == (root_first, kept)
+    assert FsdpTerm.of(got, gpu=False).root_first is root_first
+    if kept == 2:
+        model = replace(_model(overlap=False), root_first=root_first)
+        assert model.allreduce_total(2, 1, (GB, GB)) == pytest.approx(3.0)
+
+
 def test_a_unit_with_nothing_to_gather_waits_for_nothing() -> None:
     """The root (0.1 s a collective) and blocks of 0.1 and 1 s, 0.2 s of forward and 0.4 s
     of backward each, on GPUs. Forward: 0.9 s exposed (gathers 0-0.1, 0.1-0.2, 0.3-1.3, the

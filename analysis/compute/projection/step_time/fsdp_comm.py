@@ -339,7 +339,7 @@ class FsdpTerm(CommTerm):
             overlap=gpu,
             scatter_factor=sharding.scatter_factor,
             param_dtype=sharding.param_dtype,
-            root_first=True,
+            root_first=sharding.root_first,
             backend="nccl" if gpu else "gloo",
             shard_size=sharding.shard_size,
         )
