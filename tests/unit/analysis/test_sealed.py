@@ -14,7 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analysis.commands import backtest as command
-from analysis.compute.projection.published.backtest import backtest, cross_validated
+from analysis.compute.projection.published.backtest import (
+    SEALED_SEED_OFFSET,
+    backtest,
+    cross_validated,
+)
 from analysis.compute.projection.published.sealed import (
     SEAL_SEED,
     draw,
@@ -152,9 +156,29 @@ def test_no_fold_sees_a_sealed_source_and_the_sealed_ones_are_scored_by_the_ship
     scored = {p["case"] for p in got["points"]} | {p["case"] for p in got["fsdp"]["points"]}
     assert scored == {c.name for c in open_cases}
     assert got["sealed"]["sources"] == list(sealed.sources)
-    alone = backtest(shut, draws=40)
+    alone = backtest(shut, draws=40, seed=SEALED_SEED_OFFSET)
     assert got["sealed"]["points"] == alone["points"]
     assert got["sealed"]["fsdp"]["points"] == alone["fsdp"]["points"]
+
+
+def test_no_sealed_point_draws_the_random_numbers_of_an_open_one() -> None:
+    """The sealed cases are prepared from a seed of their own: none of their points' normal
+    draws is an open point's, from one node or walked forward."""
+    from analysis.compute.projection.published.scoring import prepare, prepare_walked
+
+    cases = read_cases(str(CASES))
+    sealed = read_sealed(str(CASES))
+    assert sealed is not None
+    open_cases, shut = split_sealed(cases, sealed.sources)
+
+    def numbers(of: list, seed: int) -> list[bytes]:
+        points = prepare(of, draws=8, seed=seed) + prepare_walked(of, draws=8, seed=seed)[1]
+        return [z.tobytes() for p in points for z in (p.z, p.z_noise)]
+
+    seen = set(numbers(open_cases, 0))
+    shut_numbers = numbers(shut, SEALED_SEED_OFFSET)
+    assert shut_numbers and not seen & set(shut_numbers)
+    assert seen & set(numbers(shut, 0))  # the open cases' own seed would share them
 
 
 def test_fit_error_never_reads_a_sealed_case(

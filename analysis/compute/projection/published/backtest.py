@@ -54,6 +54,13 @@ def backtest(
     return _with_fsdp(result, _prepare(fsdp, draws, seed), em, sweep)
 
 
+SEALED_SEED_OFFSET = 1000
+"""The sealed test's draws start from a seed of their own (the backtest's seed plus this; its
+walked points the one after), so that no sealed point draws the random numbers an open point
+the model was fitted on drew: each prepared set starts its stream at its seed, and the
+sealed cases drew, until 2026-11-30, the open cases' (the first of each the same)."""
+
+
 class Prepared(NamedTuple):
     """Cases with their points prepared (:func:`~.scoring.prepare`, the costly part), and
     the same cases walked forward with theirs (:func:`~.scoring.prepare_walked`)."""
@@ -228,9 +235,9 @@ def cross_validated(
     own = fsdp_own(fsdp_prepared)
     if own is not None:
         result["fsdp"]["own"] = own
-    if shut:  # scored once, by the model no choice made on them
+    if shut:  # scored once, by the model no choice made on them, with draws of their own
         result["sealed"] = {
-            **backtest(shut, draws, seed),
+            **backtest(shut, draws, seed + SEALED_SEED_OFFSET),
             "sources": sorted({c.group for c in shut}),
         }
     return result
