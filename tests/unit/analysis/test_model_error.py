@@ -71,6 +71,25 @@ def test_one_point_is_scored_as_worked_by_hand() -> None:
     )
 
 
+def test_a_point_without_a_centre_is_a_miss_and_has_no_error_to_count() -> None:
+    """A point the model could not project (no centre, no interval) counts against the
+    coverage, and the median error and width are over the points that have them: one such
+    point leaves the other's 2 points of error, not NaN."""
+    hit = {"covered": True, "error_pts": 2.0, "width_pts": 10.0, "miss_pts": 0.0}
+    none = {"covered": False, "error_pts": math.nan, "width_pts": math.nan, "miss_pts": math.nan}
+    t = totals([hit, none])
+    assert t == pytest.approx(
+        {
+            "coverage": 0.5,
+            "median_abs_error_pts": 2.0,
+            "median_width_pts": 10.0,
+            "interval_score_pts": 10.0,
+        }
+    )
+    alone = totals([none])
+    assert alone["coverage"] == 0.0 and math.isnan(alone["median_abs_error_pts"])
+
+
 def test_the_mean_shifts_the_prediction_and_a_point_without_draws_is_never_covered() -> None:
     em = me.ErrorModel(mu_d=math.log(0.9), noise=0.0)  # d = 1: every draw times 0.9
     (got,) = me.score([point(0.81, base=[0.9, 0.9], z_noise=[0.0, 0.0])], em)

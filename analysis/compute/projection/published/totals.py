@@ -13,7 +13,9 @@ from analysis.compute.projection.model_error import COVERAGE_TARGET
 
 def totals(scored: Sequence[dict[str, float | bool | str]]) -> dict[str, float]:
     """Coverage, median absolute error, median width (points) and mean interval score
-    (:func:`interval_score`) of scored points."""
+    (:func:`interval_score`) of scored points: the coverage over every point (one without an
+    interval is a miss), the error over the points with a centre, the width and the score
+    over those with an interval (NaN where none has one)."""
     if not scored:
         return {
             "coverage": math.nan,
@@ -21,11 +23,11 @@ def totals(scored: Sequence[dict[str, float | bool | str]]) -> dict[str, float]:
             "median_width_pts": math.nan,
             "interval_score_pts": math.nan,
         }
-    errors = [abs(float(p["error_pts"])) for p in scored]
+    errors = [abs(float(p["error_pts"])) for p in scored if math.isfinite(float(p["error_pts"]))]
     widths = [float(p["width_pts"]) for p in scored if math.isfinite(float(p["width_pts"]))]
     return {
         "coverage": sum(bool(p["covered"]) for p in scored) / len(scored),
-        "median_abs_error_pts": float(np.median(errors)),
+        "median_abs_error_pts": float(np.median(errors)) if errors else math.nan,
         "median_width_pts": float(np.median(widths)) if widths else math.nan,
         "interval_score_pts": interval_score(scored),
     }
