@@ -71,6 +71,29 @@ def test_the_draws_are_checked_against_every_measured_scale_the_anchor_too(txl) 
     ]
 
 
+def test_measured_scales_no_draw_reproduces_leave_the_draws_as_drawn_and_say_so(txl) -> None:  # type: ignore[no-untyped-def]
+    """A 2-node anchor ten times the 1-node throughput a device (a step so short that every
+    draw's communication alone outlasts it, so none can be calibrated to it): the draws are
+    not weighed, so the points are centred as a case with no such measurement is, at the
+    typical share, and not said to be the draws it leaves."""
+    from analysis.compute.projection.published.scoring import prepare
+
+    one = next(p for p in txl.measured if p.nodes == 1)
+    odd = replace(
+        txl,
+        measured=tuple(
+            replace(p, throughput_per_device=10 * one.throughput_per_device) if p.nodes == 2 else p
+            for p in txl.measured
+        ),
+    )
+    weighed = prepare([txl], draws=40)
+    assert all(p.evidenced for p in weighed)
+    assert {p.explanation for p in weighed} == {"the draws its measured scales leave"}
+    got = prepare([odd], draws=40)
+    assert got and not any(p.evidenced for p in got)
+    assert "the draws its measured scales leave" not in {p.explanation for p in got}
+
+
 def test_a_measured_scale_the_slow_draws_cannot_reach_rules_them_out() -> None:
     """PaddleFleetX's VGG16 (fp32, 32 a GPU; 553 MB of gradients a step) on a stated 100 Gb/s:
     76.1% at 2 nodes, 73.5% at 4. Projected from 1 node, the learned band spans shares of the

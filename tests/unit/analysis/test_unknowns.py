@@ -58,7 +58,7 @@ def test_an_unknown_pattern_is_spanned_and_centred_between_its_ends() -> None:
     assert centre == math.sqrt(one * ddp)
     assert "between one message and DDP's buckets" in carry
     # the draws take both ends: the interval spans them
-    models, _ = _drawn_models(ps, 60, np.random.default_rng(0))
+    models, *_ = _drawn_models(ps, 60, np.random.default_rng(0))
     drawn = [len(m.bucket_bytes) for m in models]
     assert min(drawn) == 1 and max(drawn) > 1
 
@@ -67,7 +67,7 @@ def test_a_known_method_keeps_its_own_buckets() -> None:
     cases = _cases()
     ddp = cases["pytorch-ddp-resnet50-dgx1"]
     assert not unknown_pattern(ddp)
-    models, _ = _drawn_models(ddp, 30, np.random.default_rng(0))
+    models, *_ = _drawn_models(ddp, 30, np.random.default_rng(0))
     assert len({m.bucket_bytes for m in models}) == 1
     carry, _ = centre_carry(ddp, ddp.published[0])
     assert "between" not in carry
@@ -90,14 +90,14 @@ def test_an_unknown_scaling_mode_is_spanned_and_centred_between_its_ends() -> No
     carry, centre = centre_carry(bart, point)
     assert centre == pytest.approx(math.sqrt(ends["strong"][1] * ends["weak"][1]), rel=1e-12)
     assert "scaling between a fixed global batch and a fixed per-device one" in carry
-    models, _ = _drawn_models(bart, 60, np.random.default_rng(0))
+    models, *_ = _drawn_models(bart, 60, np.random.default_rng(0))
     assert {m.scaling_mode for m in models} == set(SCALINGS)
 
 
 def test_a_known_scaling_mode_is_kept_and_an_unknown_word_refused(tmp_path: Path) -> None:
     ddp = _cases()["pytorch-ddp-resnet50-dgx1"]
     assert not unknown_scaling(ddp)
-    models, _ = _drawn_models(ddp, 30, np.random.default_rng(0))
+    models, *_ = _drawn_models(ddp, 30, np.random.default_rng(0))
     assert {m.scaling_mode for m in models} == {ddp.scaling}
     text = CASES.read_text().replace("scaling: unknown", "scaling: sometimes", 1)
     bad = tmp_path / "cases.yaml"
@@ -126,7 +126,7 @@ def test_an_unknown_gradient_sync_is_spanned_and_centred_between_its_ends() -> N
     carry, centre = centre_carry(hsdp, point)
     assert centre == pytest.approx(math.sqrt(ends["step"][1] * ends["micro-batch"][1]), rel=1e-12)
     assert "gradient sync between once a step and every micro-batch" in carry
-    models, _ = _drawn_models(hsdp, 60, np.random.default_rng(0))
+    models, *_ = _drawn_models(hsdp, 60, np.random.default_rng(0))
     assert {m.sync_every_micro_batch for m in models} == {False, True}
 
 
@@ -137,7 +137,7 @@ def test_a_stated_gradient_sync_is_kept_and_an_unknown_word_refused(tmp_path: Pa
     vectorlm = cases["vectorlm-llama3-8b-fsdp-seq2048-a100"]
     assert vectorlm.grad_accum > 1 and vectorlm.grad_sync == "step"
     assert not unknown_sync(vectorlm)
-    models, _ = _drawn_models(vectorlm, 30, np.random.default_rng(0))
+    models, *_ = _drawn_models(vectorlm, 30, np.random.default_rng(0))
     assert {m.sync_every_micro_batch for m in models} == {False}
     single = replace(cases["pytorch-ddp-resnet50-dgx1"], grad_sync="unknown")
     assert single.grad_accum == 1 and not unknown_sync(single)

@@ -394,13 +394,15 @@ def line_share(case: Case, u: float) -> float:
 
 def _drawn_models(
     case: Case, draws: int, rng: np.random.Generator
-) -> tuple[list[StepModel], np.ndarray]:
-    """One model per draw, and the share of the stated line rate each took (NaN where none is
-    stated): each of the explanations in turn, a straggler spread within 0-2x SIGMA_SHARE, an
-    inter-node bandwidth within the band (the anchor's and the target's), for FSDP the share
-    prefetching hides. Where the case measured several node counts, the draws are resampled
-    by how well each reproduces the scales it did not anchor on (:func:`evidence`): the band
-    is narrowed to what every measured point allows."""
+) -> tuple[list[StepModel], np.ndarray, bool]:
+    """One model per draw, the share of the stated line rate each took (NaN where none is
+    stated), and whether the draws were weighed by the case's measured scales: each of the
+    explanations in turn, a straggler spread within 0-2x SIGMA_SHARE, an inter-node bandwidth
+    within the band (the anchor's and the target's), for FSDP the share prefetching hides.
+    Where the case measured several node counts, the draws are resampled by how well each
+    reproduces the scales it did not anchor on (:func:`evidence`): the band is narrowed to
+    what every measured point allows. Where no draw reproduces them, the draws stay as drawn,
+    and say so (False)."""
     models, shares = [], []
     for i in range(draws):
         sigma = float(rng.uniform(0.0, 2 * SIGMA_SHARE))
@@ -419,12 +421,12 @@ def _drawn_models(
         shares.append(line_share(case, u))
     checks = evidence(case)
     if not checks:
-        return models, np.array(shares)
+        return models, np.array(shares), False
     w = np.array([evidence_weight(m, checks) for m in models])
     if not (np.isfinite(w).all() and w.sum() > 0):
-        return models, np.array(shares)  # no draw reproduces them: the band stays as assumed
+        return models, np.array(shares), False  # no draw reproduces them: the band as assumed
     pick = rng.choice(len(models), size=len(models), p=w / w.sum())
-    return [models[j] for j in pick], np.array(shares)[pick]
+    return [models[j] for j in pick], np.array(shares)[pick], True
 
 
 def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Scored]:
@@ -437,12 +439,12 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
     for case in cases:
         _, field = reference(case)
         anchor = case_model(case)
-        models, shares = _drawn_models(case, draws, rng)
+        models, shares, weighed = _drawn_models(case, draws, rng)
         for p in case.published:
             carry, centre = centre_carry(case, p)
             base = np.array([_predict(m, p, None) for m in models])
             finite = base[np.isfinite(base)]
-            if evidence(case) and len(finite):
+            if weighed and len(finite):
                 carry, centre = "the draws its measured scales leave", float(np.median(finite))
             d, s = features(
                 p.nodes * p.devices_per_node, p.nodes, anchor.anchor_world, anchor.anchor_nodes
@@ -462,7 +464,7 @@ def prepare(cases: Sequence[Case], draws: int = DRAWS, seed: int = 0) -> list[Sc
                     family=case.family or case.group,
                     link=f"{case.group}: {case.inter_node}" if case.inter_node else "",
                     share=shares,
-                    evidenced=bool(evidence(case)),
+                    evidenced=weighed,
                     within=within_one_node(anchor.anchor_nodes),
                     ceiling=anchor_ceiling(case, anchor, p),
                 )
