@@ -31,13 +31,15 @@ on such points, as nearly every published point is. Where the anchor spans nodes
 model was calibrated on the network it projects, and its mean is ``mu_m d``, fitted on points
 projected from such anchors: each training case's published points from its smaller published
 scales (:func:`analysis.compute.projection.published.scoring.walk_forward`; ``spanning`` in
-:func:`fit`), used for this slope alone. (The one-node slope carried there shifted every such
-centre down 5.7% a doubling, and their median signed error in the folds was -2.9 points:
-the two regimes do not share a slope.) Its spread there is ``h e`` with ``e ~ N(0, sd_m^2
-d)``, calibrated on the same points (:func:`fit`): the one-node spread per doubling,
-``sd_d``, is fitted on the within-cluster deviations of one-node points, came out zero in
-half the folds, and left the intervals from a measured multi-node anchor one run's noise
-wide (11 points, covering 6 of FSDP's 10 such points).
+:func:`fit`), used for this slope and the spread there, below. (The one-node slope carried
+there shifted every such centre down 5.7% a doubling, and their median signed error in the
+folds was -2.9 points: the two regimes do not share a slope.) Its spread there is ``h e``
+with ``e ~ N(0, sd_m^2 d)``, calibrated on the same points (:func:`fit`): the one-node spread
+per doubling, ``sd_d``, is fitted on the within-cluster deviations of the training points
+(nearly all projected from one node; the few whose case measured a multi-node anchor share
+their source's stratum), came out zero in half the folds, and left the intervals from a
+measured multi-node anchor one run's noise wide (11 points, covering 6 of FSDP's 10 such
+points).
 ``noise`` is the run-to-run noise of one measured point: it is why a published 102% can be
 reached.
 
@@ -67,9 +69,10 @@ Fitting (:func:`fit`), on the residuals of a training set:
   measured multi-node points, and ``spanning``): per point, the least ``sd_m`` whose interval
   covers it, and their 95th percentile (numpy's linear; :func:`_quantile_factor`). The
   smallest level covering 95% of them, as ``kappa`` is chosen, hangs on one point of about
-  80: three parameter servers' collapses at 64-128 nodes are the misses a 95% interval
-  allows, and covering a fourth (EfficientNetV2 at 10 nodes, projected at 98.5% from 4 and
-  published at 90.4%) took 2.5 times the quantile's level.
+  80: of the 78 open points, the 75th need (0.51) is a parameter server's at 128 nodes (TF's
+  InceptionV3 on AWS p2), 2.5 times the quantile's level, and the three above it, which a 95%
+  interval may miss, are EfficientNetV2 at 10 nodes (projected at 98.5% from 4, published at
+  90.4%) and two more parameter servers' at 64-128 nodes.
 
 The noise is the one setting chosen by a score, so it is chosen inside the folds
 (:func:`.published.noise_selection.choose_noise`): from :data:`NOISE_GRID`, by a

@@ -104,7 +104,8 @@ def cross_validate(
     ``also``: more points (each case's published points projected from its smaller
     published scales), each scored by the model of the fold its key falls in (under that
     fold's ``also``; a key no fold holds: not scored); the other folds' fit that model's mean
-    where the anchor spans nodes (``mu_m``, :func:`fit`) and nothing else."""
+    and spread where the anchor spans nodes (``mu_m``, ``sd_m``, :func:`fit`), and are scored
+    in its inner choice of the noise, beside its points."""
     out: list[dict[str, float | bool | str]] = []
     folds: list[dict[str, Any]] = []
     for group in dict.fromkeys(key(p) for p in points):
