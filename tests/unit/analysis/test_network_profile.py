@@ -153,6 +153,17 @@ def test_a_stated_line_rate_is_read_and_refused_with_a_measured_one_or_without_e
         assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_a_profiles_bus_bandwidth_is_the_centre_it_is_drawn_around() -> None:
+    """100 GB/s measured: the centre is 100 GB/s, the draws span 85-115 (the band's geometric
+    middle, 98.9, was the centre before)."""
+    from analysis.compute.projection.step_time.network import network_from_profile
+
+    net = network_from_profile({"inter_busbw_gbps": 100}, None, None)
+    assert net.inter is not None and net.inter.busbw_gbps == 100.0
+    assert net.factor(4) == pytest.approx(1.0, rel=1e-12)
+    assert (net.factor(4, 0.0), net.factor(4, 1.0)) == pytest.approx((0.85, 1.15))
+
+
 def test_a_stated_line_rate_is_an_upper_bound_spanned_over_the_learned_share() -> None:
     """800 Gb/s a node stated: the bus bandwidth is drawn over the shares of a stated line rate
     the shipped model learned published clusters reached, its centre at the typical one."""

@@ -154,12 +154,19 @@ def network_from_profile(
         return from_line_rate(profile, intra, share_band)
     bw = float(profile["inter_busbw_gbps"])
     inter, source = _profile_level(profile, intra, bw, "inter-node: ")
+    low, high = PROFILE_BAND
     return Network(
         intra,
         inter,
-        (0.85, 1.15),
+        PROFILE_BAND,
         note=(f"inter-node bus bandwidth {bw:g} GB/s from {source} (+-15%)"),
+        centre_u=math.log(1 / low) / math.log(high / low),  # the centre is the profile's own
     )
+
+
+PROFILE_BAND = (0.85, 1.15)
+"""The band around a profile's inter-node bus bandwidth (``--network``): +-15%, its centre the
+figure the profile gives (not the band's geometric middle, which is 1.1% below it)."""
 
 
 def from_line_rate(
