@@ -204,6 +204,9 @@ class _Centre(NamedTuple):
     """The mean's factor."""
     ratio: float
     """The world size over the baseline's."""
+    explained: tuple[float, float]
+    """The least and the most efficiency the explanations give alone (each with the mean, as
+    the centre has it; NaN where none is finite)."""
 
 
 def _centre(
@@ -212,15 +215,37 @@ def _centre(
     """The centre at ``nodes`` x ``dpn`` of ``model`` under a what-if's settings ``kw``."""
     world = nodes * dpn
     carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
-    d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
     # the error model's mean shifts the projection, not only its efficiency: the throughput
     # carries the same factor, so throughput = efficiency x world x the baseline's
-    # per-device throughput (the step's parts stay the model's own); beyond the anchor it
-    # never lifts the efficiency past the anchor's own
+    # per-device throughput (the step's parts stay the model's own)
+    shift = _shift(model, kw, carry, e, nodes, dpn, em)
+    alone = [
+        a * _shift(model, kw, c, a, nodes, dpn, em)
+        for c in CARRIES
+        for a in [replace(model, carry=c).efficiency(world, nodes, **kw)[0]]
+        if math.isfinite(a)
+    ]
+    explained = (min(alone), max(alone)) if alone else (math.nan, math.nan)
+    return _Centre(carry, e * shift, parts, batch, shift, world / model.baseline_world, explained)
+
+
+def _shift(
+    model: StepModel,
+    kw: Mapping[str, Any],
+    carry: str,
+    e: float,
+    nodes: int,
+    dpn: int,
+    em: ErrorModel,
+) -> float:
+    """The error model's mean, as a factor on the efficiency ``e`` that explanation ``carry``
+    gives at ``nodes`` x ``dpn``: beyond the anchor it never lifts it past the anchor's own."""
+    world = nodes * dpn
+    d, s = features(world, nodes, model.anchor_world, model.anchor_nodes)
     shift = math.exp(float(em.mean(d, s, within_one_node(model.anchor_nodes))))
     if beyond_anchor(world, nodes, model.anchor_world, model.anchor_nodes) and e > 0:
         shift = min(shift, anchor_efficiency(replace(model, carry=carry), kw) / e)
-    return _Centre(carry, e * shift, parts, batch, shift, world / model.baseline_world)
+    return shift
 
 
 def _centre_row(
@@ -232,7 +257,7 @@ def _centre_row(
 ) -> dict[str, Any]:
     """One row of :func:`project_points`: the ``centre`` (:func:`_centre`) at ``nodes`` x
     ``dpn`` under what-if ``w``, the interval from the ``drawn`` efficiencies."""
-    carry, e, parts, batch, shift, ratio = centre
+    carry, e, parts, batch, shift, ratio, explained = centre
     world = nodes * dpn
     got = np.array([v for v in drawn if math.isfinite(v)])
     low, high = (
@@ -258,5 +283,7 @@ def _centre_row(
         "throughput_per_device": x,
         "throughput": x * world,
         "centre_assumes": carry,
+        "explanations_low": explained[0],
+        "explanations_high": explained[1],
         **{("step_s" if k == "step" else f"{k}_step_s"): v for k, v in parts.items() if k != "k"},
     }

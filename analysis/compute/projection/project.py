@@ -30,7 +30,7 @@ from analysis.compute.projection.step_time.step_model import (
     StepModel,
     fit_series,
 )
-from analysis.compute.projection.what_ifs import WhatIf, settings_of, under, what_ifs
+from analysis.compute.projection.what_ifs import what_ifs
 from analysis.read.strategy import frame_strategy, fsdp_sharding
 
 SCAN_NODES = tuple(2**i for i in range(13))
@@ -67,6 +67,8 @@ PROJECTION_COLUMNS = [
     "throughput_per_device",
     "throughput",
     "centre_assumes",
+    "explanations_low",
+    "explanations_high",
     "step_s",
     "compute_step_s",
     "input_step_s",
@@ -133,23 +135,17 @@ def _points_of(members: Sequence[Any], base: Any) -> tuple[list[ScalePoint], Sca
 
 
 def scan_crossing(
-    model: StepModel, w: WhatIf, dpn: int, lows: Mapping[int, float], highs: Mapping[int, float]
+    centres: Mapping[int, float], lows: Mapping[int, float], highs: Mapping[int, float]
 ) -> tuple[int | None, int | None, int | None]:
     """Nodes (of :data:`SCAN_NODES`) where efficiency first falls below the threshold: at the
-    central projection, at its interval's low end (earliest), at its high end (latest)."""
-    changed, kw = under(model, w), settings_of(model, w)
-    central = next(
-        (
-            n
-            for n in SCAN_NODES
-            if n * dpn > model.baseline_world
-            and changed.efficiency(n * dpn, n, **kw)[0] < EFFICIENCY_REFERENCE
-        ),
-        None,
-    )
-    earliest = next((n for n in SCAN_NODES if lows.get(n, 1.0) < EFFICIENCY_REFERENCE), None)
-    latest = next((n for n in SCAN_NODES if highs.get(n, 1.0) < EFFICIENCY_REFERENCE), None)
-    return central, earliest, latest
+    central projection (``centres``, the projected rows' own, the error model's mean in them),
+    at its interval's low end (earliest), at its high end (latest); a node count not
+    projected counts as above it."""
+
+    def first(by: Mapping[int, float]) -> int | None:
+        return next((n for n in SCAN_NODES if by.get(n, 1.0) < EFFICIENCY_REFERENCE), None)
+
+    return first(centres), first(lows), first(highs)
 
 
 def project(
@@ -201,7 +197,7 @@ def project(
             draws=draws,
             term=term,
         )
-        crossing = _crossings(fit.model, precision, dpn, projected)
+        crossing = _crossings(fit.model, precision, projected)
         rows += [
             {
                 "series": label,
@@ -240,15 +236,17 @@ def series_term(members: Sequence[Any]) -> tuple[CommTerm | None, str]:
 
 
 def _crossings(
-    model: StepModel, precision: str, dpn: int, projected: Sequence[Mapping[str, Any]]
+    model: StepModel, precision: str, projected: Sequence[Mapping[str, Any]]
 ) -> dict[str, tuple[int | None, int | None, int | None]]:
     """What-if -> its :func:`scan_crossing`, from the rows projected at the scanned nodes."""
     crossing = {}
     for w in what_ifs(model, precision):
         these = [r for r in projected if r["what_if"] == w.name]
-        lows = {r["nodes"]: r["efficiency_low"] for r in these}
-        highs = {r["nodes"]: r["efficiency_high"] for r in these}
-        crossing[w.name] = scan_crossing(model, w, dpn, lows, highs)
+        centres, lows, highs = (
+            {r["nodes"]: r[k] for r in these}
+            for k in ("efficiency", "efficiency_low", "efficiency_high")
+        )
+        crossing[w.name] = scan_crossing(centres, lows, highs)
     return crossing
 
 

@@ -84,6 +84,47 @@ def test_a_network_profile_replaces_the_assumed_band(tmp_path: Path) -> None:
     assert "assumed at 1-100% of the intra-node one" in assumed["network"]
 
 
+def test_the_paragraph_reads_the_centre_the_table_shows(tmp_path: Path) -> None:
+    """The quickstart's 1x1 and 1x2 runs on a 2 GB/s network profile, projected to 8-32
+    nodes: where the 75% crossing falls, the explanations' span and the step at the largest
+    scale are the centre's, the error model's mean in them, as the table's efficiency is (they
+    were the step model's own: the crossing read 32 nodes where the table fell below 75% at
+    16, and a step the stated efficiency did not imply)."""
+    import re
+
+    from projection_helpers import REPO
+
+    profile = tmp_path / "net.yaml"
+    profile.write_text("inter_busbw_gbps: 2\nsource: test\n")
+    out = tmp_path / "out"
+    rc, _, err = run(
+        summarize.main,
+        str(REPO / "tests" / "fixtures" / "quickstart"),
+        "--project",
+        "8,16,32",
+        "--network",
+        str(profile),
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+    )
+    assert rc == 0, err
+    rows = json.loads((out / "summary.json").read_text())["projection"]
+    plain = sorted((r for r in rows if r["what_if"] == "as measured"), key=lambda r: r["nodes"])
+    below = next(r["nodes"] for r in plain if r["efficiency"] < 0.75)
+    words = (out / "report.md").read_text().split("## Projection, in words", 1)[1]
+    assert f"falls below 75% at about {below} nodes" in words
+    top = plain[-1]
+    assert top["explanations_low"] <= top["efficiency"] <= top["explanations_high"]
+    lo, hi = round(100 * top["explanations_low"]), round(100 * top["explanations_high"])
+    assert (f"give {lo}-{hi}% there" if lo != hi else f"give about {lo}% there") in words
+    step = top["per_device_batch_size"] / top["throughput_per_device"]
+    assert abs(step / top["step_s"] - 1) >= 0.01  # the mean moves it here
+    said = re.search(r"makes it ([0-9.]+) ms", words)
+    assert said is not None and float(said.group(1)) == pytest.approx(1000 * step, rel=0.01)
+
+
 def run_exit(*argv: str) -> tuple[int, str]:
     """rc and stderr of summarize's main, whether it returns or argparse exits."""
     err = io.StringIO()
