@@ -34,7 +34,13 @@ from typing import Any
 import lightning as L
 import torch
 
-from ..faults.fsdp_comms import ALL_GATHER, REDUCE_SCATTER, fsdp_modules, taps_for
+from ..faults.fsdp_comms import (
+    ALL_GATHER,
+    REDUCE_SCATTER,
+    REPLICA_ALL_REDUCE,
+    fsdp_modules,
+    taps_for,
+)
 from .step_clock import COLLECTIVES, clock_for
 from .strategies import wait_hooks
 
@@ -52,6 +58,8 @@ class FsdpWaits:
         self.committed = {key: [0, 0] for key in COLLECTIVES["fsdp"]}
         self.scatters = 0
         """Reduce-scatters issued in the current backward."""
+        self.replicas = 0
+        """All-reduces across shard groups issued in the current backward (HSDP)."""
         self._last_scatter: Any = None
         self._forward_start: Any = None
         self.validating = False
@@ -70,12 +78,16 @@ class FsdpWaits:
         if kind == REDUCE_SCATTER:
             self.scatters += 1
             self._last_scatter = started
+        elif kind == REPLICA_ALL_REDUCE:
+            self.replicas += 1
         if probe._counting:
             count = self.issued[kind]
             count[0] += 1
             count[1] += nbytes
         to = probe._waits_to()
-        if self.cuda or to is None:
+        # no start: an all-reduce across shard groups of one rank, which FSDP issues with no
+        # reduce-scatter before it to open its span; counted, its time stays in compute
+        if self.cuda or to is None or started is None:
             return
         end = time.perf_counter()
         to.add("comm_wait_s", started, end)
@@ -109,14 +121,16 @@ class FsdpWaits:
 
     # the breakdown's backward ----------------------------------------------------------
     def backward_starts(self) -> None:
-        self.scatters = 0
+        self.scatters = self.replicas = 0
         self._last_scatter = None
 
     def backward_ends(self) -> None:
-        """A backward that reduce-scattered ends an optimizer step (on GPUs: its last
-        reduce-scatter's issue to now is the wait); one that did not accumulates."""
+        """A backward that reduce-scattered (or, in shard groups of one rank, all-reduced
+        across them) ends an optimizer step (on GPUs: its last reduce-scatter's issue to now
+        is the wait); one that did neither accumulates."""
         probe = self.probe
-        synced, self.scatters = self.scatters > 0, 0
+        synced = self.scatters > 0 or self.replicas > 0
+        self.scatters = self.replicas = 0
         start, self._last_scatter = self._last_scatter, None
         if not synced:
             return

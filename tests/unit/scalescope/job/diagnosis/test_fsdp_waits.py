@@ -187,3 +187,31 @@ def test_the_all_gather_hold_waits_for_training_not_validation() -> None:
     for hold in taps.holds:
         hold("all_gather")
     assert injection._first_gather == [False]
+
+
+def test_an_all_reduce_across_shard_groups_of_one_rank_is_counted_and_ends_the_step() -> None:
+    """HSDP in shard groups of one rank (a node of one device, the default shard size there):
+    FSDP issues no gather and no reduce-scatter, only each shard's all-reduce across the
+    groups, so no reduce-scatter opened its span. It is counted (calls and bytes), its
+    backward ends an optimizer step, and its time, unmeasured, stays in compute (it raised a
+    TypeError at the first steady step)."""
+    from scalescope.job.diagnosis.fsdp_waits import FsdpWaits
+    from scalescope.job.diagnosis.step_clock import Clock
+    from scalescope.job.faults.fsdp_comms import REPLICA_ALL_REDUCE
+
+    probe = SimpleNamespace(
+        clock=Clock(COLLECTIVES["fsdp"]), _counting=True, _step=0, _synced=0, window=None
+    )
+    probe._waits_to = lambda: probe.clock
+    waits = FsdpWaits(probe, cpu)
+    for _ in range(2):
+        waits.backward_starts()
+        for nbytes in (288, 288):  # one all-reduce a unit, each hooked with no span
+            waits.end(REPLICA_ALL_REDUCE, nbytes, None)
+        waits.backward_ends()
+    assert waits.issued[REPLICA_ALL_REDUCE] == [4, 1152]
+    assert probe._step == 2 and probe._synced == 2
+    # and a backward with no collective at all still accumulates
+    waits.backward_starts()
+    waits.backward_ends()
+    assert probe._step == 2
