@@ -118,6 +118,16 @@ def is_sharded(module: nn.Module) -> bool:
     return isinstance(module, FSDPModule)
 
 
+def sharded_roots(module: nn.Module) -> list[nn.Module]:
+    """The outermost modules ``fully_shard`` was applied to within ``module``: ``module``
+    itself where it is one, else those of its children (a LightningModule that shards an
+    inner model, as Lightning's examples do, or shards its blocks alone). Switching
+    the gradient sync of each switches every unit's below it."""
+    if is_sharded(module):
+        return [module]
+    return [root for child in module.children() for root in sharded_roots(child)]
+
+
 def describe(module: nn.Module, setting: FsdpSetting | None, applied_by: str) -> dict[str, Any]:
     """The record's ``sharding``: the modules ``fully_shard`` wrapped (by name, the root as
     ``""``) and their classes, the mesh, whether the blocks free their gathered parameters

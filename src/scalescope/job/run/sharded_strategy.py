@@ -19,7 +19,7 @@ from typing import Any
 
 from lightning.pytorch.strategies import ModelParallelStrategy
 
-from ...workloads.sharding import is_sharded
+from ...workloads.sharding import sharded_roots
 from .children import StartedRanks, adopting
 
 
@@ -28,13 +28,17 @@ class FsdpStrategy(ModelParallelStrategy):
 
     @contextlib.contextmanager
     def block_backward_sync(self) -> Generator[None, None, None]:
-        model = self.model
-        if model is not None and is_sharded(model):
-            model.set_requires_gradient_sync(False)  # type: ignore[operator]
+        """Every sharded root's reduce-scatters off while accumulating: the module's own, or
+        those of the modules it sharded within it (an inner model, or its blocks alone)."""
+        roots = sharded_roots(self.model) if self.model is not None else []
+        if roots:
+            for root in roots:
+                root.set_requires_gradient_sync(False)  # type: ignore[operator]
             try:
                 yield None
             finally:
-                model.set_requires_gradient_sync(True)  # type: ignore[operator]
+                for root in roots:
+                    root.set_requires_gradient_sync(True)  # type: ignore[operator]
         else:
             with super().block_backward_sync():
                 yield None
