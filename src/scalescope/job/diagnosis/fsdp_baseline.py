@@ -31,6 +31,7 @@ from ...collectives import (
     FSDP_REDUCE_SCATTER,
     FSDP_REPLICA_ALL_REDUCE,
     Collective,
+    as_run_by,
 )
 from ...config import DiagnosisConfig, FaultsConfig
 from ..faults.fsdp_comms import fsdp_modules
@@ -39,7 +40,8 @@ from .strategies import BASELINES, never_started
 SECTION = "fsdp_collectives"
 NOT_FSDP = "not trained under FSDP2"
 GLOO_REDUCE_SCATTER = (
-    "gloo runs reduce_scatter_tensor as an all-reduce: its time is at least an all-reduce's"
+    "gloo runs reduce_scatter_tensor as an all-reduce: its time is at least an all-reduce's, "
+    "and its busbw counts the all-reduce's bytes, algbw x 2 (n - 1) / n"
 )
 REPEATS = 5
 
@@ -100,10 +102,13 @@ def measure_sizes(
     world: int,
     group: Any = None,
     replicas: tuple[Any, int] | None = None,
+    backend: str = "nccl",
 ) -> list[dict[str, Any]]:
     """Each distinct shard size: both collectives timed over ``group`` of ``world`` ranks (the
     default group: every rank), on every rank together; with ``replicas`` (the replica group
-    and its size, under HSDP) the all-reduce of the shard across it too."""
+    and its size, under HSDP) the all-reduce of the shard across it too. Each busbw is the
+    bytes the collective puts on the busiest link as ``backend`` runs it
+    (:func:`scalescope.collectives.as_run_by`: on gloo a reduce-scatter is an all-reduce)."""
     import torch
     import torch.distributed as dist
 
@@ -137,7 +142,7 @@ def measure_sizes(
             row[collective.key] = {
                 "time_s": seconds,
                 "algbw_gbps": algbw,
-                "busbw_gbps": algbw * collective.bus_factor(ranks),
+                "busbw_gbps": algbw * as_run_by(collective, backend).bus_factor(ranks),
             }
         rows.append(row)
     return rows
@@ -189,10 +194,11 @@ class FsdpBaseline:
                 shard_size,
                 group=mesh.get_group(1),
                 replicas=(mesh.get_group(0), replicas),
+                backend=backend,
             )
         else:
             shard_size, replicas = world, 1
-            rows = measure_sizes(shard_bytes(pl_module), device, world)
+            rows = measure_sizes(shard_bytes(pl_module), device, world, backend=backend)
         return {
             "status": "measured",
             "reason": None,
