@@ -12,7 +12,8 @@ Per series:
   fastest that keeps it at its centre is chosen, and the choice is open too.
 * **cheapest**: least charged cost (the cost with a price, else the charged hours); *open*
   where the next cheapest scale's interval overlaps it.
-* **stops paying**: the first step up that adds charged units (nodes, or devices) whose
+* **stops paying**: over the undominated scales (a dominated one is no step anyone takes),
+  the first step up that adds charged units (nodes, or devices) whose
   added throughput per added unit is below the floor's share of what one charged unit
   delivers at best (:func:`analysis.compute.plan.table.charged_reference`).
 * **repeats**: where a measured interval leaves a choice open, the repeats per scale that
@@ -203,7 +204,8 @@ def _series_answer(rows: list[dict[str, Any]], request: PlanRequest) -> dict[str
                 [_cv(cheapest, pooled), _cv(rival, pooled)], math.log(ratio)
             )
     open_row = contender if contender is not None else (chosen if unsure else None)
-    steps = marginal(rows, request.charge)
+    # a dominated scale is no step anyone takes: the march goes over the others
+    steps = marginal([r for r in rows if dominated_by(r) is None], request.charge)
     stop = next((s for s in steps if s["marginal"] < request.floor), None)
     if stop is not None:
         high = float(stop["marginal_high"])
@@ -253,8 +255,8 @@ def _measure_next(
     projected: Sequence[Mapping[str, Any]],
 ) -> list[tuple[Mapping[str, Any], str]]:
     """(row, why) of the scales whose measurement would firm the answers up, most useful
-    first: a projected answer or open choice (``projected``); the first projected scale when
-    none clears the floor (``check_floor``); the next scale up when the fastest is the
+    first: a projected answer or open choice (``projected``); the first undominated projected
+    scale when none clears the floor (``check_floor``); the next scale up when the fastest is the
     largest measured and nothing was projected (``beyond``); a measured answer run once
     (``once``)."""
     out: list[tuple[Mapping[str, Any], str]] = []
@@ -263,8 +265,9 @@ def _measure_next(
         if answer is not None and answer["source"] == "projected":
             out.append((answer, "projected"))
     if fastest is not None and fastest["source"] == "measured":
-        if projected and not out:
-            out.append((projected[0], "check_floor"))
+        first = next((r for r in projected if dominated_by(r) is None), None)
+        if first is not None and not out:
+            out.append((first, "check_floor"))
         elif not projected and fastest is measured[-1]:
             out.append((fastest, "beyond"))
     for answer in (fastest, open_row, cheapest):

@@ -139,8 +139,9 @@ scale_times = st.lists(
 )
 def test_no_choice_is_ever_dominated(times, floor: float, charge: str) -> None:  # type: ignore[no-untyped-def]
     """Any timings, any floor, either charge: the scale chosen and the cheapest are never
-    beaten on both time to train and charged cost, and every scale marked dominated is
-    beaten by the one it names."""
+    beaten on both time to train and charged cost, every scale marked dominated is beaten by
+    the one it names, and no step the marginal unit is judged on, and no scale to measure
+    next, is a dominated one."""
     shapes = [(1, 1), (1, 2), (2, 2), (4, 2)]
     runs = _frame(dict(zip(shapes, times, strict=True)))
     request = PlanRequest(1e7, floor=floor, charge=charge)
@@ -160,6 +161,10 @@ def test_no_choice_is_ever_dominated(times, floor: float, charge: str) -> None: 
     for answer in (a["fastest"], a["cheapest"]):
         if answer is not None:
             assert not beaten(answer)
+    stop = a["stops_paying"]
+    if stop is not None:
+        assert not beaten(stop["from"]) and not beaten(stop["to"])
+    assert not any(beaten(row) for row, _ in a["measure_next"])
     for r in rows:
         by = dominated_by(r)
         assert (by is not None) == beaten(r)
@@ -168,6 +173,26 @@ def test_no_choice_is_ever_dominated(times, floor: float, charge: str) -> None: 
             assert float(o["time_h"]) <= float(r["time_h"])
             assert charged_cost(o, request) <= charged_cost(r, request)
     assert all(math.isfinite(float(r["charged_hours"])) for r in rows)
+
+
+def test_a_dominated_scale_is_no_step_and_nothing_to_measure(quickstart) -> None:  # type: ignore[no-untyped-def]
+    """The quick start projected on nodes of one device: 2x1 (two devices on two nodes) is
+    slower than 1x2 and costs more node-hours, so it is dominated. The marginal node is judged
+    on the step from 1x2 to 4x1, not to 2x1 (which adds a node and no device, and read
+    "-0%"), and the scale to measure to check the floor is the first projected one not
+    dominated, not 2x1."""
+    result = analyze(
+        quickstart,
+        project=ProjectionRequest([2, 4, 8], devices_per_node=1),
+        plan=PlanRequest(2e11, "tokens", 0.7),
+    )
+    (a,) = result.plan.answers
+    table = result.plan.table.set_index(["nodes", "devices_per_node"])
+    assert table.loc[(2, 1), "dominated_by"] == "1x2"
+    stop = a["stops_paying"]
+    assert stop is not None and _shape(stop["from"]) == "1x2" and _shape(stop["to"]) == "4x1"
+    assert a["measure_next"] and all(dominated_by(row) is None for row, _ in a["measure_next"])
+    assert "2x1" not in {_shape(row) for row, _ in a["measure_next"]}
 
 
 def test_the_chart_reads() -> None:
