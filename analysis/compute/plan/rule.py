@@ -15,7 +15,7 @@ Per series:
 * **stops paying**: over the undominated scales (a dominated one is no step anyone takes),
   the first step up that adds charged units (nodes, or devices) whose
   added throughput per added unit is below the floor's share of what one charged unit
-  delivers at best (:func:`analysis.compute.plan.table.charged_reference`).
+  delivers at best (:func:`analysis.compute.plan.table.reference_rate`).
 * **repeats**: where a measured interval leaves a choice open, the repeats per scale that
   would settle it at the spread measured (:func:`analysis.compute.stats.repeats_to_settle`);
   a projected scale is settled by measuring it.
@@ -35,7 +35,9 @@ from analysis.compute.plan.table import (
     PlanRequest,
     charged_reference,
     charged_units,
+    node_devices,
     plan_table,
+    reference_rate,
 )
 from analysis.compute.stats import repeats_to_settle
 from analysis.read.overlap import shape_label
@@ -87,16 +89,19 @@ def marginal(rows: Sequence[Mapping[str, Any]], charge: str) -> list[dict[str, A
     its added units deliver, per unit, as a share of the reference unit's
     (:func:`charged_reference`), with its interval
     (the two throughputs' opposite ends). A scale that adds devices on the nodes already
-    charged adds nothing to pay for: the next step is measured from it."""
+    charged adds nothing to pay for: the next step is measured from it. The steps go over the
+    scales no other dominates (a dominated one is no step anyone takes); the reference is of
+    every measured scale."""
     if not rows:
         return []
     base = charged_reference(rows, charge)
-    per_unit = float(base["throughput"]) / charged_units(base, charge)
-    if not per_unit > 0:
+    per_unit = reference_rate(rows, charge)
+    front = [r for r in rows if dominated_by(r) is None]
+    if not per_unit > 0 or not front:
         return []
     steps = []
-    prev = rows[0]
-    for b in rows[1:]:
+    prev = front[0]
+    for b in front[1:]:
         added = charged_units(b, charge) - charged_units(prev, charge)
         if added <= 0:
             prev = b if float(b["throughput"]) >= float(prev["throughput"]) else prev
@@ -204,16 +209,19 @@ def _series_answer(rows: list[dict[str, Any]], request: PlanRequest) -> dict[str
                 [_cv(cheapest, pooled), _cv(rival, pooled)], math.log(ratio)
             )
     open_row = contender if contender is not None else (chosen if unsure else None)
-    # a dominated scale is no step anyone takes: the march goes over the others
-    steps = marginal([r for r in rows if dominated_by(r) is None], request.charge)
+    steps = marginal(rows, request.charge)
     stop = next((s for s in steps if s["marginal"] < request.floor), None)
     if stop is not None:
         high = float(stop["marginal_high"])
         stop = {**stop, "settled": math.isfinite(high) and high < request.floor}
     projected = [r for r in rows if r["source"] == "projected"]
+    ref = charged_reference(rows, request.charge)
+    counted = node_devices(rows) if request.charge == "node" else 1
     return {
         "series": rows[0]["series"],
         "charge": request.charge,
+        "reference": ref,
+        "reference_devices": max(counted, int(ref["world_size"])),
         "fastest": chosen,
         "settled": chosen is not None and not unsure and contender is None,
         "open": open_row,
@@ -234,7 +242,9 @@ def _series_answer(rows: list[dict[str, Any]], request: PlanRequest) -> dict[str
 
 
 def answers(table: pd.DataFrame, request: PlanRequest) -> list[dict[str, Any]]:
-    """Per series: ``fastest`` (the scale chosen), ``settled`` (False where the intervals
+    """Per series: ``reference`` (the scale one charged unit is judged against, counted as
+    ``reference_devices`` devices: a node's where it ran on fewer), ``fastest`` (the scale
+    chosen), ``settled`` (False where the intervals
     leave it open; ``open`` the scale that would settle it, ``open_repeats`` how many
     repeats), ``cheapest`` (with ``cheapest_rival`` and ``cheapest_repeats`` where its
     interval overlaps the next one's), ``dominated`` (rows), ``stops_paying``,

@@ -23,10 +23,13 @@ as on sites that allocate nodes exclusively) or devices (``device``: device-hour
 nodes); times the centre's charge factor where one is given. A price turns charged hours into
 money: a device-hour's price, a node charged as the most devices a scale of the series uses
 on one node. ``charged_efficiency`` is the throughput per charged unit against what one
-charged unit delivers at best, measured (:func:`charged_reference`): under node charging the
-best measured single-node scale, so that 1x1 on a 2-device node (charged the whole node,
-using half of it) keeps 50% and 1x2 100%, and a scale of several nodes is judged against a
-node used well, not against a lone device. :mod:`.rule` decides from it.
+charged unit delivers at best, measured (:func:`reference_rate`): under node charging the
+best measured single-node scale, a node counted whole (where it ran on fewer devices than a
+node of the series holds, its rate per device times the node's devices), so that 1x1 on a
+2-device node (charged the whole node, using half of it) keeps 50% and 1x2 100%, a scale of
+several nodes is judged against a node used well, not against a lone device, and a projected
+node of 4 devices against 4 devices at the rate measured on 2, not against the 2.
+:mod:`.rule` decides from it.
 
 ``steps`` plans the same training at every scale: optimizer steps at the baseline's global
 batch, in samples (under weak scaling a larger scale takes those samples in fewer, larger
@@ -308,19 +311,38 @@ def charged_reference(rows: Sequence[Mapping[str, Any]], charge: str) -> Mapping
     )
 
 
-def _charged(row: Mapping[str, Any], ref: Mapping[str, Any], charge: str) -> dict[str, float]:
-    """The row's throughput per charged unit against the reference's
-    (:func:`charged_reference`). A measured row's interval is the ratio of the two groups'
+def node_devices(rows: Sequence[Mapping[str, Any]]) -> int:
+    """What a node of a series holds, in devices: the most any of its scales uses on one."""
+    return max(int(r["devices_per_node"]) for r in rows)
+
+
+def reference_rate(rows: Sequence[Mapping[str, Any]], charge: str) -> float:
+    """What one charged unit delivers at best, measured (samples/s): the reference scale's
+    (:func:`charged_reference`) throughput per charged unit; under node charging a node is
+    counted whole, so where the reference ran on fewer devices than a node holds
+    (:func:`node_devices`), its throughput per device times the node's devices: a part-used
+    node is judged against the node it is charged as, used whole at the rate measured."""
+    ref = charged_reference(rows, charge)
+    rate = float(ref["throughput"]) / charged_units(ref, charge)
+    if charge == "node":
+        rate *= max(1.0, node_devices(rows) / int(ref["world_size"]))
+    return rate
+
+
+def _charged(
+    row: Mapping[str, Any], ref: Mapping[str, Any], per_ref: float, charge: str
+) -> dict[str, float]:
+    """The row's throughput per charged unit against ``per_ref`` (:func:`reference_rate`, of
+    the reference scale ``ref``). A measured row's interval is the ratio of the two groups'
     means' (:func:`analysis.compute.stats.ratio_ci`, as the scaling table's efficiencies);
     a projected row's is its efficiency's prediction interval, in proportion."""
-    per_ref = float(ref["throughput"]) / charged_units(ref, charge)
     units = charged_units(row, charge)
     centre = float(row["throughput"]) / units / per_ref if per_ref > 0 else math.nan
     if row is ref:
         low = high = math.nan
     elif row["source"] == "measured":
         _, lo, hi = ratio_ci(row["_stats"], ref["_stats"])
-        rel = charged_units(ref, charge) / units
+        rel = float(ref["throughput"]) / units / per_ref
         low, high = lo * rel, hi * rel
     else:
         e = float(row["efficiency"])
@@ -361,13 +383,19 @@ def _series_rows(rows: list[dict[str, Any]], request: PlanRequest) -> list[dict[
     rows = sorted(rows, key=lambda r: (int(r["world_size"]), int(r["nodes"])))
     base = baseline_row(rows)
     ref = charged_reference(rows, request.charge)
+    per_ref = reference_rate(rows, request.charge)
     work = work_in_samples(request, base["_rows"], base["series"])
     if request.unit == "steps":
         work *= float(base["samples_per_step"])
-    node_devices = max(int(r["devices_per_node"]) for r in rows)
+    whole = node_devices(rows)
     memory = memory_columns(rows)
     return [
-        {**r, **_costs(r, request, work, node_devices), **_charged(r, ref, request.charge), **m}
+        {
+            **r,
+            **_costs(r, request, work, whole),
+            **_charged(r, ref, per_ref, request.charge),
+            **m,
+        }
         for r, m in zip(rows, memory, strict=True)
     ]
 

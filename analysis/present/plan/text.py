@@ -217,6 +217,20 @@ def _settle(a: Mapping[str, Any], what: str) -> str:
     )
 
 
+def _reference(a: Mapping[str, Any], unit: str, step: Mapping[str, Any] | None = None) -> str:
+    """What one charged unit delivers, as the plan judges against it: the best measured (in
+    the reference scale where a ``step`` names it), or, where the reference ran on fewer
+    devices than a node holds, a node of them at the rate per device measured there."""
+    ref, k = a["reference"], int(a["reference_devices"])
+    if k > int(ref["world_size"]):
+        return (
+            f"what a {unit} of {k} devices delivers at the rate per device measured in {scale(ref)}"
+        )
+    if step is not None:
+        return f"what one {unit} delivers in {scale(step['reference'])}"
+    return f"what one {unit} delivers at its best measured"
+
+
 def _fastest(a: Mapping[str, Any], request: PlanRequest) -> str:
     f = a["fastest"]
     floor, unit = _pct(request.floor), unit_word(request)
@@ -239,7 +253,7 @@ def _fastest(a: Mapping[str, Any], request: PlanRequest) -> str:
         if _has_interval(f):
             judged = "at the lower end of its interval"
         elif f["source"] == "measured" and int(f["n"]) >= 2:
-            judged = f"(the reference: what one {unit} delivers at its best measured)"
+            judged = f"(the reference: {_reference(a, unit)})"
         else:
             judged = "(no interval: judged on its centre)"
         text = f"The fastest scale that keeps the {floor} floor per {unit} {judged} is {head}"
@@ -300,8 +314,7 @@ def _stops(a: Mapping[str, Any], request: PlanRequest) -> str:
     if s is None:
         return (
             f"Every step up to the largest scale planned adds {unit}s that each deliver at "
-            f"least {floor} of what one {unit} delivers at its best measured: the marginal "
-            f"{unit} still pays."
+            f"least {floor} of {_reference(a, unit)}: the marginal {unit} still pays."
         )
     lo, hi = float(s["marginal_low"]), float(s["marginal_high"])
     has = math.isfinite(lo) and math.isfinite(hi)
@@ -321,8 +334,8 @@ def _stops(a: Mapping[str, Any], request: PlanRequest) -> str:
     each = "that delivers" if n == 1 else "that each deliver"
     return (
         f"The marginal {unit} stops paying beyond {scale(s['from'])}: going to {_where(s['to'])} "
-        f"adds {added} {each} {_pct(s['marginal'])}{band} of what one {unit} delivers "
-        f"in {scale(s['reference'])}, under the {floor} floor ({how})."
+        f"adds {added} {each} {_pct(s['marginal'])}{band} of {_reference(a, unit, s)}, "
+        f"under the {floor} floor ({how})."
     )
 
 

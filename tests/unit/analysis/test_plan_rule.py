@@ -195,6 +195,36 @@ def test_a_dominated_scale_is_no_step_and_nothing_to_measure(quickstart) -> None
     assert "2x1" not in {_shape(row) for row, _ in a["measure_next"]}
 
 
+def test_a_node_is_judged_whole_where_no_measured_scale_filled_one(quickstart) -> None:  # type: ignore[no-untyped-def]
+    """The quick start (1x1 and 1x2 measured) projected on nodes of 4 devices, charged by the
+    node: the reference is a node of 4 devices at the rate per device 1x2 measured, so 1x2,
+    charged a whole node and using half of it, keeps 50% per node, and 1x4 its throughput
+    over four of 1x2's devices (it read 184% against the half-used node, and the 70% floor
+    meant nothing); the marginal step and the words judge against the same."""
+    from analysis.present.plan.text import answer_text
+
+    request = PlanRequest(2e11, "tokens", 0.7)
+    result = analyze(
+        quickstart, project=ProjectionRequest([1, 2, 4, 8], devices_per_node=4), plan=request
+    )
+    (a,) = result.plan.answers
+    table = result.plan.table.set_index(["nodes", "devices_per_node"])
+    per_device = table.loc[(1, 2), "throughput"] / 2
+    assert table.loc[(1, 2), "charged_efficiency"] == pytest.approx(0.5)
+    assert table.loc[(1, 4), "charged_efficiency"] == pytest.approx(
+        table.loc[(1, 4), "throughput"] / (4 * per_device)
+    )
+    assert table.loc[(1, 4), "charged_efficiency"] <= 1.0
+    assert _shape(a["reference"]) == "1x2" and a["reference_devices"] == 4
+    stop = a["stops_paying"]
+    assert stop is not None
+    assert stop["marginal"] == pytest.approx(
+        (stop["to"]["throughput"] - stop["from"]["throughput"]) / stop["added"] / (4 * per_device)
+    )
+    words = answer_text(a, request, "")
+    assert "what a node of 4 devices delivers at the rate per device measured in 1x2" in words
+
+
 def test_the_chart_reads() -> None:
     """Two repeats far apart (the issue's 57.9% [10.1, 331.4]): the legend says what a red
     cross marks; an interval too wide to read is capped with an arrow and its end printed;
