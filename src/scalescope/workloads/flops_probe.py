@@ -70,6 +70,9 @@ class FlopsProbe(L.Callback):
         except Exception as exc:
             self.problem = self.copy_problem = described(exc)
             self._armed = True
+        finally:
+            del unsharded
+            _forget_peak(getattr(getattr(trainer, "strategy", None), "root_device", None))
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -196,6 +199,19 @@ def _first_training_batch(loader: Any) -> tuple[Any, bool]:
         batch, _, _ = next(iter(CombinedLoader(twins)))
         return batch, True
     return next(iter(_untouched(loader))), False
+
+
+def _forget_peak(device: torch.device | None) -> None:
+    """On a GPU, the probe's copy released and the allocator's peak counters reset: the
+    probe runs a whole model's forward and backward before training (under FSDP, the model
+    unsharded), which the record's training peak is not."""
+    if device is None or device.type != "cuda":
+        return
+    import gc
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
 
 
 def measure_flops_per_sample(

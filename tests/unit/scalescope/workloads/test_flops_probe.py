@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.data import DataLoader, TensorDataset
@@ -132,3 +133,18 @@ def test_a_loader_keeping_its_workers_is_read_through_a_twin_and_left_alone() ->
     both, combined = _first_training_batch({"a": loader, "b": loader})
     assert combined and loader._iterator is None
     assert both["a"][0].tolist() == batch[0].tolist() == both["b"][0].tolist()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
+def test_the_probes_memory_is_not_trainings_peak_on_a_gpu() -> None:
+    """The probe's whole-model pass comes before training: once it is done, the allocator's
+    peak no longer holds what it allocated (a 256 MiB tensor here), so the record's training
+    peak is training's."""
+    from scalescope.workloads.flops_probe import _forget_peak
+
+    device = torch.device("cuda")
+    probe = torch.empty(64 * 2**20, device=device)  # 256 MiB of fp32
+    del probe
+    assert torch.cuda.max_memory_allocated(device) >= 2**28
+    _forget_peak(device)
+    assert torch.cuda.max_memory_allocated(device) < 2**28
