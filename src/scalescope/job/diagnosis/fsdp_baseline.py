@@ -46,40 +46,55 @@ GLOO_REDUCE_SCATTER = (
 REPEATS = 5
 
 
-def shard_bytes(pl_module: Any) -> list[int]:
+def shard_bytes(pl_module: Any) -> list[tuple[int, int]]:
     """Per sharded module (its own parameters, not its sharded children's), the bytes each
-    rank contributes to its all-gather: every parameter's shard padded as FSDP2 pads it (dim
-    0 split in ceil(dim0 / world) rows), the same on every rank, where a rank's own shard can
-    be shorter (3 ranks over 10 rows hold 4, 4 and 2) and sizes that differ between ranks
-    would fail the collective."""
+    rank contributes to its all-gather and to its reduce-scatter's output: every parameter's
+    shard padded as FSDP2 pads it (dim 0 split in ceil(dim0 / world) rows), the same on every
+    rank, where a rank's own shard can be shorter (3 ranks over 10 rows hold 4, 4 and 2) and
+    sizes that differ between ranks would fail the collective; gathered in the unit's
+    ``param_dtype`` (the parameter's own where its policy sets none) and reduced in its
+    ``reduce_dtype`` (else as gathered): under ``bf16-mixed`` the gather is half the
+    reduce-scatter."""
     from torch.distributed.tensor import DTensor
 
     out = []
     for module in fsdp_modules(pl_module):
         owned = {id(p) for m in fsdp_modules(module) if m is not module for p in m.parameters()}
-        total = 0
+        gathered, reduced = _policy_dtypes(module)
+        gather = scatter = 0
         for p in module.parameters():
             if id(p) in owned:
                 continue
-            total += (
-                padded_shard_bytes(p) if isinstance(p, DTensor) else p.numel() * p.element_size()
-            )
-        if total:
-            out.append(total)
+            elements = padded_shard_elements(p) if isinstance(p, DTensor) else p.numel()
+            as_gathered = gathered or p.dtype
+            gather += elements * as_gathered.itemsize
+            scatter += elements * (reduced or as_gathered).itemsize
+        if gather:
+            out.append((gather, scatter))
     return out
 
 
-def padded_shard_bytes(param: Any) -> int:
-    """A dim-0-sharded parameter's padded shard in bytes: ceil(rows / ranks) rows, over the
-    ranks of its mesh's shard dimension (the world under FSDP, a shard group under HSDP)."""
+def _policy_dtypes(module: Any) -> tuple[Any, Any]:
+    """(param_dtype, reduce_dtype) of a sharded module's mixed-precision policy (None each
+    where it sets none, or the module has no parameters of its own)."""
+    state = module._get_fsdp_state()
+    groups = list(getattr(state, "_fsdp_param_groups", []) or [])
+    if not groups:
+        return None, None
+    policy = groups[0].mp_policy
+    return policy.param_dtype, policy.reduce_dtype
+
+
+def padded_shard_elements(param: Any) -> int:
+    """A dim-0-sharded parameter's padded shard in elements: ceil(rows / ranks) rows, over
+    the ranks of its mesh's shard dimension (the world under FSDP, a shard group under
+    HSDP)."""
     shape = tuple(param.shape)  # a DTensor's shape is the whole parameter's
     mesh = param.device_mesh
     ranks = mesh.size(mesh.ndim - 1)  # the shard dimension: the last (HSDP: replicate x shard)
     if not shape:
-        return param.element_size()
-    rows = -(-shape[0] // ranks)
-    per_row = math.prod(shape[1:])
-    return rows * per_row * param.to_local().element_size()
+        return 1
+    return -(-shape[0] // ranks) * math.prod(shape[1:])
 
 
 def _timed(op: Any, device: Any) -> float:
@@ -97,17 +112,19 @@ def _timed(op: Any, device: Any) -> float:
 
 
 def measure_sizes(
-    shards: list[int],
+    shards: list[tuple[int, int]],
     device: Any,
     world: int,
     group: Any = None,
     replicas: tuple[Any, int] | None = None,
     backend: str = "nccl",
 ) -> list[dict[str, Any]]:
-    """Each distinct shard size: both collectives timed over ``group`` of ``world`` ranks (the
-    default group: every rank), on every rank together; with ``replicas`` (the replica group
-    and its size, under HSDP) the all-reduce of the shard across it too. Each busbw is the
-    bytes the collective puts on the busiest link as ``backend`` runs it
+    """Each distinct shard size (``shards``: each unit's gathered and reduced bytes a rank,
+    :func:`shard_bytes`): the collectives FSDP runs at that size timed over ``group`` of
+    ``world`` ranks (the default group: every rank), on every rank together: the all-gather
+    at a gathered size, the reduce-scatter at a reduced one, and with ``replicas`` (the
+    replica group and its size, under HSDP) the all-reduce of the shard across it. Each busbw
+    is the bytes the collective puts on the busiest link as ``backend`` runs it
     (:func:`scalescope.collectives.as_run_by`: on gloo a reduce-scatter is an all-reduce)."""
     import torch
     import torch.distributed as dist
@@ -115,17 +132,21 @@ def measure_sizes(
     # What FSDP2 itself calls (torch 2.13 names them ``*_single``; the older names warn)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    gathered, reduced = {g for g, _ in shards}, {r for _, r in shards}
     rows = []
-    for shard in sorted(set(shards)):
+    for shard in sorted(gathered | reduced):
         n = max(1, shard // 4)  # float32 elements
         small = torch.ones(n, device=device)
         whole = torch.empty(n * world, device=device)
         row: dict[str, Any] = {"shard_bytes": n * 4, "full_bytes": n * 4 * world}
-        ops: list[tuple[Collective, Any, int]] = [
-            (FSDP_ALL_GATHER, lambda w=whole, s=small: gather(w, s, group=group), world),
-            (FSDP_REDUCE_SCATTER, lambda w=whole, s=small: scatter(s, w, group=group), world),
-        ]
-        if replicas is not None and replicas[1] > 1:
+        ops: list[tuple[Collective, Any, int]] = []
+        if shard in gathered:
+            ops.append((FSDP_ALL_GATHER, lambda w=whole, s=small: gather(w, s, group=group), world))
+        if shard in reduced:
+            ops.append(
+                (FSDP_REDUCE_SCATTER, lambda w=whole, s=small: scatter(s, w, group=group), world)
+            )
+        if shard in reduced and replicas is not None and replicas[1] > 1:
             ops.append(
                 (
                     FSDP_REPLICA_ALL_REDUCE,

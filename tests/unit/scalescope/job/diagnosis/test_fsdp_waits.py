@@ -215,3 +215,23 @@ def test_an_all_reduce_across_shard_groups_of_one_rank_is_counted_and_ends_the_s
     waits.backward_starts()
     waits.backward_ends()
     assert probe._step == 2
+
+
+@pytest.mark.usefixtures("one_rank_group")
+def test_the_baseline_gathers_in_the_policys_dtype_and_reduces_in_its_reduce_dtype() -> None:
+    """The FSDP baseline's sizes are FSDP's: under a bf16 gather and fp32 reduction policy
+    (``bf16-mixed``) each unit's gather is half its reduce-scatter (it was timed at the fp32
+    storage size, twice FSDP's gather); with no policy the two are the parameters' own."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from scalescope.job.diagnosis.fsdp_baseline import shard_bytes
+
+    plain, mixed = TwoBlocks(), TwoBlocks()
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for module, kw in ((plain, {}), (mixed, {"mp_policy": policy})):
+        for block in module.blocks:
+            fully_shard(block, **kw)
+        fully_shard(module, **kw)
+    block = (8 * 8 + 8) * 4  # a Linear(8, 8)'s weight and bias in fp32, one rank
+    assert shard_bytes(plain) == [(block, block), (block, block)]
+    assert shard_bytes(mixed) == [(block // 2, block), (block // 2, block)]
