@@ -188,8 +188,16 @@ def unit_bytes(units: list[tuple[str, Any]]) -> list[int]:
 
 def _gathered_dtype(unit: nn.Module) -> torch.dtype | None:
     """What a unit gathers its parameters in where its policy says (None: their own)."""
+    return policy_dtypes(unit)[0]
+
+
+def policy_dtypes(unit: nn.Module) -> tuple[torch.dtype | None, torch.dtype | None]:
+    """(param_dtype, reduce_dtype) of a unit's mixed-precision policy: None each where it
+    sets none, or the unit has no parameters of its own."""
     groups = _param_groups(unit)
-    return groups[0].mp_policy.param_dtype if groups else None
+    if not groups:
+        return None, None
+    return groups[0].mp_policy.param_dtype, groups[0].mp_policy.reduce_dtype
 
 
 def _param_groups(unit: nn.Module) -> list[Any]:

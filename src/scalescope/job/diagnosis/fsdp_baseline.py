@@ -34,6 +34,7 @@ from ...collectives import (
     as_run_by,
 )
 from ...config import DiagnosisConfig, FaultsConfig
+from ...workloads.sharding import policy_dtypes
 from ..faults.fsdp_comms import fsdp_modules
 from .strategies import BASELINES, never_started
 
@@ -60,7 +61,7 @@ def shard_bytes(pl_module: Any) -> list[tuple[int, int]]:
     out = []
     for module in fsdp_modules(pl_module):
         owned = {id(p) for m in fsdp_modules(module) if m is not module for p in m.parameters()}
-        gathered, reduced = _policy_dtypes(module)
+        gathered, reduced = policy_dtypes(module)
         gather = scatter = 0
         for p in module.parameters():
             if id(p) in owned:
@@ -72,17 +73,6 @@ def shard_bytes(pl_module: Any) -> list[tuple[int, int]]:
         if gather:
             out.append((gather, scatter))
     return out
-
-
-def _policy_dtypes(module: Any) -> tuple[Any, Any]:
-    """(param_dtype, reduce_dtype) of a sharded module's mixed-precision policy (None each
-    where it sets none, or the module has no parameters of its own)."""
-    state = module._get_fsdp_state()
-    groups = list(getattr(state, "_fsdp_param_groups", []) or [])
-    if not groups:
-        return None, None
-    policy = groups[0].mp_policy
-    return policy.param_dtype, policy.reduce_dtype
 
 
 def padded_shard_elements(param: Any) -> int:
