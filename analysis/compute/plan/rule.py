@@ -35,8 +35,8 @@ from analysis.compute.plan.table import (
     PlanRequest,
     charged_reference,
     charged_units,
-    node_devices,
     plan_table,
+    reference_devices,
     reference_rate,
 )
 from analysis.compute.stats import repeats_to_settle
@@ -215,13 +215,11 @@ def _series_answer(rows: list[dict[str, Any]], request: PlanRequest) -> dict[str
         high = float(stop["marginal_high"])
         stop = {**stop, "settled": math.isfinite(high) and high < request.floor}
     projected = [r for r in rows if r["source"] == "projected"]
-    ref = charged_reference(rows, request.charge)
-    counted = node_devices(rows) if request.charge == "node" else 1
     return {
         "series": rows[0]["series"],
         "charge": request.charge,
-        "reference": ref,
-        "reference_devices": max(counted, int(ref["world_size"])),
+        "reference": charged_reference(rows, request.charge),
+        "reference_devices": reference_devices(rows, request.charge),
         "fastest": chosen,
         "settled": chosen is not None and not unsure and contender is None,
         "open": open_row,

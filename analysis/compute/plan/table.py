@@ -316,17 +316,20 @@ def node_devices(rows: Sequence[Mapping[str, Any]]) -> int:
     return max(int(r["devices_per_node"]) for r in rows)
 
 
+def reference_devices(rows: Sequence[Mapping[str, Any]], charge: str) -> int:
+    """The devices one charged unit counts as: one under device charging; under node
+    charging a node's whole (:func:`node_devices`), though the reference scale
+    (:func:`charged_reference`, one node) may have run on fewer."""
+    return node_devices(rows) if charge == "node" else 1
+
+
 def reference_rate(rows: Sequence[Mapping[str, Any]], charge: str) -> float:
     """What one charged unit delivers at best, measured (samples/s): the reference scale's
-    (:func:`charged_reference`) throughput per charged unit; under node charging a node is
-    counted whole, so where the reference ran on fewer devices than a node holds
-    (:func:`node_devices`), its throughput per device times the node's devices: a part-used
-    node is judged against the node it is charged as, used whole at the rate measured."""
+    (:func:`charged_reference`) throughput per device times the devices a unit counts as
+    (:func:`reference_devices`): a part-used node is judged against the node it is charged
+    as, used whole at the rate measured."""
     ref = charged_reference(rows, charge)
-    rate = float(ref["throughput"]) / charged_units(ref, charge)
-    if charge == "node":
-        rate *= max(1.0, node_devices(rows) / int(ref["world_size"]))
-    return rate
+    return float(ref["throughput"]) / int(ref["world_size"]) * reference_devices(rows, charge)
 
 
 def _charged(
