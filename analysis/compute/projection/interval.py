@@ -42,17 +42,25 @@ DRAWS = 400
 INTERVAL = (2.5, 97.5)
 
 
-def centre_of(
+def by_explanation(
     model: StepModel, world: int, nodes: int, kw: Mapping[str, Any]
+) -> dict[str, tuple[float, dict[str, float], float]]:
+    """Each explanation of :data:`CARRIES` -> its (efficiency, parts, per-device batch) at
+    ``world`` ranks over ``nodes`` nodes."""
+    return {c: replace(model, carry=c).efficiency(world, nodes, **kw) for c in CARRIES}
+
+
+def centre_of(
+    got: Mapping[str, tuple[float, dict[str, float], float]],
 ) -> tuple[str, tuple[float, dict[str, float], float]]:
-    """The explanation the centre assumes at ``world`` ranks and its (efficiency, parts,
-    per-device batch): the middle of :data:`CARRIES` by efficiency (the others bound it)."""
-    got = [(c, replace(model, carry=c).efficiency(world, nodes, **kw)) for c in CARRIES]
-    finite = sorted((r[0], c) for c, r in got if math.isfinite(r[0]))
+    """The explanation the centre assumes among ``got`` (:func:`by_explanation`) and its
+    (efficiency, parts, per-device batch): the middle by efficiency (the others bound it)."""
+    finite = sorted((r[0], c) for c, r in got.items() if math.isfinite(r[0]))
     if not finite:
-        return got[0][0], got[0][1]
+        first = next(iter(got))
+        return first, got[first]
     carry = finite[(len(finite) - 1) // 2][1]
-    return carry, dict(got)[carry]
+    return carry, got[carry]
 
 
 def anchor_efficiency(model: StepModel, kw: Mapping[str, Any], bw: float | None = None) -> float:
@@ -214,15 +222,15 @@ def _centre(
 ) -> _Centre:
     """The centre at ``nodes`` x ``dpn`` of ``model`` under a what-if's settings ``kw``."""
     world = nodes * dpn
-    carry, (e, parts, batch) = centre_of(model, world, nodes, kw)
+    got = by_explanation(model, world, nodes, kw)
+    carry, (e, parts, batch) = centre_of(got)
     # the error model's mean shifts the projection, not only its efficiency: the throughput
     # carries the same factor, so throughput = efficiency x world x the baseline's
     # per-device throughput (the step's parts stay the model's own)
     shift = _shift(model, kw, carry, e, nodes, dpn, em)
     alone = [
         a * _shift(model, kw, c, a, nodes, dpn, em)
-        for c in CARRIES
-        for a in [replace(model, carry=c).efficiency(world, nodes, **kw)[0]]
+        for c, (a, _, _) in got.items()
         if math.isfinite(a)
     ]
     explained = (min(alone), max(alone)) if alone else (math.nan, math.nan)
