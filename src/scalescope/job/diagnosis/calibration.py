@@ -9,7 +9,7 @@ ranks. Every rank's part is combined in :func:`.cross_rank.gather_calibration`.
 Under FSDP2 the windows without sync switch it off on every sharded unit
 (``set_requires_gradient_sync(False)``): their passes skip the reduce-scatters and keep the
 all-gathers, so ``sync - no_sync`` is the exposed reduce-scatter only; the section's
-``isolates`` names the collective (:mod:`.fsdp_calibration`).
+``isolates`` names the collective (:mod:`.sharded.calibration`).
 
 After the timed pairs, one more window of synced passes runs under the profiler: how long the
 collectives' kernels ran in a pass, for the compute split (:mod:`.comm_kernels`).
@@ -30,9 +30,9 @@ import torch
 from ...config import DiagnosisConfig, FaultsConfig
 from ...errors import described
 from ..faults.fsdp_comms import fsdp_modules
-from . import fsdp_calibration as fsdp
 from .allreduce import SKIPPED_ONE_DEVICE
 from .comm_kernels import profiled_window
+from .sharded import calibration as fsdp
 
 ANOTHER_RANK = "on another rank"
 DRAIN_S = 1.0

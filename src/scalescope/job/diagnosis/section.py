@@ -33,8 +33,8 @@ import lightning as L
 
 from ...config import DiagnosisConfig, FaultsConfig
 from ..clocks.timing import Timings
-from . import fsdp_baseline
 from .compute_split import compute_split
+from .sharded import baseline as fsdp_baseline
 from .strategies import BASELINES
 
 

@@ -58,7 +58,7 @@ class StepBreakdown(L.Callback):
       every forward; the wait from the start of the training call to the module's forward
       is communication wait too.
 
-    Under FSDP2 the marks are its own (:mod:`.fsdp_waits`, registered beside DDP's): the
+    Under FSDP2 the marks are its own (:mod:`.sharded.waits`, registered beside DDP's): the
     last-gradient hook and the buffer broadcast's are not installed.
 
     Each collective's wait is kept per steady step (:data:`COLLECTIVES`): a rank that waits in
@@ -118,7 +118,7 @@ class StepBreakdown(L.Callback):
         self.strategy: str | None = None
         """The strategy whose wait hooks took the model (:mod:`.strategies`), or None."""
         self.fsdp: Any = None
-        """Under FSDP2, its marks (:class:`.fsdp_waits.FsdpWaits`)."""
+        """Under FSDP2, its marks (:class:`.sharded.waits.FsdpWaits`)."""
         self.not_timed: str | None = None
         """Why a strategy's waits could not be marked, where its hooks refused."""
         self.calibration: dict[str, Any] = {
@@ -405,4 +405,4 @@ def _time_fetches(trainer: L.Trainer, probe: StepBreakdown) -> bool:
     return True
 
 
-from . import fsdp_waits as _fsdp_waits  # noqa: E402,F401  FSDP's hooks: registered after DDP's
+from .sharded import waits as _fsdp_waits  # noqa: E402,F401  FSDP's hooks: registered after DDP's

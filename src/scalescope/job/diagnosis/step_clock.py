@@ -25,7 +25,7 @@ COLLECTIVES: dict[str, tuple[str, ...]] = {strategy: keys(strategy) for strategy
 :mod:`scalescope.collectives` registers them. DDP: its gradient all-reduce (from backward's
 last gradient to ``backward`` returning) and, for modules with buffers, its broadcast of them
 before forward (from the training call's start to the module's forward). FSDP: its
-all-gathers and reduce-scatters (:mod:`.fsdp_waits`). The first key of each is the one every
+all-gathers and reduce-scatters (:mod:`.sharded.waits`). The first key of each is the one every
 counted step has."""
 
 

@@ -9,7 +9,7 @@ installs, once per LightningModule, wrappers that call exactly what FSDP's defau
   faults' delay of a step's first all-gather (:mod:`.injection`);
 * the *listeners* (:attr:`Taps.listeners`): ``start(kind)`` before the holds and
   ``end(kind, nbytes, started)`` after the call returns -- the diagnosis' marks of each
-  collective's wait and its count of what was issued (:mod:`..diagnosis.fsdp_waits`).
+  collective's wait and its count of what was issued (:mod:`..diagnosis.sharded.waits`).
 
 Both users share one wrapper (a later ``set_custom_*`` would replace an earlier one), and a
 hold sits inside the listeners' span: a held collective is a slower one.

@@ -1,4 +1,4 @@
-"""FSDP2's waits on the step breakdown (scalescope.job.diagnosis.fsdp_waits) and every
+"""FSDP2's waits on the step breakdown (scalescope.job.diagnosis.sharded.waits) and every
 DDP-only path under FSDP: a real ``fully_shard`` in a one-rank gloo group in this process (an
 in-memory store: no port, no process); the trainer is a stand-in holding its model, device
 and world size. FSDP issues no collective on one rank: what the taps count and time, and
@@ -81,7 +81,7 @@ def test_every_ddp_only_path_measures_or_says_why_under_fsdp() -> None:
     module = sharded()
     trainer = trainer_of(module)
     cfg = DiagnosisConfig()
-    # the calibration runs (its windows isolate the reduce-scatter: test_fsdp_calibration.py)
+    # the calibration runs (its windows isolate the reduce-scatter: test_calibration.py)
     assert _not_run(trainer, cfg, None) is None  # type: ignore[arg-type]
     assert read_ddp_buckets(module) == (None, FSDP_HAS_NO_BUCKETS)
     why = _hook_allreduce(trainer, FaultsConfig(allreduce_delay_s=0.02))  # type: ignore[arg-type]
@@ -141,8 +141,8 @@ def test_on_a_gpu_fsdps_pre_forward_is_bracketed_on_the_compute_stream() -> None
 
 
 def test_the_fsdp_baseline_section_is_left_out_of_a_run_not_sharded() -> None:
-    from scalescope.job.diagnosis import fsdp_baseline
     from scalescope.job.diagnosis.section import assemble
+    from scalescope.job.diagnosis.sharded import baseline as fsdp_baseline
 
     def section(fsdp: Any) -> dict[str, Any]:
         return assemble(
@@ -195,7 +195,7 @@ def test_an_all_reduce_across_shard_groups_of_one_rank_is_counted_and_ends_the_s
     groups, so no reduce-scatter opened its span. It is counted (calls and bytes), its
     backward ends an optimizer step, and its time, unmeasured, stays in compute (it raised a
     TypeError at the first steady step)."""
-    from scalescope.job.diagnosis.fsdp_waits import FsdpWaits
+    from scalescope.job.diagnosis.sharded.waits import FsdpWaits
     from scalescope.job.diagnosis.step_clock import Clock
     from scalescope.job.faults.fsdp_comms import REPLICA_ALL_REDUCE
 
@@ -224,7 +224,7 @@ def test_the_baseline_gathers_in_the_policys_dtype_and_reduces_in_its_reduce_dty
     storage size, twice FSDP's gather); with no policy the two are the parameters' own."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    from scalescope.job.diagnosis.fsdp_baseline import shard_bytes
+    from scalescope.job.diagnosis.sharded.baseline import shard_bytes
 
     plain, mixed = TwoBlocks(), TwoBlocks()
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

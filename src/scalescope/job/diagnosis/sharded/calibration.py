@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ...collectives import DDP_GRADIENT, FSDP_REDUCE_SCATTER, FSDP_REPLICA_ALL_REDUCE
-from ..faults.fsdp_comms import is_hybrid
+from ....collectives import DDP_GRADIENT, FSDP_REDUCE_SCATTER, FSDP_REPLICA_ALL_REDUCE
+from ...faults.fsdp_comms import is_hybrid
 
 ISOLATES = {
     "ddp": DDP_GRADIENT.operation,

@@ -26,17 +26,17 @@ from typing import Any
 
 import lightning as L
 
-from ...collectives import (
+from ....collectives import (
     FSDP_ALL_GATHER,
     FSDP_REDUCE_SCATTER,
     FSDP_REPLICA_ALL_REDUCE,
     Collective,
     as_run_by,
 )
-from ...config import DiagnosisConfig, FaultsConfig
-from ...workloads.sharding import policy_dtypes
-from ..faults.fsdp_comms import fsdp_modules
-from .strategies import BASELINES, never_started
+from ....config import DiagnosisConfig, FaultsConfig
+from ....workloads.sharding import policy_dtypes
+from ...faults.fsdp_comms import fsdp_modules
+from ..strategies import BASELINES, never_started
 
 SECTION = "fsdp_collectives"
 NOT_FSDP = "not trained under FSDP2"

@@ -34,15 +34,15 @@ from typing import Any
 import lightning as L
 import torch
 
-from ..faults.fsdp_comms import (
+from ...faults.fsdp_comms import (
     ALL_GATHER,
     REDUCE_SCATTER,
     REPLICA_ALL_REDUCE,
     fsdp_modules,
     taps_for,
 )
-from .step_clock import COLLECTIVES, clock_for
-from .strategies import wait_hooks
+from ..step_clock import COLLECTIVES, clock_for
+from ..strategies import wait_hooks
 
 
 class FsdpWaits:

@@ -1,5 +1,5 @@
 """The calibration's passes under FSDP2 (scalescope.job.diagnosis.calibration and
-fsdp_calibration): a real ``fully_shard`` in a one-rank gloo group in this process (an
+sharded.calibration): a real ``fully_shard`` in a one-rank gloo group in this process (an
 in-memory store: no port, no process); the trainer is a stand-in holding its model, device,
 precision plugin and world size. One rank issues no collective: that the synced windows'
 excess is the reduce-scatter, and rises by a held one, is tested with 2 processes
@@ -18,8 +18,8 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from scalescope.config import DiagnosisConfig, FaultsConfig
-from scalescope.job.diagnosis import fsdp_calibration as fsdp
 from scalescope.job.diagnosis.calibration import _not_run, _Passes
+from scalescope.job.diagnosis.sharded import calibration as fsdp
 from scalescope.job.faults.fsdp_comms import REDUCE_SCATTER, fsdp_modules, taps_for
 from scalescope.job.faults.injection import FaultInjection
 
