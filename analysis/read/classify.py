@@ -6,9 +6,13 @@ versions and clusters. A job usually prints several symptoms (a CUDA OOM on one 
 followed by a collective timeout on the others and by srun's exit codes), so every match is
 kept as :class:`Evidence` and :func:`diagnose` picks the root cause: the earliest error of
 a log, and between logs (whose lines cannot be ordered against each other) the more causal
-kind (:data:`CAUSAL_ORDER`). Everything else the job printed is listed as a consequence with
-its file and line. srun's task exits are always consequences: they only say that a task
-ended, after whatever ended it.
+kind (:data:`CAUSAL_ORDER`). Two kinds are printed after what they caused, so they win in a
+log whatever came before them: outside events (:data:`OUTSIDE_EVENTS`: a node failure, a
+preemption, a requeue), which nothing the job printed can have caused, and Slurm's host OOM
+kill, reported when the step ends, after the peers' collective errors and timeouts
+(:data:`PRINTED_LATE`). Everything else the job printed is listed as a consequence with its
+file and line. srun's task exits are always consequences: they only say that a task ended,
+after whatever ended it.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ REASONS: dict[str, str] = {
 """Reason code -> label."""
 
 CAUSAL_ORDER = (
-    # outside events: nothing the job printed can have caused them
+    # outside events: nothing the job printed can have caused them (they win within a log
+    # too: OUTSIDE_EVENTS)
     "node_failure",
     "preemption",
     "requeue",
@@ -49,6 +54,7 @@ CAUSAL_ORDER = (
     # the job's own errors
     "config_error",
     "rendezvous_error",
+    # printed when the step ends, after the collective errors it causes (PRINTED_LATE)
     "host_oom",
     "cuda_oom",
     "exception",
@@ -66,7 +72,22 @@ CAUSAL_ORDER = (
     "unknown",
 )
 """Which of two symptoms is the cause when their order is unknown (they are in different
-logs) or equal (one line, two readings: the more specific one comes first here)."""
+logs) or equal (one line, two readings: the more specific one comes first here). Within one
+log the earliest is the cause, but for :data:`OUTSIDE_EVENTS` and :data:`PRINTED_LATE`."""
+
+OUTSIDE_EVENTS = frozenset({"node_failure", "preemption", "requeue"})
+"""Events from outside the job: nothing it printed can have caused them, so in a log they win
+over every earlier line of another kind (the ranks' watchdog timeouts and tracebacks while a
+node was failing, a harmless traceback long before a preemption). Of two, the earliest."""
+
+PRINTED_LATE: dict[str, frozenset[str]] = {
+    # slurmstepd reports a cgroup OOM kill ("Detected 1 oom_kill event in StepId=...") when
+    # the step ends: after the peers of the killed task saw their connections close or timed
+    # out, and after srun reported the tasks' exits
+    "host_oom": frozenset({"collective_error", "collective_timeout", "exit_code"}),
+}
+"""Kinds printed after the symptoms they cause: in a log, each wins over an earlier line of
+the kinds it lists."""
 
 CONSEQUENCE_ONLY = frozenset({"exit_code"})
 """Never a root cause while anything else is known, even when printed first: srun reports a
@@ -395,11 +416,32 @@ def _aborted_by_srun(ev: Evidence, evidence: Sequence[Evidence]) -> bool:
     )
 
 
+def _overrides(later: str, earlier: str) -> bool:
+    """Is a line of kind ``later`` the cause over an earlier line of kind ``earlier`` in the
+    same log?"""
+    if later in OUTSIDE_EVENTS:
+        return earlier not in OUTSIDE_EVENTS
+    return earlier in PRINTED_LATE.get(later, ())
+
+
+def _cause_in_log(events: Sequence[Evidence]) -> Evidence:
+    """A log's cause: its earliest line, unless a later one is of a kind printed after what
+    it caused (:data:`OUTSIDE_EVENTS`, :data:`PRINTED_LATE`)."""
+    ordered = sorted(events, key=_order)
+    cause = ordered[0]
+    for ev in ordered[1:]:
+        if _overrides(ev.code, cause.code):
+            cause = ev
+    return cause
+
+
 def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
     """The root cause and its consequences.
 
-    Within one log the earliest line wins (of two readings of one line, the more specific);
-    between logs, the more causal kind of each log's earliest (:data:`CAUSAL_ORDER`).
+    Within one log the earliest line wins (of two readings of one line, the more specific),
+    but an outside event wins over any earlier line and a host OOM kill over earlier
+    collective errors, timeouts and exits (:func:`_cause_in_log`); between logs, the more
+    causal kind of each log's cause (:data:`CAUSAL_ORDER`).
     :data:`CONSEQUENCE_ONLY` kinds, and a step srun aborted after a task exited, win only
     when nothing else is known. One line that reads
     two ways (``torch.OutOfMemoryError`` is also a Python exception) is listed once.
@@ -421,11 +463,11 @@ def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
     candidates = [
         e for e in unique if e.code not in CONSEQUENCE_ONLY and not _aborted_by_srun(e, unique)
     ] or unique
-    earliest: dict[str, Evidence] = {}
+    per_log: dict[str, list[Evidence]] = {}
     for ev in candidates:
-        if ev.file not in earliest or _order(ev) < _order(earliest[ev.file]):
-            earliest[ev.file] = ev
-    top = min(earliest.values(), key=lambda e: (_RANK.get(e.code, len(_RANK)), e.file, _order(e)))
+        per_log.setdefault(ev.file, []).append(ev)
+    causes = [_cause_in_log(events) for events in per_log.values()]
+    top = min(causes, key=lambda e: (_RANK.get(e.code, len(_RANK)), e.file, _order(e)))
     rest = sorted(
         (e for e in unique if e is not top),
         key=lambda e: (e.file != top.file, e.file, _order(e)),

@@ -201,8 +201,9 @@ def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         pd.DataFrame(rows, columns=columns, dtype="object"),
         caption=[
             "Jobs with a start event or a job log but no result. The reason is the earliest "
-            "error (between logs of different ranks, the likelier cause); consequences are the "
-            "symptoms that followed it (failures.csv has their lines)."
+            "error (a node failure, preemption or host OOM kill even when printed after the "
+            "errors it caused; between logs of different ranks, the likelier cause); "
+            "consequences are the symptoms that followed it (failures.csv has their lines)."
         ],
         right={dev, "Nodes", "Restarts"},
     )

@@ -468,3 +468,87 @@ def test_a_config_error_is_the_cause_over_the_exit_it_causes() -> None:
     d = diagnose(scan_lines(list(enumerate(lines, 1)), "slurm-7.out"))
     assert d.code == "config_error"
     assert "unknown key trainer.max_epoch" in d.detail and "SCALESCOPE_OVERRIDES" in d.detail
+
+
+NODE_FAILURE = (
+    "slurmstepd: error: *** JOB 7103 ON node1 CANCELLED AT 2026-01-01T00:00:00 DUE TO NODE "
+    "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"
+)
+PREEMPTION = (
+    "slurmstepd: error: *** JOB 7204 ON node1 CANCELLED AT 2026-01-01T00:00:00 DUE TO "
+    "PREEMPTION ***"
+)
+OOM_KILL = (
+    "slurmstepd: error: Detected 1 oom_kill event in StepId=7101.0. Some of the step tasks "
+    "have been OOM Killed."
+)
+PEER_CLOSED = (
+    "1: [rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+    "closed by peer [10.0.0.1]:4321"
+)
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        # a node died: the other ranks' watchdogs fire before Slurm says why
+        (
+            [WATCHDOG.format(r=0), "srun: error: Node failure on node2", NODE_FAILURE],
+            "node_failure",
+        ),
+        ([WATCHDOG.format(r=0), NODE_FAILURE], "node_failure"),
+        # a harmless DataLoader traceback long before the job was preempted
+        (
+            [
+                "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>",
+                "Traceback (most recent call last):",
+                '  File "torch/utils/data/dataloader.py", line 1477, in __del__',
+                "AssertionError: can only test a child process",
+                "Epoch 40: 100%|##########| 20/20",
+                PREEMPTION,
+            ],
+            "preemption",
+        ),
+        # host OOM kill: the peers' errors first, Slurm's cgroup line when the step ends
+        (
+            [
+                PEER_CLOSED,
+                "srun: error: node1: task 0: Out Of Memory",
+                "srun: error: node1: task 1: Exited with exit code 1",
+                OOM_KILL,
+            ],
+            "host_oom",
+        ),
+        (
+            [
+                "1: [rank1]: Traceback (most recent call last):",
+                "1: [rank1]: torch.distributed.DistBackendError: NCCL error in: "
+                "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, "
+                "NCCL version 2.19.3",
+                "1: [rank1]: ncclRemoteError: A call failed possibly due to a network error or a "
+                "remote process exiting prematurely.",
+                "srun: error: node1: task 0: Killed",
+                "srun: error: node1: task 1: Exited with exit code 1",
+                OOM_KILL,
+            ],
+            "host_oom",
+        ),
+        ([WATCHDOG.format(r=1), OOM_KILL], "host_oom"),
+    ],
+)
+def test_events_printed_late_still_win_within_one_log(lines: list[str], expected: str) -> None:
+    """Outside events (node failure, preemption, requeue) cannot be caused by what the job
+    printed before them, and Slurm prints a host OOM kill when the step ends, after the
+    peers' collective errors: in one log they win over the earlier lines."""
+    d = diagnose(_ev(lines, "slurm-7.out"))
+    assert d.code == expected, d
+
+
+def test_late_printed_causes_leave_the_rest_of_the_order_alone() -> None:
+    # a CUDA OOM before the host OOM kill line stays the cause; so does a time limit that
+    # ended a hung job before the kill line of its step
+    assert diagnose(_ev([*OOM_RANK0, OOM_KILL], "f")).code == "cuda_oom"
+    assert diagnose(_ev([TIME_LIMIT, OOM_KILL], "f")).code == "time_limit"
+    # two outside events: the earliest
+    d = diagnose(_ev([PREEMPTION, NODE_FAILURE], "f"))
+    assert d.code == "preemption" and d.also_seen == ("node_failure",)
