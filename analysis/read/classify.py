@@ -32,6 +32,10 @@ REASONS: dict[str, str] = {
     "config_error": "configuration error",
     "rendezvous_error": "rendezvous host not resolvable or reachable",
     "rendezvous_timeout": "rendezvous timeout",
+    "collective_mismatch": (
+        "collective mismatch across ranks (ranks ran different collectives, e.g. different "
+        "numbers of steps or batches)"
+    ),
     "collective_timeout": "NCCL/collective timeout",
     "collective_error": "NCCL/collective error (peer exited or network)",
     "exception": "Python exception",
@@ -57,6 +61,9 @@ CAUSAL_ORDER = (
     # printed when the step ends, after the collective errors it causes (PRINTED_LATE)
     "host_oom",
     "cuda_oom",
+    # ranks that called different collectives (uneven data: one ran more steps): a bug of the
+    # job, which the other ranks see as a closed connection or a timeout
+    "collective_mismatch",
     "exception",
     "rendezvous_timeout",
     # what the other ranks see when one of them died or hangs
@@ -169,6 +176,22 @@ _COLLECTIVE_ERROR = re.compile(
     # which comes next to it
     r"|Some NCCL operations have failed or timed out"
 )
+# Ranks that called different collectives, or different numbers of them (a rank with more
+# batches than another, uneven data): gloo's size check "[enforce fail at .../pair.cc:446]
+# op.preamble.length <= op.nbytes. 8 vs 4. Is there a distributed collective mismatch in your
+# code?"; TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected mismatch between collectives on ranks.
+# Rank 0 is running collective: CollectiveFingerPrint(..., OpType=ALLREDUCE, ...), but Rank 1
+# is running collective: ..."; DDP's join (throw_on_early_termination) "Detected at least one
+# rank that exhausted inputs. Throwing across all ranks."
+_MISMATCH = re.compile(
+    r"distributed collective mismatch"
+    r"|mismatch between collectives"
+    r"|rank that exhausted inputs"
+)
+_MISMATCH_RANK = re.compile(
+    r"Rank (?P<rank>\d+) is running (?:\w+ )?collective: CollectiveFingerPrint\([^)]*?"
+    r"OpType=(?P<op>\w+)"
+)
 _NCCL_CODE = re.compile(r"\b(?P<code>nccl(?:Remote|System|Internal)Error)\b")
 _NCCL_WHAT = re.compile(r"NCCL error(?: in: [^,]*)?[,:]\s*(?P<what>[^,]+?)(?:,\s*NCCL version|$)")
 _NCCL_GENERIC = "NCCL operations failed or timed out; the process is taken down"
@@ -187,6 +210,7 @@ KEYWORDS = re.compile(
     rb"CANCELLED|Cancelled|Traceback|rror|xception|Interrupt|interrupted|Exit|Failure|Timeout"
     rb"|Out Of Memory|out of memory|oom|Watchdog|timed out|Timed out|timing out|this job is"
     rb"|Requeued|memory limit|srun: error|by peer|by remote peer|completion from peer"
+    rb"|collective mismatch|mismatch between collectives|exhausted inputs"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -290,12 +314,25 @@ def classify_line(line: str) -> list[tuple[str, str]]:
             found.append(("rendezvous_error", _trim(msg)))
         elif k:
             found.append(("config_error", _trim(msg)))
-    timed_out = any(c in ("collective_timeout", "rendezvous_timeout") for c, _ in found)
-    # a watchdog timeout is re-raised as DistBackendError: that line is the timeout
-    detail = None if timed_out else _collective_error_detail(line)
+    if _MISMATCH.search(line):
+        found.append(("collective_mismatch", _mismatch_detail(line)))
+    # a watchdog timeout is re-raised as DistBackendError: that line is the timeout; gloo
+    # adds its mismatch hint to the closed connection: that line is the mismatch
+    said = ("collective_timeout", "rendezvous_timeout", "collective_mismatch")
+    detail = None if any(c in said for c, _ in found) else _collective_error_detail(line)
     if detail:
         found.append(("collective_error", detail))
     return found
+
+
+def _mismatch_detail(line: str) -> str:
+    """What each rank ran, where the message says (TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
+    ranks = [f"rank {m.group('rank')} runs {m.group('op')}" for m in _MISMATCH_RANK.finditer(line)]
+    if len(ranks) >= 2:
+        return ", ".join(ranks)
+    if "exhausted inputs" in line:
+        return "a rank ran out of data before the others (uneven data per rank)"
+    return "ranks called different collectives (or different numbers of them)"
 
 
 def _collective_error_detail(line: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from analysis.read import classify
 from analysis.read.classify import (
     CAUSAL_ORDER,
     CONSEQUENCE_ONLY,
@@ -552,3 +553,53 @@ def test_late_printed_causes_leave_the_rest_of_the_order_alone() -> None:
     # two outside events: the earliest
     d = diagnose(_ev([PREEMPTION, NODE_FAILURE], "f"))
     assert d.code == "preemption" and d.also_seen == ("node_failure",)
+
+
+GLOO_MISMATCH = (
+    "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+    "closed by peer [10.0.0.1]:4321. Is there a distributed collective mismatch in your code?"
+)
+DEBUG_MISMATCH = (
+    "[rank0]: RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running "
+    "collective: CollectiveFingerPrint(SequenceNumber=41, OpType=ALLREDUCE, TensorShape=[1], "
+    "TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu)), "
+    "but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=41, "
+    "OpType=BROADCAST, TensorShape=[1], TensorDtypes=Float, "
+    "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu))."
+)
+GLOO_SIZE_MISMATCH = (
+    "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] "
+    "op.preamble.length <= op.nbytes. 8 vs 4. Is there a distributed collective mismatch in "
+    "your code?"
+)
+UNEVEN = (
+    "RuntimeError: Detected at least one rank that exhausted inputs. Throwing across all ranks."
+)
+
+
+@pytest.mark.parametrize("line", [GLOO_MISMATCH, GLOO_SIZE_MISMATCH, DEBUG_MISMATCH, UNEVEN])
+def test_a_collective_mismatch_is_its_own_reason(line: str) -> None:
+    """Ranks that call different collectives (a rank running more steps than another, on
+    uneven data) are a bug of the job, not a peer that died or a network error."""
+    assert [c for c, _ in classify_line(line)] == ["collective_mismatch"]
+    d = diagnose(_ev(["[rank1]: Traceback (most recent call last):", line], "f"))
+    assert d.code == "collective_mismatch" and d.consequences == ()
+    assert "mismatch" in d.label and "steps" in d.label
+    assert classify.KEYWORDS.search(line.encode())
+
+
+def test_a_collective_mismatch_names_what_each_rank_ran() -> None:
+    (detail,) = [d for c, d in classify_line(DEBUG_MISMATCH) if c == "collective_mismatch"]
+    assert detail == "rank 0 runs ALLREDUCE, rank 1 runs BROADCAST"
+
+
+def test_a_collective_mismatch_is_the_cause_over_the_peers_errors() -> None:
+    """The mismatch is the job's own error: the other rank's closed connection in its own log
+    and srun's exits follow from it."""
+    evidence = [
+        *_ev(["RuntimeError: Connection reset by peer"], "7_0_log.err"),
+        *_ev([GLOO_MISMATCH, "srun: error: n1: task 1: Exited with exit code 1"], "7_1_log.err"),
+    ]
+    d = diagnose(evidence)
+    assert d.code == "collective_mismatch" and d.also_seen == ("exit_code", "collective_error")
+    assert CAUSAL_ORDER.index("collective_mismatch") < CAUSAL_ORDER.index("collective_error")
