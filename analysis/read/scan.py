@@ -39,7 +39,9 @@ MAX_LINE_BYTES = 8 << 20
 
 _SUBMITIT_NAME = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_log\.(?:out|err)$")
 _SLURM_NAME = re.compile(r"^slurm-(?P<job>\d+(?:_\d+)?)\.out$")
-_GENERIC_NAME = re.compile(r"(?:^|[^\d_])(?P<job>\d+(?:_\d+)?)\.(?:out|err)$")
+# sbatch's %j, %x_%j, %x-%j (and %x_%A_%a): the id starts the name or follows a separator, so
+# a name that only ends in digits (slurmd-node1.log, resnet50.out) is not taken for a job id
+_GENERIC_NAME = re.compile(r"(?:^|[-_.])(?P<job>\d+(?:_\d+)?)\.(?:out|err|log)$")
 _START_BYTES = b'"event":"start"'
 _RUN_ID_KEY = b'"run_id":"'  # record.encode writes compact JSON
 
@@ -101,7 +103,9 @@ class FileScan:
 
 
 def job_hint(name: str) -> str | None:
-    """The job id a log's file name carries (Slurm, submitit or ``name-<id>.out``)."""
+    """The job id a log's file name carries: Slurm's ``slurm-<id>.out``, submitit's
+    ``<id>_<task>_log.out`` (checked first: its task number is not the id), or sbatch's
+    ``<id>``, ``<name>_<id>`` and ``<name>-<id>`` with ``.out``, ``.err`` or ``.log``."""
     for pattern in (_SUBMITIT_NAME, _SLURM_NAME, _GENERIC_NAME):
         m = pattern.search(name)
         if m:

@@ -73,6 +73,18 @@ def test_unreadable_file_is_a_problem(tmp_path: Path) -> None:
         ("123_4_1_log.err", "123_4"),
         ("spiral-5678.out", "5678"),
         ("notes.txt", None),
+        # sbatch's %x_%j, %x-%j and %j, as .out, .err or .log
+        ("train_7301.out", "7301"),
+        ("train_7301.err", "7301"),
+        ("scaling_job_7304.log", "7304"),
+        ("scaling-job-7305.log", "7305"),
+        ("7306.log", "7306"),
+        ("train_7307_2.out", "7307_2"),  # %x_%A_%a
+        ("resnet50_7308.out", "7308"),  # digits of the job name are not the job id
+        # names that only end in a number: not a job id
+        ("slurmd-node1.log", None),
+        ("records.log", None),
+        ("7309_log.txt", None),
     ],
 )
 def test_job_hint_from_file_names(name: str, hint: str | None) -> None:
@@ -86,3 +98,19 @@ def test_wrong_field_type_is_a_problem_naming_file_and_field(tmp_path: Path) -> 
     (problem,) = parse([tmp_path], jobs=1).problems
     assert Path(problem.file).name == "slurm-24.out"
     assert "field 'steps' should be an integer, got a string" in problem.message
+
+
+def test_logs_named_by_sbatch_patterns_are_read_for_failures(tmp_path: Path) -> None:
+    """A job that died before its start event is known by its log's name only: sbatch's
+    ``%x_%j.out`` and a ``.log`` name are job logs like ``slurm-%j.out``."""
+    write_log(tmp_path / "train_7301.out", "Traceback (most recent call last):", "ImportError: x")
+    write_log(
+        tmp_path / "scaling_job_7304.log",
+        "slurmstepd: error: *** JOB 7304 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME "
+        "LIMIT ***",
+    )
+    result = parse([tmp_path], jobs=1)
+    assert sorted((f.job_id, f.diagnosis.code) for f in result.failures) == [
+        ("7301", "exception"),
+        ("7304", "time_limit"),
+    ]
