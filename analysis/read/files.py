@@ -1,8 +1,9 @@
 """Which files to read: every candidate under the given folders and files, in a stable
 order, and the :class:`Problem` every reader reports about a file instead of raising.
 
-Directories are walked without following links; hidden folders, summary output folders and
-files that are never logs (by their suffix) are skipped without a word.
+Directories are walked following links (a scale kept elsewhere and linked in), each folder
+once however many links reach it; hidden folders, summary output folders and files that are
+never logs (by their suffix) are skipped without a word.
 """
 
 from __future__ import annotations
@@ -52,19 +53,42 @@ def _skip_file(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in SKIP_SUFFIXES
 
 
+def _subfolders(dirpath: str, names: list[str], excluded: set[str], walked: set[str]) -> list[str]:
+    """The folders of ``dirpath`` to walk, by name: not hidden, excluded or a summary, nor a
+    folder already walked or about to be (through another link, or a link to an ancestor:
+    a loop). Those kept are marked as about to be walked."""
+    kept = []
+    for name in sorted(names):
+        path = os.path.join(dirpath, name)
+        if name.startswith(".") or name in _SKIP_DIRS:
+            continue
+        real = os.path.realpath(path)
+        if real in excluded or real in walked:
+            continue
+        if os.path.exists(os.path.join(path, SUMMARY_MARKER)):
+            continue
+        walked.add(real)
+        kept.append(name)
+    return kept
+
+
 def discover(
     paths: Sequence[str | os.PathLike[str]], exclude: Iterable[str | os.PathLike[str]] = ()
 ) -> tuple[list[tuple[str, str]], list[Problem]]:
     """(path, display name) of every candidate file, in a stable order, plus problems.
 
-    Directories are walked recursively without following links; hidden folders, summary
-    output folders (they hold :data:`SUMMARY_MARKER`) and ``exclude`` are skipped. The
-    display name is relative to the parent of the argument it was found under.
+    Directories are walked recursively, following links to folders: a folder reached twice
+    (by a link and its own path, or a link back up the tree) is read once, under the first
+    path that reaches it. Hidden folders, summary output folders (they hold
+    :data:`SUMMARY_MARKER`) and ``exclude`` are skipped. The display name is relative to the
+    parent of the argument it was found under.
     """
     excluded = {os.path.realpath(p) for p in exclude}
     found: list[tuple[str, str]] = []
     problems: list[Problem] = []
     seen: set[str] = set()
+    walked: set[str] = set()
+    """Real paths of the folders walked or about to be (every ancestor of the current one)."""
 
     def add(key: str, path: str, display: str) -> None:
         if key not in seen:
@@ -81,27 +105,23 @@ def discover(
             continue
         abs_root = os.path.realpath(root)
         top = os.path.basename(abs_root) or abs_root
+        if abs_root in walked:
+            continue
+        walked.add(abs_root)
 
         def onerror(exc: OSError, root: str = root, top: str = top) -> None:
             where = os.path.join(top, os.path.relpath(exc.filename or root, root))
             problems.append(Problem(os.path.normpath(where), f"cannot read: {exc.strerror}"))
 
-        for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
-            dirnames[:] = sorted(
-                d
-                for d in dirnames
-                if not d.startswith(".")
-                and d not in _SKIP_DIRS
-                and os.path.realpath(os.path.join(dirpath, d)) not in excluded
-                and not os.path.exists(os.path.join(dirpath, d, SUMMARY_MARKER))
-            )
+        for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=True):
             if SUMMARY_MARKER in filenames:
                 dirnames[:] = []
                 continue
+            dirnames[:] = _subfolders(dirpath, dirnames, excluded, walked)
             # per folder, not per file: 10,000 logs must not cost 10,000 path resolutions
             rel = os.path.relpath(dirpath, root)
             shown = top if rel == "." else os.path.join(top, rel)
-            key_dir = os.path.join(abs_root, rel)
+            key_dir = os.path.realpath(dirpath)
             for name in sorted(filenames):
                 if not _skip_file(name):
                     add(
