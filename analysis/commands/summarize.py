@@ -126,7 +126,7 @@ def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 
     """The terminal's default: the headline tables, a line per failed job (its cause; at
     most ``max_rows``, 0 = all), and the notes."""
     from analysis.present.tables.headline_tables import headline_tables
-    from analysis.present.tables.runs_tables import failure_label
+    from analysis.present.tables.runs_tables import failure_job_ids, failure_label
 
     console = rich_console(sys.stdout)
     for t in headline_tables(analysis):
@@ -148,10 +148,11 @@ def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 
     if len(failures):
         console.print(f"[bold]Failed or incomplete jobs ({len(failures)})[/bold]")
         shown = failures if max_rows <= 0 else failures.iloc[:max_rows]
-        for _, r in shown.iterrows():
+        job_ids = failure_job_ids(failures)
+        for i, r in shown.iterrows():
             detail = f": {r['detail']}" if isinstance(r["detail"], str) and r["detail"] else ""
             console.print(
-                f"  • {r['job_id']} ({failure_label(r)}): {r['reason_label']}{detail}",
+                f"  • {job_ids[i]} ({failure_label(r)}): {r['reason_label']}{detail}",
                 markup=False,
             )
         if len(shown) < len(failures):

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from analysis.read.classify import REASONS, Diagnosis, Evidence, diagnose
 from analysis.read.files import RESULT_JSON, Problem, discover
@@ -79,6 +79,20 @@ def run_key(identity: Identity) -> str:
     return identity.run_uuid or f"{identity.cluster or ''}:{identity.run_id}"
 
 
+class JobKey(NamedTuple):
+    """One job: its id on its cluster in its sweep. Two clusters' job 1234 are two jobs, and
+    so is an id a cluster handed out again in another sweep; a requeued job's attempts share
+    all three. A log known by its name only has the id alone (cluster and sweep empty)."""
+
+    job_id: str
+    cluster: str = ""
+    sweep: str = ""
+
+
+def job_key(identity: Identity) -> JobKey:
+    return JobKey(identity.job_id, identity.cluster or "", identity.sweep_id or "")
+
+
 def _array_alias(identity: Identity) -> str | None:
     if identity.array_job_id and identity.array_task_id is not None:
         return f"{identity.array_job_id}_{identity.array_task_id}"
@@ -89,29 +103,67 @@ class _Assembler:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
         self.results: dict[str, tuple[ResultRecord, list[str]]] = {}
-        self.starts: dict[str, dict[int, StartEvent]] = defaultdict(dict)
-        self.evidence: dict[str, list[Evidence]] = defaultdict(list)
-        self.job_files: dict[str, set[str]] = defaultdict(set)
-        self.alias: dict[str, str] = {}
+        self.starts: dict[JobKey, dict[int, StartEvent]] = defaultdict(dict)
+        self.evidence: dict[JobKey, list[Evidence]] = defaultdict(list)
+        self.job_files: dict[JobKey, set[str]] = defaultdict(set)
+        self.names: dict[str, set[JobKey]] = defaultdict(set)
+        """The jobs a name in a file name or a manifest can mean: a job id, an array task."""
+        self.weak_names: dict[str, set[JobKey]] = defaultdict(set)
+        """The same for the number a job id ends in (``local-301``: submitit's pid), used
+        when no job has that name itself."""
         self.hinted: list[FileScan] = []
         self.broken_files: set[str] = set()
         self.planned: list[PlannedJob] = []
-        self.shapes: dict[str, PlannedJob] = {}
+        self.shapes: dict[JobKey, PlannedJob] = {}
         """What an sbatch job's first line says it was, by job."""
         self.unplanned: list[Failure] = []
         """Jobs a sweep manifest lists that left no record and no failure message."""
 
-    def _key(self, identity: Identity) -> str:
-        key = identity.job_id
-        self.alias[key] = key
+    def _key(self, identity: Identity) -> JobKey:
+        key = job_key(identity)
+        self.names[key.job_id].add(key)
         alias = _array_alias(identity)
         if alias:
-            self.alias[alias] = key
+            self.names[alias].add(key)
         # submitit's local jobs are named by pid in file names and "local-<pid>" in records
-        m = _TRAILING_NUMBER.search(key)
-        if m:
-            self.alias.setdefault(m.group(1), key)
+        m = _TRAILING_NUMBER.search(key.job_id)
+        if m and m.group(1) != key.job_id:
+            self.weak_names[m.group(1)].add(key)
         return key
+
+    def named(self, name: str) -> set[JobKey]:
+        """The jobs ``name`` (a job id, an array task, a pid) can mean."""
+        return self.names.get(name) or self.weak_names.get(name) or set()
+
+    def _hint_key(self, scan: FileScan) -> JobKey | None:
+        """The job a log known by its name only belongs to: the one job of that id, else the
+        one whose files are nearest (in its folder, else the longest shared path); its id
+        alone when no job has it; None when jobs of that id are equally near (a problem)."""
+        hint = scan.hint or ""
+        keys = sorted(self.named(hint))
+        if len(keys) <= 1:
+            return keys[0] if keys else JobKey(hint)
+        folder = os.path.dirname(scan.display)
+
+        def nearness(key: JobKey) -> int:
+            return max(
+                (_shared_depth(folder, os.path.dirname(f)) for f in self.job_files.get(key, ())),
+                default=-1,
+            )
+
+        best = max(nearness(k) for k in keys)
+        near = [k for k in keys if nearness(k) == best]
+        if len(near) == 1:
+            return near[0]
+        problem = Problem(
+            scan.display,
+            f"job id {hint} names {len(near)} jobs ("
+            + ", ".join(_where(k) for k in near)
+            + ") and this log is as near to each: not read for failure messages",
+        )
+        if problem not in self.problems:
+            self.problems.append(problem)
+        return None
 
     def add(self, scan: FileScan) -> None:
         self.problems.extend(scan.problems)
@@ -152,27 +204,30 @@ class _Assembler:
         if not scan.events and scan.hint is not None:
             self.hinted.append(scan)
 
-    def finished_keys(self) -> set[str]:
+    def finished_keys(self) -> set[JobKey]:
         """Jobs that ran to the end; a stopped job's log is still searched for the reason."""
-        return {
-            self.alias.get(r.identity.job_id, r.identity.job_id)
-            for r, _ in self.results.values()
-            if r.stop_reason is None
-        }
+        return {job_key(r.identity) for r, _ in self.results.values() if r.stop_reason is None}
 
     def pending(self) -> list[FileScan]:
         """Hinted logs without events whose job has no result: they need an evidence scan."""
         done = self.finished_keys()
-        return [s for s in self.hinted if self.alias.get(s.hint or "", s.hint) not in done]
+        out = []
+        for scan in self.hinted:
+            key = self._hint_key(scan)
+            if key is not None and key not in done:
+                out.append(scan)
+        return out
 
     def add_evidence(self, scan: FileScan) -> None:
         self.problems.extend(p for p in scan.problems if p not in self.problems)
-        key = self.alias.get(scan.hint or "", scan.hint or "")
+        key = self._hint_key(scan)
+        if key is None:
+            return
         if scan.shape is not None:
             nodes, tasks = scan.shape
             self.shapes[key] = PlannedJob(
                 scan.display,
-                key,
+                key.job_id,
                 f"{nodes}x{tasks}",
                 None,
                 None,
@@ -195,9 +250,12 @@ class _Assembler:
             )
 
     def known(self, job_id: str) -> bool:
-        """Does any record or failure message speak for this job?"""
-        key = self.alias.get(job_id, job_id)
-        return key in self.finished_keys() or key in self.starts or bool(self.evidence.get(key))
+        """Does any record or failure message speak for a job of this id?"""
+        finished = self.finished_keys()
+        return any(
+            key in finished or key in self.starts or bool(self.evidence.get(key))
+            for key in (*self.named(job_id), JobKey(job_id))
+        )
 
     def check_planned(self, read_names: set[str]) -> list[tuple[str, str]]:
         """Jobs of the manifests that nothing speaks for become failures ("never started",
@@ -242,9 +300,9 @@ class _Assembler:
             p.sweep_id: p.command for p in self.planned if p.sweep_id and p.command
         }
         by_job = self._results_by_job()
-        finished = {key for _, key in by_job}
-        stopped: dict[str, tuple[ResultRecord, list[str]]] = {}
-        for (_, key), results in by_job.items():
+        finished = set(by_job)
+        stopped: dict[JobKey, tuple[ResultRecord, list[str]]] = {}
+        for key, results in by_job.items():
             results.sort(key=lambda rs: rs[0].identity.restart_count)
             restarts = [r.identity.restart_count for r, _ in results]
             if len(set(restarts)) < len(restarts):
@@ -265,31 +323,28 @@ class _Assembler:
         out.problems += [p for run in out.runs for p in _faults_not_applied(run)]
         return out
 
-    def _results_by_job(self) -> dict[tuple[str, str], list[tuple[ResultRecord, list[str]]]]:
-        """The results per (cluster, job): a job is its id on its cluster, two clusters' job
-        1234 are two jobs."""
-        by_job: dict[tuple[str, str], list[tuple[ResultRecord, list[str]]]] = defaultdict(list)
+    def _results_by_job(self) -> dict[JobKey, list[tuple[ResultRecord, list[str]]]]:
+        """The results per job (:class:`JobKey`): two clusters' job 1234 are two jobs."""
+        by_job: dict[JobKey, list[tuple[ResultRecord, list[str]]]] = defaultdict(list)
         for record, sources in self.results.values():
-            by_job[(record.identity.cluster or "", self._key(record.identity))].append(
-                (record, sources)
-            )
+            by_job[self._key(record.identity)].append((record, sources))
         return by_job
 
-    def _reused_id(self, key: str, results: list[tuple[ResultRecord, list[str]]]) -> list[Run]:
+    def _reused_id(self, key: JobKey, results: list[tuple[ResultRecord, list[str]]]) -> list[Run]:
         """Distinct runs (different run UUIDs) under one job id and restart count: the id was
         reused (a Slurm controller started afresh counts from 1 again). Each is a run of its
         own; none replaces another."""
         self.problems.append(
             Problem(
                 results[0][1][0],
-                f"job id {key} names {len(results)} distinct runs (job ids reused, "
+                f"job id {key.job_id} names {len(results)} distinct runs (job ids reused, "
                 "e.g. by a reinstalled Slurm controller): each is kept as its own run",
                 severity="info",
             )
         )
         return [Run(r, tuple(sorted(set(src)))) for r, src in results]
 
-    def _last_attempt(self, key: str, results: list[tuple[ResultRecord, list[str]]]) -> Run:
+    def _last_attempt(self, key: JobKey, results: list[tuple[ResultRecord, list[str]]]) -> Run:
         """A finished job's run: its last attempt's result, with why earlier attempts
         stopped."""
         record, sources = results[-1]
@@ -297,7 +352,7 @@ class _Assembler:
             self.problems.append(
                 Problem(
                     sources[0],
-                    f"job {key} reported results for restarts "
+                    f"job {key.job_id} reported results for restarts "
                     f"{', '.join(str(r.identity.restart_count) for r, _ in results)}; "
                     "kept the last",
                     severity="info",
@@ -316,7 +371,7 @@ class _Assembler:
         )
         return Run(record, tuple(sorted(set(sources))), reasons)
 
-    def _stopped(self, key: str, record: ResultRecord, sources: list[str]) -> Failure:
+    def _stopped(self, key: JobKey, record: ResultRecord, sources: list[str]) -> Failure:
         """A job whose result says it stopped early: a failure, with what stopped it."""
         final = record.identity.restart_count
         evidence = self.evidence.get(key, [])
@@ -332,9 +387,9 @@ class _Assembler:
             else Diagnosis("cancelled", REASONS["cancelled"], note, None, ())
         )
         files = tuple(sorted(set(sources) | self.job_files.get(key, set())))
-        return Failure(key, record.identity, final, diagnosis, files)
+        return Failure(key.job_id, record.identity, final, diagnosis, files)
 
-    def _unfinished(self, finished: set[str]) -> list[Failure]:
+    def _unfinished(self, finished: set[JobKey]) -> list[Failure]:
         """Jobs with a start event or failure evidence and no result."""
         out = []
         for key in sorted(set(self.starts) | set(self.evidence)):
@@ -356,16 +411,34 @@ class _Assembler:
                     diagnosis,
                     detail=f"no valid result; {broken[0]} has a broken event line (see problems)",
                 )
-            out.append(Failure(key, identity, final, diagnosis, files, planned))
+            out.append(Failure(key.job_id, identity, final, diagnosis, files, planned))
         return out
 
-    def planned_for(self, key: str) -> PlannedJob | None:
+    def planned_for(self, key: JobKey) -> PlannedJob | None:
         """What a job without a start event was: its sweep.json entry, else its sbatch log's
         first line."""
         for job in self.planned:
-            if job.job_id is not None and self.alias.get(job.job_id, job.job_id) == key:
+            if job.job_id is not None and (
+                key in self.named(job.job_id) or key == JobKey(job.job_id)
+            ):
                 return job
         return self.shapes.get(key)
+
+
+def _shared_depth(a: str, b: str) -> int:
+    """How many leading folders two paths share."""
+    depth = 0
+    for x, y in zip(a.split(os.sep), b.split(os.sep), strict=False):
+        if x != y:
+            break
+        depth += 1
+    return depth
+
+
+def _where(key: JobKey) -> str:
+    """Which of several jobs of one id: its cluster and sweep."""
+    where = f"on {key.cluster}" if key.cluster else "on an unnamed cluster"
+    return where + (f" in sweep {key.sweep}" if key.sweep else "")
 
 
 def _map(func: Callable[[T], R], items: Sequence[T], jobs: int | None) -> Iterator[R]:

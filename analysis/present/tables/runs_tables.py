@@ -155,6 +155,28 @@ def failure_label(row: pd.Series) -> str:
     return label + accumulation_label(row.get("accumulate_grad_batches"))
 
 
+def failure_job_ids(failures: pd.DataFrame) -> dict[Any, str]:
+    """Each failure's job id as shown, by row index: the id alone, or, where other failures
+    have the same id (two clusters' job 1234, an id handed out again in another sweep), with
+    the cluster and sweep that tell them apart."""
+    if not len(failures):
+        return {}
+    ids = failures["job_id"].astype(str)
+    shown: dict[Any, str] = {}
+    for i, job_id in ids.items():
+        same = failures[ids == job_id]
+        row = failures.loc[i]
+        where = [
+            f"{label} {row[col]}"
+            for col, label in (("cluster", "on"), ("sweep_id", "in"))
+            if col in failures
+            and same[col].astype(str).nunique(dropna=False) > 1
+            and not is_missing(row[col])
+        ]
+        shown[i] = f"{job_id} ({', '.join(where)})" if len(same) > 1 and where else job_id
+    return shown
+
+
 def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
     dev = devices_header(failures["accelerator"].tolist() if len(failures) else [])
     columns = [
@@ -169,7 +191,8 @@ def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         "Consequences",
     ]
     rows = []
-    for _, r in failures.sort_values(
+    job_ids = failure_job_ids(failures)
+    for i, r in failures.sort_values(
         "job_id", key=lambda s: s.map(natural_key), kind="stable"
     ).iterrows():
         if not is_missing(r["evidence_file"]):
@@ -184,7 +207,7 @@ def failures_table(failures: pd.DataFrame, max_rows: int = 0) -> DisplayTable:
         )
         rows.append(
             [
-                str(r["job_id"]),
+                job_ids[i],
                 failure_label(r),
                 MISSING if is_missing(r["world_size"]) else str(r["world_size"]),
                 MISSING if is_missing(r["nodes"]) else str(r["nodes"]),
