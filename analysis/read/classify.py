@@ -126,7 +126,23 @@ _SUBMITIT_SIGNAL = re.compile(
 _LIGHTNING_REQUEUE = re.compile(r"Requeued SLURM job:? (?P<id>\S+)")
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (?P<host>\S+)", re.IGNORECASE)
 _OOM_KILL = re.compile(r"Detected (?P<count>\d+) oom[-_]kill event", re.IGNORECASE)
-_MEM_LIMIT = re.compile(r"Exceeded (?:job|step) memory limit", re.IGNORECASE)
+# "Exceeded job memory limit" (older cgroup plugin); jobacct_gather's OverMemoryKill:
+# "StepId=123.0 exceeded memory limit (8589934592 > 4294967296), being killed" (older:
+# "Job 123 exceeded memory limit (...)")
+_MEM_LIMIT = re.compile(
+    r"Exceeded (?:job|step) memory limit"
+    r"|exceeded memory limit(?: \((?P<used>\d+) > (?P<limit>\d+)\))?",
+    re.IGNORECASE,
+)
+# slurmstepd's end of a step whose task exited non-zero, and of a job whose node reported an
+# uncorrectable memory error (hardware: from outside the job)
+_STEP_FAILED = re.compile(
+    r"\*\*\*\s*STEP\s+(?P<id>\S+)\s+ON\s+(?P<host>\S+)\s+FAILED\s*\((?P<why>[^)]*)\)"
+)
+_MEMORY_ERROR = re.compile(
+    r"\*\*\*\s*(?P<what>JOB|STEP)\s+(?P<id>\S+)\s+ON\s+(?P<host>\S+)\s+"
+    r"UNCORRECTABLE MEMORY ERROR(?:\s+AT\s+(?P<when>\S+))?"
+)
 _SRUN_TASK = re.compile(
     r"srun: error: (?P<host>\S+): (?P<tasks>tasks? [\d,\-]+): (?P<what>[^\r\n]+?)\s*$"
 )
@@ -210,7 +226,7 @@ KEYWORDS = re.compile(
     rb"CANCELLED|Cancelled|Traceback|rror|xception|Interrupt|interrupted|Exit|Failure|Timeout"
     rb"|Out Of Memory|out of memory|oom|Watchdog|timed out|Timed out|timing out|this job is"
     rb"|Requeued|memory limit|srun: error|by peer|by remote peer|completion from peer"
-    rb"|collective mismatch|mismatch between collectives|exhausted inputs"
+    rb"|collective mismatch|mismatch between collectives|exhausted inputs|MEMORY ERROR|FAILED \("
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -245,6 +261,45 @@ def _trim(text: str) -> str:
     return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
 
 
+def _slurm_step_end(line: str) -> list[tuple[str, str]]:
+    """What Slurm prints when a step or its tasks end: memory kills, srun's task exits, a
+    failed step, a node's memory error."""
+    found: list[tuple[str, str]] = []
+    m = _OOM_KILL.search(line)
+    if m:
+        found.append(("host_oom", f"{m.group('count')} oom-kill event(s) in the job's cgroup"))
+    else:
+        m = _MEM_LIMIT.search(line)
+        if m:
+            sizes = f" ({m.group('used')} > {m.group('limit')})" if m.group("used") else ""
+            found.append(("host_oom", f"exceeded the Slurm memory limit{sizes}"))
+    m = _STEP_FAILED.search(line)
+    if m:
+        why = m.group("why").strip()
+        found.append(("exit_code", f"step {m.group('id')} on {m.group('host')} failed ({why})"))
+    m = _MEMORY_ERROR.search(line)
+    if m:
+        when = f" at {m.group('when')}" if m.group("when") else ""
+        found.append(
+            (
+                "node_failure",
+                f"uncorrectable memory error on {m.group('host')}{when} "
+                f"({m.group('what').lower()} {m.group('id')})",
+            )
+        )
+    m = _SRUN_TASK.search(line)
+    if m:
+        what = m.group("what")
+        where = f"{m.group('tasks')} on {m.group('host')}"
+        if "out of memory" in what.lower():
+            found.append(("host_oom", f"{where}: out of memory"))
+        else:
+            code_m = _EXIT_CODE.search(what)
+            detail = f"exit code {code_m.group('code')}" if code_m else what.lower()
+            found.append(("exit_code", f"{where}: {detail}"))
+    return found
+
+
 def classify_line(line: str) -> list[tuple[str, str]]:
     """Every (reason code, detail) the line shows, exceptions excepted (they need context)."""
     found: list[tuple[str, str]] = []
@@ -271,21 +326,7 @@ def classify_line(line: str) -> list[tuple[str, str]]:
     m = _NODE_FAILURE.search(line)
     if m:
         found.append(("node_failure", f"node failure on {m.group('host')}"))
-    m = _OOM_KILL.search(line)
-    if m:
-        found.append(("host_oom", f"{m.group('count')} oom-kill event(s) in the job's cgroup"))
-    elif _MEM_LIMIT.search(line):
-        found.append(("host_oom", "exceeded the Slurm memory limit"))
-    m = _SRUN_TASK.search(line)
-    if m:
-        what = m.group("what")
-        where = f"{m.group('tasks')} on {m.group('host')}"
-        if "out of memory" in what.lower():
-            found.append(("host_oom", f"{where}: out of memory"))
-        else:
-            code_m = _EXIT_CODE.search(what)
-            detail = f"exit code {code_m.group('code')}" if code_m else what.lower()
-            found.append(("exit_code", f"{where}: {detail}"))
+    found += _slurm_step_end(line)
     if _CUDA_OOM.search(line):
         m2 = re.search(r"Tried to allocate [\d.]+ \w+", line)
         found.append(("cuda_oom", m2.group(0) if m2 else "CUDA out of memory"))
@@ -319,9 +360,9 @@ def classify_line(line: str) -> list[tuple[str, str]]:
     # a watchdog timeout is re-raised as DistBackendError: that line is the timeout; gloo
     # adds its mismatch hint to the closed connection: that line is the mismatch
     said = ("collective_timeout", "rendezvous_timeout", "collective_mismatch")
-    detail = None if any(c in said for c, _ in found) else _collective_error_detail(line)
-    if detail:
-        found.append(("collective_error", detail))
+    failed = None if any(c in said for c, _ in found) else _collective_error_detail(line)
+    if failed:
+        found.append(("collective_error", failed))
     return found
 
 

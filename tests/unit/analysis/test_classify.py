@@ -8,6 +8,7 @@ from analysis.read import classify
 from analysis.read.classify import (
     CAUSAL_ORDER,
     CONSEQUENCE_ONLY,
+    KEYWORDS,
     REASONS,
     Evidence,
     classify_line,
@@ -204,6 +205,28 @@ CASES = [
         "list (MASTER_ADDR unset)), port 25050: does not resolve on node2 (rank 1: [Errno -2] "
         "Name or service not known); set MASTER_ADDR to an address every compute node resolves",
     ),
+    # Slurm's memory enforcement (OverMemoryKill, jobacct_gather): step and older job wording
+    (
+        "host_oom",
+        "slurmstepd: error: StepId=7003.0 exceeded memory limit (8589934592 > 4294967296), "
+        "being killed",
+    ),
+    (
+        "host_oom",
+        "slurmstepd: error: Job 7004 exceeded memory limit (8589934592 > 4294967296), being killed",
+    ),
+    # a step that ended with a task's non-zero exit: a consequence, as srun's exits
+    (
+        "exit_code",
+        "slurmstepd: error: *** STEP 7006.0 ON node1 FAILED (non-zero exit code or other "
+        "failure mode) ***",
+    ),
+    # the node's hardware failed under the job
+    (
+        "node_failure",
+        "slurmstepd: error: *** JOB 7008 ON node1 UNCORRECTABLE MEMORY ERROR AT "
+        "2026-01-01T00:00:00 ***",
+    ),
 ]
 
 
@@ -215,6 +238,29 @@ def test_each_wording_is_classified(code: str, line: str) -> None:
     assert code in codes, f"{line!r} gave {codes}"
     # and the diagnosis of that line alone names it
     assert diagnose(scan_lines([(1, line)], "f.out")).code == code
+
+
+@pytest.mark.parametrize(
+    ("code", "line"), CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(CASES)]
+)
+def test_each_wording_passes_the_byte_prefilter(code: str, line: str) -> None:
+    """A log is searched for KEYWORDS before any rule runs: a line without one is never
+    classified."""
+    assert KEYWORDS.search(line.encode()), line
+
+
+def test_slurm_details_name_the_step_and_the_node() -> None:
+    details = dict(classify_line(CASES[-2][1]))
+    assert details["exit_code"] == (
+        "step 7006.0 on node1 failed (non-zero exit code or other failure mode)"
+    )
+    details = dict(classify_line(CASES[-1][1]))
+    assert details["node_failure"] == (
+        "uncorrectable memory error on node1 at 2026-01-01T00:00:00 (job 7008)"
+    )
+    assert dict(classify_line(CASES[-4][1]))["host_oom"] == (
+        "exceeded the Slurm memory limit (8589934592 > 4294967296)"
+    )
 
 
 @pytest.mark.parametrize(
