@@ -43,6 +43,7 @@ REASONS: dict[str, str] = {
     "exit_code": "task exit code",
     "never_started": "never started",
     "log_missing": "log missing",
+    "no_measurement": "finished without a measurement (no training step)",
     "unknown": "unknown or still running",
 }
 """Reason code -> label."""
@@ -76,6 +77,8 @@ CAUSAL_ORDER = (
     # a sweep manifest's job that nothing else speaks for (never matched in a log)
     "never_started",
     "log_missing",
+    # a record that trained nothing (read from the record, never from a log)
+    "no_measurement",
     "unknown",
 )
 """Which of two symptoms is the cause when their order is unknown (they are in different

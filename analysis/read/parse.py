@@ -314,6 +314,10 @@ class _Assembler:
                 # part of the training only, so it is a failed row, never a measurement.
                 stopped[key] = (record, sources)
                 continue
+            empty = _no_measurement(record)
+            if empty:
+                out.failures.append(self._unmeasured(key, record, sources, empty))
+                continue
             out.runs.append(self._last_attempt(key, results))
         for key, (record, sources) in sorted(stopped.items()):
             out.failures.append(self._stopped(key, record, sources))
@@ -389,6 +393,16 @@ class _Assembler:
         files = tuple(sorted(set(sources) | self.job_files.get(key, set())))
         return Failure(key.job_id, record.identity, final, diagnosis, files)
 
+    def _unmeasured(
+        self, key: JobKey, record: ResultRecord, sources: list[str], what: str
+    ) -> Failure:
+        """A job whose record trained nothing: a failure, and a warning naming its file."""
+        note = f"its record has {what}: not a measurement, kept out of the statistics"
+        self.problems.append(Problem(sources[0], f"job {key.job_id}: {note}"))
+        diagnosis = Diagnosis("no_measurement", REASONS["no_measurement"], note, None, ())
+        files = tuple(sorted(set(sources) | self.job_files.get(key, set())))
+        return Failure(key.job_id, record.identity, record.identity.restart_count, diagnosis, files)
+
     def _unfinished(self, finished: set[JobKey]) -> list[Failure]:
         """Jobs with a start event or failure evidence and no result."""
         out = []
@@ -423,6 +437,22 @@ class _Assembler:
             ):
                 return job
         return self.shapes.get(key)
+
+
+def _no_measurement(record: ResultRecord) -> str | None:
+    """What says a finished record measured nothing (no training step, no time, no
+    throughput), or None: averaged in, such a record would drag its scale's mean to 0. A
+    value missing or not finite is another problem (:func:`analysis.read.frame.unmeasured_runs`)."""
+    empty = [
+        f"{value:g} {name}"
+        for value, name in (
+            (record.steps, "steps"),
+            (record.train_time_s, "s of training"),
+            (record.samples_per_s, "samples/s"),
+        )
+        if isinstance(value, (int, float)) and value <= 0
+    ]
+    return " and ".join(empty) if empty else None
 
 
 def _shared_depth(a: str, b: str) -> int:

@@ -223,3 +223,31 @@ def test_a_fault_the_strategy_could_not_apply_is_a_warning_naming_it(tmp_path: P
     write_log(tmp_path / "slurm-22.out", start_of(clean), clean)
     _, _, problems = load_all(tmp_path)
     assert [q.message for q in problems] == [p.message]
+
+
+def test_a_record_of_no_training_step_is_not_a_measurement(tmp_path: Path) -> None:
+    """A job that ran to its end without a training step (no batch in its data, a step limit
+    of 0) reports 0 steps and 0 samples/s: averaged in, it would halve its scale's mean.
+    It is a failed row, and a warning names its file."""
+    good = make_result("15")
+    empty = replace(
+        make_result("16"),
+        steps=0,
+        train_time_s=0.0,
+        train_samples=0,
+        epoch_times_s=[0.0],
+        samples_per_s=0.0,
+        samples_per_s_per_device=0.0,
+        steady_time_s=None,
+        steady_samples_per_s=None,
+        steady_samples_per_s_per_device=None,
+    )
+    write_log(tmp_path / "slurm-15.out", start_of(good), good)
+    write_log(tmp_path / "slurm-16.out", start_of(empty), empty)
+    runs, failures, problems = load_all(tmp_path, jobs=1)
+    assert runs["job_id"].tolist() == ["15"]
+    assert failures[["job_id", "reason"]].values.tolist() == [["16", "no_measurement"]]
+    assert "0 steps" in failures["detail"].iloc[0]
+    (p,) = problems
+    assert p.severity == "warning" and p.file.endswith("slurm-16.out")
+    assert "job 16" in p.message and "0 steps" in p.message and "statistics" in p.message
