@@ -219,6 +219,9 @@ _INTERRUPTED = re.compile(r"^scalescope [\w-]+: interrupted$")
 traceback."""
 _INTERRUPT_DETAIL = "KeyboardInterrupt: Ctrl-C or SIGINT"
 _TRACEBACK = "Traceback (most recent call last):"
+_IGNORED = "Exception ignored in"
+"""What Python prints before the traceback of an exception it ignored (raised in ``__del__``,
+a DataLoader worker's clean-up): it stopped nothing, and successful jobs print it."""
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _EXCEPTION = re.compile(
     r"^(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
@@ -418,10 +421,18 @@ class EvidenceCollector:
     chained: bool = False
     """A "During handling..." line since the last exception: the next traceback continues."""
     first_traceback_done: bool = False
+    ignored: bool = False
+    """An "Exception ignored in" line since the last exception: the traceback and exception
+    that follow are not an error."""
 
     def feed(self, raw: str, line_no: int, offset: int = -1) -> None:
         line = _PREFIX.sub("", raw.rstrip("\r\n"), count=1)
+        if line.startswith(_IGNORED):
+            self.ignored = True
+            return
         if _TRACEBACK in line:
+            if self.ignored:
+                return
             if self.last_exception is not None and not self.chained:
                 self.first_traceback_done = True  # a new, later error: not the earliest
             self.traceback_seen, self.chained = True, False
@@ -434,8 +445,11 @@ class EvidenceCollector:
             # the first of each kind, unless it only said "failed or timed out" and this says how
             if known is None or (known.detail == _NCCL_GENERIC and detail != _NCCL_GENERIC):
                 self.first[code] = Evidence(code, detail, _trim(raw), self.file, line_no, offset)
+        m = _EXCEPTION.match(line.rstrip())
+        if m and self.ignored:
+            self.ignored = False  # the ignored exception's own line ends its traceback
+            return
         if self.traceback_seen and not self.first_traceback_done:
-            m = _EXCEPTION.match(line.rstrip())
             if m:
                 interrupt = m.group("name").rsplit(".", 1)[-1] == "KeyboardInterrupt"
                 self.last_exception = Evidence(

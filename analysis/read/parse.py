@@ -22,7 +22,14 @@ from typing import NamedTuple, TypeVar
 
 from analysis.read.classify import REASONS, Diagnosis, Evidence, diagnose
 from analysis.read.files import RESULT_JSON, Problem, discover
-from analysis.read.scan import FileScan, PlannedJob, evidence_scan, scan_file
+from analysis.read.finished import finished_with_errors
+from analysis.read.scan import (
+    FileScan,
+    PlannedJob,
+    evidence_scan,
+    scan_file,
+    tail_evidence_scan,
+)
 from scalescope.record import Identity, ResultRecord, StartEvent
 
 _TRAILING_NUMBER = re.compile(r"(?:^|\D)(\d+)$")
@@ -112,6 +119,8 @@ class _Assembler:
         """The same for the number a job id ends in (``local-301``: submitit's pid), used
         when no job has that name itself."""
         self.hinted: list[FileScan] = []
+        self.after_record: dict[JobKey, list[Evidence]] = defaultdict(list)
+        """What the ends of a finished job's other logs (other ranks') say."""
         self.broken_files: set[str] = set()
         self.planned: list[PlannedJob] = []
         self.shapes: dict[JobKey, PlannedJob] = {}
@@ -195,6 +204,9 @@ class _Assembler:
                         f"value(s) ({shown}); kept the one from {sources[0]}",
                     )
                 )
+        if scan.after_record:  # what follows the log's last record: that job's other ranks
+            last = [e for _, e in scan.events if isinstance(e, ResultRecord)][-1]
+            self.after_record[self._key(last.identity)].extend(scan.after_record)
         if scan.evidence_scanned:
             keys = {self._key(e.identity) for _, e in scan.events}
             for key in keys:
@@ -217,6 +229,19 @@ class _Assembler:
             if key is not None and key not in done:
                 out.append(scan)
         return out
+
+    def finished_logs(self) -> list[FileScan]:
+        """Hinted logs without events whose job finished: the ends of other ranks' logs,
+        searched for an error a rank printed while rank 0 wrote its record."""
+        done = self.finished_keys()
+        return [s for s in self.hinted if self._hint_key(s) in done]
+
+    def add_after_record(self, scan: FileScan) -> None:
+        self.problems.extend(p for p in scan.problems if p not in self.problems)
+        key = self._hint_key(scan)
+        if key is not None:
+            self.job_files[key].add(scan.display)
+            self.after_record[key].extend(scan.evidence)
 
     def add_evidence(self, scan: FileScan) -> None:
         self.problems.extend(p for p in scan.problems if p not in self.problems)
@@ -319,6 +344,11 @@ class _Assembler:
                 out.failures.append(self._unmeasured(key, record, sources, empty))
                 continue
             out.runs.append(self._last_attempt(key, results))
+            said = finished_with_errors(
+                key.job_id, self.after_record.get(key, []), self._planned_entry(key)
+            )
+            if said is not None:
+                self.problems.append(said)
         for key, (record, sources) in sorted(stopped.items()):
             out.failures.append(self._stopped(key, record, sources))
         out.failures += self._unfinished(finished)
@@ -428,15 +458,21 @@ class _Assembler:
             out.append(Failure(key.job_id, identity, final, diagnosis, files, planned))
         return out
 
+    def _planned_entry(self, key: JobKey) -> PlannedJob | None:
+        """The job's sweep.json entry (of its own sweep, where several list its id)."""
+        entries = [
+            job
+            for job in self.planned
+            if job.job_id is not None
+            and (key in self.named(job.job_id) or key == JobKey(job.job_id))
+        ]
+        own = [job for job in entries if job.sweep_id == key.sweep]
+        return (own or entries)[0] if entries else None
+
     def planned_for(self, key: JobKey) -> PlannedJob | None:
         """What a job without a start event was: its sweep.json entry, else its sbatch log's
         first line."""
-        for job in self.planned:
-            if job.job_id is not None and (
-                key in self.named(job.job_id) or key == JobKey(job.job_id)
-            ):
-                return job
-        return self.shapes.get(key)
+        return self._planned_entry(key) or self.shapes.get(key)
 
 
 def _no_measurement(record: ResultRecord) -> str | None:
@@ -516,6 +552,8 @@ def parse(
             for scan in map(evidence_scan, assembler.pending()):
                 assembler.add_evidence(scan)
             assembler.check_planned(names | {os.path.basename(p) for p, _ in outside})
+        for scan in _map(tail_evidence_scan, assembler.finished_logs(), jobs):
+            assembler.add_after_record(scan)
         result = assembler.finish()
     finally:
         if gc_was_enabled:

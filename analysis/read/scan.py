@@ -5,7 +5,9 @@
    start event has no result in the same file is also scanned for failure evidence. A
    sweep's ``sweep.json`` gives the jobs it planned; a ``result.json`` its record.
 2. logs that carry no event but whose name gives a job id (submitit's ``*_log.err``, a
-   rank's own log) are scanned for evidence only when that job has no result.
+   rank's own log) are scanned for evidence when that job has no result, and only at
+   their end when it has one (:func:`tail_evidence_scan`: another rank may have failed
+   after rank 0 wrote the record).
 
 What a file yields is a :class:`FileScan`; :mod:`analysis.read.parse` turns them into jobs.
 """
@@ -17,7 +19,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from analysis.read.classify import KEYWORDS, Evidence, EvidenceCollector, with_attempt
@@ -47,6 +49,9 @@ _RUN_ID_KEY = b'"run_id":"'  # record.encode writes compact JSON
 
 
 _NOT_RUN = frozenset({"WAITING", "PENDING"})
+_FAILED = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL"})
+"""Manifest states of a job that ended badly (the sweep's own FAILED: a task raised, or left
+no record; Slurm's end states; ``CANCELLED by 0`` counts as CANCELLED)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class PlannedJob:
     elapsed_s: float | None = None
     command: str | None = None
     """The command line that submitted the sweep (:func:`sweep_command`), where recorded."""
+    detail: str | None = None
+    """Why the sweep says the job failed (``task 1: RuntimeError: ...``), where it says."""
 
     @property
     def ran(self) -> bool:
@@ -75,6 +82,11 @@ class PlannedJob:
         if self.state in _NOT_RUN:
             return False
         return bool(self.elapsed_s) or self.state not in ("CANCELLED", "UNKNOWN", None)
+
+    @property
+    def failed(self) -> bool:
+        """Does the manifest say the job ended badly?"""
+        return bool(self.state) and str(self.state).split()[0] in _FAILED
 
     @property
     def what(self) -> str:
@@ -97,6 +109,9 @@ class FileScan:
     shape: tuple[int, int] | None = None
     """(nodes, tasks per node) from an sbatch job's first line (slurm_jobs/common.sh), read
     with the evidence: what a job that failed before its start event was."""
+    after_record: tuple[Evidence, ...] = ()
+    """Evidence after the last result line of a log whose jobs all finished: the other ranks'
+    ends (srun prints every rank into one log), where one may have failed after rank 0."""
 
 
 # --- phase 1: events ------------------------------------------------------------------------
@@ -324,7 +339,7 @@ def scan_file(item: tuple[str, str]) -> FileScan:
     if any(e.stop_reason for e in results):
         # Stopped early: what stopped it (Slurm's time limit, a preemption) is in this log.
         return _with_evidence(scan)
-    return scan
+    return _after_last_result(scan, lines) if results else scan
 
 
 def _opt_int(entry: dict[str, object], key: str, where: str) -> int | None:
@@ -391,6 +406,7 @@ def read_manifest(path: str, display: str) -> list[PlannedJob]:
                 world_size=_opt_int(entry, "world_size", where),
                 elapsed_s=_opt_float(entry, "elapsed_s", where),
                 command=command,
+                detail=_opt_str(entry, "detail", where),
             )
         )
     return out
@@ -427,12 +443,12 @@ def sweep_command(argv: Any) -> str | None:
 # --- phase 2: evidence ----------------------------------------------------------------------
 
 
-def _keyword_lines(fh: BinaryIO) -> Iterator[tuple[int, int, bytes]]:
+def _keyword_lines(
+    fh: BinaryIO, base_offset: int = 0, line_base: int = 1
+) -> Iterator[tuple[int, int, bytes]]:
     """(byte offset, line number, line) of each line with a failure keyword, in order, each
-    line once."""
+    line once; from where ``fh`` stands, at ``base_offset`` and line ``line_base``."""
     carry = b""
-    base_offset = 0
-    line_base = 1
     while True:
         chunk = fh.read(CHUNK_BYTES)
         eof = not chunk
@@ -463,12 +479,44 @@ def _keyword_lines(fh: BinaryIO) -> Iterator[tuple[int, int, bytes]]:
             return
 
 
-def scan_evidence(path: str, display: str) -> tuple[list[Evidence], list[Problem]]:
+TAIL_BYTES = CHUNK_BYTES
+"""How much of the end of a finished job's other logs is searched: a rank that failed
+printed its error last, as it died."""
+
+
+def _skip_to_tail(fh: BinaryIO, tail: int) -> tuple[int, int]:
+    """Moves ``fh`` to the first whole line of its last ``tail`` bytes; returns that line's
+    (byte offset, line number). Lines before it are counted, not searched."""
+    size = fh.seek(0, os.SEEK_END)
+    start = max(0, size - tail)
+    fh.seek(0)
+    newlines = 0
+    while fh.tell() < start:
+        chunk = fh.read(min(CHUNK_BYTES, start - fh.tell()))
+        if not chunk:
+            break
+        newlines += chunk.count(b"\n")
+    if start == 0:
+        return 0, 1
+    fh.seek(start - 1)
+    if fh.read(1) == b"\n":  # the tail starts a line
+        return start, newlines + 1
+    rest = fh.readline()
+    return start + len(rest), newlines + 1 + rest.count(b"\n")
+
+
+def scan_evidence(
+    path: str, display: str, tail: int | None = None, start: tuple[int, int] = (0, 1)
+) -> tuple[list[Evidence], list[Problem]]:
+    """The failure evidence of a file: from ``start`` (byte offset of a line, its number), or
+    in its last ``tail`` bytes."""
     collector = EvidenceCollector(display)
     try:
         with open(path, "rb") as fh:
-            for offset, line_no, raw in _keyword_lines(fh):
-                collector.feed(raw.decode("utf-8", errors="replace"), line_no, offset)
+            offset, line = _skip_to_tail(fh, tail) if tail is not None else start
+            fh.seek(offset)
+            for at, line_no, raw in _keyword_lines(fh, offset, line):
+                collector.feed(raw.decode("utf-8", errors="replace"), line_no, at)
     except OSError as exc:
         return [], [Problem(display, f"cannot read: {exc}")]
     return collector.evidence(), []
@@ -520,3 +568,28 @@ def _with_evidence(scan: FileScan) -> FileScan:
 def evidence_scan(scan: FileScan) -> FileScan:
     """Phase 2 for one file (a picklable entry point for the process pool)."""
     return scan if scan.evidence_scanned else _with_evidence(scan)
+
+
+def _after_last_result(scan: FileScan, lines: list[MarkerLine]) -> FileScan:
+    """``scan`` with the evidence after its last result line (:attr:`FileScan.after_record`):
+    a few lines of the ranks' ends, not the log."""
+    last = max(at for at, e in scan.events if isinstance(e, ResultRecord))
+    found = [(line_no, raw) for at, line_no, raw in lines if at == last and raw is not None]
+    if not found:
+        return scan
+    line_no, raw = found[0]
+    after = (last + len(raw) + 1, line_no() + 1)
+    evidence, problems = scan_evidence(scan.path, scan.display, start=after)
+    return replace(scan, after_record=tuple(evidence), problems=scan.problems + tuple(problems))
+
+
+def tail_evidence_scan(scan: FileScan) -> FileScan:
+    """Phase 2 for another log of a finished job (a rank's, known by its name): the end of
+    the file only (:data:`TAIL_BYTES`), where a rank that failed printed its error."""
+    evidence, problems = scan_evidence(scan.path, scan.display, TAIL_BYTES)
+    return replace(
+        scan,
+        evidence=tuple(evidence),
+        problems=scan.problems + tuple(problems),
+        evidence_scanned=True,
+    )

@@ -649,3 +649,17 @@ def test_a_collective_mismatch_is_the_cause_over_the_peers_errors() -> None:
     d = diagnose(evidence)
     assert d.code == "collective_mismatch" and d.also_seen == ("exit_code", "collective_error")
     assert CAUSAL_ORDER.index("collective_mismatch") < CAUSAL_ORDER.index("collective_error")
+
+
+def test_an_exception_python_ignored_is_not_an_error() -> None:
+    """ "Exception ignored in" (a DataLoader worker's clean-up in ``__del__``): printed by
+    jobs that go on and finish; it does not hide the real traceback that follows."""
+    ignored = [
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>",
+        "Traceback (most recent call last):",
+        "AssertionError: can only test a child process",
+    ]
+    assert _ev(ignored, "f") == []
+    real = ["Traceback (most recent call last):", "ValueError: batch does not divide"]
+    d = diagnose(_ev([*ignored, *real], "f"))
+    assert (d.code, d.detail) == ("exception", "ValueError: batch does not divide")

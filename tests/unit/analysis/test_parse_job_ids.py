@@ -68,7 +68,7 @@ def test_a_rank_log_joins_the_job_whose_logs_share_its_folder(tmp_path: Path) ->
     for cluster, line, done in (
         ("clusterA", "RuntimeError: Connection reset by peer", False),
         ("clusterB", PREEMPTED, False),
-        ("clusterC", "RuntimeError: should not be read: this job finished", True),
+        ("clusterC", "RuntimeError: rank 1 failed after rank 0's record", True),
     ):
         r = make_result("8003", cluster=cluster, run_uuid=cluster.ljust(32, "0"))
         folder = tmp_path / cluster / "8003"
@@ -90,7 +90,9 @@ def test_a_rank_log_joins_the_job_whose_logs_share_its_folder(tmp_path: Path) ->
         ),
     ]
     assert [r.record.identity.cluster for r in result.runs] == ["clusterC"]
-    assert result.problems == []
+    # the finished job's rank log is its own, not another cluster's job's failure
+    (p,) = result.problems
+    assert p.file == f"{name}/clusterC/8003/8003_1_log.err" and "rank 1 failed" in p.message
 
 
 def test_two_clusters_stopped_jobs_of_one_id_are_two_failures(tmp_path: Path) -> None:

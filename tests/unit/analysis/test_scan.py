@@ -114,3 +114,20 @@ def test_logs_named_by_sbatch_patterns_are_read_for_failures(tmp_path: Path) -> 
         ("7301", "exception"),
         ("7304", "time_limit"),
     ]
+
+
+@pytest.mark.parametrize("tail", [10, 57, 58, 59, 60, 1000])
+def test_the_end_of_a_log_is_searched_with_its_line_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: int
+) -> None:
+    monkeypatch.setattr(scan_mod, "CHUNK_BYTES", 16)  # the counted head spans reads
+    lines = ["x" * 20] * 5 + ["Traceback (most recent call last):", "ValueError: last words"]
+    path = write_log(tmp_path / "7_1_log.err", *lines)
+    evidence, problems = scan_mod.scan_evidence(str(path), "7_1_log.err", tail)
+    assert problems == []
+    if tail < 58:  # the traceback's first line is cut: an exception line alone says nothing
+        assert evidence == []
+    else:
+        (ev,) = evidence
+        assert (ev.code, ev.line_no) == ("exception", 7)
+        assert path.read_bytes()[ev.offset :].startswith(b"ValueError")
