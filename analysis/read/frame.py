@@ -13,7 +13,7 @@ import math
 import os
 import types
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -216,6 +216,17 @@ def held_batch_size(scaling_mode: str | None, global_bs: int | None, per_device:
     return per_device if scaling_mode == "weak" else global_bs
 
 
+def full_batch(identity: Identity, batch: Any) -> tuple[int, int]:
+    """The per-device and global batch of a run as its series keys them: a full step's. A
+    user's module's record keeps it in ``batch.per_device_max``; records made before its
+    identity held that (a short last batch rounded into a mean) are read by it too, so 1 and
+    2 ranks over the same data set stay one series. Otherwise the identity's."""
+    full = batch.get("per_device_max") if isinstance(batch, Mapping) else None
+    if not isinstance(full, int) or isinstance(full, bool) or full <= 0:
+        return identity.per_device_batch_size, identity.global_batch_size
+    return full, full * identity.world_size
+
+
 def workload_params(config: Any) -> str:
     """The workload's parameters as compact sorted JSON: runs of one series share them."""
     workload = config.get("workload") if isinstance(config, dict) else None
@@ -288,10 +299,11 @@ def _run_row(run: Run) -> dict[str, Any]:
     r = run.record
     i = r.identity
     row = _identity_row(i)
+    per_device, global_ = full_batch(i, r.batch)
     row.update(
-        held_batch_size=held_batch_size(
-            i.scaling_mode, i.global_batch_size, i.per_device_batch_size
-        ),
+        per_device_batch_size=per_device,
+        global_batch_size=global_,
+        held_batch_size=held_batch_size(i.scaling_mode, global_, per_device),
         workload_params=workload_params(r.config),
         started_at=i.started_at,
         finished_at=r.finished_at,

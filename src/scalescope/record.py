@@ -198,7 +198,8 @@ class ResultRecord:
     count over ranks), ``micro_batch_mean``, ``micro_batch_max``, ``optimizer_steps``;
     ``passed``: the (micro-)batch_size scalescope gave a
     constructor, or None; ``data``: whether the ranks' data were split, and how that was
-    checked). The identity's batch sizes are then the measured ones. None for built-in
+    checked). The identity's batch sizes are then the measured ones, a full step's
+    (``per_device_max``; older records held the rounded mean). None for built-in
     workloads, whose batches are the configured ones, and in older records."""
     val_peak_mem_gib: list[float] | None = None
     """Peak device memory allocated per rank in validation, apart from training's

@@ -96,12 +96,20 @@ class Counted:
         return self.train_samples / self.train_batches if self.train_batches else None
 
     def per_device_mean(self, world_size: int, accumulate: int = 1) -> float | None:
-        """Samples per optimizer step per device: what the record calls the per-device
-        batch. Without a count of steps, the micro-batch mean times the accumulation."""
+        """Samples per optimizer step per device, the exact mean (short batches included).
+        Without a count of steps, the micro-batch mean times the accumulation."""
         if self.optimizer_steps and self.train_batches:
             return self.train_samples / (world_size * self.optimizer_steps)
         mean = self.micro_batch_mean
         return mean * accumulate if mean is not None else None
+
+    def per_device_full(self, accumulate: int = 1) -> int:
+        """Samples of a full optimizer step per device: what the record calls the per-device
+        batch. The largest step any rank took (its micro-batches summed); without a count of
+        steps, the largest micro-batch times the accumulation. A loader's short last batch,
+        or an epoch's last partial accumulation, does not change it, so the same data set
+        split over more ranks keeps its global batch. 0 when nothing was yielded."""
+        return self.max_step_samples or self.max_batch * accumulate
 
 
 @dataclass
@@ -286,8 +294,9 @@ def _metric(metrics: Mapping[str, Any], keys: Sequence[str]) -> float | None:
 def measured_batch(
     ident: Any, counted: Counted, passed_to: str | None, loader: Any
 ) -> tuple[Any, dict[str, Any]]:
-    """The record's identity with the batch sizes the training ``loader`` really yielded, and
-    the record's ``batch`` section (docs/your-module.md)."""
+    """The record's identity with the batch sizes the training ``loader`` really yielded (a
+    full step's: :meth:`Counted.per_device_full`), and the record's ``batch`` section, which
+    keeps the exact mean (docs/your-module.md)."""
     world = ident.world_size
     configured = ident.per_device_batch_size
     loaders = training_loaders(loader)
@@ -310,11 +319,12 @@ def measured_batch(
         )
     k = ident.accumulate_grad_batches
     mean = counted.per_device_mean(world, k)
+    full = counted.per_device_full(k)
     micro_passed = configured // k
     section: dict[str, Any] = {
         "loaders": len(loaders),
         "per_device_mean": mean,
-        "per_device_max": (counted.max_step_samples or counted.max_batch * k) or None,
+        "per_device_max": full or None,
         "accumulate_grad_batches": k,
         "micro_batches": counted.train_batches,
         "micro_batch_mean": counted.micro_batch_mean,
@@ -329,9 +339,8 @@ def measured_batch(
         },
         "warnings": warnings_,
     }
-    if mean is None:  # nothing was yielded: the configured figures stand
+    if mean is None or not full:  # nothing was yielded: the configured figures stand
         return ident, section
-    measured = max(1, round(mean))
     micro_mean = counted.micro_batch_mean or 0.0
     if passed_to and counted.max_batch != micro_passed:
         warnings_.append(
@@ -339,7 +348,5 @@ def measured_batch(
             f"loader yielded batches of {counted.max_batch} at most (mean {micro_mean:.4g}) "
             "per device: the record uses the measured batch"
         )
-    ident = dataclasses.replace(
-        ident, per_device_batch_size=measured, global_batch_size=measured * world
-    )
+    ident = dataclasses.replace(ident, per_device_batch_size=full, global_batch_size=full * world)
     return ident, section

@@ -116,3 +116,23 @@ def test_batches_that_follow_their_mode_raise_nothing(
     mode: str, batches: list[tuple[int, int, int]]
 ) -> None:
     assert scaling_mismatches(_runs(mode, batches)) == []
+
+
+def _user_batch(per_device_max: int, mean: float) -> dict[str, object]:
+    return {"per_device_max": per_device_max, "per_device_mean": mean, "warnings": []}
+
+
+def test_a_record_that_rounded_a_short_last_batch_into_its_batch_keys_on_the_full_one(
+    tmp_path: Path,
+) -> None:
+    # records made when the identity held the rounded mean: 1010 samples in batches of 64 on
+    # one rank (mean 63.1, recorded 63) and of 32 on each of two (mean 31.6, recorded 32)
+    one = make_result("1", world=(1, 1), global_batch_size=63)
+    two = make_result("2", world=(1, 2), global_batch_size=64)
+    write_log(tmp_path / "slurm-1.out", replace(one, batch=_user_batch(64, 1010 / 16)))
+    write_log(tmp_path / "slurm-2.out", replace(two, batch=_user_batch(32, 1010 / 32)))
+    runs, _, _ = load_all(tmp_path, jobs=1)
+    by_world = runs.set_index("world_size")
+    assert by_world["held_batch_size"].to_dict() == {1: 64, 2: 64}  # one series
+    assert by_world["global_batch_size"].to_dict() == {1: 64, 2: 64}
+    assert by_world["per_device_batch_size"].to_dict() == {1: 64, 2: 32}

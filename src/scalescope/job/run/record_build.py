@@ -75,22 +75,34 @@ def announce(cfg: TrainConfig, job: Job, process_start: float) -> tuple[Path, re
     ident = _identity(cfg, job, run_dir, process_start)
     if topo.is_rank_zero:
         emit(record.encode(record.StartEvent(ident)), run_dir)
-    batch = job.batch
     say(
         topo,
         f"run {ident.run_id}: {cfg.name} on {topo.num_nodes} node(s) x "
         f"{topo.devices_per_node} {job.accelerator} device(s) = world {topo.world_size}, "
-        f"batch {batch.per_device_batch_size}/device {batch.global_batch_size} global "
-        f"({cfg.trainer.scaling} scaling)"
-        + (
-            f" in {batch.accumulate_grad_batches} micro-batches of {batch.micro_batch_size}"
-            if batch.accumulate_grad_batches > 1
-            else ""
-        )
+        + batch_words(job.batch, cfg.trainer.scaling, job.resolved if job.user_workload else None)
         + f", precision {cfg.trainer.precision}, "
         f"run dir {run_dir}",
     )
     return run_dir, ident
+
+
+def batch_words(batch: Any, scaling: str, resolved: Any) -> str:
+    """The start line's batch: the configured one (``batch``), or, where a user's module's
+    classes (``resolved``) take no ``batch_size``, the loader's own, which the record
+    measures: the configured figure would name a batch that never ran."""
+    if resolved is not None and not resolved.batch_size_passed:
+        given = batch.global_batch_size if scaling == "strong" else batch.per_device_batch_size
+        cls = resolved.datamodule_cls or resolved.module_cls
+        return (
+            f"batch: the loader's own, measured as it runs ({cls.__name__} takes no "
+            f"batch_size, so trainer.batch_size={given} is not passed; {scaling} scaling)"
+        )
+    k = batch.accumulate_grad_batches
+    return (
+        f"batch {batch.per_device_batch_size}/device {batch.global_batch_size} global "
+        f"({scaling} scaling)"
+        + (f" in {k} micro-batches of {batch.micro_batch_size}" if k > 1 else "")
+    )
 
 
 def _unique_dir(base: Path) -> Path:

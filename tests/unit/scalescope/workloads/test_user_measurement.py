@@ -50,6 +50,22 @@ def test_the_identity_takes_the_measured_batch_and_the_section_keeps_the_exact_f
     assert section["data"]["iterable"] is False
 
 
+@pytest.mark.parametrize(
+    ("world", "batches", "samples"),
+    [(1, 16, 1010), (2, 32, 1010)],  # 1 rank: 15 of 64, one of 50; 2: each 15 of 32, one of 25
+)
+def test_a_short_last_batch_leaves_the_recorded_batch_a_full_one(
+    world: int, batches: int, samples: int
+) -> None:
+    # strong scaling, 64 global: 1 and 2 ranks record the same global batch (one series)
+    per_device = 64 // world
+    counted = _counted(samples, batches, per_device)
+    ident, section = measured_batch(_ident(world, per_device), counted, "ImgData", SIZED)
+    assert ident.per_device_batch_size == per_device and ident.global_batch_size == 64
+    assert section["per_device_mean"] == pytest.approx(samples / batches)  # exact, below 64
+    assert section["per_device_max"] == per_device and section["warnings"] == []
+
+
 def test_a_loader_that_ignores_the_config_is_recorded_as_it_ran() -> None:
     ident, section = measured_batch(_ident(per_device=128), _counted(128, 128, 1), None, SIZED)
     assert ident.per_device_batch_size == 1 and ident.global_batch_size == 2

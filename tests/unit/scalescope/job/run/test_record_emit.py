@@ -68,3 +68,43 @@ def test_the_records_can_be_asked_for_on_a_terminal(
         tty.close()
         os.close(main)
     assert not (tmp_path / RECORDS_LOG).exists()
+
+
+# --- the start line's batch ---------------------------------------------------------------------
+
+
+class _Module:
+    pass
+
+
+class _Data:
+    pass
+
+
+def _resolved(passed: bool) -> object:
+    from scalescope.workloads.user_import import Resolved
+
+    return Resolved(_Module, {}, _Data, {"batch_size": 32} if passed else {})
+
+
+def test_the_start_line_gives_the_batch_passed() -> None:
+    from scalescope.config import Resolved
+    from scalescope.job.run.record_build import batch_words
+
+    words = batch_words(Resolved(32, 64, 1), "strong", _resolved(passed=True))
+    assert words == "batch 32/device 64 global (strong scaling)"
+    built_in = batch_words(Resolved(32, 64, 4), "strong", None)
+    assert built_in == "batch 32/device 64 global (strong scaling) in 4 micro-batches of 8"
+
+
+def test_the_start_line_names_no_batch_a_module_was_not_given() -> None:
+    # the data module takes no batch_size: its loader yields its own (32, say), not 64
+    from scalescope.config import Resolved
+    from scalescope.job.run.record_build import batch_words
+
+    words = batch_words(Resolved(64, 64, 1), "strong", _resolved(passed=False))
+    assert "64/device" not in words
+    assert words == (
+        "batch: the loader's own, measured as it runs (_Data takes no batch_size, so "
+        "trainer.batch_size=64 is not passed; strong scaling)"
+    )
