@@ -23,11 +23,13 @@ class _Malformed(ValueError):
 
 @dataclass(frozen=True)
 class RunParts:
-    """One run's step split, per step on the typical rank (seconds); NaN = not recorded."""
+    """One run's step split, per step on the typical rank (seconds); NaN = not recorded. A
+    step is what the record's diagnosis timed: an optimizer step as Lightning counts it."""
 
     t_s: float
     """Headline time per sample per device: 1 / steady_samples_per_s_per_device."""
     per_device_batch_size: int | None
+    """The recorded per-device batch (the samples of a batch after which the step moved)."""
     input_step_s: float = math.nan
     compute_step_s: float = math.nan
     skew_step_s: float = math.nan
@@ -93,16 +95,49 @@ class RunParts:
     across the shard groups where each group is one node's ranks. NaN where not known."""
     comm_inter_note: str = ""
     """How the inter-node part is known, or why it is not."""
+    steps_per_batch: float = 1.0
+    """Timed steps per recorded batch (:func:`timed_steps_per_batch`): 2 for a module that
+    steps two optimizers a batch (a GAN), 1 otherwise."""
 
     @property
     def recorded(self) -> bool:
         return not self.reason
 
+    @property
+    def samples_per_step(self) -> float | None:
+        """Samples per device of one timed step, what every ``*_step_s`` part is per: the
+        one definition the per-sample parts, the waterfall's step and the step model read.
+        None without a recorded batch."""
+        b = self.per_device_batch_size
+        return b / self.steps_per_batch if b and b > 0 else None
+
     def per_sample(self, component: str) -> float:
         """Seconds per sample per device of one component (NaN when not recorded)."""
-        b = self.per_device_batch_size
+        b = self.samples_per_step
         value = getattr(self, f"{component}_step_s")
-        return value / b if b and b > 0 and not self.reason else math.nan
+        return value / b if b and not self.reason else math.nan
+
+
+def timed_steps_per_batch(batch: Any, steps: Any) -> float:
+    """Timed steps per recorded batch, from a user's module's record: the optimizer steps
+    Lightning counted (``steps``; each optimizer's, so two a batch for a GAN stepping its
+    generator and discriminator by hand), over the batches after which they moved
+    (``batch.optimizer_steps``). The diagnosis times Lightning's steps; its per-device batch
+    is a batch's. 1 for built-in workloads, older records and anything not counted."""
+    counted = batch.get("optimizer_steps") if isinstance(batch, Mapping) else None
+    a, b = _count(steps), _count(counted)
+    return a / b if a is not None and b is not None and a >= b else 1.0
+
+
+def _count(value: Any) -> float | None:
+    """A positive finite count as a float (a frame's Int64 value too), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None
 
 
 def _num(data: Mapping[str, Any], key: str, where: str) -> float:
@@ -160,9 +195,18 @@ def _pick_rank(diagnosis: Mapping[str, Any], key: str, by_rank: Mapping[int, Any
     return int(value)
 
 
-def run_parts(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) -> RunParts:
-    """Read one record's ``diagnosis`` (see the module doc). Never raises: a missing,
-    switched-off or malformed breakdown gives a :class:`RunParts` whose ``reason`` says why."""
+def run_parts(
+    diagnosis: Any, samples_per_s_per_device: Any, world_size: int, steps_per_batch: float = 1.0
+) -> RunParts:
+    """Read one record's ``diagnosis`` (see the module doc), its steps ``steps_per_batch`` a
+    batch (:func:`timed_steps_per_batch`). Never raises: a missing, switched-off or malformed
+    breakdown gives a :class:`RunParts` whose ``reason`` says why."""
+    return replace(
+        _read(diagnosis, samples_per_s_per_device, world_size), steps_per_batch=steps_per_batch
+    )
+
+
+def _read(diagnosis: Any, samples_per_s_per_device: Any, world_size: int) -> RunParts:
     x = float(samples_per_s_per_device) if is_number(samples_per_s_per_device) else math.nan
     t = 1.0 / x if math.isfinite(x) and x > 0 else math.nan
     if diagnosis is None or (isinstance(diagnosis, float) and math.isnan(diagnosis)):
@@ -438,7 +482,8 @@ def group_parts(g: Any) -> list[tuple[pd.Series, RunParts]]:
     diag = g.rows["diagnosis"] if "diagnosis" in g.rows else [None] * len(g.rows)
     out = []
     for (_, r), d in zip(g.rows.iterrows(), diag, strict=True):
-        parts = run_parts(d, r["steady_samples_per_s_per_device"], g.world_size)
+        steps = timed_steps_per_batch(r.get("batch"), r.get("steps"))
+        parts = run_parts(d, r["steady_samples_per_s_per_device"], g.world_size, steps)
         inter, note = inter_node(parts, d, g.nodes, strategy_of(r), r.get("sharding"))
         out.append((r, replace(parts, comm_inter_step_s=inter, comm_inter_note=note)))
     return out

@@ -23,8 +23,10 @@ that rank's own clock, so the parts add up to its step time:
   On one device comm = skew = jitter = 0. A record without per-step waits (older ones) has
   comm from its calibration, skew unclipped and jitter not recorded (NaN).
 
-Divided by ``per_device_batch_size`` these are seconds per sample per device; the
-headline time per sample per device is t = 1 / ``steady_samples_per_s_per_device``.
+Divided by the samples of the step they were timed over (``per_device_batch_size`` over the
+steps a batch took: :attr:`analysis.compute.run_parts.RunParts.samples_per_step`; two steps a
+batch for a module that steps two optimizers by hand) these are seconds per sample per device;
+the headline time per sample per device is t = 1 / ``steady_samples_per_s_per_device``.
 
 Per run at scale N against its series' baseline B (the baseline
 :func:`analysis.compute.metrics.scaling_table` picks):
@@ -376,11 +378,15 @@ def _points_lost(
 def _step_split(
     used: Sequence[tuple[pd.Series, RunParts]], recorded: Sequence[RunParts], batch: Any
 ) -> dict[str, Any]:
-    """The step chart's columns, from the same runs as the points (``used``)."""
+    """The step chart's columns, from the same runs as the points (``used``): a step is a
+    timed one, of :attr:`RunParts.samples_per_step` samples where the runs agree on it (the
+    scale's ``batch`` where none has a breakdown)."""
     out: dict[str, Any] = {"t_s": finite_mean([p.t_s for _, p in used])}
     for c in COMPONENTS:
         out[f"{c}_s"] = finite_mean([p.per_sample(c) for p in recorded])
-    out["step_s"] = out["t_s"] * batch if batch else math.nan
+    sizes = {p.samples_per_step for p in recorded} or {batch}
+    (size,) = sizes if len(sizes) == 1 else (None,)
+    out["step_s"] = out["t_s"] * size if size else math.nan
     for c in STEP_PARTS:
         out[f"{c}_step_s"] = finite_mean([getattr(p, f"{c}_step_s") for p in recorded])
     explained = [
@@ -437,7 +443,7 @@ def _measured(recorded: Sequence[RunParts], confidence: float) -> dict[str, Any]
 def _inter_pts(p: RunParts) -> float:
     """Points of efficiency one run lost to communication between nodes (its share of the
     communication part: the 1-device baseline communicates nothing)."""
-    b = p.per_device_batch_size
+    b = p.samples_per_step
     if not (b and math.isfinite(p.comm_inter_step_s) and p.t_s > 0):
         return math.nan
     return 100.0 * p.comm_inter_step_s / b / p.t_s

@@ -66,6 +66,7 @@ UNLESS_RECORDED: dict[str, Any] = {
     "reserved_peak_gib_max": None,
     "device_memory_gib": None,
     "sharding": None,
+    "batch": None,
     "tokens_per_sample": None,
 }
 """Columns a written table (JSON, CSV) carries only where some row holds more than this
@@ -176,6 +177,7 @@ RUN_COLUMNS: dict[str, str] = {
     "profile": "object",
     "config": "object",
     "sharding": "object",
+    "batch": "object",
     "host_load": "object",
     "sweep_command": "str",
     "restart_reasons": "str",

@@ -125,7 +125,7 @@ def _points_of(members: Sequence[Any], base: Any) -> tuple[list[ScalePoint], Sca
         k = g.rows.get("accumulate_grad_batches", [1])
         kk = {int(v) for v in k if v == v and v is not None} or {1}
         if g is base:
-            usable = [p for p in parts if math.isfinite(p.t_s) and p.per_device_batch_size]
+            usable = [p for p in parts if math.isfinite(p.t_s) and p.samples_per_step]
         else:
             usable = [p for p in parts if p.recorded]
         return ScalePoint(g.world_size, g.nodes, g.devices_per_node, usable, max(kk))

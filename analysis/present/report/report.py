@@ -209,7 +209,9 @@ def document(
         "methods": METHODS,
         "environment": environment(runs),
         "notes": analysis.notes,
-        "runs": records(runs, drop=("versions", "diagnosis", "profile", "config", "sharding")),
+        "runs": records(
+            runs, drop=("versions", "diagnosis", "profile", "config", "sharding", "batch")
+        ),
         "shared_nodes": records(analysis.overlaps),
         "groups": records(analysis.groups),
         "scaling": records(analysis.scaling),

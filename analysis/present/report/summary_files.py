@@ -21,7 +21,7 @@ from analysis.read.frame import Loaded, written
 
 
 def csv_frames(loaded: Loaded, analysis: Analysis) -> dict[str, pd.DataFrame]:
-    runs = loaded.runs.drop(columns=["versions", "diagnosis", "config", "sharding"]).copy()
+    runs = loaded.runs.drop(columns=["versions", "diagnosis", "config", "sharding", "batch"]).copy()
     runs["epoch_times_s"] = [";".join(f"{t:.6g}" for t in ts) for ts in runs["epoch_times_s"]]
     problems = pd.DataFrame(
         [(p.file, p.severity, p.message) for p in loaded.problems],

@@ -33,6 +33,23 @@ def test_one_device_has_no_communication_and_it_is_zero_honestly() -> None:
     assert p.per_sample("input") == pytest.approx(0.002 / 256)
 
 
+def test_a_part_per_sample_is_per_the_samples_of_the_step_it_was_timed_over() -> None:
+    from analysis.compute.run_parts import timed_steps_per_batch
+
+    # a GAN: Lightning counted 256 optimizer steps over 128 batches, two a batch
+    assert timed_steps_per_batch({"optimizer_steps": 128}, 256) == 2.0
+    # accumulation: a step is a batch of micro-batches, counted once either way
+    assert timed_steps_per_batch({"optimizer_steps": 22}, 22) == 1.0
+    # built-in workloads, older records, nothing counted: one step a batch
+    for batch, steps in [(None, 256), ({}, 256), ({"optimizer_steps": None}, 9), ({}, None)]:
+        assert timed_steps_per_batch(batch, steps) == 1.0
+    d = make_diagnosis(1, batch=128, input_s=0.002, compute_s=0.1, exposed_s=0.0)
+    p = run_parts(d, 128 / 0.204, 1, steps_per_batch=2.0)
+    assert p.samples_per_step == 64.0 and p.per_device_batch_size == 128
+    assert p.per_sample("compute") == pytest.approx(0.1 / 64)
+    assert p.per_sample("compute") + p.per_sample("input") == pytest.approx(p.t_s)
+
+
 def test_an_older_record_without_calibration_leaves_communication_not_recorded() -> None:
     d = make_diagnosis(
         2,

@@ -258,6 +258,42 @@ def test_the_step_chart_comes_from_the_runs_its_points_do(tmp_path: Path) -> Non
     assert row["other_step_s"] == pytest.approx(0.0, abs=1e-12)
 
 
+def _two_steps_a_batch(record: ResultRecord) -> ResultRecord:
+    """``record`` as a module that steps two optimizers a batch (a GAN) records it: its
+    diagnosis' parts per optimizer step (Lightning's, two a batch: 200 in all), its batches
+    100, its headline throughput a batch per two such steps."""
+    assert record.diagnosis is not None
+    batch = record.diagnosis["per_device_batch_size"]
+    step = record.diagnosis["ranks"][0]["step_time_s"]
+    per_device = batch / (2 * step)
+    return replace(
+        record,
+        steps=200,
+        batch={"per_device_max": batch, "optimizer_steps": 100, "warnings": []},
+        steady_samples_per_s=per_device * record.identity.world_size,
+        steady_samples_per_s_per_device=per_device,
+    )
+
+
+def test_two_optimizer_steps_a_batch_divide_each_part_by_a_step_s_samples(tmp_path: Path) -> None:
+    """The comm pattern's parts fill its step (nothing unexplained) when each optimizer step
+    is half a batch too: at 2 devices 40 ms of exposed all-reduce in a 91 ms step, 44 points,
+    and no input or compute lost (half the batch in half the step). Divided by the samples of
+    a batch, every part was half its size and half the loss unexplained."""
+    records = [_two_steps_a_batch(r) for r in pattern_records("comm")]
+    analysis = analyze(runs_of(tmp_path, records))
+    assert analysis.waterfall is not None
+    row = scaled_row(analysis.waterfall.table)
+    assert row["per_device_batch_size"] == 128  # the batch, as recorded
+    assert row["comm_pts_mean"] == pytest.approx(row["lost_pts_mean"], abs=1.0)
+    assert row["comm_pts_mean"] == pytest.approx(44.0, abs=1.5)
+    assert abs(row["remainder_pts_mean"]) < 1.0
+    assert abs(row["input_pts_mean"]) < 1.0 and abs(row["compute_pts_mean"]) < 3.0
+    # the step chart's step is an optimizer step, which its parts fill
+    assert row["step_s"] == pytest.approx(0.091, rel=0.03)
+    assert row["other_step_s"] == pytest.approx(0.0, abs=2e-3)
+
+
 # --- not recorded -------------------------------------------------------------------------------
 
 

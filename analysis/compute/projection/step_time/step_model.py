@@ -403,7 +403,7 @@ DDP_TERM = CommTerm()
 
 
 def _step_of(p: Any) -> float:
-    b = p.per_device_batch_size
+    b = p.samples_per_step
     return p.t_s * b if b else math.nan
 
 
@@ -437,9 +437,9 @@ def fit_series(
     if (anchor.nodes > 1 and net.inter is None) or (anchor.nodes <= 1 and net.intra is None):
         return Fit(None, net.missing or "the anchor's all-reduce was not fitted")
     k = max(1, int(anchor.accumulate))
-    batch = finite_mean([float(p.per_device_batch_size) for p in a_parts])
+    batch = finite_mean([float(p.samples_per_step or math.nan) for p in a_parts])
     fixed, per_sample = _compute_line(multi)
-    inputs = finite_mean([p.input_step_s / p.per_device_batch_size for p in a_parts])
+    inputs = finite_mean([p.per_sample("input") for p in a_parts])
     overlap = finite_mean([p.overlap_step_s for p in a_parts])
     overlap = 0.0 if math.isnan(overlap) else overlap
     sigma_share = _straggler_share(multi)
@@ -460,7 +460,7 @@ def fit_series(
         anchor_nodes=anchor.nodes,
         exposed_offset_s=0.0,
         baseline_step_s=finite_mean([_step_of(p) for p in b_parts]),
-        baseline_batch=finite_mean([float(p.per_device_batch_size or 0) for p in b_parts]),
+        baseline_batch=finite_mean([float(p.samples_per_step or 0) for p in b_parts]),
         baseline_world=baseline.world,
         scaling_mode=scaling_mode,
         carry=carry,
@@ -497,7 +497,7 @@ def _compute_line(multi: Sequence[ScalePoint]) -> tuple[float, float]:
         rec = [p for p in pt.parts if p.recorded]
         kk = max(1, int(pt.accumulate))
         for p in rec:
-            xs.append(p.per_device_batch_size / kk)
+            xs.append((p.samples_per_step or math.nan) / kk)
             ys.append(p.compute_step_s / kk)
     return _line(xs, ys)
 
