@@ -64,6 +64,8 @@ class JobStatus:
     record: ResultRecord | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    task: int | None = None
+    """The task whose error ``detail`` gives (its log says more), or None."""
 
     @property
     def active(self) -> bool:
@@ -91,8 +93,23 @@ def _trace_of(error: BaseException) -> str:
     return parts[1] if len(parts) >= 3 else str(error)
 
 
-def read_outcome(handle: JobHandle) -> tuple[str | None, str | None, ResultRecord | None]:
-    """(COMPLETED/FAILED or None when no task left a result, detail, rank 0's record).
+_PEER_LOST = re.compile(
+    r"Connection (?:closed|reset) by (?:remote )?peer"  # gloo: a peer process died
+    r"|DistBackendError|NCCL error|\bnccl(?:Remote|System|Internal)Error\b"  # NCCL: the same
+    r"|collective operation timeout|before timing out"  # NCCL's watchdog: a peer hangs
+    r"|Timed out waiting \d+ ?ms for (?:recv|send)"  # gloo: the same
+)
+"""What a task raises when another task died or hung: the other's side effect, never its
+own cause. The rule of the FAILED line: a task's own error is named before any task's lost
+peer, in task order within each kind. The summary orders every cause in full from the logs
+(analysis/read/classify.py, CAUSAL_ORDER, whose collective errors these lines are)."""
+
+
+def read_outcome(
+    handle: JobHandle,
+) -> tuple[str | None, str | None, ResultRecord | None, int | None]:
+    """(COMPLETED/FAILED or None when no task left a result, detail, rank 0's record, the
+    task the detail is about). A failed job's detail is its cause (:data:`_PEER_LOST`).
 
     Through submitit's public Job API: a task whose result file exists is done, so
     ``exception()`` and ``result()`` answer at once without polling the scheduler.
@@ -101,6 +118,7 @@ def read_outcome(handle: JobHandle) -> tuple[str | None, str | None, ResultRecor
     assert job is not None
     record: ResultRecord | None = None
     found = 0
+    errors: list[tuple[int, str]] = []
     for task in range(job.num_tasks):
         sub = job.task(task)
         if not Path(sub.paths.result_pickle).exists():
@@ -110,18 +128,23 @@ def read_outcome(handle: JobHandle) -> tuple[str | None, str | None, ResultRecor
             error = sub.exception()
             value = None if error is not None else sub.result()
         except Exception as exc:  # a truncated or unreadable pickle is a failure, not a crash
-            return FAILED, f"task {task}: unreadable result ({type(exc).__name__})", None
+            errors.append((task, f"unreadable result ({type(exc).__name__})"))
+            continue
         if error is not None:
-            return FAILED, f"task {task}: {_last_line(_trace_of(error))}", None
-        if task == 0:
+            errors.append((task, _last_line(_trace_of(error))))
+        elif task == 0:
             record = value if isinstance(value, ResultRecord) else None
+    if errors:
+        own = [e for e in errors if not _PEER_LOST.search(e[1])]
+        task, line = (own or errors)[0]
+        return FAILED, f"task {task}: {line}", None, task
     if found == 0:
-        return None, None, None
+        return None, None, None, None
     if found < job.num_tasks:
-        return FAILED, f"only {found} of {job.num_tasks} tasks finished", record
+        return FAILED, f"only {found} of {job.num_tasks} tasks finished", record, None
     if record is None:
-        return FAILED, "rank 0 returned no result record", None
-    return COMPLETED, None, record
+        return FAILED, "rank 0 returned no result record", None, 0
+    return COMPLETED, None, record, None
 
 
 # --- Slurm state ------------------------------------------------------------------------------
@@ -193,13 +216,13 @@ def scontrol_state(job_id: str) -> tuple[str, str | None] | None:
 
 def _finish(status: JobStatus, handle: JobHandle, scheduler_state: str | None) -> None:
     """Settle a job that is no longer running: outcome from the pickles, else the scheduler."""
-    outcome, detail, record = read_outcome(handle)
+    outcome, detail, record, task = read_outcome(handle)
     status.ended_at = status.ended_at or time.time()
     if outcome == COMPLETED:
         status.state, status.detail, status.record = COMPLETED, None, record
         return
     if outcome == FAILED:
-        status.state, status.detail, status.record = FAILED, detail, record
+        status.state, status.detail, status.record, status.task = FAILED, detail, record, task
         return
     # No result pickle: the job died outside Python (time limit, OOM kill, node failure, scancel).
     if scheduler_state and scheduler_state not in (COMPLETED, "UNKNOWN"):
@@ -350,7 +373,7 @@ class SweepWatch:
         cancelled = []
         for h in running:
             st = self.status_of(h)
-            outcome, _, record = read_outcome(h)
+            outcome, _, record, _ = read_outcome(h)
             if outcome == COMPLETED:  # it finished in the moment before the cancel
                 st.state, st.record = COMPLETED, record
             else:

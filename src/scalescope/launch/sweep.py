@@ -33,6 +33,7 @@ import signal
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, described
@@ -423,14 +424,23 @@ def _interrupted(watch: SweepWatch, plan: SweepPlan, console: Any) -> int:
     return 130
 
 
+def failed_logs(h: Any, st: Any) -> tuple[Path | None, Path | None]:
+    """The logs of the task a failed job's detail is about (``st.task``), else task 0's."""
+    if st.task and getattr(h, "job", None) is not None:
+        paths = h.task_paths(st.task)
+        return Path(paths.stdout), Path(paths.stderr)
+    return h.stdout, h.stderr
+
+
 def _report(watch: SweepWatch, plan: SweepPlan, console: Any, *, show_table: bool) -> int:
     if show_table:
         console.print(status_table(watch))
     failed = watch.failed
     for h, st in failed:
+        out, err = failed_logs(h, st)
         console.print(
             f"{st.state} {h.job_id} (shape {h.label} repeat {h.repeat}): {st.detail}; "
-            f"log {h.stdout}, errors {h.stderr}",
+            f"log {out}, errors {err}",
             markup=False,
         )
     rc = run_summary(plan, console)

@@ -460,6 +460,51 @@ def test_outcomes(tmp_path: Path) -> None:
     assert _parse_elapsed("INVALID") is None
 
 
+GLOO_PEER = (
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+    "Connection closed by peer [127.0.0.1]:2449. This is typically caused by a remote worker "
+    "crashing."
+)
+NCCL_PEER = (
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote "
+    "process exited or there was a network error, NCCL version 2.19.3"
+)
+GLOO_TIMEOUT = (
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+    "waiting 20000ms for recv operation to complete"
+)
+
+
+@pytest.mark.parametrize(
+    ("errors", "said"),
+    [
+        # rank 1's own bug; rank 0 saw its connection close after it
+        ({0: GLOO_PEER, 1: "RuntimeError: user bug on rank 1"}, "task 1: RuntimeError: user bug"),
+        ({0: NCCL_PEER, 1: "torch.OutOfMemoryError: CUDA out of memory."}, "task 1: torch.OutOf"),
+        ({0: "ValueError: boom", 1: GLOO_TIMEOUT}, "task 0: ValueError: boom"),
+        # every task lost a peer (the network failed): the first says so
+        ({0: GLOO_TIMEOUT, 1: GLOO_PEER}, "task 0: RuntimeError: [../third_party/gloo"),
+    ],
+)
+def test_a_failed_job_names_a_task_s_own_error_before_another_s_lost_peer(
+    tmp_path: Path, errors: dict[int, str], said: str
+) -> None:
+    from scalescope.launch.monitor import JobStatus, _finish
+    from scalescope.launch.sweep import failed_logs
+
+    handle = _handle(tmp_path, 2)
+    for task, line in errors.items():
+        _dump(tmp_path / f"1_{task}_result.pkl", ("error", f"Traceback...\n{line}\n"))
+    st = JobStatus(state="RUNNING")
+    _finish(st, handle, "FAILED")
+    assert st.state == "FAILED" and (st.detail or "").startswith(said)
+    task = int(said.split(":")[0].removeprefix("task "))
+    assert st.task == task
+    # the FAILED line points at that task's logs
+    out, err = failed_logs(handle, st)
+    assert (out.name, err.name) == (f"1_{task}_log.out", f"1_{task}_log.err")  # type: ignore[union-attr]
+
+
 def test_failed_jobs_are_listed_and_set_the_exit_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
