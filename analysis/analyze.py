@@ -1,8 +1,8 @@
 """The whole analysis of a runs frame, in one call: what analysis.compute's ``groups``,
 ``metrics`` (scaling), ``amdahl``, ``precision``, ``waterfall`` and ``projection`` compute,
-and the "Read this first" notes (``findings`` words the waterfall's). Each of them is imported
-here and none imports this module, so the computing modules never import each other in a
-circle.
+and the "Read this first" notes (``findings`` words the waterfall's, ``batch_notes`` a user's
+module's record warnings). Each of them is imported here and none imports this module, so the
+computing modules never import each other in a circle.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.compute.amdahl import amdahl_table, serial_fraction_notes
+from analysis.compute.batch_notes import batch_notes
 from analysis.compute.findings import diagnosis_notes
 from analysis.compute.groups import DEFAULT_CONFIDENCE, DEFAULT_CV_THRESHOLD, STEADY, group_stats
 from analysis.compute.metrics import (
@@ -98,6 +99,7 @@ def analyze(
         *overlap_notes(overlaps),
         *cpu_load_notes(runs, overlaps),
         *_series_notes(scaling),
+        *batch_notes(runs, confidence),
         *_scale_notes(scaling, cv_threshold),
         *serial_fraction_notes(scaling, amdahl),
         *_repeat_notes(groups),
