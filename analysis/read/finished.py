@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from analysis.read.classify import Evidence, diagnose
 from analysis.read.files import Problem
-from analysis.read.scan import PlannedJob
+from analysis.read.manifest import PlannedJob
 
 
 def finished_with_errors(

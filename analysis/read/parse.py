@@ -23,9 +23,9 @@ from typing import NamedTuple, TypeVar
 from analysis.read.classify import REASONS, Diagnosis, Evidence, diagnose
 from analysis.read.files import RESULT_JSON, Problem, discover
 from analysis.read.finished import finished_with_errors
+from analysis.read.manifest import PlannedJob
 from analysis.read.scan import (
     FileScan,
-    PlannedJob,
     evidence_scan,
     scan_file,
     tail_evidence_scan,

@@ -147,7 +147,7 @@ def test_mistyped_entry_names_its_key(tmp_path: Path) -> None:
 def test_the_sweeps_command_line_is_kept_to_profile_it_again(tmp_path: Path) -> None:
     """The manifest's argv, ready to rerun (the executable by name, no --sweep-id, no
     --dry-run), reaches every run of that sweep and the compute advice's profile command."""
-    from analysis.read.scan import sweep_command
+    from analysis.read.manifest import sweep_command
 
     argv = ["/opt/venv/bin/scalescope", "sweep", "--config", "my sweeps/a.yaml", "--wait"]
     argv += ["--sweep-id", "s1", "--dry-run", "trainer.max_epochs=1"]
