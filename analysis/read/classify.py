@@ -4,21 +4,14 @@ Each rule matches the stable core of one message, not its decoration: host names
 time formats, srun's ``0: `` labels and PyTorch's ``[rank0]:`` prefixes vary between
 versions and clusters. A job usually prints several symptoms (a CUDA OOM on one rank is
 followed by a collective timeout on the others and by srun's exit codes), so every match is
-kept as :class:`Evidence` and :func:`diagnose` picks the root cause: the earliest error of
-a log, and between logs (whose lines cannot be ordered against each other) the more causal
-kind (:data:`CAUSAL_ORDER`). Two kinds are printed after what they caused, so they win in a
-log whatever came before them: outside events (:data:`OUTSIDE_EVENTS`: a node failure, a
-preemption, a requeue), which nothing the job printed can have caused, and Slurm's host OOM
-kill, reported when the step ends, after the peers' collective errors and timeouts
-(:data:`PRINTED_LATE`). Everything else the job printed is listed as a consequence with its
-file and line. srun's task exits are always consequences: they only say that a task ended,
-after whatever ended it.
+kept as :class:`Evidence`, with its file and line; :mod:`analysis.read.cause` picks the root
+cause among them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 REASONS: dict[str, str] = {
@@ -48,63 +41,6 @@ REASONS: dict[str, str] = {
 }
 """Reason code -> label."""
 
-CAUSAL_ORDER = (
-    # outside events: nothing the job printed can have caused them (they win within a log
-    # too: OUTSIDE_EVENTS)
-    "node_failure",
-    "preemption",
-    "requeue",
-    # a user's Ctrl-C (SIGINT): what other ranks print after it follows from it
-    "interrupted",
-    # the job's own errors
-    "config_error",
-    "rendezvous_error",
-    # printed when the step ends, after the collective errors it causes (PRINTED_LATE)
-    "host_oom",
-    "cuda_oom",
-    # ranks that called different collectives (uneven data: one ran more steps): a bug of the
-    # job, which the other ranks see as a closed connection or a timeout
-    "collective_mismatch",
-    "exception",
-    "rendezvous_timeout",
-    # what the other ranks see when one of them died or hangs
-    "collective_error",
-    "collective_timeout",
-    # what ends a hung job
-    "cancelled",
-    "time_limit",
-    "exit_code",
-    # a sweep manifest's job that nothing else speaks for (never matched in a log)
-    "never_started",
-    "log_missing",
-    # a record that trained nothing (read from the record, never from a log)
-    "no_measurement",
-    "unknown",
-)
-"""Which of two symptoms is the cause when their order is unknown (they are in different
-logs) or equal (one line, two readings: the more specific one comes first here). Within one
-log the earliest is the cause, but for :data:`OUTSIDE_EVENTS` and :data:`PRINTED_LATE`."""
-
-OUTSIDE_EVENTS = frozenset({"node_failure", "preemption", "requeue"})
-"""Events from outside the job: nothing it printed can have caused them, so in a log they win
-over every earlier line of another kind (the ranks' watchdog timeouts and tracebacks while a
-node was failing, a harmless traceback long before a preemption). Of two, the earliest."""
-
-PRINTED_LATE: dict[str, frozenset[str]] = {
-    # slurmstepd reports a cgroup OOM kill ("Detected 1 oom_kill event in StepId=...") when
-    # the step ends: after the peers of the killed task saw their connections close or timed
-    # out, and after srun reported the tasks' exits
-    "host_oom": frozenset({"collective_error", "collective_timeout", "exit_code"}),
-}
-"""Kinds printed after the symptoms they cause: in a log, each wins over an earlier line of
-the kinds it lists."""
-
-CONSEQUENCE_ONLY = frozenset({"exit_code"})
-"""Never a root cause while anything else is known, even when printed first: srun reports a
-task's exit as soon as it happens, while the dying task's own traceback may still be in a
-buffer on its way to the log."""
-
-_RANK = {code: i for i, code in enumerate(CAUSAL_ORDER)}
 _MAX_TEXT = 300
 
 # srun --label prints "0: " (padded to the widest task id); torch.distributed prefixes
@@ -475,100 +411,6 @@ def scan_lines(lines: Iterable[tuple[int, str]], file: str) -> list[Evidence]:
     for no, text in lines:
         collector.feed(text, no)
     return collector.evidence()
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    code: str
-    label: str
-    detail: str
-    evidence: Evidence | None
-    also_seen: tuple[str, ...]
-    """Reason codes of the consequences, in their order (each once)."""
-    consequences: tuple[Evidence, ...] = ()
-    """Every other symptom the job printed, root cause's log first, each with its line."""
-
-
-def _specific(ev: Evidence) -> tuple[bool, int]:
-    """Of two readings of one line, the first is kept: an exception's name says less than
-    what the message says (``RuntimeError: ... Connection closed by peer``)."""
-    return (ev.code == "exception", _RANK.get(ev.code, len(_RANK)))
-
-
-def _order(ev: Evidence) -> tuple[int, int]:
-    return (ev.line_no, ev.offset)
-
-
-def _aborted_by_srun(ev: Evidence, evidence: Sequence[Evidence]) -> bool:
-    """A step cancelled with no reason after one of its tasks exited, in the same log: srun
-    (``--kill-on-bad-exit``) cancelled the step because that task ended, so the cancellation
-    is a consequence. It can reach the log before the surviving ranks' own errors, which are
-    still in their buffers."""
-    if ev.code != "cancelled" or not ev.detail.startswith("step ") or " due to " in ev.detail:
-        return False
-    return any(
-        e.code == "exit_code" and e.file == ev.file and _order(e) < _order(ev) for e in evidence
-    )
-
-
-def _overrides(later: str, earlier: str) -> bool:
-    """Is a line of kind ``later`` the cause over an earlier line of kind ``earlier`` in the
-    same log?"""
-    if later in OUTSIDE_EVENTS:
-        return earlier not in OUTSIDE_EVENTS
-    return earlier in PRINTED_LATE.get(later, ())
-
-
-def _cause_in_log(events: Sequence[Evidence]) -> Evidence:
-    """A log's cause: its earliest line, unless a later one is of a kind printed after what
-    it caused (:data:`OUTSIDE_EVENTS`, :data:`PRINTED_LATE`)."""
-    ordered = sorted(events, key=_order)
-    cause = ordered[0]
-    for ev in ordered[1:]:
-        if _overrides(ev.code, cause.code):
-            cause = ev
-    return cause
-
-
-def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
-    """The root cause and its consequences.
-
-    Within one log the earliest line wins (of two readings of one line, the more specific),
-    but an outside event wins over any earlier line and a host OOM kill over earlier
-    collective errors, timeouts and exits (:func:`_cause_in_log`); between logs, the more
-    causal kind of each log's cause (:data:`CAUSAL_ORDER`).
-    :data:`CONSEQUENCE_ONLY` kinds, and a step srun aborted after a task exited, win only
-    when nothing else is known. One line that reads
-    two ways (``torch.OutOfMemoryError`` is also a Python exception) is listed once.
-    """
-    if not evidence:
-        return Diagnosis(
-            "unknown",
-            REASONS["unknown"],
-            "no result and no failure message: still running, or killed without a word",
-            None,
-            (),
-        )
-    by_line: dict[tuple[str, int], Evidence] = {}
-    for ev in evidence:
-        key = (ev.file, ev.line_no)
-        if key not in by_line or _specific(ev) < _specific(by_line[key]):
-            by_line[key] = ev
-    unique = list(by_line.values())
-    candidates = [
-        e for e in unique if e.code not in CONSEQUENCE_ONLY and not _aborted_by_srun(e, unique)
-    ] or unique
-    per_log: dict[str, list[Evidence]] = {}
-    for ev in candidates:
-        per_log.setdefault(ev.file, []).append(ev)
-    causes = [_cause_in_log(events) for events in per_log.values()]
-    top = min(causes, key=lambda e: (_RANK.get(e.code, len(_RANK)), e.file, _order(e)))
-    rest = sorted(
-        (e for e in unique if e is not top),
-        key=lambda e: (e.file != top.file, e.file, _order(e)),
-    )
-    codes = tuple(dict.fromkeys(e.code for e in rest))
-    return Diagnosis(top.code, top.label, top.detail, top, codes, tuple(rest))
 
 
 def with_attempt(evidence: Evidence, attempt: int | None) -> Evidence:

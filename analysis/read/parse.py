@@ -20,7 +20,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, TypeVar
 
-from analysis.read.classify import REASONS, Diagnosis, Evidence, diagnose
+from analysis.read.cause import Diagnosis, diagnose
+from analysis.read.classify import REASONS, Evidence
 from analysis.read.files import RESULT_JSON, Problem, discover
 from analysis.read.finished import finished_with_errors
 from analysis.read.manifest import PlannedJob

@@ -5,14 +5,12 @@ from __future__ import annotations
 import pytest
 
 from analysis.read import classify
+from analysis.read.cause import CAUSAL_ORDER, CONSEQUENCE_ONLY, diagnose
 from analysis.read.classify import (
-    CAUSAL_ORDER,
-    CONSEQUENCE_ONLY,
     KEYWORDS,
     REASONS,
     Evidence,
     classify_line,
-    diagnose,
     scan_lines,
 )
 
