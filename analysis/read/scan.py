@@ -43,6 +43,9 @@ _SLURM_NAME = re.compile(r"^slurm-(?P<job>\d+(?:_\d+)?)\.out$")
 # sbatch's %j, %x_%j, %x-%j (and %x_%A_%a): the id starts the name or follows a separator, so
 # a name that only ends in digits (slurmd-node1.log, resnet50.out) is not taken for a job id
 _GENERIC_NAME = re.compile(r"(?:^|[-_.])(?P<job>\d+(?:_\d+)?)\.(?:out|err|log)$")
+# %x%j and job%j glue the id to letters: taken for .out and .err (sbatch's defaults), never for
+# .log, where names like slurmd-node1.log are daemons' logs
+_GLUED_NAME = re.compile(r"[A-Za-z](?P<job>\d+)\.(?:out|err)$")
 _START_BYTES = b'"event":"start"'
 _RUN_ID_KEY = b'"run_id":"'  # record.encode writes compact JSON
 
@@ -74,8 +77,9 @@ class FileScan:
 def job_hint(name: str) -> str | None:
     """The job id a log's file name carries: Slurm's ``slurm-<id>.out``, submitit's
     ``<id>_<task>_log.out`` (checked first: its task number is not the id), or sbatch's
-    ``<id>``, ``<name>_<id>`` and ``<name>-<id>`` with ``.out``, ``.err`` or ``.log``."""
-    for pattern in (_SUBMITIT_NAME, _SLURM_NAME, _GENERIC_NAME):
+    ``<id>``, ``<name>_<id>`` and ``<name>-<id>`` with ``.out``, ``.err`` or ``.log``, and
+    ``<name><id>`` (``job1234.out``) with ``.out`` or ``.err``."""
+    for pattern in (_SUBMITIT_NAME, _SLURM_NAME, _GENERIC_NAME, _GLUED_NAME):
         m = pattern.search(name)
         if m:
             return m.group("job")

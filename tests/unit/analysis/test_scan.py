@@ -81,6 +81,8 @@ def test_unreadable_file_is_a_problem(tmp_path: Path) -> None:
         ("7306.log", "7306"),
         ("train_7307_2.out", "7307_2"),  # %x_%A_%a
         ("resnet50_7308.out", "7308"),  # digits of the job name are not the job id
+        ("job7310.out", "7310"),  # job%j.out: the id glued to the name
+        ("run7311.err", "7311"),
         # names that only end in a number: not a job id
         ("slurmd-node1.log", None),
         ("records.log", None),
