@@ -104,10 +104,17 @@ def add_jobs(p: argparse.ArgumentParser, help_text: str | None = None) -> None:
 
 
 def rich_console(stream: Any) -> Any:
+    """A rich console on ``stream`` whose closed pipe (``| head``) is the caller's to answer:
+    rich's own answer exits with status 1 at once, before anything else is written."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
     width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    return _Console(file=stream, width=width, highlight=False, soft_wrap=False)
 
 
 def warn(problems: Sequence[Problem]) -> None:

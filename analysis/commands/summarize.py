@@ -340,6 +340,19 @@ def _print(
         written(csv_frames(loaded, analysis)[args.table]).to_csv(sys.stdout, index=False)
 
 
+def _discard_stdout() -> None:
+    """Send what is left for stdout nowhere: its reader closed the pipe (``| head``). The
+    descriptor itself is pointed at the null device, so the interpreter's last flush finds
+    nothing to fail on either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # no descriptor (a captured stream)
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    finally:
+        os.close(devnull)
+
+
 def summarize(args: argparse.Namespace) -> int:
     try:
         baseline = _baseline(args)
@@ -371,7 +384,10 @@ def summarize(args: argparse.Namespace) -> int:
     )
     doc = _document(args, loaded, analysis)
     doc_text = dumps(doc) if args.format == "json" or target is not None else ""
-    _print(args, loaded, analysis, tables, doc, doc_text)
+    try:
+        _print(args, loaded, analysis, tables, doc, doc_text)
+    except BrokenPipeError:  # | head: the reader has what it wanted; the files still follow
+        _discard_stdout()
     if target is not None:
         written = write_outputs(
             target, loaded, analysis, tables, doc, doc_text, not args.no_charts, args.jobs

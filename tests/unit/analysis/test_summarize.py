@@ -330,3 +330,27 @@ def test_the_plan_is_written_and_without_it_nothing_changes(tmp_path: Path) -> N
     doc = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert not {"plan", "plan_request", "plan_study"} & set(doc)
     assert "Scaling study" not in (tmp_path / "b" / "report.md").read_text()
+
+
+def test_a_reader_that_closes_the_pipe_still_gets_the_summary_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``summarize X --out Y | head -1``: the terminal's summary comes first, and its reader
+    stops after one line. The broken pipe ends the printing, never the run: the summary
+    folder is written and the exit status is 0."""
+    import os
+    import sys
+
+    write_runs(tmp_path / "logs", {1: [10.0, 11.0], 2: [6.0, 6.5]})
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone: every write raises BrokenPipeError
+    gone = os.fdopen(write_end, "w", buffering=1, encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", gone)
+    try:
+        code = cli.main(in_process_argv([str(tmp_path / "logs"), "--out", str(tmp_path / "s")]))
+    finally:
+        monkeypatch.undo()
+        gone.close()
+    assert code == 0
+    assert (tmp_path / "s" / "summary.json").is_file()
+    assert (tmp_path / "s" / "report.md").is_file()
