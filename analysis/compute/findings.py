@@ -342,10 +342,16 @@ def _unexplained_notes(wf: Waterfall) -> list[str]:
             continue
         where = _where(r)
         interval = f" [{_whole(low)}, {_whole(high)}]" if math.isfinite(low) else ""
+        one = abs(_whole(mean)) == 1
+        how = (
+            f"beyond {UNEXPLAINED_NOTE_PTS:g}"
+            if abs(mean) > UNEXPLAINED_NOTE_PTS
+            else f"its interval reaching beyond {UNEXPLAINED_NOTE_PTS:g}"
+        )
         out.append(
-            f"{where}: {_whole(mean)} point{'' if abs(_whole(mean)) == 1 else 's'}{interval} "
-            "of the lost efficiency are unexplained "
-            f"(beyond {UNEXPLAINED_NOTE_PTS:g}); the parts cover the loss less well here: "
+            f"{where}: {_whole(mean)} point{'' if one else 's'}{interval} "
+            f"of the lost efficiency {'is' if one else 'are'} unexplained "
+            f"({how}); the parts cover the loss less well here: "
             "longer runs (more steady steps) or more repeats narrow it."
         )
     return out

@@ -100,3 +100,41 @@ def test_an_fsdp_series_is_not_projected_as_ddp(tmp_path: Path) -> None:
     fsdp = project(runs.assign(strategy="fsdp"), [4], draws=40)
     assert fsdp.table.empty and not fsdp.series
     assert any(n.endswith(f"no projection: {FSDP_NO_UNIT_BYTES}.") for n in fsdp.notes)
+
+
+def test_an_unexplained_remainder_is_called_out_in_words_that_agree() -> None:
+    """A remainder whose mean is small but whose interval reaches far is called out for its
+    interval (not as "1 point ... are unexplained (beyond 5)", which read as a contradiction);
+    one beyond the bar itself for its size; one within it on both ends not at all."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from analysis.compute.findings import diagnosis_notes
+
+    rows = [
+        (2, 1.0, -16.0, 19.0),
+        (4, 12.0, 8.0, 16.0),
+        (8, 2.0, -3.0, 4.0),
+    ]
+    table = pd.DataFrame(
+        [
+            {
+                "series": "s",
+                "nodes": n,
+                "devices_per_node": 1,
+                "is_baseline": False,
+                "status": "recorded",
+                "remainder_pts_mean": m,
+                "remainder_pts_ci_low": lo,
+                "remainder_pts_ci_high": hi,
+            }
+            for n, m, lo, hi in rows
+        ]
+    )
+    notes = diagnosis_notes(SimpleNamespace(table=table))  # type: ignore[arg-type]
+    assert notes[0].startswith("s at 2x1: 1 point [-16, 19] of the lost efficiency is unexplained")
+    assert "(its interval reaching beyond 5)" in notes[0]
+    assert notes[1].startswith("s at 4x1: 12 points [8, 16] of the lost efficiency are unexpl")
+    assert "(beyond 5)" in notes[1]
+    assert len(notes) == 2
