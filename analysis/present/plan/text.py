@@ -16,6 +16,7 @@ import pandas as pd
 
 from analysis.compute.groups import series_scale_groups
 from analysis.compute.plan import PlanRequest, PlanResult, dominated_by
+from analysis.compute.plan.table import charged_units
 from analysis.present.display import DisplayTable
 from analysis.read.overlap import shape_label
 
@@ -135,9 +136,7 @@ def table_rows(
         if request.charge == "node":
             line["Eff./node"] = _efficiency(r, "charged_efficiency")
         line |= {
-            "Mean samples/s": (
-                f"{float(r['throughput']):,.4g}" if math.isfinite(float(r["throughput"])) else "—"
-            ),
+            "Mean samples/s": amount(r["throughput"]),
             "Time to train (h)": _banded(r, "time_h", "time_low_h", "time_high_h"),
             _charged_label(request): _banded(
                 r, "charged_hours", "charged_hours_low", "charged_hours_high"
@@ -307,9 +306,22 @@ def _cheapest(a: Mapping[str, Any], request: PlanRequest) -> str:
     return text
 
 
+def _beaten_larger(a: Mapping[str, Any], request: PlanRequest) -> str:
+    """The dominated scales charged more units than the reference, named ("2x1 and 4x1")."""
+    least = charged_units(a["reference"], request.charge)
+    names = [scale(r) for r in a["dominated"] if charged_units(r, request.charge) > least]
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
 def _stops(a: Mapping[str, Any], request: PlanRequest) -> str:
     s, unit, floor = a["stops_paying"], unit_word(request), _pct(request.floor)
     if s is None and not a["adds_units"]:
+        beaten = _beaten_larger(a, request)
+        if beaten:
+            return (
+                f"Every scale planned that adds a {unit} ({beaten}) is beaten on both time and "
+                f"cost by a smaller one: there is no marginal {unit} to judge."
+            )
         return f"No scale planned adds a {unit} to another: there is no marginal {unit} to judge."
     if s is None:
         return (

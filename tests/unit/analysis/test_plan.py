@@ -196,3 +196,18 @@ def test_a_scale_that_cannot_be_projected_has_no_figures_and_says_so() -> None:
     assert row["Note"] == "cannot be projected"
     assert {row["Mean samples/s"], row["Time to train (h)"], row["Node-hours"]} == {"—"}
     assert shown.loc["2x2", "Time to train (h)"].count("[") == 1  # a projected scale keeps its band
+
+
+def test_the_plans_throughput_is_written_as_its_times_are() -> None:
+    """Throughputs of every size read alike in the plan's table: whole, thousands grouped,
+    never in exponent form beside a grouped one (4.774e+05 beside 2,870)."""
+    from analysis.present.plan.text import table_rows
+
+    runs = load_all([str(QUICKSTART)], jobs=1).runs
+    request = PlanRequest(2e7, "samples")
+    plan = analyze(runs, project=ProjectionRequest([2]), plan=request).plan.table
+    rows = plan.to_dict("records")
+    rows[0] = {**rows[0], "throughput": 477_400.0}
+    rows[1] = {**rows[1], "throughput": 2_870.4}
+    shown = table_rows(rows, request)["Mean samples/s"].tolist()
+    assert shown[:2] == ["477,400", "2,870"]

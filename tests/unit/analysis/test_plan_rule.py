@@ -310,3 +310,19 @@ def test_memory_per_device_at_each_planned_scale() -> None:
     assert "Model state per device" in s["columns"]
     column = s["columns"].index("Model state per device")
     assert s["rows"][0][column] == "12 GiB > 10 GiB: does not fit"
+
+
+def test_a_plan_whose_larger_scales_are_all_beaten_says_so() -> None:
+    """1x1 trains faster than 2x1 and 4x1, which also cost more node-hours: every scale that
+    adds a node is dominated, so there is no marginal node to judge, and the words say why,
+    not that no scale planned adds one."""
+    from analysis.present.plan.text import answer_text
+
+    request = PlanRequest(1e7)
+    runs = _frame({(1, 1): [100.0, 101.0], (2, 1): [150.0, 151.0], (4, 1): [200.0, 202.0]})
+    _, a = _plan(runs, request)
+    assert a["stops_paying"] is None and not a["adds_units"]
+    assert {_shape(r) for r in a["dominated"]} == {"2x1", "4x1"}
+    words = answer_text(a, request, "")
+    assert "No scale planned adds a node" not in words
+    assert "2x1 and 4x1" in words and "no marginal node to judge" in words
