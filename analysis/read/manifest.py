@@ -52,6 +52,13 @@ class PlannedJob:
         """Does the manifest say the job ended badly?"""
         return bool(self.state) and str(self.state).split()[0] in _FAILED
 
+    def of_sweep(self, sweep: str) -> bool:
+        """Can a job of ``sweep`` be this entry's? Job ids start again on another cluster or
+        after a reinstalled controller, so only a job of the manifest's own sweep is, or one
+        whose sweep is unknown on either side (a log known by its file name only, a manifest
+        without a sweep id)."""
+        return not sweep or not self.sweep_id or sweep == self.sweep_id
+
     @property
     def what(self) -> str:
         return f"shape {self.shape or '?'} repeat {'?' if self.repeat is None else self.repeat}"

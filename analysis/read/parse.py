@@ -275,11 +275,14 @@ class _Assembler:
                 )
             )
 
-    def known(self, job_id: str) -> bool:
-        """Does any record or failure message speak for a job of this id?"""
+    def known(self, job: PlannedJob) -> bool:
+        """Does any record or failure message speak for this manifest entry's job: its id in
+        its sweep, or in a log known by its name only?"""
+        job_id = job.job_id or ""
         finished = self.finished_keys()
         return any(
-            key in finished or key in self.starts or bool(self.evidence.get(key))
+            job.of_sweep(key.sweep)
+            and (key in finished or key in self.starts or bool(self.evidence.get(key)))
             for key in (*self.named(job_id), JobKey(job_id))
         )
 
@@ -291,8 +294,12 @@ class _Assembler:
         self.unplanned = []
         seen: set[tuple[str | None, ...]] = set()
         for job in self.planned:
-            ident = (job.job_id,) if job.job_id else (job.manifest, job.shape, str(job.repeat))
-            if ident in seen or (job.job_id is not None and self.known(job.job_id)):
+            ident = (
+                (job.job_id, job.sweep_id)
+                if job.job_id
+                else (job.manifest, job.shape, str(job.repeat))
+            )
+            if ident in seen or (job.job_id is not None and self.known(job)):
                 continue
             seen.add(ident)
             state = f"sweep.json says {job.state}" if job.state else ""
@@ -460,12 +467,14 @@ class _Assembler:
         return out
 
     def _planned_entry(self, key: JobKey) -> PlannedJob | None:
-        """The job's sweep.json entry (of its own sweep, where several list its id)."""
+        """The job's sweep.json entry: its own sweep's; another sweep's only for a log known
+        by its name only (:meth:`PlannedJob.of_sweep`)."""
         entries = [
             job
             for job in self.planned
             if job.job_id is not None
             and (key in self.named(job.job_id) or key == JobKey(job.job_id))
+            and job.of_sweep(key.sweep)
         ]
         own = [job for job in entries if job.sweep_id == key.sweep]
         return (own or entries)[0] if entries else None

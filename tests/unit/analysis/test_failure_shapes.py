@@ -40,7 +40,7 @@ def _entry(job_id: str | None, shape: str, repeat: int, folder: Path, state: str
 
 def _sweep(folder: Path) -> Path:
     sweep = folder / "sweeps" / "s1"
-    done = make_result("101", world=(1, 1))
+    done = make_result("101", world=(1, 1), sweep_id="s1")
     write_log(sweep / "101" / "101_0_log.out", start_of(done), done)
     # stopped with Ctrl-C while starting: a traceback, no start event
     write_log(sweep / "201" / "201_0_log.out", "submitit INFO - Starting")

@@ -26,7 +26,7 @@ HARMLESS = [
 
 
 def _job(folder: Path, job: str, rank1_err: list[str]) -> None:
-    r = make_result(f"local-{job}", world=(1, 2))
+    r = make_result(f"local-{job}", world=(1, 2), sweep_id="s1")
     write_log(folder / job / f"{job}_0_log.out", start_of(r), r)
     write_log(folder / job / f"{job}_0_log.err", *HARMLESS)
     write_log(folder / job / f"{job}_1_log.out", "submitit INFO - Starting with JobEnvironment")

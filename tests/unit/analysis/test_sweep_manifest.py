@@ -51,7 +51,7 @@ def _manifest(folder: Path, jobs: list[dict]) -> Path:
 
 def test_every_planned_job_is_a_run_or_a_failure_row(tmp_path: Path) -> None:
     sweep = tmp_path / "sweeps" / "s1"
-    done = make_result("101", world=(1, 1))
+    done = make_result("101", world=(1, 1), sweep_id="s1")  # the sweep's own job
     write_log(sweep / "101" / "101_0_log.out", start_of(done), done)
     # submitted, its log exists but the job died before printing anything of ours
     write_log(sweep / "102" / "102_0_log.out", "submitit INFO - Starting with JobEnvironment")
@@ -102,7 +102,7 @@ def test_every_planned_job_is_a_run_or_a_failure_row(tmp_path: Path) -> None:
 def test_manifest_logs_outside_the_inputs_are_read(tmp_path: Path) -> None:
     logs, summary_input = tmp_path / "scratch", tmp_path / "results"
     summary_input.mkdir()
-    started = make_result("201")
+    started = make_result("201", sweep_id="s1")
     write_log(logs / "201" / "201_0_log.out", start_of(started))
     _manifest(summary_input, [_entry("201", "1x1", 0, logs, state="RUNNING")])
     _, failures, _ = load_all(summary_input, jobs=1)
@@ -165,3 +165,39 @@ def test_the_sweeps_command_line_is_kept_to_profile_it_again(tmp_path: Path) -> 
     path.write_text(json.dumps(doc))
     loaded = load_all(tmp_path)
     assert loaded.runs["sweep_command"].tolist() == [sweep_command(argv)]
+
+
+def _sweep_manifest(folder: Path, sweep_id: str, jobs: list[dict]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"sweep_id": sweep_id, "jobs": jobs, "argv": ["scalescope", "sweep"]}
+    (folder / "sweep.json").write_text(json.dumps(doc), encoding="utf-8")
+
+
+def test_a_manifest_speaks_for_its_own_sweeps_job_only(tmp_path: Path) -> None:
+    """Job ids start again on another cluster, or after a reinstalled controller: sweepA's
+    job 1234, whose log is gone, is not sweepB's job 1234 that finished."""
+    _sweep_manifest(
+        tmp_path / "sweepA",
+        "sweepA",
+        [_entry("1234", "1x1", 0, tmp_path / "sweepA", state="FAILED")],
+    )
+    done = make_result("1234", sweep_id="sweepB")
+    write_log(tmp_path / "sweepB" / "slurm-1234.out", start_of(done), done)
+    runs, failures, problems = load_all(tmp_path, jobs=1)
+    assert runs["job_id"].tolist() == ["1234"]
+    rows = failures.to_dict("records")
+    assert [(r["job_id"], r["reason"], r["sweep_id"]) for r in rows] == [
+        ("1234", "log_missing", "sweepA")
+    ]
+    assert not [p for p in problems if "finished and its record is kept" in p.message]
+
+
+def test_two_manifests_listing_one_job_id_are_two_jobs(tmp_path: Path) -> None:
+    for sweep in ("sweepA", "sweepB"):
+        _sweep_manifest(tmp_path / sweep, sweep, [_entry("1234", "1x1", 0, tmp_path / sweep)])
+    _, failures, _ = load_all(tmp_path, jobs=1)
+    rows = failures.to_dict("records")
+    assert sorted((r["job_id"], r["reason"], r["sweep_id"]) for r in rows) == [
+        ("1234", "log_missing", "sweepA"),
+        ("1234", "log_missing", "sweepB"),
+    ]
