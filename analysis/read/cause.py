@@ -7,7 +7,8 @@ preemption, a requeue), which nothing the job printed can have caused, and Slurm
 kill, reported when the step ends, after the peers' collective errors and timeouts
 (:data:`PRINTED_LATE`). Everything else the job printed is listed as a consequence with its
 file and line. srun's task exits are always consequences: they only say that a task ended,
-after whatever ended it.
+after whatever ended it; so is Slurm's note that a step reached its memory limit at some point
+(printed at its end whether or not anything was killed).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ CAUSAL_ORDER = (
     "cancelled",
     "time_limit",
     "exit_code",
+    # Slurm's note that a step reached its memory limit (CONSEQUENCE_ONLY: not a kill)
+    "memory_limit",
     # a sweep manifest's job that nothing else speaks for (never matched in a log)
     "never_started",
     "log_missing",
@@ -68,10 +71,11 @@ PRINTED_LATE: dict[str, frozenset[str]] = {
 """Kinds printed after the symptoms they cause: in a log, each wins over an earlier line of
 the kinds it lists."""
 
-CONSEQUENCE_ONLY = frozenset({"exit_code"})
+CONSEQUENCE_ONLY = frozenset({"exit_code", "memory_limit"})
 """Never a root cause while anything else is known, even when printed first: srun reports a
 task's exit as soon as it happens, while the dying task's own traceback may still be in a
-buffer on its way to the log."""
+buffer on its way to the log; Slurm notes that a step reached its memory limit at some point
+when it ends, whether or not anything was killed."""
 
 _RANK = {code: i for i, code in enumerate(CAUSAL_ORDER)}
 

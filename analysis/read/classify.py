@@ -34,6 +34,7 @@ REASONS: dict[str, str] = {
     "exception": "Python exception",
     "interrupted": "interrupted",
     "exit_code": "task exit code",
+    "memory_limit": "memory limit reached at some point (not an OOM kill)",
     "never_started": "never started",
     "log_missing": "log missing",
     "no_measurement": "finished without a measurement (no training step)",
@@ -68,6 +69,11 @@ _OOM_KILL = re.compile(r"Detected (?P<count>\d+) oom[-_]kill event", re.IGNORECA
 # "Exceeded job memory limit" (older cgroup plugin); jobacct_gather's OverMemoryKill:
 # "StepId=123.0 exceeded memory limit (8589934592 > 4294967296), being killed" (older:
 # "Job 123 exceeded memory limit (...)")
+# Slurm's note at a step's end that its cgroup reached the memory limit at some point (page
+# cache counts; the kernel reclaimed memory): printed whether or not anything was killed, so
+# not a kill ("Exceeded step memory limit at some point.", older "Exceeded job memory limit at
+# some point.", newer "StepId=123.0 exceeded memory+swap limit at some point.")
+_MEM_NOTE = re.compile(r"exceeded (?:job |step )?memory(?:\+swap)? limit at some point", re.I)
 _MEM_LIMIT = re.compile(
     r"Exceeded (?:job|step) memory limit"
     r"|exceeded memory limit(?: \((?P<used>\d+) > (?P<limit>\d+)\))?",
@@ -203,6 +209,12 @@ def _trim(text: str) -> str:
     return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
 
 
+_MEM_NOTE_DETAIL = (
+    "the step reached its memory limit at some point (Slurm's note at the step's end; no "
+    "process reported killed)"
+)
+
+
 def _slurm_step_end(line: str) -> list[tuple[str, str]]:
     """What Slurm prints when a step or its tasks end: memory kills, srun's task exits, a
     failed step, a node's memory error."""
@@ -210,6 +222,8 @@ def _slurm_step_end(line: str) -> list[tuple[str, str]]:
     m = _OOM_KILL.search(line)
     if m:
         found.append(("host_oom", f"{m.group('count')} oom-kill event(s) in the job's cgroup"))
+    elif _MEM_NOTE.search(line):
+        found.append(("memory_limit", _MEM_NOTE_DETAIL))
     else:
         m = _MEM_LIMIT.search(line)
         if m:

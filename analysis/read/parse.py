@@ -23,7 +23,7 @@ from typing import NamedTuple, TypeVar
 from analysis.read.cause import Diagnosis, diagnose
 from analysis.read.classify import REASONS, Evidence
 from analysis.read.files import RESULT_JSON, Problem, discover
-from analysis.read.finished import finished_with_errors
+from analysis.read.finished import finished_with_errors, split_attempts
 from analysis.read.manifest import PlannedJob
 from analysis.read.scan import (
     FileScan,
@@ -351,10 +351,10 @@ class _Assembler:
             if empty:
                 out.failures.append(self._unmeasured(key, record, sources, empty))
                 continue
-            out.runs.append(self._last_attempt(key, results))
-            said = finished_with_errors(
-                key.job_id, self.after_record.get(key, []), self._planned_entry(key)
-            )
+            after = self.after_record.get(key, [])
+            ended, after = split_attempts(after, record.identity.restart_count)
+            out.runs.append(self._last_attempt(key, results, ended))
+            said = finished_with_errors(key.job_id, after, self._planned_entry(key))
             if said is not None:
                 self.problems.append(said)
         for key, (record, sources) in sorted(stopped.items()):
@@ -386,9 +386,11 @@ class _Assembler:
         )
         return [Run(r, tuple(sorted(set(src)))) for r, src in results]
 
-    def _last_attempt(self, key: JobKey, results: list[tuple[ResultRecord, list[str]]]) -> Run:
+    def _last_attempt(
+        self, key: JobKey, results: list[tuple[ResultRecord, list[str]]], ended: list[Evidence]
+    ) -> Run:
         """A finished job's run: its last attempt's result, with why earlier attempts
-        stopped."""
+        stopped (their logs' lines, and ``ended``: the other logs')."""
         record, sources = results[-1]
         if len(results) > 1:
             self.problems.append(
@@ -403,12 +405,12 @@ class _Assembler:
         final = record.identity.restart_count
         earlier = [
             e for e in self.evidence.get(key, []) if e.attempt is not None and e.attempt < final
-        ]
+        ] + ended
         reasons = tuple(
             dict.fromkeys(
                 "requeued" if e.code == "requeue" else e.label
                 for e in earlier
-                if e.code not in ("exit_code", "exception")
+                if e.code not in ("exit_code", "exception", "memory_limit")
             )
         )
         return Run(record, tuple(sorted(set(sources))), reasons)

@@ -443,10 +443,39 @@ def _after_last_result(scan: FileScan, lines: list[MarkerLine]) -> FileScan:
     return replace(scan, after_record=tuple(evidence), problems=scan.problems + tuple(problems))
 
 
+_ATTEMPT_START = re.compile(
+    rb"Starting with JobEnvironment\(|^scalescope job \S+: \d+ node\(s\)", re.MULTILINE
+)
+"""A line an attempt prints first in a log without events: submitit's "Starting with
+JobEnvironment(...)" in each task's ``.out``, the first line of an sbatch script of
+slurm_jobs/. A requeued job's log holds one per attempt."""
+
+
+def _since_last_attempt(path: str, evidence: list[Evidence]) -> list[Evidence]:
+    """``evidence`` less the lines before the last attempt's start in the file: a requeued
+    job's earlier attempts, not the one that finished. Only a log with evidence is read again,
+    from its first evidence line on (in the tail)."""
+    if not evidence:
+        return evidence
+    first = min(e.offset for e in evidence)
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(first)
+            starts = [m.start() for m in _ATTEMPT_START.finditer(fh.read(TAIL_BYTES))]
+    except OSError:
+        return evidence
+    if not starts:
+        return evidence
+    last = first + starts[-1]
+    return [e for e in evidence if e.offset > last]
+
+
 def tail_evidence_scan(scan: FileScan) -> FileScan:
     """Phase 2 for another log of a finished job (a rank's, known by its name): the end of
-    the file only (:data:`TAIL_BYTES`), where a rank that failed printed its error."""
+    the file only (:data:`TAIL_BYTES`), where a rank that failed printed its error; from the
+    last attempt's start on, where the log shows one (:func:`_since_last_attempt`)."""
     evidence, problems = scan_evidence(scan.path, scan.display, TAIL_BYTES)
+    evidence = _since_last_attempt(scan.path, evidence)
     return replace(
         scan,
         evidence=tuple(evidence),

@@ -661,3 +661,21 @@ def test_an_exception_python_ignored_is_not_an_error() -> None:
     real = ["Traceback (most recent call last):", "ValueError: batch does not divide"]
     d = diagnose(_ev([*ignored, *real], "f"))
     assert (d.code, d.detail) == ("exception", "ValueError: batch does not divide")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "slurmstepd: error: Exceeded step memory limit at some point.",
+        "slurmstepd: Exceeded job memory limit at some point. Job may have been partially "
+        "swapped out to disk.",
+        "slurmstepd: error: StepId=7021.0 exceeded memory limit at some point.",
+    ],
+)
+def test_a_memory_limit_reached_at_some_point_is_a_note_not_an_oom_kill(line: str) -> None:
+    """The cgroup reached its limit at some point (page cache counts) and the kernel reclaimed
+    memory: printed at a step's end whether or not anything was killed."""
+    assert [code for code, _ in classify_line(line)] == ["memory_limit"]
+    assert KEYWORDS.search(line.encode())
+    d = diagnose(_ev(["Traceback (most recent call last):", "ValueError: x", line], "f"))
+    assert d.code == "exception" and d.also_seen == ("memory_limit",)

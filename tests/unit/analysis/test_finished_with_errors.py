@@ -10,6 +10,7 @@ from pathlib import Path
 from analysis_helpers import make_result, start_of, write_log
 
 from analysis import load_all
+from analysis.read.parse import parse
 
 PEER_CLOSED = [
     "[rank1]: Traceback (most recent call last):",
@@ -110,3 +111,62 @@ def test_another_ranks_error_after_the_record_in_one_log_is_a_warning(tmp_path: 
     (p,) = problems
     assert p.file == f"{tmp_path.name}/slurm-7011.out"
     assert "slurm-7011.out:6 says Python exception: RuntimeError: NCCL communicator" in p.message
+
+
+PREEMPTED_5000 = (
+    "slurmstepd: error: *** JOB 5000 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO PREEMPTION ***"
+)
+
+
+def _requeued(folder: Path, *err: str) -> None:
+    """Job 5000, preempted once and requeued (submitit appends each attempt to its logs):
+    its second attempt finished."""
+    first, final = make_result("5000", restart_count=0), make_result("5000", restart_count=1)
+    write_log(folder / "5000_0_log.out", start_of(first), start_of(final), final)
+    write_log(folder / "5000_0_log.err", *err)
+
+
+def test_an_earlier_attempts_end_is_a_restart_reason_not_a_warning(tmp_path: Path) -> None:
+    _requeued(tmp_path, PREEMPTED_5000, "srun: error: n1: task 0: Terminated")
+    result = parse([tmp_path], jobs=1)
+    (run,) = result.runs
+    assert run.restart_reasons == ("preempted",) and result.failures == []
+    assert result.problems == []
+
+
+def test_the_final_attempts_own_error_is_still_a_warning(tmp_path: Path) -> None:
+    rank1 = ["Traceback (most recent call last):", "RuntimeError: rank 1 failed at the end"]
+    _requeued(tmp_path, PREEMPTED_5000, "srun: error: n1: task 0: Terminated", *rank1)
+    (p,) = parse([tmp_path], jobs=1).problems
+    assert p.severity == "warning" and "5000_0_log.err:4 says Python exception" in p.message
+
+
+def test_a_rank_logs_lines_before_its_last_attempt_started_are_not_a_warning(
+    tmp_path: Path,
+) -> None:
+    """submitit prints "Starting with JobEnvironment" as each attempt of a task starts."""
+    _requeued(tmp_path)
+    starting = "submitit INFO (2026-01-01 00:00:00,000) - Starting with JobEnvironment(job_id=5000)"
+    write_log(
+        tmp_path / "5000_1_log.out",
+        starting,
+        "[rank1]: RuntimeError: Connection reset by peer",  # the first attempt's end
+        starting,
+        "submitit INFO (2026-01-01 01:00:00,000) - Job completed successfully",
+    )
+    assert parse([tmp_path], jobs=1).problems == []
+
+
+MEMORY_NOTE = "slurmstepd: error: Exceeded step memory limit at some point."
+
+
+def test_slurms_memory_limit_note_after_a_record_is_not_an_oom_kill(tmp_path: Path) -> None:
+    """Slurm prints it at a step's end when the cgroup reached its limit at some point
+    (page cache counts): the step may have ended well. A kill says "oom_kill event"."""
+    r = make_result("7020", world=(1, 2))
+    write_log(tmp_path / "slurm-7020.out", start_of(r), r, MEMORY_NOTE)
+    runs, failures, problems = load_all(tmp_path, jobs=1)
+    assert runs["job_id"].tolist() == ["7020"] and failures.empty
+    assert [p.severity for p in problems] == ["info"]
+    assert "OOM kill" not in problems[0].message
+    assert "reached its memory limit" in problems[0].message
