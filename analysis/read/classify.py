@@ -164,6 +164,10 @@ _TRACEBACK = "Traceback (most recent call last):"
 _IGNORED = "Exception ignored in"
 """What Python prints before the traceback of an exception it ignored (raised in ``__del__``,
 a DataLoader worker's clean-up): it stopped nothing, and successful jobs print it."""
+_NEAR = 2
+"""How many lines below an "Exception ignored in" line (or a chained-exception line of its
+report) its traceback starts: the next line, or the one after a blank line. Lines of a log
+without srun's or torch's prefixes are told apart by this only."""
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _EXCEPTION = re.compile(
     r"^(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
@@ -371,18 +375,52 @@ class EvidenceCollector:
     chained: bool = False
     """A "During handling..." line since the last exception: the next traceback continues."""
     first_traceback_done: bool = False
-    ignored: bool = False
-    """An "Exception ignored in" line since the last exception: the traceback and exception
-    that follow are not an error."""
+    ignored: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """The "Exception ignored in" report each rank (its srun or torch prefix; "" for none) is
+    in, and the number of its last line read: "header" (its traceback comes next), "body" (in
+    its traceback), "ended" (its exception line read; a chained exception may follow). Its
+    lines are not an error (:meth:`_in_ignored`)."""
+
+    def _in_ignored(self, rank: str, line: str, line_no: int) -> bool:
+        """Is the line part of an exception report Python ignored? The report ends at its
+        exception line, at a line of its rank that is not indented (its last line named no
+        Error or Exception: ``StopIteration``), or at a new traceback; a report's traceback
+        (or chained one) starts right below its header. One rank's report leaves the lines
+        of the others alone."""
+        if line.startswith(_IGNORED):
+            self.ignored[rank] = ("header", line_no)
+            return True
+        if rank not in self.ignored or not line.strip():  # a blank line says nothing
+            return rank in self.ignored
+        where, last = self.ignored.pop(rank)
+        near = bool(rank) or line_no - last <= _NEAR  # other ranks' lines may come between
+        exception = _EXCEPTION.match(line.rstrip()) is not None
+        chained = any(c in line for c in _CHAINED)
+        indented = line[:1] in (" ", "\t")
+        if where == "header" and near and (_TRACEBACK in line or exception):
+            # its traceback; or its message, printed without one
+            self.ignored[rank] = ("body" if _TRACEBACK in line else "ended", line_no)
+            return True
+        if where == "body" and _TRACEBACK not in line:
+            if indented or exception or chained:
+                after = "body" if indented else "ended" if exception else "header"
+                self.ignored[rank] = (after, line_no)
+                return True
+            self.ignored[rank] = ("ended", line_no)  # its unrecognised last line, or after it
+            return False
+        if where == "ended" and near and chained:
+            self.ignored[rank] = ("header", line_no)
+            return True
+        return False
 
     def feed(self, raw: str, line_no: int, offset: int = -1) -> None:
-        line = _PREFIX.sub("", raw.rstrip("\r\n"), count=1)
-        if line.startswith(_IGNORED):
-            self.ignored = True
+        text = raw.rstrip("\r\n")
+        prefix = _PREFIX.match(text)
+        rank = "".join(prefix.group(0).split()) if prefix else ""
+        line = text[prefix.end() :] if prefix else text
+        if self._in_ignored(rank, line, line_no):
             return
         if _TRACEBACK in line:
-            if self.ignored:
-                return
             if self.last_exception is not None and not self.chained:
                 self.first_traceback_done = True  # a new, later error: not the earliest
             self.traceback_seen, self.chained = True, False
@@ -396,9 +434,6 @@ class EvidenceCollector:
             if known is None or (known.detail == _NCCL_GENERIC and detail != _NCCL_GENERIC):
                 self.first[code] = Evidence(code, detail, _trim(raw), self.file, line_no, offset)
         m = _EXCEPTION.match(line.rstrip())
-        if m and self.ignored:
-            self.ignored = False  # the ignored exception's own line ends its traceback
-            return
         if self.traceback_seen and not self.first_traceback_done:
             if m:
                 interrupt = m.group("name").rsplit(".", 1)[-1] == "KeyboardInterrupt"

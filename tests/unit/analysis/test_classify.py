@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from analysis.read import classify
@@ -13,6 +15,7 @@ from analysis.read.classify import (
     classify_line,
     scan_lines,
 )
+from analysis.read.scan import scan_evidence
 
 CASES = [
     # time limit: Slurm 20+, older Slurm ("on <host>" after the reason), step line, srun label
@@ -679,3 +682,93 @@ def test_a_memory_limit_reached_at_some_point_is_a_note_not_an_oom_kill(line: st
     assert KEYWORDS.search(line.encode())
     d = diagnose(_ev(["Traceback (most recent call last):", "ValueError: x", line], "f"))
     assert d.code == "exception" and d.also_seen == ("memory_limit",)
+
+
+IGNORED_STOP = [
+    "Exception ignored in: <generator object _Loader.__iter__ at 0x7f>",
+    "Traceback (most recent call last):",
+    '  File "loader.py", line 12, in __iter__',
+    "    raise StopIteration",  # its last line below says no Error or Exception
+    "StopIteration",
+]
+REAL = [
+    "Traceback (most recent call last):",
+    '  File "scalescope/train.py", line 9, in <module>',
+    "ValueError: the real error",
+]
+
+
+def _file_evidence(tmp_path: Path, lines: list[str]) -> list[Evidence]:
+    """As a log is read: only the lines with a keyword reach the collector."""
+    path = tmp_path / "slurm-9100.out"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    evidence, problems = scan_evidence(str(path), path.name)
+    assert problems == []
+    return evidence
+
+
+@pytest.mark.parametrize("read", ["lines", "file"])
+def test_an_ignored_exception_ends_with_its_traceback(tmp_path: Path, read: str) -> None:
+    """The ignored traceback's last line (StopIteration) says neither Error nor Exception:
+    the real traceback after it is still the job's error."""
+    lines = [*IGNORED_STOP, *REAL]
+    evidence = _ev(lines, "f") if read == "lines" else _file_evidence(tmp_path, lines)
+    d = diagnose(evidence)
+    assert (d.code, d.detail) == ("exception", "ValueError: the real error")
+    assert d.evidence is not None and d.evidence.line_no == 8
+
+
+@pytest.mark.parametrize("read", ["lines", "file"])
+def test_one_ranks_ignored_exception_does_not_hide_anothers_error(
+    tmp_path: Path, read: str
+) -> None:
+    """srun --label: rank 1's ignored report interleaved with rank 0's real traceback."""
+    lines = [
+        f"1: {IGNORED_STOP[0]}",
+        f"0: {REAL[0]}",
+        f"1: {IGNORED_STOP[1]}",
+        f"0: {REAL[1]}",
+        f"1: {IGNORED_STOP[2]}",
+        f"1: {IGNORED_STOP[4]}",
+        f"0: {REAL[2]}",
+    ]
+    evidence = _ev(lines, "f") if read == "lines" else _file_evidence(tmp_path, lines)
+    d = diagnose(evidence)
+    assert (d.code, d.detail) == ("exception", "ValueError: the real error")
+
+
+@pytest.mark.parametrize("read", ["lines", "file"])
+def test_an_ignored_exceptions_chain_is_ignored_too(tmp_path: Path, read: str) -> None:
+    chained = [
+        "Exception ignored in: <function Pool.__del__ at 0x7f>",
+        "Traceback (most recent call last):",
+        '  File "pool.py", line 3, in __del__',
+        "KeyError: 'worker'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "pool.py", line 5, in __del__',
+        "RuntimeError: pool already closed",
+    ]
+    read_lines = _ev if read == "lines" else lambda ls, _: _file_evidence(tmp_path, ls)
+    assert read_lines(chained, "f") == []
+    d = diagnose(read_lines([*chained, *REAL], "f"))
+    assert (d.code, d.detail) == ("exception", "ValueError: the real error")
+
+
+def test_an_ignored_report_without_a_traceback_ends_at_its_message(tmp_path: Path) -> None:
+    """Python prints no traceback for some ignored exceptions: a traceback lines later is
+    another one."""
+    lines = ["Exception ignored in: <_io.TextIOWrapper name='<stdout>'>", "StopIteration"]
+    d = diagnose(_file_evidence(tmp_path, [*lines, "step 3", *REAL]))
+    assert (d.code, d.detail) == ("exception", "ValueError: the real error")
+
+
+def test_a_log_whose_ignored_exception_comes_first_is_a_failure(tmp_path: Path) -> None:
+    from analysis.read.parse import parse
+
+    (tmp_path / "slurm-9100.out").write_text("\n".join([*IGNORED_STOP, *REAL]) + "\n")
+    (failure,) = parse([tmp_path], jobs=1).failures
+    assert (failure.job_id, failure.diagnosis.code) == ("9100", "exception")
+    assert failure.diagnosis.detail == "ValueError: the real error"
