@@ -40,12 +40,20 @@ MAX_LINE_BYTES = 8 << 20
 
 _SUBMITIT_NAME = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_log\.(?:out|err)$")
 _SLURM_NAME = re.compile(r"^slurm-(?P<job>\d+(?:_\d+)?)\.out$")
-# sbatch's %j, %x_%j, %x-%j (and %x_%A_%a): the id starts the name or follows a separator, so
-# a name that only ends in digits (slurmd-node1.log, resnet50.out) is not taken for a job id
-_GENERIC_NAME = re.compile(r"(?:^|[-_.])(?P<job>\d+(?:_\d+)?)\.(?:out|err|log)$")
+# sbatch's %j, %x_%j, %x-%j, %x.%j (and %A_%a, %x_%A_%a): the id is the whole name or follows
+# a separator, so a name that only ends in digits (slurmd-node1.log) is not taken for a job id.
+# Which of two numbers is the id: :func:`_array_or_job`.
+_GENERIC_NAME = re.compile(r"^(?:(?P<name>.*?)[-_.])??(?P<job>\d+(?:_\d+)?)\.(?:out|err)$")
+# .log, a name many programs use: <name>_<id>, <name>-<id> or <id> only, with at least three
+# digits (job ids are rarely under 100: rank_1.log is a rank's) and no dot in the name
+# (NCCL_DEBUG_FILE's %h.%p, nccl.node1.12345.log, is a host and a pid, which no name tells
+# from a job id)
+_LOG_NAME = re.compile(r"^(?:(?P<name>[^.]*?)[-_])??(?P<job>\d{3,}(?:_\d+)?)\.log$")
 # %x%j and job%j glue the id to letters: taken for .out and .err (sbatch's defaults), never for
-# .log, where names like slurmd-node1.log are daemons' logs
-_GLUED_NAME = re.compile(r"[A-Za-z](?P<job>\d+)\.(?:out|err)$")
+# .log (slurmd-node1.log is a daemon's log), and only with at least four digits and no leading
+# zero: a model's or a host's number is glued to letters too (resnet50, resnet152, node01,
+# node0001), and a cluster's job ids pass 999 in its first days
+_GLUED_NAME = re.compile(r"[A-Za-z](?P<job>[1-9]\d{3,})\.(?:out|err)$")
 _START_BYTES = b'"event":"start"'
 _RUN_ID_KEY = b'"run_id":"'  # record.encode writes compact JSON
 
@@ -76,14 +84,30 @@ class FileScan:
 
 def job_hint(name: str) -> str | None:
     """The job id a log's file name carries: Slurm's ``slurm-<id>.out``, submitit's
-    ``<id>_<task>_log.out`` (checked first: its task number is not the id), or sbatch's
-    ``<id>``, ``<name>_<id>`` and ``<name>-<id>`` with ``.out``, ``.err`` or ``.log``, and
-    ``<name><id>`` (``job1234.out``) with ``.out`` or ``.err``."""
-    for pattern in (_SUBMITIT_NAME, _SLURM_NAME, _GENERIC_NAME, _GLUED_NAME):
+    ``<id>_<task>_log.out`` (checked first: its task number is not the id), sbatch's ``<id>``,
+    ``<name>_<id>``, ``<name>-<id>`` and ``<name>.<id>`` with ``.out`` or ``.err``,
+    ``<name><id>`` (``job1234.out``, four digits or more) with ``.out`` or ``.err``, and
+    ``<id>``, ``<name>_<id>`` and ``<name>-<id>`` with ``.log`` (three digits or more, no dot
+    in the name). An array task is ``<array id>_<task>`` (:func:`_array_or_job`)."""
+    for pattern in (_SUBMITIT_NAME, _SLURM_NAME, _GENERIC_NAME, _LOG_NAME, _GLUED_NAME):
         m = pattern.search(name)
         if m:
-            return m.group("job")
+            groups = m.groupdict()
+            return _array_or_job(groups.get("name"), m.group("job"))
     return None
+
+
+def _array_or_job(name: str | None, job: str) -> str:
+    """``<a>_<b>`` of a file name: an array task (``%A_%a``) when it is the whole name, when
+    it follows ``slurm-`` (sbatch's default for arrays), or when ``b`` has fewer digits than
+    ``a`` (``train_7307_2.out``: ``%x_%A_%a``), as a task's index has next to its array's job
+    id (tasks count from 0 to MaxArraySize, 1001 by default; job ids only grow). Otherwise
+    ``a`` ends the job's name and ``b`` is the job id (``%x_%j`` of ``bert_1024``:
+    ``bert_1024_7310.out``)."""
+    a, _, b = job.partition("_")
+    if not b or name is None or name == "slurm" or len(b) < len(a):
+        return job
+    return b
 
 
 def _constant(n: int) -> Callable[[], int]:

@@ -87,6 +87,30 @@ def test_unreadable_file_is_a_problem(tmp_path: Path) -> None:
         ("slurmd-node1.log", None),
         ("records.log", None),
         ("7309_log.txt", None),
+        # %x_%j of a job name ending in a number: the last number is the job id, unless the
+        # one after it is shorter, as an array task's index is (%x_%A_%a above)
+        ("bert_1024_7310.out", "7310"),
+        ("scale_4_7312.out", "7312"),
+        ("bert_8192_7313.err", "7313"),
+        ("train-7307_15.out", "7307_15"),  # %x-%A_%a
+        ("7307_1500.out", "7307_1500"),  # %A_%a: the whole name
+        ("slurm-7307_1500.err", "7307_1500"),  # sbatch's slurm-%A_%a
+        # a model's or a host's number glued to letters is not a job id (under four digits,
+        # or with a leading zero)
+        ("resnet50.out", None),
+        ("resnet152.out", None),
+        ("node01.out", None),
+        ("node0001.err", None),
+        ("train_v2.out", None),
+        # .log: <name>_<id>, <name>-<id> or <id>, with at least three digits and no dot in the
+        # name (NCCL_DEBUG_FILE's %h.%p is a host and a pid)
+        ("rank_1.log", None),
+        ("nccl.node1.12345.log", None),
+        ("gpu-a01.12345.log", None),
+        ("train.7301.log", None),
+        ("12.log", None),
+        ("bert_1024_7314.log", "7314"),
+        ("train_7307_2.log", "7307_2"),
     ],
 )
 def test_job_hint_from_file_names(name: str, hint: str | None) -> None:
@@ -116,6 +140,18 @@ def test_logs_named_by_sbatch_patterns_are_read_for_failures(tmp_path: Path) -> 
         ("7301", "exception"),
         ("7304", "time_limit"),
     ]
+
+
+def test_logs_whose_names_only_end_in_a_number_are_not_job_logs(tmp_path: Path) -> None:
+    """A job name ending in a number gives the job id after it; a model's log, a rank's and
+    NCCL's debug file (host.pid) are no job's."""
+    error = ["Traceback (most recent call last):", "RuntimeError: NCCL error: unhandled"]
+    write_log(tmp_path / "bert_1024_7310.out", *error)
+    for name in ("resnet50.out", "rank_1.log", "nccl.node1.12345.log", "node01.err"):
+        write_log(tmp_path / name, *error)
+    result = parse([tmp_path], jobs=1)
+    assert [(f.job_id, f.diagnosis.code) for f in result.failures] == [("7310", "collective_error")]
+    assert result.problems == []
 
 
 @pytest.mark.parametrize("tail", [10, 57, 58, 59, 60, 1000])
