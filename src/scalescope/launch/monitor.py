@@ -233,6 +233,16 @@ def _finish(status: JobStatus, handle: JobHandle, scheduler_state: str | None) -
         status.detail = "ended without a result; see the log"
 
 
+def _sbatch_said(exc: Exception) -> str:
+    """A refused submission in one line: sbatch's error lines (``CPU count per node can not
+    be satisfied; Batch job submission failed: ...``), else the error's last line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    errors = [ln.split("error:", 1)[1].strip() for ln in lines if "error:" in ln]
+    if errors:
+        return "sbatch: " + "; ".join(dict.fromkeys(e for e in errors if e))
+    return lines[-1] if lines else type(exc).__name__
+
+
 # --- the sweep being watched ------------------------------------------------------------------
 
 
@@ -270,7 +280,8 @@ class SweepWatch:
 
     # submission
     def submit_slurm(self) -> None:
-        """Every run now, in the plan's order. A refused sbatch cancels what went before."""
+        """Every run now, in the plan's order. A refused sbatch cancels what went before; each
+        job's status then says what became of it (cancelled with its id, or not submitted)."""
         done: list[JobHandle] = []
         cap = self.launcher.max_parallel
         for i, h in enumerate(self.handles):
@@ -278,18 +289,40 @@ class SweepWatch:
             try:
                 self.launcher.submit_slurm(h, after=after)
             except Exception as exc:
-                for d in done:
-                    with contextlib.suppress(Exception):
-                        d.job.cancel(check=False)  # type: ignore[union-attr]
-                from ..errors import ScalescopeError
-
-                first = _last_line(str(exc)) if str(exc) else type(exc).__name__
-                already = f"; cancelled the {len(done)} jobs already submitted" if done else ""
-                raise ScalescopeError(
-                    f"submitting shape {h.label} repeat {h.repeat} failed: {first}{already}"
+                first = _sbatch_said(exc)
+                raise self._abandon(
+                    done, f"submitting shape {h.label} repeat {h.repeat} failed", first
                 ) from exc
             self.status_of(h).state = PENDING
             done.append(h)
+
+    def _abandon(self, done: list[JobHandle], what: str, why: str) -> Exception:
+        """Cancel the jobs submitted before a refused one, mark every job with what became of
+        it, and return the error that says so."""
+        from ..errors import ScalescopeError
+
+        stopped, kept = [], []
+        for d in done:
+            st = self.status_of(d)
+            try:
+                d.job.cancel(check=True)  # type: ignore[union-attr]
+            except Exception:
+                st.detail = f"{what}; not cancelled: scancel {d.job_id} stops it"
+                kept.append(str(d.job_id))
+                continue
+            st.state, st.detail, st.ended_at = CANCELLED, f"cancelled: {what}", time.time()
+            stopped.append(str(d.job_id))
+        for h in self.handles:
+            if h.job is None:
+                st = self.status_of(h)
+                st.state, st.detail = CANCELLED, f"not submitted: {why}"
+        said = f"{what}: {why}"
+        if stopped:
+            jobs = "jobs" if len(stopped) > 1 else "job"
+            said += f"; cancelled {jobs} {' '.join(stopped)}, already submitted"
+        if kept:
+            said += f"; could not cancel {' '.join(kept)} (scancel {' '.join(kept)} stops them)"
+        return ScalescopeError(f"{said}; states in {self.plan.sweep_dir / 'sweep.json'}")
 
     def _start_local(self) -> None:
         running = sum(1 for s in self.status.values() if s.active and s.state != WAITING)

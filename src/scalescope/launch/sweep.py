@@ -145,10 +145,11 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     plan, why = _plan(args)
     if args.dry_run:
-        if plan.executor == "slurm" and args.executor == "auto":  # sinfo answered just now
+        if plan.executor == "slurm":  # refused as the submission would, where sinfo answers
+            from .executor import SINFO_TIMEOUT_S
             from .slurm_info import check_plan_partitions
 
-            check_plan_partitions(plan)
+            check_plan_partitions(plan, sinfo_timeout_s=SINFO_TIMEOUT_S)
         new_sweep_dir(plan, create=False)
         _warn_core_sharing(plan)
         at_once = max_parallel(plan, args.max_parallel)
@@ -258,7 +259,7 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
 
     if plan.executor == "slurm":
         require_slurm()
-        check_plan_partitions(plan)  # the partition's nodes, as sinfo says
+        check_plan_partitions(plan)  # the partition's nodes, their CPUs and GPUs, as sinfo says
         for sp in plan.shapes:  # submitit checks the parameters while rendering: fail before any
             render_sbatch(plan, sp)
     new_sweep_dir(plan, create=True)
@@ -280,8 +281,10 @@ def _launch(plan: SweepPlan, why: str, args: argparse.Namespace, console: Any) -
     )
     _write_manifest(plan, watch)
     if not local:
-        watch.submit_slurm()
-        _write_manifest(plan, watch)
+        try:
+            watch.submit_slurm()
+        finally:  # also when sbatch refused a job midway: what became of every job
+            _write_manifest(plan, watch)
         for h in watch.handles:
             console.print(
                 f"  submitted {h.job_id}  shape {h.label}  repeat {h.repeat}  log {h.stdout}",

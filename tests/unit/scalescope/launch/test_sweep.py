@@ -25,6 +25,7 @@ from sweep_helpers import (
 )
 
 from scalescope.errors import ConfigError
+from scalescope.launch import slurm_info
 from scalescope.record import ResultRecord
 
 REPO = Path(__file__).resolve().parents[4]
@@ -566,7 +567,12 @@ def check_golden(name: str, text: str) -> None:
     golden.check_text(GOLDEN / name, text)
 
 
-def test_dry_run_slurm_golden(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_slurm_golden(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Slurm dry run asks sinfo what the partition holds; here it gives no answer
+    # (test_slurm_info.py gives it one).
+    monkeypatch.setattr(slurm_info, "partition_limits", lambda **_: None)
     sweep = write_sweep(
         in_tmp,
         shapes=((1, 1), (1, 4), (2, 4)),

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sweep_helpers import CPU_PROFILE, sweep_cli, write_profile, write_sweep
 
+from scalescope.launch import slurm_info
 from scalescope.launch.cluster import load_profile
 from scalescope.launch.executor import render_sbatch
 from scalescope.launch.sweep import max_parallel
@@ -43,8 +44,9 @@ def test_one_machine_runs_one_job_at_a_time_unless_told(in_tmp: Path) -> None:
 
 
 def test_the_dry_run_says_how_many_run_at_once(
-    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(slurm_info, "partition_limits", lambda **_: None)  # sinfo: no answer
     sweep = write_sweep(in_tmp)
     argv = ("--config", str(sweep), "--executor", "slurm", "--dry-run")
     assert sweep_cli(*argv, "--cluster", str(LOCAL_CLUSTER)) == 0
