@@ -159,16 +159,22 @@ def _parse_elapsed(text: str) -> float | None:
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
-def _ask_slurm(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
-    """A Slurm client's output (30 s at most); None when it could not run or timed out."""
+CLIENT_TIMEOUT_S = 30.0
+
+
+def _ask_slurm(
+    argv: list[str], timeout_s: float = CLIENT_TIMEOUT_S
+) -> subprocess.CompletedProcess[str] | None:
+    """A Slurm client's output (``timeout_s`` at most); None when it could not run or timed
+    out."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
 
 
 def squeue_states(
-    job_ids: Iterable[str],
+    job_ids: Iterable[str], timeout_s: float = CLIENT_TIMEOUT_S
 ) -> dict[str, tuple[str, float | None, str | None]] | None:
     """{job id: (state, elapsed_s, reason)} for jobs still known to squeue (the reason a job
     pends, or None); None when squeue failed."""
@@ -176,7 +182,8 @@ def squeue_states(
     if not wanted:
         return {}
     proc = _ask_slurm(
-        ["squeue", "--noheader", "--array", "--format=%i|%T|%M|%r", "--jobs", ",".join(wanted)]
+        ["squeue", "--noheader", "--array", "--format=%i|%T|%M|%r", "--jobs", ",".join(wanted)],
+        timeout_s,
     )
     if proc is None:
         return None
@@ -201,9 +208,11 @@ def parse_squeue(text: str) -> dict[str, tuple[str, float | None, str | None]]:
     return out
 
 
-def scontrol_state(job_id: str) -> tuple[str, str | None] | None:
+def scontrol_state(
+    job_id: str, timeout_s: float = CLIENT_TIMEOUT_S
+) -> tuple[str, str | None] | None:
     """(JobState, Reason) of a job that left the queue, while slurmctld still remembers it."""
-    proc = _ask_slurm(["scontrol", "--oneliner", "show", "job", job_id])
+    proc = _ask_slurm(["scontrol", "--oneliner", "show", "job", job_id], timeout_s)
     if proc is None:
         return None
     state = re.search(r"\bJobState=(\S+)", proc.stdout)
@@ -365,14 +374,31 @@ class SweepWatch:
             _finish(st, h, None)
             st.elapsed_s = (st.ended_at or now) - (st.started_at or now)
 
-    def _poll_slurm(self) -> None:
+    def refresh(self, timeout_s: float) -> str | None:
+        """Slurm: one look at every active job's state that takes ``timeout_s`` at most (an
+        interrupted sweep's last word on its jobs). Returns None when Slurm said where every
+        job stands, else why some states are the last seen ones."""
+        if self.plan.executor == "local":
+            return None
+        return self._poll_slurm(deadline=time.monotonic() + timeout_s)
+
+    def _poll_slurm(self, deadline: float | None = None) -> str | None:
+        """Refresh the active jobs from squeue, then scontrol (then sacct, unless bounded by
+        ``deadline``); returns why some states were kept as last seen, or None."""
+
+        def left() -> float:
+            if deadline is None:
+                return CLIENT_TIMEOUT_S
+            return min(CLIENT_TIMEOUT_S, deadline - time.monotonic())
+
         active = [h for h in self.handles if h.job is not None and self.status_of(h).active]
         if not active:
-            return
-        queue = squeue_states(h.job_id or "" for h in active)
+            return None
+        queue = squeue_states((h.job_id or "" for h in active), left()) if left() > 0 else None
         if queue is None:
-            return  # squeue failed this time: keep the last known states
+            return "squeue did not answer"  # keep the last known states
         now = time.time()
+        unknown: list[str] = []
         for h in active:
             st = self.status_of(h)
             assert h.job_id is not None
@@ -383,7 +409,10 @@ class SweepWatch:
                     st.started_at = now
                 st.elapsed_s = elapsed if elapsed is not None else st.elapsed_s
                 continue
-            found = scontrol_state(h.job_id)
+            found = scontrol_state(h.job_id, left()) if left() > 0 else None
+            if found is None and deadline is not None:
+                unknown.append(h.job_id)  # sacct may take its time: not when bounded
+                continue
             scheduler_state = found[0] if found else _sacct_state(h)
             if scheduler_state in ACTIVE:
                 st.state = scheduler_state
@@ -391,6 +420,7 @@ class SweepWatch:
             if found and found[1]:
                 st.detail = f"{scheduler_state} ({found[1]})"
             _finish(st, h, scheduler_state)
+        return f"no answer about job(s) {' '.join(unknown)}" if unknown else None
 
     # stopping
     def cancel(self, *, grace_s: float = 10.0) -> tuple[list[JobHandle], list[JobHandle]]:

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 LOCAL_POLL_S = 1.0
 SLURM_POLL_S = 3.0
+INTERRUPT_REFRESH_S = 10.0
+"""The most an interrupted Slurm sweep spends asking where its jobs stand before it says."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -400,6 +402,8 @@ def _interrupted(watch: SweepWatch, plan: SweepPlan, console: Any) -> int:
     # A second Ctrl-C must not leave half-stopped processes behind: ignore it while cleaning up.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        # The last poll may be seconds old: a job may have ended or started since.
+        stale = watch.refresh(INTERRUPT_REFRESH_S)
         finished = [h for h, st in watch.rows() if st.state == "COMPLETED"]
         if plan.executor == "local":
             cancelled, never = watch.cancel()
@@ -411,9 +415,14 @@ def _interrupted(watch: SweepWatch, plan: SweepPlan, console: Any) -> int:
             )
         else:
             active = [h.job_id for h, st in watch.rows() if st.active and h.job_id]
+            stays = (
+                f"{len(active)} job(s) stay on Slurm (scancel {' '.join(active)} stops them)"
+                if active
+                else "no job stays on Slurm"
+            )
+            seen = f"; states as last seen: {stale}" if stale else ""
             console.print(
-                f"interrupted: stopped watching; {len(active)} job(s) stay on Slurm "
-                f"(scancel {' '.join(active)} stops them); logs in {plan.sweep_dir}",
+                f"interrupted: stopped watching; {stays}{seen}; logs in {plan.sweep_dir}",
                 markup=False,
             )
         _write_manifest(plan, watch)

@@ -335,7 +335,7 @@ def test_the_live_view_shows_a_stuck_job_with_its_reason_and_scancel(
         f"{h.job_id}|PENDING|0:00|{reasons.get(h.job_id or '', 'Resources')}\n"
         for h in watch.handles
     )
-    monkeypatch.setattr(monitor, "squeue_states", lambda ids: parse_squeue(queue))
+    monkeypatch.setattr(monitor, "squeue_states", lambda ids, timeout_s: parse_squeue(queue))
     changed = watch.poll()  # one refresh
     assert [h.job_id for h in changed] == ["42"]  # the state stayed PENDING: the reason counts
     assert watch.poll() == []  # said once, not at every refresh
