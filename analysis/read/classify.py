@@ -112,6 +112,8 @@ _RENDEZVOUS = re.compile(
 )
 _JOB_ERROR = re.compile(r"scalescope train: error: (?P<msg>.*)$")
 _UNKNOWN_KEY = re.compile(r"unknown key (?P<key>[\w.]+)")
+_STOPPED_EARLY = "stopped early ("
+"""How a run stopped by a signal says so (``fitting.TrainingStopped``): not the cause."""
 _RENDEZVOUS_HOST = re.compile(
     r"rendezvous host '(?P<host>[^']*)'.*?: "
     r"(?P<what>does not resolve|rank 0 cannot bind|not reachable)"
@@ -313,7 +315,10 @@ def classify_line(line: str) -> list[tuple[str, str]]:
         k = _UNKNOWN_KEY.search(msg)
         if r:
             found.append(("rendezvous_error", _trim(msg)))
-        elif k:
+        elif k or not msg.startswith(_STOPPED_EARLY):
+            # every other line of the job's own refusing to start (a config file missing or
+            # unreadable, a value out of range, the launch's variables, a rejected tracking
+            # key) is the configuration's; a run stopped early says why elsewhere
             found.append(("config_error", _trim(msg)))
     if _MISMATCH.search(line):
         found.append(("collective_mismatch", _mismatch_detail(line)))

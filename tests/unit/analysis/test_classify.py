@@ -772,3 +772,26 @@ def test_a_log_whose_ignored_exception_comes_first_is_a_failure(tmp_path: Path) 
     (failure,) = parse([tmp_path], jobs=1).failures
     assert (failure.job_id, failure.diagnosis.code) == ("9100", "exception")
     assert failure.diagnosis.detail == "ValueError: the real error"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "config file not found: configs/nope.yaml",
+        "configs/bad.yaml: not valid YAML: mapping values are not allowed here (line 3)",
+        "trainer.max_epochs=-1: must be a positive integer",
+        "environment variable SLURM_NTASKS='x' is not an integer",
+    ],
+)
+def test_every_line_the_job_refuses_to_start_with_is_the_cause(message: str) -> None:
+    """scalescope train's own one-line error, whatever it names, is the configuration error
+    over the exit it causes (it was the exit code unless it named an unknown key); a run
+    stopped early by a signal says so in a line that is not the cause."""
+    lines = [
+        f"scalescope train: error: {message}",
+        "srun: error: node1: task 0: Exited with exit code 2",
+    ]
+    d = diagnose(scan_lines(list(enumerate(lines, 1)), "slurm-8.out"))
+    assert d.code == "config_error" and message[:30] in d.detail
+    stopped = "scalescope train: error: stopped early (SIGTERM) at step 40; the record covers 1"
+    assert "config_error" not in {code for code, _ in classify_line(stopped)}
