@@ -123,6 +123,8 @@ class _Assembler:
         self.after_record: dict[JobKey, list[Evidence]] = defaultdict(list)
         """What the ends of a finished job's other logs (other ranks') say."""
         self.broken_files: set[str] = set()
+        self.broken_jobs: set[JobKey] = set()
+        """Jobs known only by a log whose event line is broken (cut inside its start event)."""
         self.planned: list[PlannedJob] = []
         self.shapes: dict[JobKey, PlannedJob] = {}
         """What an sbatch job's first line says it was, by job."""
@@ -265,7 +267,9 @@ class _Assembler:
             )
         self.job_files[key].add(scan.display)
         self.evidence[key].extend(scan.evidence)
-        if not scan.evidence and key not in self.starts:
+        if scan.display in self.broken_files:  # an event line cut: a job, left incomplete
+            self.broken_jobs.add(key)
+        elif not scan.evidence and key not in self.starts:
             self.problems.append(
                 Problem(
                     scan.display,
@@ -444,14 +448,14 @@ class _Assembler:
         return Failure(key.job_id, record.identity, record.identity.restart_count, diagnosis, files)
 
     def _unfinished(self, finished: set[JobKey]) -> list[Failure]:
-        """Jobs with a start event or failure evidence and no result."""
+        """Jobs with a start event, failure evidence or a broken event line, and no result."""
         out = []
-        for key in sorted(set(self.starts) | set(self.evidence)):
+        for key in sorted(set(self.starts) | set(self.evidence) | self.broken_jobs):
             if key in finished:
                 continue
             starts = self.starts.get(key, {})
             evidence = self.evidence.get(key, [])
-            if not starts and not evidence:
+            if not starts and not evidence and key not in self.broken_jobs:
                 continue
             final = max(starts) if starts else 0
             current = [e for e in evidence if e.attempt is None or e.attempt == final]

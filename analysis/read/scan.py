@@ -270,11 +270,14 @@ def scan_file(item: tuple[str, str]) -> FileScan:
             first = fh.read(CHUNK_BYTES)
             lines = list(_marker_lines(fh, first, damage))
             size = fh.tell()
+            fh.seek(max(size - 1, 0))
+            ends_in_newline = fh.read(1) == b"\n"
     except OSError as exc:
         return FileScan(path, display, problems=(Problem(display, f"cannot read: {exc}"),))
     # Results first: a start event whose run finished in this same log adds nothing, so it
     # is not decoded at all (a third of the JSON work on a big sweep).
     entries: dict[int, tuple[StartEvent | ResultRecord | None, str | None]] = {}
+    cut = False  # the file ends inside an event line: a job whose log stops mid-write
     finished_here: set[str] = set()
     for want_start in (False, True):
         for offset, line_no, raw in lines:
@@ -297,6 +300,8 @@ def scan_file(item: tuple[str, str]) -> FileScan:
                 event = decode_line(raw.decode("utf-8", errors="replace"))
             except RecordError as exc:
                 entries[offset] = (None, f"line {line_no()}: {exc}")
+                if offset == lines[-1][0] and not ends_in_newline:
+                    cut = cut or not raw.rstrip().endswith(b"}")
                 continue
             if event is not None:
                 entries[offset] = (event, None)
@@ -309,9 +314,10 @@ def scan_file(item: tuple[str, str]) -> FileScan:
         elif event is not None:
             events.append((offset, event))
     problems += damage.problems(display, bool(lines), size)
-    # Only logs without events need their name (a rank's log, to be read for evidence); not
-    # a binary file, nor one whose event lines are broken (the problems say so already).
-    unusable = damage.is_binary(bool(lines), size) or bool(lines)
+    # Only logs without events need their name (a rank's log, to be read for evidence; one
+    # that ends inside its start event, a job left incomplete); not a binary file, nor one
+    # whose event lines are whole but unreadable (the problems say so already).
+    unusable = damage.is_binary(bool(lines), size) or (bool(lines) and not cut)
     hint = None if events or unusable else job_hint(name)
     scan = FileScan(path, display, tuple(events), problems=tuple(problems), hint=hint)
     results = [e for _, e in events if isinstance(e, ResultRecord)]

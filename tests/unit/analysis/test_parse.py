@@ -61,6 +61,22 @@ def test_truncated_record_is_a_problem_and_the_job_a_failure(tmp_path: Path) -> 
     assert "broken event line" in failures["detail"].iloc[0]
 
 
+def test_a_log_cut_inside_its_start_event_is_a_failure_not_dropped(tmp_path: Path) -> None:
+    """A job's log cut in its first event line (a disk full, a node lost while writing), with
+    no result.json: the job is listed as incomplete with the broken line named, as one cut in
+    its result line is, never left to a problem alone."""
+    done = make_result("1")
+    write_log(tmp_path / "slurm-1.out", start_of(done), done)
+    cut = encode(start_of(make_result("2")))
+    (tmp_path / "slurm-2.out").write_text("some noise\n" + cut[: len(cut) // 2])
+    runs, failures, problems = load_all(tmp_path)
+    assert runs["job_id"].tolist() == ["1"]
+    assert failures["job_id"].tolist() == ["2"]
+    assert "broken event line" in failures["detail"].iloc[0]
+    assert any("slurm-2.out" in p.file for p in problems)
+    assert not any("without scalescope events" in p.message for p in problems)
+
+
 def test_newer_schema_is_a_problem_naming_the_version(tmp_path: Path) -> None:
     data = make_result("12").to_dict()
     data["schema_version"] = 99
