@@ -102,7 +102,7 @@ _PEER_LOST = re.compile(
 """What a task raises when another task died or hung: the other's side effect, never its
 own cause. The rule of the FAILED line: a task's own error is named before any task's lost
 peer, in task order within each kind. The summary orders every cause in full from the logs
-(analysis/read/cause.py, CAUSAL_ORDER, whose collective errors these lines are)."""
+(analysis/read/failures/cause.py, CAUSAL_ORDER, whose collective errors these lines are)."""
 
 
 def read_outcome(

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.read import classify
-from analysis.read.cause import CAUSAL_ORDER, CONSEQUENCE_ONLY, diagnose
-from analysis.read.classify import (
+from analysis.read.failures import classify
+from analysis.read.failures.cause import CAUSAL_ORDER, CONSEQUENCE_ONLY, diagnose
+from analysis.read.failures.classify import (
     KEYWORDS,
     REASONS,
     Evidence,

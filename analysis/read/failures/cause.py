@@ -1,5 +1,5 @@
 """Which of a job's symptoms is the cause (:func:`diagnose`), from the :class:`Evidence` that
-:mod:`analysis.read.classify` read off its logs: the earliest error of a log, and between logs
+:mod:`.classify` read off its logs: the earliest error of a log, and between logs
 (whose lines cannot be ordered against each other) the more causal kind
 (:data:`CAUSAL_ORDER`). Two kinds are printed after what they caused, so they win in a log
 whatever came before them: outside events (:data:`OUTSIDE_EVENTS`: a node failure, a
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analysis.read.classify import REASONS, Evidence
+from analysis.read.failures.classify import REASONS, Evidence
 
 CAUSAL_ORDER = (
     # outside events: nothing the job printed can have caused them (they win within a log

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from analysis.read.cause import diagnose
-from analysis.read.classify import Evidence
+from analysis.read.failures.cause import diagnose
+from analysis.read.failures.classify import Evidence
 from analysis.read.files import Problem
 from analysis.read.manifest import PlannedJob
 

@@ -4,7 +4,7 @@ Each rule matches the stable core of one message, not its decoration: host names
 time formats, srun's ``0: `` labels and PyTorch's ``[rank0]:`` prefixes vary between
 versions and clusters. A job usually prints several symptoms (a CUDA OOM on one rank is
 followed by a collective timeout on the others and by srun's exit codes), so every match is
-kept as :class:`Evidence`, with its file and line; :mod:`analysis.read.cause` picks the root
+kept as :class:`Evidence`, with its file and line; :mod:`.cause` picks the root
 cause among them.
 """
 
