@@ -246,37 +246,16 @@ def _markers_in(
         pos = buf.find(MARKER_BYTES, le, end)
 
 
-def scan_file(item: tuple[str, str]) -> FileScan:
-    """Phase 1 for one file: its events, problems and (if it needs them) failure evidence."""
-    path, display = item
-    name = os.path.basename(path)
-    if name == RESULT_JSON:
-        try:
-            return FileScan(path, display, events=((0, read_result_json(path)),))
-        except RecordError as exc:
-            return FileScan(path, display, problems=(Problem(display, str(exc)),))
-    if name == SWEEP_JSON:
-        try:
-            planned = read_manifest(path, display)
-        except ValueError as exc:
-            message = f"not a readable sweep manifest: {exc}; the logs are still summarised"
-            return FileScan(path, display, problems=(Problem(display, message),))
-        return FileScan(path, display, planned=tuple(planned))
-    events: list[tuple[int, StartEvent | ResultRecord]] = []
-    problems: list[Problem] = []
-    damage = Damage()
-    try:
-        with open(path, "rb") as fh:
-            first = fh.read(CHUNK_BYTES)
-            lines = list(_marker_lines(fh, first, damage))
-            size = fh.tell()
-            fh.seek(max(size - 1, 0))
-            ends_in_newline = fh.read(1) == b"\n"
-    except OSError as exc:
-        return FileScan(path, display, problems=(Problem(display, f"cannot read: {exc}"),))
+Entries = dict[int, tuple[StartEvent | ResultRecord | None, str | None]]
+
+
+def _decoded(lines: list[MarkerLine], ends_in_newline: bool) -> tuple[Entries, bool]:
+    """The events of a file's marker lines, or the problem each has, by byte offset; and
+    whether the file ends inside an event line (its last, cut mid-write: a job whose log stops
+    there)."""
     # Results first: a start event whose run finished in this same log adds nothing, so it
     # is not decoded at all (a third of the JSON work on a big sweep).
-    entries: dict[int, tuple[StartEvent | ResultRecord | None, str | None]] = {}
+    entries: Entries = {}
     cut = False  # the file ends inside an event line: a job whose log stops mid-write
     finished_here: set[str] = set()
     for want_start in (False, True):
@@ -307,6 +286,38 @@ def scan_file(item: tuple[str, str]) -> FileScan:
                 entries[offset] = (event, None)
                 if isinstance(event, ResultRecord):
                     finished_here.add(event.identity.run_id)
+    return entries, cut
+
+
+def scan_file(item: tuple[str, str]) -> FileScan:
+    """Phase 1 for one file: its events, problems and (if it needs them) failure evidence."""
+    path, display = item
+    name = os.path.basename(path)
+    if name == RESULT_JSON:
+        try:
+            return FileScan(path, display, events=((0, read_result_json(path)),))
+        except RecordError as exc:
+            return FileScan(path, display, problems=(Problem(display, str(exc)),))
+    if name == SWEEP_JSON:
+        try:
+            planned = read_manifest(path, display)
+        except ValueError as exc:
+            message = f"not a readable sweep manifest: {exc}; the logs are still summarised"
+            return FileScan(path, display, problems=(Problem(display, message),))
+        return FileScan(path, display, planned=tuple(planned))
+    events: list[tuple[int, StartEvent | ResultRecord]] = []
+    problems: list[Problem] = []
+    damage = Damage()
+    try:
+        with open(path, "rb") as fh:
+            first = fh.read(CHUNK_BYTES)
+            lines = list(_marker_lines(fh, first, damage))
+            size = fh.tell()
+            fh.seek(max(size - 1, 0))
+            ends_in_newline = fh.read(1) == b"\n"
+    except OSError as exc:
+        return FileScan(path, display, problems=(Problem(display, f"cannot read: {exc}"),))
+    entries, cut = _decoded(lines, ends_in_newline)
     for offset in sorted(entries):  # back in file order
         event, problem = entries[offset]
         if problem is not None:
