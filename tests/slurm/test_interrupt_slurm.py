@@ -6,7 +6,6 @@ listed to scancel nor left RUNNING in sweep.json."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -70,8 +69,12 @@ def test_ctrl_c_after_a_job_ended_lists_only_the_jobs_still_on_slurm(
         except BaseException as exc:
             seen["error"] = repr(exc)
         finally:
-            os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C
+            # the terminal's Ctrl-C, to the main thread: sent to the process, the kernel may
+            # hand it to this thread, and the main thread's sleep would go on uninterrupted
+            signal.pthread_kill(main, signal.SIGINT)
 
+    main = threading.main_thread().ident
+    assert main is not None
     thread = threading.Thread(target=interrupt, daemon=True)
     thread.start()
     try:
