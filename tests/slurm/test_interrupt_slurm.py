@@ -75,11 +75,16 @@ def test_ctrl_c_after_a_job_ended_lists_only_the_jobs_still_on_slurm(
 
     main = threading.main_thread().ident
     assert main is not None
+    # a terminal's foreground process answers Ctrl-C with KeyboardInterrupt; a shell's
+    # background job (the test script runs this tier beside the others) starts with SIGINT
+    # ignored, and Python then installs no handler of its own
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     thread = threading.Thread(target=interrupt, daemon=True)
     thread.start()
     try:
         rc = cli.main(sweep_argv(sweep, "ctrlc"))
     finally:
+        signal.signal(signal.SIGINT, before)
         thread.join(timeout=30)
         if ids:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
