@@ -397,6 +397,118 @@ def test_oom_then_watchdog_then_time_limit_across_rank_logs() -> None:
     ]
 
 
+STEP_LIMIT = (
+    "slurmstepd: error: *** STEP 7003.0 ON node1 CANCELLED AT 2026-01-01T10:00:00 DUE TO TIME "
+    "LIMIT ***"
+)
+JOB_LIMIT = (
+    "slurmstepd: error: *** JOB 7003 ON node1 CANCELLED AT 2026-01-01T10:00:00 DUE TO TIME "
+    "LIMIT ***"
+)
+GLOO_CLOSED = [
+    "Traceback (most recent call last):",
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+    "peer [10.0.0.1]:29500",
+]
+NCCL_ASYNC = (
+    "[rank1]:[E0101 {at} 4242 ProcessGroupNCCL.cpp:1537] [PG 0 Rank 1] Process group watchdog "
+    "thread terminated with exception: NCCL error: remote process exited or there was a network "
+    "error, NCCL version 2.21.5"
+)
+
+
+@pytest.mark.parametrize("limit", [STEP_LIMIT, JOB_LIMIT], ids=["step", "job"])
+@pytest.mark.parametrize(
+    "peer",
+    [
+        GLOO_CLOSED,
+        [NCCL_ASYNC.format(at="10:00:04.000000")],
+        ["RuntimeError: Connection reset by peer"],
+        [
+            "[rank1]: ncclRemoteError: A call failed possibly due to a network error or a remote "
+            "process exiting prematurely."
+        ],
+    ],
+    ids=["gloo-closed", "nccl-stamped-after", "reset", "nccl-remote"],
+)
+def test_a_peer_lost_to_the_time_limits_kill_is_a_consequence_of_the_limit(
+    limit: str, peer: list[str]
+) -> None:
+    """Slurm kills every task at the time limit; the first to die closes its connections
+    and the peers still in a collective say so, in their own logs. Nothing says a rank died
+    before the cancel (no error of its own, no task exit before it, no time on the peer's
+    line before the cancel's): the time limit is the cause."""
+    evidence = [
+        *_ev(["Epoch 3: 40%", limit], "7003_0_log.err"),
+        *_ev(peer, "7003_1_log.err"),
+    ]
+    d = diagnose(evidence)
+    assert d.code == "time_limit", d
+    assert d.evidence is not None and d.evidence.where == "7003_0_log.err:2"
+    assert d.also_seen == ("collective_error",)
+
+
+@pytest.mark.parametrize(
+    ("rank0", "others", "expected"),
+    [
+        # srun reported a task's exit before the cancel: a rank died first and the job hung
+        # until the limit
+        (
+            ["srun: error: node2: task 1: Exited with exit code 1", STEP_LIMIT],
+            {"7003_1_log.err": GLOO_CLOSED},
+            "collective_error",
+        ),
+        # the peer's error is stamped 48 minutes before the cancel
+        (
+            [STEP_LIMIT],
+            {"7003_1_log.err": [NCCL_ASYNC.format(at="09:12:00.000000")]},
+            "collective_error",
+        ),
+        # stamped before a cancel just after New Year, on 31 December
+        (
+            [JOB_LIMIT.replace("2026-01-01T10:00:00", "2026-01-01T00:00:30")],
+            {"7003_1_log.err": [NCCL_ASYNC.replace("E0101", "E1231").format(at="23:50:00.0")]},
+            "collective_error",
+        ),
+        # the peer's own log has the cancel after its error
+        (
+            [STEP_LIMIT],
+            {"7003_1_log.err": [*GLOO_CLOSED, JOB_LIMIT]},
+            "collective_error",
+        ),
+        # a rank's own error wins over what its peers saw and over the limit
+        (
+            [STEP_LIMIT],
+            {
+                "7003_1_log.err": GLOO_CLOSED,
+                "7003_2_log.err": [
+                    "Traceback (most recent call last):",
+                    "ValueError: shard 7 is empty",
+                ],
+            },
+            "exception",
+        ),
+        # a rank hung in a collective before the limit: the hang is what the limit ended
+        (
+            [STEP_LIMIT],
+            {"7003_1_log.err": GLOO_CLOSED, "7003_2_log.err": [WATCHDOG.format(r=2)]},
+            "collective_timeout",
+        ),
+    ],
+    ids=["task-exit-first", "stamped-before", "new-year", "limit-after-it", "own-error", "hang"],
+)
+def test_what_a_rank_showed_before_the_time_limit_stays_the_cause(
+    rank0: list[str], others: dict[str, list[str]], expected: str
+) -> None:
+    """A rank that failed before the cancel says so: srun's report of its exit before the
+    cancel line, a time on its peer's line before the cancel's, its own error, a watchdog
+    timeout (a hang of minutes). Then the peer-lost error is not the kill's."""
+    evidence = _ev(rank0, "7003_0_log.err")
+    for file, lines in others.items():
+        evidence += _ev(lines, file)
+    assert diagnose(evidence).code == expected
+
+
 def test_a_peer_that_died_is_a_collective_error_not_a_timeout() -> None:
     lines = [
         "[rank1]: Traceback (most recent call last):",

@@ -53,3 +53,32 @@ def test_oom_then_watchdog_then_time_limit_is_reported_as_oom(tmp_path: Path) ->
     assert (
         f"| NCCL/collective timeout at {log}:6; time limit at {log}:7; task exit code at {log}:8 |"
     ) in line
+
+
+def test_a_time_limit_is_the_cause_over_the_peer_lost_errors_its_kill_made(
+    tmp_path: Path,
+) -> None:
+    """submitit: a log per task. Rank 0's log says Slurm cancelled the step at its time
+    limit, rank 1's that its peer closed the connection as the kill took rank 0 down: the
+    job ran out of time, and the closed connection is a consequence."""
+    job = make_result("7102", world=(1, 2))
+    folder = tmp_path / "7102"
+    write_log(folder / "7102_0_log.out", start_of(job), "Epoch 3: 40%")
+    limit = (
+        "slurmstepd: error: *** STEP 7102.0 ON node1 CANCELLED AT 2026-01-01T10:00:00 DUE TO "
+        "TIME LIMIT ***"
+    )
+    write_log(folder / "7102_0_log.err", limit)
+    closed = (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
+        "by peer [10.0.0.1]:29500"
+    )
+    write_log(folder / "7102_1_log.err", "Traceback (most recent call last):", closed)
+    _, failures, _ = load_all(tmp_path, jobs=1)
+    (row,) = failures.to_dict("records")
+    assert (row["reason"], row["also_seen"]) == ("time_limit", "collective_error")
+    assert row["evidence_file"] == f"{tmp_path.name}/7102/7102_0_log.err"
+    log = f"{tmp_path.name}/7102/7102_1_log.err"
+    assert row["consequences"].startswith(
+        f"NCCL/collective error (peer exited or network) at {log}:2"
+    )
