@@ -11,6 +11,7 @@ cause among them.
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -176,11 +177,22 @@ _EXCEPTION = re.compile(
     r"(?:Error|Exception|Interrupt|Exit|Failure|Timeout))(?::\s*(?P<msg>.*))?$"
 )
 
+_CHILD_FAILED = "ChildFailedError"
+"""torchrun's exception when a worker failed: its message is a summary of the failed workers
+(:meth:`EvidenceCollector._child_summary`), not an error of torchrun's own."""
+_CHILD_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
+# "  exitcode  : -9 (pid: 1234)"; newer torch adds the signal's name: "... (pid: 1234)  (SIGKILL)"
+_CHILD_EXIT = re.compile(
+    r"^\s*exitcode\s*: (?P<code>-?\d+) \(pid: \d+\)(?:\s*\((?P<name>SIG\w+)\))?"
+)
+_SIGKILL_SENDERS = "the kernel's OOM killer or the scheduler, most often"
+
 KEYWORDS = re.compile(
     rb"CANCELLED|Cancelled|Traceback|rror|xception|Interrupt|interrupted|Exit|Failure|Timeout"
     rb"|Out Of Memory|out of memory|oom|Watchdog|timed out|Timed out|timing out|this job is"
     rb"|Requeued|memory limit|srun: error|by peer|by remote peer|completion from peer"
     rb"|collective mismatch|mismatch between collectives|exhausted inputs|MEMORY ERROR|FAILED \("
+    rb"|exitcode|\(local_rank: "
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -331,6 +343,21 @@ def classify_line(line: str) -> list[tuple[str, str]]:
     return found
 
 
+def _child_exit(code: int, name: str | None, rank: str | None) -> str:
+    """How torchrun's summary says a worker ended: killed by a signal (a negative exit code;
+    the signal's name as printed, else this machine's name for its number) or exited."""
+    who = f"torchrun: rank {rank}" if rank is not None else "torchrun: a worker"
+    if code >= 0:
+        return f"{who} exited with exit code {code}"
+    if name is None:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            return f"{who} killed by signal {-code}"
+    said = f": {_SIGKILL_SENDERS}" if name == "SIGKILL" else ""
+    return f"{who} killed by signal {-code} ({name}{said})"
+
+
 def _mismatch_detail(line: str) -> str:
     """What each rank ran, where the message says (TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
     ranks = [f"rank {m.group('rank')} runs {m.group('op')}" for m in _MISMATCH_RANK.finditer(line)]
@@ -385,6 +412,12 @@ class EvidenceCollector:
     in, and the number of its last line read: "header" (its traceback comes next), "body" (in
     its traceback), "ended" (its exception line read; a chained exception may follow). Its
     lines are not an error (:meth:`_in_ignored`)."""
+    child_summaries: int = 0
+    """torchrun's summaries of failed workers (ChildFailedError) read: one per node."""
+    child_rank: str | None = None
+    """The rank of the worker the first summary tells of (its last ``rank :`` line)."""
+    child_exit: Evidence | None = None
+    """How the first summary's root cause (printed last) ended, as a task's exit."""
 
     def _in_ignored(self, rank: str, line: str, line_no: int) -> bool:
         """Is the line part of an exception report Python ignored? The report ends at its
@@ -418,12 +451,37 @@ class EvidenceCollector:
             return True
         return False
 
+    def _child_summary(self, raw: str, line: str, line_no: int, offset: int) -> bool:
+        """Is the line part of torchrun's summary of its failed workers? Its exception line
+        (ChildFailedError) ends torchrun's traceback without being an error of its own: a
+        worker's traceback printed after it is still the first. The first summary's last
+        worker is its root cause; how it ended is kept as a task's exit
+        (:attr:`child_exit`)."""
+        m = _EXCEPTION.match(line.rstrip())
+        if m is not None and m.group("name").endswith(_CHILD_FAILED):
+            self.child_summaries += 1
+            self.child_rank = None
+            # torchrun's traceback was not one: the next is the first, unless one was before
+            self.traceback_seen = self.last_exception is not None
+            return True
+        if not self.child_summaries:
+            return False
+        rank, end = _CHILD_RANK.match(line), _CHILD_EXIT.match(line)
+        if self.child_summaries == 1 and rank is not None:
+            self.child_rank = rank.group("rank")
+        elif self.child_summaries == 1 and end is not None:
+            detail = _child_exit(int(end.group("code")), end.group("name"), self.child_rank)
+            self.child_exit = Evidence("exit_code", detail, _trim(raw), self.file, line_no, offset)
+        return rank is not None or end is not None
+
     def feed(self, raw: str, line_no: int, offset: int = -1) -> None:
         text = raw.rstrip("\r\n")
         prefix = _PREFIX.match(text)
         rank = "".join(prefix.group(0).split()) if prefix else ""
         line = text[prefix.end() :] if prefix else text
         if self._in_ignored(rank, line, line_no):
+            return
+        if self._child_summary(raw, line, line_no, offset):
             return
         if _TRACEBACK in line:
             if self.last_exception is not None and not self.chained:
@@ -453,7 +511,12 @@ class EvidenceCollector:
                 self.chained = False
 
     def evidence(self) -> list[Evidence]:
-        out = list(self.first.values())
+        """What the file said, each kind once. torchrun's summary of how its worker ended is
+        the task's exit, over srun's or slurmstepd's report that the task (torchrun) did."""
+        first = (
+            self.first if self.child_exit is None else {**self.first, "exit_code": self.child_exit}
+        )
+        out = list(first.values())
         if self.last_exception is not None:
             out.append(self.last_exception)
         return sorted(out, key=lambda e: e.line_no)

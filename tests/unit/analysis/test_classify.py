@@ -907,3 +907,97 @@ def test_every_line_the_job_refuses_to_start_with_is_the_cause(message: str) -> 
     assert d.code == "config_error" and message[:30] in d.detail
     stopped = "scalescope train: error: stopped early (SIGTERM) at step 40; the record covers 1"
     assert "config_error" not in {code for code, _ in classify_line(stopped)}
+
+
+def _torchrun_failed(exitcode: int, traceback: str, prefix: str = "") -> list[str]:
+    """What torchrun prints when a worker fails: its own traceback, then ChildFailedError's
+    summary of the failed workers, the root cause (the first to fail) last."""
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/bin/torchrun", line 8, in <module>',
+        "    sys.exit(main())",
+        '  File "/usr/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 263, '
+        "in launch_agent",
+        "    raise ChildFailedError(",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "scalescope/train.py FAILED",
+        "------------------------------------------------------------",
+        "Failures:",
+        "[1]:",
+        "  time      : 2026-01-01_10:00:03",
+        "  host      : node1",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 1233)",
+        "  error_file: <N/A>",
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2026-01-01_10:00:00",
+        "  host      : node1",
+        "  rank      : 1 (local_rank: 1)",
+        f"  exitcode  : {exitcode} (pid: 1234)",
+        "  error_file: <N/A>",
+        f"  traceback : {traceback}",
+        "============================================================",
+    ]
+    return [prefix + line for line in lines]
+
+
+SIGKILLED = _torchrun_failed(-9, "Signal 9 (SIGKILL) received by PID 1234")
+EXITED = _torchrun_failed(1, "To enable traceback see: https://pytorch.org/docs/stable/elastic/")
+RANK_ERROR = [
+    "[default1]:Traceback (most recent call last):",
+    '[default1]:  File "scalescope/train.py", line 9, in <module>',
+    "[default1]:ValueError: shard 7 is empty",
+]
+
+
+@pytest.mark.parametrize("prefix", ["", "0: "], ids=["plain", "srun-label"])
+def test_torchruns_summary_of_a_killed_worker_says_which_signal(
+    tmp_path: Path, prefix: str
+) -> None:
+    """A worker killed by a signal leaves no traceback; torchrun's summary names the rank and
+    the signal (a negative exit code). It is a task's end, as srun's "Killed" is: the cause
+    only when nothing says why (the kernel's OOM killer and the scheduler send SIGKILL)."""
+    d = diagnose(_file_evidence(tmp_path, ["Epoch 3: 40%", *_torchrun_failed(-9, "x", prefix)]))
+    assert (d.code, d.label) == ("exit_code", "task exit code")
+    assert d.detail == (
+        "torchrun: rank 1 killed by signal 9 (SIGKILL: the kernel's OOM killer or the "
+        "scheduler, most often)"
+    )
+    assert d.evidence is not None and d.evidence.line_no == 25
+    assert d.consequences == ()
+    # another signal, without the advice; newer torch names it on the exit code's line
+    segv = _torchrun_failed(-11, "Signal 11 (SIGSEGV) received by PID 1234")
+    for lines in (segv, [line.replace("(pid: 1234)", "(pid: 1234)  (SIGSEGV)") for line in segv]):
+        d = diagnose(_file_evidence(tmp_path, lines))
+        assert d.detail == "torchrun: rank 1 killed by signal 11 (SIGSEGV)"
+
+
+def test_torchruns_summary_of_a_worker_that_exited_is_its_exit_code(tmp_path: Path) -> None:
+    d = diagnose(_file_evidence(tmp_path, EXITED))
+    assert (d.code, d.detail) == ("exit_code", "torchrun: rank 1 exited with exit code 1")
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_a_workers_own_traceback_wins_over_torchruns_summary(tmp_path: Path, order: str) -> None:
+    """A non-zero exit code is the worker's own exception: its traceback (before torchrun's
+    or after it, as the pipes flushed) is the cause, torchrun's report of it a consequence."""
+    lines = [*RANK_ERROR, *EXITED] if order == "before" else [*EXITED, *RANK_ERROR]
+    d = diagnose(_file_evidence(tmp_path, lines))
+    assert (d.code, d.detail) == ("exception", "ValueError: shard 7 is empty")
+    assert d.also_seen == ("exit_code",)
+
+
+def test_torchruns_summary_says_more_than_sruns_exit_of_torchrun(tmp_path: Path) -> None:
+    """srun reports torchrun's own exit (1), whatever its worker died of: torchrun's summary
+    is the task exit the log explains the job by, wherever srun's line landed."""
+    srun = "srun: error: node2: task 1: Exited with exit code 1"
+    for lines in ([srun, *SIGKILLED], [*SIGKILLED, srun]):
+        d = diagnose(_file_evidence(tmp_path, lines))
+        assert d.code == "exit_code" and d.detail.startswith("torchrun: rank 1 killed by"), d
+    # a host OOM kill says why the worker got its SIGKILL
+    oom = "slurmstepd: error: Detected 1 oom_kill event in StepId=7101.0."
+    assert diagnose(_file_evidence(tmp_path, [*SIGKILLED, oom])).code == "host_oom"
