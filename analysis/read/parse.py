@@ -74,6 +74,8 @@ class _Assembler:
         self.broken_jobs: set[JobKey] = set()
         """Jobs known only by a log whose event line is broken (cut inside its start event)."""
         self.planned: list[PlannedJob] = []
+        self.planned_ids: set[str] = set()
+        """The job ids the manifests name."""
         self.shapes: dict[JobKey, PlannedJob] = {}
         """What an sbatch job's first line says it was, by job."""
         self.unplanned: list[Failure] = []
@@ -95,11 +97,25 @@ class _Assembler:
         """The jobs ``name`` (a job id, an array task, a pid) can mean."""
         return self.names.get(name) or self.weak_names.get(name) or set()
 
+    def _reading(self, scan: FileScan) -> str:
+        """The job id a log's name carries: of a name's two readings (an array task, or a job
+        after a name ending in a number: :func:`analysis.read.scan.job_hints`), the one that a
+        job's events or a sweep's manifest names, where only that one is named; else the
+        likelier."""
+        hint, other = scan.hint or "", scan.other_hint
+        if other is not None and not self._known_name(hint) and self._known_name(other):
+            return other
+        return hint
+
+    def _known_name(self, name: str) -> bool:
+        return bool(self.named(name)) or name in self.planned_ids
+
     def _hint_key(self, scan: FileScan) -> JobKey | None:
-        """The job a log known by its name only belongs to: the one job of that id, else the
-        one whose files are nearest (in its folder, else the longest shared path); its id
-        alone when no job has it; None when jobs of that id are equally near (a problem)."""
-        hint = scan.hint or ""
+        """The job a log known by its name only belongs to (:meth:`_reading`): the one job
+        of that id, else the one whose files are nearest (in its folder, else the longest
+        shared path); its id alone when no job has it; None when jobs of that id are equally
+        near (a problem)."""
+        hint = self._reading(scan)
         keys = sorted(self.named(hint))
         if len(keys) <= 1:
             return keys[0] if keys else JobKey(hint)
@@ -128,6 +144,7 @@ class _Assembler:
     def add(self, scan: FileScan) -> None:
         self.problems.extend(scan.problems)
         self.planned.extend(scan.planned)
+        self.planned_ids.update(job.job_id for job in scan.planned if job.job_id)
         # result.json first: it is written atomically, a log line may have been interleaved
         for _, event in scan.events:
             key = self._key(event.identity)

@@ -68,6 +68,8 @@ class FileScan:
     problems: tuple[Problem, ...] = ()
     hint: str | None = None
     """Job id read from the file name (``1234`` or array ``1234_5``), if any."""
+    other_hint: str | None = None
+    """The name's other reading, where it has two (:func:`job_hints`)."""
     evidence_scanned: bool = False
     planned: tuple[PlannedJob, ...] = ()
     """The jobs a sweep.json lists."""
@@ -82,32 +84,48 @@ class FileScan:
 # --- phase 1: events ------------------------------------------------------------------------
 
 
+DEFAULT_MAX_TASK_INDEX = 1000
+"""The highest array task index under Slurm's default ``MaxArraySize`` (1001)."""
+
+
 def job_hint(name: str) -> str | None:
-    """The job id a log's file name carries: Slurm's ``slurm-<id>.out``, submitit's
-    ``<id>_<task>_log.out`` (checked first: its task number is not the id), sbatch's ``<id>``,
-    ``<name>_<id>``, ``<name>-<id>`` and ``<name>.<id>`` with ``.out`` or ``.err``,
-    ``<name><id>`` (``job1234.out``, four digits or more) with ``.out`` or ``.err``, and
-    ``<id>``, ``<name>_<id>`` and ``<name>-<id>`` with ``.log`` (three digits or more, no dot
-    in the name). An array task is ``<array id>_<task>`` (:func:`_array_or_job`)."""
+    """The job id a log's file name carries, the likelier of two readings
+    (:func:`job_hints`)."""
+    hints = job_hints(name)
+    return hints[0] if hints else None
+
+
+def job_hints(name: str) -> tuple[str, ...]:
+    """The job ids a log's file name can carry, the likelier first: Slurm's
+    ``slurm-<id>.out``, submitit's ``<id>_<task>_log.out`` (checked first: its task number is
+    not the id), sbatch's ``<id>``, ``<name>_<id>``, ``<name>-<id>`` and ``<name>.<id>`` with
+    ``.out`` or ``.err``, ``<name><id>`` (``job1234.out``, four digits or more) with ``.out``
+    or ``.err``, and ``<id>``, ``<name>_<id>`` and ``<name>-<id>`` with ``.log`` (three digits
+    or more, no dot in the name). An array task is ``<array id>_<task>``; ``<name>_<a>_<b>``
+    reads two ways (:func:`_array_or_job`)."""
     for pattern in (_SUBMITIT_NAME, _SLURM_NAME, _GENERIC_NAME, _LOG_NAME, _GLUED_NAME):
         m = pattern.search(name)
         if m:
             groups = m.groupdict()
             return _array_or_job(groups.get("name"), m.group("job"))
-    return None
+    return ()
 
 
-def _array_or_job(name: str | None, job: str) -> str:
-    """``<a>_<b>`` of a file name: an array task (``%A_%a``) when it is the whole name, when
-    it follows ``slurm-`` (sbatch's default for arrays), or when ``b`` has fewer digits than
-    ``a`` (``train_7307_2.out``: ``%x_%A_%a``), as a task's index has next to its array's job
-    id (tasks count from 0 to MaxArraySize, 1001 by default; job ids only grow). Otherwise
-    ``a`` ends the job's name and ``b`` is the job id (``%x_%j`` of ``bert_1024``:
-    ``bert_1024_7310.out``)."""
+def _array_or_job(name: str | None, job: str) -> tuple[str, ...]:
+    """``<a>_<b>`` of a file name: an array task (``%A_%a``) when it is the whole name or
+    follows ``slurm-`` (sbatch's default for arrays). After another name it reads two ways:
+    the array task ``a_b`` (``%x_%A_%a``: ``train_7307_2.out``), or job ``b`` after a job name
+    ending in ``a`` (``%x_%j``: ``bert_1024_7310.out``, ``exp_20240101_7310.out``). The array
+    task comes first when ``b`` can be a task index next to ``a`` as a job id: fewer digits
+    (tasks count from 0, job ids only grow) and no more than Slurm's default array allows
+    (:data:`DEFAULT_MAX_TASK_INDEX`); else job ``b``. Which one a job's record or a sweep's
+    manifest names wins over this guess (:mod:`analysis.read.parse`)."""
     a, _, b = job.partition("_")
-    if not b or name is None or name == "slurm" or len(b) < len(a):
-        return job
-    return b
+    if not b or name is None or name == "slurm":
+        return (job,)
+    if len(b) < len(a) and int(b) <= DEFAULT_MAX_TASK_INDEX:
+        return (job, b)
+    return (b, job)
 
 
 def _constant(n: int) -> Callable[[], int]:
@@ -329,8 +347,15 @@ def scan_file(item: tuple[str, str]) -> FileScan:
     # that ends inside its start event, a job left incomplete); not a binary file, nor one
     # whose event lines are whole but unreadable (the problems say so already).
     unusable = damage.is_binary(bool(lines), size) or (bool(lines) and not cut)
-    hint = None if events or unusable else job_hint(name)
-    scan = FileScan(path, display, tuple(events), problems=tuple(problems), hint=hint)
+    hints = () if events or unusable else job_hints(name)
+    scan = FileScan(
+        path,
+        display,
+        tuple(events),
+        problems=tuple(problems),
+        hint=hints[0] if hints else None,
+        other_hint=hints[1] if len(hints) > 1 else None,
+    )
     results = [e for _, e in events if isinstance(e, ResultRecord)]
     finished = {e.identity.run_id for e in results}
     if any(isinstance(e, StartEvent) and e.identity.run_id not in finished for _, e in events):
@@ -463,6 +488,7 @@ def _with_evidence(scan: FileScan) -> FileScan:
         scan.hint,
         evidence_scanned=True,
         shape=sbatch_shape(scan.path),
+        other_hint=scan.other_hint,
     )
 
 

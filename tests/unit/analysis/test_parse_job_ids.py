@@ -4,6 +4,7 @@ included, and a rank's log known by its name only joins the one whose logs share
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -140,3 +141,41 @@ def test_a_rank_log_equally_near_to_two_jobs_of_its_id_is_a_problem(tmp_path: Pa
         "job id 8006 names 2 jobs (on clusterA in sweep sweep-test, on clusterB in sweep "
         "sweep-test) and this log is as near to each"
     )
+
+
+PEER_RESET = ("Traceback (most recent call last):", "RuntimeError: Connection reset by peer")
+
+
+def test_a_job_name_ending_in_a_date_is_not_an_array(tmp_path: Path) -> None:
+    """sbatch's %x_%j with a job name that ends in a date: the date is no array's job id, and
+    the rank's log joins its job."""
+    job = make_result("7310", run_uuid="f" * 32)
+    write_log(tmp_path / "slurm-7310.out", start_of(job))
+    write_log(tmp_path / "exp_20240101_7310.err", *PEER_RESET)
+    (failure,) = parse([tmp_path], jobs=1).failures
+    assert (failure.job_id, failure.diagnosis.code) == ("7310", "collective_error")
+    assert failure.files == (
+        f"{tmp_path.name}/exp_20240101_7310.err",
+        f"{tmp_path.name}/slurm-7310.out",
+    )
+
+
+def test_an_ambiguous_name_reads_as_the_job_that_is_known(tmp_path: Path) -> None:
+    """``<name>_<a>_<b>`` is an array task a_b or job b after a name ending in a number: the
+    reading a job's record or a sweep's manifest names wins over the guess from the digits."""
+    # array task 20240101_7310 on a cluster whose arrays go past 1000 tasks
+    task = make_result("20247400", array_job_id="20240101", array_task_id=7310, run_uuid="a" * 32)
+    write_log(tmp_path / "a" / "train_20240101_7310.out", start_of(task), task)
+    write_log(tmp_path / "a" / "rank1_20240101_7310.err", *PEER_RESET)
+    # job 815 of a sweep, after a job name ending in a date
+    sweep = tmp_path / "b"
+    write_log(sweep / "exp_20240101_815.out", *PEER_RESET)
+    entry = {"job_id": "815", "shape": "1x2", "nodes": 1, "devices_per_node": 2}
+    doc = {"sweep_id": "s1", "jobs": [{**entry, "world_size": 2, "repeat": 0, "state": "FAILED"}]}
+    (sweep / "sweep.json").write_text(json.dumps(doc), encoding="utf-8")
+    result = parse([tmp_path], jobs=1)
+    assert [r.record.identity.job_id for r in result.runs] == ["20247400"]
+    (p,) = [p for p in result.problems if p.file.endswith("rank1_20240101_7310.err")]
+    assert "job 20247400 finished" in p.message
+    got = [(f.job_id, f.diagnosis.code, f.files) for f in result.failures]
+    assert got == [("815", "collective_error", (f"{tmp_path.name}/b/exp_20240101_815.out",))]

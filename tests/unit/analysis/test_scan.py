@@ -93,6 +93,12 @@ def test_unreadable_file_is_a_problem(tmp_path: Path) -> None:
         ("scale_4_7312.out", "7312"),
         ("bert_8192_7313.err", "7313"),
         ("train-7307_15.out", "7307_15"),  # %x-%A_%a
+        # a job name ending in a number longer than the job id (a date): a task index over
+        # Slurm's default array limit (indices up to 1000) is a job id
+        ("exp_20240101_7310.out", "7310"),
+        ("exp_20240101_7310.err", "7310"),
+        ("exp-20240101-7310.out", "7310"),
+        ("exp_20240101_7310.log", "7310"),
         ("7307_1500.out", "7307_1500"),  # %A_%a: the whole name
         ("slurm-7307_1500.err", "7307_1500"),  # sbatch's slurm-%A_%a
         # a model's or a host's number glued to letters is not a job id (under four digits,
