@@ -9,6 +9,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -103,18 +104,47 @@ def add_jobs(p: argparse.ArgumentParser, help_text: str | None = None) -> None:
 # --- printing -------------------------------------------------------------------------------
 
 
+TABLE_WIDTH = 160
+"""The width of the tables printed to a file or a pipe without COLUMNS: a table needs one,
+and wider than a terminal's default it cuts fewer columns."""
+
+
 def rich_console(stream: Any) -> Any:
     """A rich console on ``stream`` whose closed pipe (``| head``) is the caller's to answer:
-    rich's own answer exits with status 1 at once, before anything else is written."""
+    rich's own answer exits with status 1 at once, before anything else is written. Its
+    ``prose_width`` is the width sentences wrap at (:func:`fill`): the terminal's, or COLUMNS
+    where set (a width asked for); None for a file or a pipe without COLUMNS, where no width
+    is known: a pager or an editor wraps each line at its own, and grep finds a sentence
+    whole. Its tables take :data:`TABLE_WIDTH` there."""
     from rich.console import Console
 
     class _Console(Console):
+        prose_width: int | None = None
+
         def on_broken_pipe(self) -> None:
             self.quiet = True
             raise BrokenPipeError
 
-    width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
-    return _Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    columns = os.environ.get("COLUMNS") or None
+    terminal = stream.isatty()
+    width = None if terminal else int(columns or TABLE_WIDTH)
+    console = _Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    console.prose_width = console.width if terminal or columns else None
+    return console
+
+
+def fill(console: Any, text: str, initial_indent: str = "", subsequent_indent: str = "") -> str:
+    """``text`` wrapped at ``console``'s ``prose_width`` (at least 40 columns), continuation
+    lines indented by ``subsequent_indent``; on one line where it has none
+    (:func:`rich_console`). Printed with ``soft_wrap=True``, rich leaves it as it is."""
+    width = console.prose_width
+    return textwrap.fill(
+        text,
+        width=max(40, width) if width is not None else sys.maxsize,
+        initial_indent=initial_indent,
+        subsequent_indent=subsequent_indent,
+        break_on_hyphens=False,
+    )
 
 
 def warn(problems: Sequence[Problem]) -> None:

@@ -5,11 +5,10 @@ width, so the answer to "which scales better?" is on the screen and not only in 
 from __future__ import annotations
 
 import sys
-import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from analysis.commands.common import rich_console
+from analysis.commands.common import fill, rich_console
 from analysis.present.report.report import FINDINGS_SECTIONS
 
 TERMINAL_FINDINGS = ("strategy_findings",)
@@ -20,14 +19,11 @@ one --wide away, and all of them in report.html)."""
 def print_findings(doc: dict[str, Any], keys: Sequence[str] = TERMINAL_FINDINGS) -> None:
     """Each of ``keys``' paragraphs under its heading, wrapped at the terminal's width."""
     console = rich_console(sys.stdout)
-    width = max(40, console.width)
     for key, _, heading, _ in FINDINGS_SECTIONS:
         if key not in keys or not doc.get(key):
             continue
         console.print()
         console.print(heading, markup=False, style="bold")
         for item in doc[key]:
-            text = textwrap.fill(
-                f"{item['series']}: {item['text']}", width=width, break_on_hyphens=False
-            )
+            text = fill(console, f"{item['series']}: {item['text']}")
             console.print(text, markup=False, soft_wrap=True)

@@ -7,12 +7,11 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import textwrap
 from typing import Any
 
 import pandas as pd
 
-from analysis.commands.common import _fraction, _number, rich_console
+from analysis.commands.common import _fraction, _number, fill, rich_console
 from analysis.compute.plan import DEFAULT_FLOOR, PlanRequest
 from analysis.present.tables.tables import rich_table
 
@@ -155,5 +154,5 @@ def print_plan(doc: dict[str, Any]) -> None:
         frame = frame.drop(columns=[c for c in omit if c in frame.columns])
         console.print()
         console.print(rich_table(display_table(s["series"], frame), narrow=True))
-        text = textwrap.fill(s["answer"], width=max(40, console.width), break_on_hyphens=False)
+        text = fill(console, s["answer"])
         console.print(text, markup=False, soft_wrap=True)

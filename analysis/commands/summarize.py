@@ -16,7 +16,6 @@ import gc
 import importlib
 import os
 import sys
-import textwrap
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from analysis.analyze import Analysis, ProjectionRequest, analyze
 from analysis.commands.common import (
     LOOKED_FOR,
     PROG,
+    fill,
     guarded,
     rich_console,
     warn,
@@ -166,17 +166,12 @@ def _print_headline(analysis: Analysis, failures: pd.DataFrame, max_rows: int = 
 
 def _print_notes(console: Any, notes: Sequence[str]) -> None:
     """ "Read this first": the notes, one bullet each (data, never rich markup), wrapped at
-    the console's width with their continuation lines indented under the bullet's text."""
+    the terminal's width with their continuation lines indented under the bullet's text; one
+    line each where no width is known (:func:`analysis.commands.common.fill`)."""
     if notes:
         console.print("[bold]Read this first[/bold]")
         for n in notes:
-            text = textwrap.fill(
-                n,
-                width=max(40, console.width),
-                initial_indent="  • ",
-                subsequent_indent="    ",
-                break_on_hyphens=False,
-            )
+            text = fill(console, n, initial_indent="  • ", subsequent_indent="    ")
             console.print(text, markup=False, soft_wrap=True)
 
 

@@ -272,6 +272,28 @@ def test_the_summary_fits_the_terminal_width_it_is_given(tmp_path: Path) -> None
     assert lines[at - 1].startswith("Every table, chart and paragraph")
 
 
+def test_notes_piped_without_a_width_stand_one_to_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redirected to a file with no COLUMNS, no terminal says how wide a line may be: each
+    note stands on one line (a pager or an editor wraps it at its own width, grep finds it
+    whole), not cut at an arbitrary 160 columns in the middle of a sentence."""
+    import contextlib
+
+    from analysis_helpers import FIXTURES
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = tmp_path / "summary.txt"
+    with out.open("w", encoding="utf-8") as fh, contextlib.redirect_stdout(fh):
+        assert cli.main([str(FIXTURES / "sweep"), "--no-write", "--jobs", "1"]) == 0
+    lines = out.read_text(encoding="utf-8").splitlines()
+    start = lines.index("Read this first") + 1
+    end = next(i for i, line in enumerate(lines) if i > start and not line.startswith("  "))
+    notes = lines[start:end]
+    assert len(notes) >= 3 and all(n.startswith("  • ") for n in notes), notes
+    assert max(len(n) for n in notes) > 160  # a note that the old width cut in two
+
+
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
