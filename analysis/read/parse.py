@@ -22,7 +22,12 @@ from typing import TypeVar
 
 from analysis.read.failures.cause import Diagnosis, diagnose
 from analysis.read.failures.classify import REASONS, Evidence
-from analysis.read.failures.finished import finished_with_errors, split_attempts
+from analysis.read.failures.finished import (
+    finished_with_errors,
+    of_attempt,
+    of_earlier_attempts,
+    split_attempts,
+)
 from analysis.read.files import RESULT_JSON, Problem, discover
 from analysis.read.jobs import Failure, JobKey, ParseResult, Run, job_key, run_key
 from analysis.read.manifest import PlannedJob
@@ -372,9 +377,7 @@ class _Assembler:
                 )
             )
         final = record.identity.restart_count
-        earlier = [
-            e for e in self.evidence.get(key, []) if e.attempt is not None and e.attempt < final
-        ] + ended
+        earlier = of_earlier_attempts(self.evidence.get(key, []), final) + ended
         reasons = tuple(
             dict.fromkeys(
                 "requeued" if e.code == "requeue" else e.label
@@ -387,9 +390,7 @@ class _Assembler:
     def _stopped(self, key: JobKey, record: ResultRecord, sources: list[str]) -> Failure:
         """A job whose result says it stopped early: a failure, with what stopped it."""
         final = record.identity.restart_count
-        evidence = self.evidence.get(key, [])
-        current = [e for e in evidence if e.attempt is None or e.attempt == final]
-        found = diagnose(current or evidence)
+        found = diagnose(of_attempt(self.evidence.get(key, []), final))
         note = (
             f"stopped early ({record.stop_reason}) after {record.steps} step(s); "
             "its record is kept out of the statistics"
@@ -423,11 +424,10 @@ class _Assembler:
             if not starts and not evidence and key not in self.broken_jobs:
                 continue
             final = max(starts) if starts else 0
-            current = [e for e in evidence if e.attempt is None or e.attempt == final]
             identity = starts[final].identity if starts else None
             files = tuple(sorted(self.job_files.get(key, ())))
             planned = None if identity is not None else self.planned_for(key)
-            diagnosis = diagnose(current or evidence)
+            diagnosis = diagnose(of_attempt(evidence, final))
             broken = [f for f in files if f in self.broken_files]
             if diagnosis.code == "unknown" and broken:
                 diagnosis = replace(

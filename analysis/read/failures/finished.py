@@ -27,6 +27,18 @@ NOTES = frozenset({"memory_limit"})
 limit at some point (its end, whether or not anything was killed). An info, not a warning."""
 
 
+def of_earlier_attempts(evidence: Sequence[Evidence], attempt: int) -> list[Evidence]:
+    """The lines of attempts before ``attempt`` (each follows its attempt's start event in its
+    file: :attr:`Evidence.attempt`)."""
+    return [e for e in evidence if e.attempt is not None and e.attempt < attempt]
+
+
+def of_attempt(evidence: Sequence[Evidence], attempt: int) -> list[Evidence]:
+    """What says how ``attempt`` ended: its own lines and those tied to no attempt (a log
+    without start events); every line where there are none."""
+    return [e for e in evidence if e.attempt is None or e.attempt == attempt] or list(evidence)
+
+
 def split_attempts(
     evidence: Sequence[Evidence], restart_count: int
 ) -> tuple[list[Evidence], list[Evidence]]:
@@ -40,7 +52,7 @@ def split_attempts(
     that ran once (``restart_count`` 0) has no earlier attempt."""
     if restart_count == 0:
         return [], list(evidence)
-    earlier = [e for e in evidence if e.attempt is not None and e.attempt < restart_count]
+    earlier = of_earlier_attempts(evidence, restart_count)
     by_file: dict[str, list[Evidence]] = {}
     for ev in evidence:
         if ev.attempt is None:

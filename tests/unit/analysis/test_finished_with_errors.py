@@ -170,3 +170,19 @@ def test_slurms_memory_limit_note_after_a_record_is_not_an_oom_kill(tmp_path: Pa
     assert [p.severity for p in problems] == ["info"]
     assert "OOM kill" not in problems[0].message
     assert "reached its memory limit" in problems[0].message
+
+
+def test_a_line_belongs_to_its_attempt_or_to_none() -> None:
+    """A line follows its attempt's start event in its file (``attempt``), or no start event
+    (None: a log without events). Earlier attempts' lines are how they ended; the evidence of
+    an attempt is its own lines and the untied ones, every line where it has none."""
+    from analysis.read.failures.classify import Evidence
+    from analysis.read.failures.finished import of_attempt, of_earlier_attempts
+
+    lines = [
+        Evidence("time_limit", "", "", "a.out", no, attempt=attempt)
+        for no, attempt in enumerate([0, 1, None, 2], 1)
+    ]
+    assert [e.line_no for e in of_earlier_attempts(lines, 2)] == [1, 2]
+    assert [e.line_no for e in of_attempt(lines, 1)] == [2, 3]
+    assert of_attempt(lines[:2], 2) == lines[:2]
