@@ -1,4 +1,5 @@
-"""What every tier shares: the tier marks, taken from the folder, and hypothesis profiles.
+"""What every tier shares: the tier marks, taken from the folder, hypothesis profiles, and time
+limits that stretch on a slow machine.
 
 A test's tier is where it lives (``tests/unit``, ``tests/integration``, ``tests/slurm``); the
 folder's name becomes its marker, so ``-m unit`` and ``tests/unit`` select the same tests and
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from time_limits import TIMEOUT_SCALE, measure_scale, stretch_limits
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "slurm")
@@ -52,6 +54,17 @@ def tier_of(path: Path) -> str | None:
     return first if first in TIERS else None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[TIMEOUT_SCALE] = measure_scale()
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    scale = config.stash.get(TIMEOUT_SCALE, 1.0)
+    if scale == 1.0:
+        return None
+    return f"time limits x{scale:.1f} (this machine's speed against the reference one's)"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tier = tier_of(item.path)
@@ -60,6 +73,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid}: every test lives in tests/unit, tests/integration or tests/slurm"
             )
         item.add_marker(getattr(pytest.mark, tier))
+    stretch_limits(config, items, config.stash[TIMEOUT_SCALE])
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
