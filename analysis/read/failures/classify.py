@@ -186,6 +186,14 @@ _CHILD_EXIT = re.compile(
     r"^\s*exitcode\s*: (?P<code>-?\d+) \(pid: \d+\)(?:\s*\((?P<name>SIG\w+)\))?"
 )
 _SIGKILL_SENDERS = "the kernel's OOM killer or the scheduler, most often"
+_SIGNAL_EXCEPTION = "SignalException"
+"""torchrun's exception when it is sent a signal (SIGTERM, SIGINT, SIGHUP): it stops its workers
+and raises this; the job did not fail of its own."""
+_GOT_SIGNAL = re.compile(r"got signal: (?P<code>\d+)")
+_SENDERS = {
+    "SIGTERM": "Slurm's cancel, time limit or preemption, most often",
+    "SIGKILL": _SIGKILL_SENDERS,
+}
 
 KEYWORDS = re.compile(
     rb"CANCELLED|Cancelled|Traceback|rror|xception|Interrupt|interrupted|Exit|Failure|Timeout"
@@ -358,6 +366,20 @@ def _child_exit(code: int, name: str | None, rank: str | None) -> str:
     return f"{who} killed by signal {-code} ({name}{said})"
 
 
+def _signalled(message: str) -> str:
+    """What torchrun's SignalException says it got: "torchrun got signal 15 (SIGTERM: ...)"."""
+    m = _GOT_SIGNAL.search(message)
+    if m is None:
+        return "torchrun got a signal"
+    code = int(m.group("code"))
+    try:
+        name = signal.Signals(code).name
+    except ValueError:
+        return f"torchrun got signal {code}"
+    said = f": {_SENDERS[name]}" if name in _SENDERS else ""
+    return f"torchrun got signal {code} ({name}{said})"
+
+
 def _mismatch_detail(line: str) -> str:
     """What each rank ran, where the message says (TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
     ranks = [f"rank {m.group('rank')} runs {m.group('op')}" for m in _MISMATCH_RANK.finditer(line)]
@@ -497,6 +519,15 @@ class EvidenceCollector:
             if known is None or (known.detail == _NCCL_GENERIC and detail != _NCCL_GENERIC):
                 self.first[code] = Evidence(code, detail, _trim(raw), self.file, line_no, offset)
         m = _EXCEPTION.match(line.rstrip())
+        if m is not None and m.group("name").endswith(_SIGNAL_EXCEPTION):
+            # sent from outside: a task's end, as srun's is (a worker's error before it stays
+            # the first traceback's)
+            detail = _signalled(m.group("msg") or "")
+            self.first.setdefault(
+                "exit_code", Evidence("exit_code", detail, _trim(raw), self.file, line_no, offset)
+            )
+            self.traceback_seen = self.last_exception is not None
+            return
         if self.traceback_seen and not self.first_traceback_done:
             if m:
                 interrupt = m.group("name").rsplit(".", 1)[-1] == "KeyboardInterrupt"

@@ -1001,3 +1001,41 @@ def test_torchruns_summary_says_more_than_sruns_exit_of_torchrun(tmp_path: Path)
     # a host OOM kill says why the worker got its SIGKILL
     oom = "slurmstepd: error: Detected 1 oom_kill event in StepId=7101.0."
     assert diagnose(_file_evidence(tmp_path, [*SIGKILLED, oom])).code == "host_oom"
+
+
+TORCHRUN_SIGTERM = [
+    "W1201 10:00:00.000000 4242 torch/distributed/elastic/agent/server/api.py:704] Received "
+    "Signals.SIGTERM death signal, shutting down workers",
+    "Traceback (most recent call last):",
+    '  File "/usr/local/bin/torchrun", line 8, in <module>',
+    "    sys.exit(main())",
+    '  File "/usr/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", '
+    "line 84, in _terminate_process_handler",
+    '    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)',
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15",
+]
+
+
+def test_torchruns_signal_exception_is_the_signal_it_got_not_an_error_of_the_job(
+    tmp_path: Path,
+) -> None:
+    """torchrun turns a SIGTERM (Slurm's time limit, a cancel, a preemption) into a
+    SignalException: a task's end sent from outside, a consequence of whatever sent it. With
+    the time limit's cancel in the log, before it or after, the limit is the cause; alone, the
+    signal it got is all the log says."""
+    cancel = (
+        "slurmstepd: error: *** STEP 9100.0 ON node1 CANCELLED AT 2026-12-01T10:00:00 DUE TO "
+        "TIME LIMIT ***"
+    )
+    for lines in ([*TORCHRUN_SIGTERM, cancel], [cancel, *TORCHRUN_SIGTERM]):
+        d = diagnose(_file_evidence(tmp_path, lines))
+        assert d.code == "time_limit", d
+        assert d.also_seen == ("exit_code",)
+    d = diagnose(_file_evidence(tmp_path, TORCHRUN_SIGTERM))
+    assert d.code == "exit_code"
+    assert d.detail == (
+        "torchrun got signal 15 (SIGTERM: Slurm's cancel, time limit or preemption, most often)"
+    )
+    # a worker's own error before it is still the job's
+    d = diagnose(_file_evidence(tmp_path, [*RANK_ERROR, *TORCHRUN_SIGTERM]))
+    assert (d.code, d.detail) == ("exception", "ValueError: shard 7 is empty")
