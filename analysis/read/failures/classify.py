@@ -185,15 +185,14 @@ _CHILD_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
 _CHILD_EXIT = re.compile(
     r"^\s*exitcode\s*: (?P<code>-?\d+) \(pid: \d+\)(?:\s*\((?P<name>SIG\w+)\))?"
 )
-_SIGKILL_SENDERS = "the kernel's OOM killer or the scheduler, most often"
 _SIGNAL_EXCEPTION = "SignalException"
 """torchrun's exception when it is sent a signal (SIGTERM, SIGINT, SIGHUP): it stops its workers
 and raises this; the job did not fail of its own."""
 _GOT_SIGNAL = re.compile(r"got signal: (?P<code>\d+)")
-_SENDERS = {
-    "SIGTERM": "Slurm's cancel, time limit or preemption, most often",
-    "SIGKILL": _SIGKILL_SENDERS,
-}
+_KILLERS = {"SIGKILL": "the kernel's OOM killer or the scheduler, most often"}
+"""What usually sends the signal that killed a worker (torchrun's summary)."""
+_SENDERS = {**_KILLERS, "SIGTERM": "Slurm's cancel, time limit or preemption, most often"}
+"""What usually sends the signal torchrun got (its SignalException)."""
 
 KEYWORDS = re.compile(
     rb"CANCELLED|Cancelled|Traceback|rror|xception|Interrupt|interrupted|Exit|Failure|Timeout"
@@ -351,19 +350,26 @@ def classify_line(line: str) -> list[tuple[str, str]]:
     return found
 
 
+def _signal_words(code: int, senders: dict[str, str], name: str | None = None) -> str:
+    """'signal 9 (SIGKILL: who sends it, most often)': the signal's number, its name (as
+    printed, else this machine's name for the number; none where it has no name) and what
+    usually sends it, where ``senders`` says."""
+    if name is None:
+        try:
+            name = signal.Signals(code).name
+        except ValueError:
+            return f"signal {code}"
+    said = f": {senders[name]}" if name in senders else ""
+    return f"signal {code} ({name}{said})"
+
+
 def _child_exit(code: int, name: str | None, rank: str | None) -> str:
     """How torchrun's summary says a worker ended: killed by a signal (a negative exit code;
-    the signal's name as printed, else this machine's name for its number) or exited."""
+    :func:`_signal_words`) or exited."""
     who = f"torchrun: rank {rank}" if rank is not None else "torchrun: a worker"
     if code >= 0:
         return f"{who} exited with exit code {code}"
-    if name is None:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            return f"{who} killed by signal {-code}"
-    said = f": {_SIGKILL_SENDERS}" if name == "SIGKILL" else ""
-    return f"{who} killed by signal {-code} ({name}{said})"
+    return f"{who} killed by {_signal_words(-code, _KILLERS, name)}"
 
 
 def _signalled(message: str) -> str:
@@ -371,13 +377,7 @@ def _signalled(message: str) -> str:
     m = _GOT_SIGNAL.search(message)
     if m is None:
         return "torchrun got a signal"
-    code = int(m.group("code"))
-    try:
-        name = signal.Signals(code).name
-    except ValueError:
-        return f"torchrun got signal {code}"
-    said = f": {_SENDERS[name]}" if name in _SENDERS else ""
-    return f"torchrun got signal {code} ({name}{said})"
+    return f"torchrun got {_signal_words(int(m.group('code')), _SENDERS)}"
 
 
 def _mismatch_detail(line: str) -> str:
