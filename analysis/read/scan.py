@@ -88,13 +88,6 @@ DEFAULT_MAX_TASK_INDEX = 1000
 """The highest array task index under Slurm's default ``MaxArraySize`` (1001)."""
 
 
-def job_hint(name: str) -> str | None:
-    """The job id a log's file name carries, the likelier of two readings
-    (:func:`job_hints`)."""
-    hints = job_hints(name)
-    return hints[0] if hints else None
-
-
 def job_hints(name: str) -> tuple[str, ...]:
     """The job ids a log's file name can carry, the likelier first: Slurm's
     ``slurm-<id>.out``, submitit's ``<id>_<task>_log.out`` (checked first: its task number is
