@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from typing import BinaryIO
 
 from analysis.read.damage import Damage
-from analysis.read.failures.classify import KEYWORDS, Evidence, EvidenceCollector, with_attempt
+from analysis.read.failures.classify import KEYWORDS, Evidence
+from analysis.read.failures.collect import EvidenceCollector, with_attempt
 from analysis.read.files import RESULT_JSON, SWEEP_JSON, Problem
 from analysis.read.manifest import PlannedJob, read_manifest
 from scalescope.record import (

@@ -4,16 +4,15 @@ Each rule matches the stable core of one message, not its decoration: host names
 time formats, srun's ``0: `` labels and PyTorch's ``[rank0]:`` prefixes vary between
 versions and clusters. A job usually prints several symptoms (a CUDA OOM on one rank is
 followed by a collective timeout on the others and by srun's exit codes), so every match is
-kept as :class:`Evidence`, with its file and line; :mod:`.cause` picks the root
-cause among them.
+kept as :class:`Evidence`, with its file and line; :mod:`.collect` reads what needs the
+lines around it (tracebacks, torchrun's summaries), and :mod:`.cause` picks the root cause
+among them.
 """
 
 from __future__ import annotations
 
 import re
-import signal
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 REASONS: dict[str, str] = {
     "time_limit": "time limit",
@@ -163,37 +162,6 @@ _INTERRUPTED = re.compile(r"^scalescope [\w-]+: interrupted$")
 """What ``scalescope train`` prints on a KeyboardInterrupt (Ctrl-C, SIGINT) instead of a
 traceback."""
 _INTERRUPT_DETAIL = "KeyboardInterrupt: Ctrl-C or SIGINT"
-_TRACEBACK = "Traceback (most recent call last):"
-_IGNORED = "Exception ignored in"
-"""What Python prints before the traceback of an exception it ignored (raised in ``__del__``,
-a DataLoader worker's clean-up): it stopped nothing, and successful jobs print it."""
-_NEAR = 2
-"""How many lines below an "Exception ignored in" line (or a chained-exception line of its
-report) its traceback starts: the next line, or the one after a blank line. Lines of a log
-without srun's or torch's prefixes are told apart by this only."""
-_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
-_EXCEPTION = re.compile(
-    r"^(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
-    r"(?:Error|Exception|Interrupt|Exit|Failure|Timeout))(?::\s*(?P<msg>.*))?$"
-)
-
-_CHILD_FAILED = "ChildFailedError"
-"""torchrun's exception when a worker failed: its message is a summary of the failed workers
-(:meth:`EvidenceCollector._child_summary`), not an error of torchrun's own."""
-_CHILD_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
-# "  exitcode  : -9 (pid: 1234)"; newer torch adds the signal's name: "... (pid: 1234)  (SIGKILL)"
-_CHILD_EXIT = re.compile(
-    r"^\s*exitcode\s*: (?P<code>-?\d+) \(pid: \d+\)(?:\s*\((?P<name>SIG\w+)\))?"
-)
-_SIGNAL_EXCEPTION = "SignalException"
-"""torchrun's exception when it is sent a signal (SIGTERM, SIGINT, SIGHUP): it stops its workers
-and raises this; the job did not fail of its own."""
-_GOT_SIGNAL = re.compile(r"got signal: (?P<code>\d+)")
-_KILLERS = {"SIGKILL": "the kernel's OOM killer or the scheduler, most often"}
-"""What usually sends the signal that killed a worker (torchrun's summary)."""
-_SENDERS = {**_KILLERS, "SIGTERM": "Slurm's cancel, time limit or preemption, most often"}
-"""What usually sends the signal torchrun got (its SignalException)."""
-
 KEYWORDS = re.compile(
     rb"CANCELLED|Cancelled|Traceback|rror|xception|Interrupt|interrupted|Exit|Failure|Timeout"
     rb"|Out Of Memory|out of memory|oom|Watchdog|timed out|Timed out|timing out|this job is"
@@ -350,36 +318,6 @@ def classify_line(line: str) -> list[tuple[str, str]]:
     return found
 
 
-def _signal_words(code: int, senders: dict[str, str], name: str | None = None) -> str:
-    """'signal 9 (SIGKILL: who sends it, most often)': the signal's number, its name (as
-    printed, else this machine's name for the number; none where it has no name) and what
-    usually sends it, where ``senders`` says."""
-    if name is None:
-        try:
-            name = signal.Signals(code).name
-        except ValueError:
-            return f"signal {code}"
-    said = f": {senders[name]}" if name in senders else ""
-    return f"signal {code} ({name}{said})"
-
-
-def _child_exit(code: int, name: str | None, rank: str | None) -> str:
-    """How torchrun's summary says a worker ended: killed by a signal (a negative exit code;
-    :func:`_signal_words`) or exited."""
-    who = f"torchrun: rank {rank}" if rank is not None else "torchrun: a worker"
-    if code >= 0:
-        return f"{who} exited with exit code {code}"
-    return f"{who} killed by {_signal_words(-code, _KILLERS, name)}"
-
-
-def _signalled(message: str) -> str:
-    """What torchrun's SignalException says it got: "torchrun got signal 15 (SIGTERM: ...)"."""
-    m = _GOT_SIGNAL.search(message)
-    if m is None:
-        return "torchrun got a signal"
-    return f"torchrun got {_signal_words(int(m.group('code')), _SENDERS)}"
-
-
 def _mismatch_detail(line: str) -> str:
     """What each rank ran, where the message says (TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
     ranks = [f"rank {m.group('rank')} runs {m.group('op')}" for m in _MISMATCH_RANK.finditer(line)]
@@ -414,152 +352,3 @@ def _collective_error_detail(line: str) -> str | None:
     if m:
         return f"NCCL error: {m.group('what').strip()}"
     return "a collective failed (DistBackendError)" if "DistBackendError" in line else "NCCL error"
-
-
-@dataclass
-class EvidenceCollector:
-    """Feeds on the lines of one file; keeps a bounded set of evidence (first of each kind,
-    and the last exception line after a traceback)."""
-
-    file: str
-    first: dict[str, Evidence] = field(default_factory=dict)
-    last_exception: Evidence | None = None
-    """The last exception line of the first traceback (its chained exceptions included)."""
-    traceback_seen: bool = False
-    chained: bool = False
-    """A "During handling..." line since the last exception: the next traceback continues."""
-    first_traceback_done: bool = False
-    ignored: dict[str, tuple[str, int]] = field(default_factory=dict)
-    """The "Exception ignored in" report each rank (its srun or torch prefix; "" for none) is
-    in, and the number of its last line read: "header" (its traceback comes next), "body" (in
-    its traceback), "ended" (its exception line read; a chained exception may follow). Its
-    lines are not an error (:meth:`_in_ignored`)."""
-    child_summaries: int = 0
-    """torchrun's summaries of failed workers (ChildFailedError) read: one per node."""
-    child_rank: str | None = None
-    """The rank of the worker the first summary tells of (its last ``rank :`` line)."""
-    child_exit: Evidence | None = None
-    """How the first summary's root cause (printed last) ended, as a task's exit."""
-
-    def _in_ignored(self, rank: str, line: str, line_no: int) -> bool:
-        """Is the line part of an exception report Python ignored? The report ends at its
-        exception line, at a line of its rank that is not indented (its last line named no
-        Error or Exception: ``StopIteration``), or at a new traceback; a report's traceback
-        (or chained one) starts right below its header. One rank's report leaves the lines
-        of the others alone."""
-        if line.startswith(_IGNORED):
-            self.ignored[rank] = ("header", line_no)
-            return True
-        if rank not in self.ignored or not line.strip():  # a blank line says nothing
-            return rank in self.ignored
-        where, last = self.ignored.pop(rank)
-        near = bool(rank) or line_no - last <= _NEAR  # other ranks' lines may come between
-        exception = _EXCEPTION.match(line.rstrip()) is not None
-        chained = any(c in line for c in _CHAINED)
-        indented = line[:1] in (" ", "\t")
-        if where == "header" and near and (_TRACEBACK in line or exception):
-            # its traceback; or its message, printed without one
-            self.ignored[rank] = ("body" if _TRACEBACK in line else "ended", line_no)
-            return True
-        if where == "body" and _TRACEBACK not in line:
-            if indented or exception or chained:
-                after = "body" if indented else "ended" if exception else "header"
-                self.ignored[rank] = (after, line_no)
-                return True
-            self.ignored[rank] = ("ended", line_no)  # its unrecognised last line, or after it
-            return False
-        if where == "ended" and near and chained:
-            self.ignored[rank] = ("header", line_no)
-            return True
-        return False
-
-    def _child_summary(self, raw: str, line: str, line_no: int, offset: int) -> bool:
-        """Is the line part of torchrun's summary of its failed workers? Its exception line
-        (ChildFailedError) ends torchrun's traceback without being an error of its own: a
-        worker's traceback printed after it is still the first. The first summary's last
-        worker is its root cause; how it ended is kept as a task's exit
-        (:attr:`child_exit`)."""
-        m = _EXCEPTION.match(line.rstrip())
-        if m is not None and m.group("name").endswith(_CHILD_FAILED):
-            self.child_summaries += 1
-            self.child_rank = None
-            # torchrun's traceback was not one: the next is the first, unless one was before
-            self.traceback_seen = self.last_exception is not None
-            return True
-        if not self.child_summaries:
-            return False
-        rank, end = _CHILD_RANK.match(line), _CHILD_EXIT.match(line)
-        if self.child_summaries == 1 and rank is not None:
-            self.child_rank = rank.group("rank")
-        elif self.child_summaries == 1 and end is not None:
-            detail = _child_exit(int(end.group("code")), end.group("name"), self.child_rank)
-            self.child_exit = Evidence("exit_code", detail, _trim(raw), self.file, line_no, offset)
-        return rank is not None or end is not None
-
-    def feed(self, raw: str, line_no: int, offset: int = -1) -> None:
-        text = raw.rstrip("\r\n")
-        prefix = _PREFIX.match(text)
-        rank = "".join(prefix.group(0).split()) if prefix else ""
-        line = text[prefix.end() :] if prefix else text
-        if self._in_ignored(rank, line, line_no):
-            return
-        if self._child_summary(raw, line, line_no, offset):
-            return
-        if _TRACEBACK in line:
-            if self.last_exception is not None and not self.chained:
-                self.first_traceback_done = True  # a new, later error: not the earliest
-            self.traceback_seen, self.chained = True, False
-            return
-        if any(c in line for c in _CHAINED):
-            self.chained = True
-            return
-        for code, detail in classify_line(line):
-            known = self.first.get(code)
-            # the first of each kind, unless it only said "failed or timed out" and this says how
-            if known is None or (known.detail == _NCCL_GENERIC and detail != _NCCL_GENERIC):
-                self.first[code] = Evidence(code, detail, _trim(raw), self.file, line_no, offset)
-        m = _EXCEPTION.match(line.rstrip())
-        if m is not None and m.group("name").endswith(_SIGNAL_EXCEPTION):
-            # sent from outside: a task's end, as srun's is (a worker's error before it stays
-            # the first traceback's)
-            detail = _signalled(m.group("msg") or "")
-            self.first.setdefault(
-                "exit_code", Evidence("exit_code", detail, _trim(raw), self.file, line_no, offset)
-            )
-            self.traceback_seen = self.last_exception is not None
-            return
-        if self.traceback_seen and not self.first_traceback_done:
-            if m:
-                interrupt = m.group("name").rsplit(".", 1)[-1] == "KeyboardInterrupt"
-                self.last_exception = Evidence(
-                    "interrupted" if interrupt else "exception",
-                    _INTERRUPT_DETAIL if interrupt else _trim(line),
-                    _trim(raw),
-                    self.file,
-                    line_no,
-                    offset,
-                )
-                self.chained = False
-
-    def evidence(self) -> list[Evidence]:
-        """What the file said, each kind once. torchrun's summary of how its worker ended is
-        the task's exit, over srun's or slurmstepd's report that the task (torchrun) did."""
-        first = (
-            self.first if self.child_exit is None else {**self.first, "exit_code": self.child_exit}
-        )
-        out = list(first.values())
-        if self.last_exception is not None:
-            out.append(self.last_exception)
-        return sorted(out, key=lambda e: e.line_no)
-
-
-def scan_lines(lines: Iterable[tuple[int, str]], file: str) -> list[Evidence]:
-    """Evidence in (line number, text) pairs; a convenience for tests and small inputs."""
-    collector = EvidenceCollector(file)
-    for no, text in lines:
-        collector.feed(text, no)
-    return collector.evidence()
-
-
-def with_attempt(evidence: Evidence, attempt: int | None) -> Evidence:
-    return replace(evidence, attempt=attempt)

@@ -13,8 +13,8 @@ from analysis.read.failures.classify import (
     REASONS,
     Evidence,
     classify_line,
-    scan_lines,
 )
+from analysis.read.failures.collect import scan_lines
 from analysis.read.scan import scan_evidence
 
 CASES = [

@@ -9,7 +9,7 @@ from pathlib import Path
 from analysis_helpers import make_result, start_of, summarize_main, write_log
 
 from analysis import load_all
-from analysis.read.failures.classify import scan_lines
+from analysis.read.failures.collect import scan_lines
 
 INTERRUPTED_TRACEBACK = [
     "submitit INFO - Starting with JobEnvironment",
