@@ -29,14 +29,20 @@ CAUSAL_ORDER = (
     "node_failure",
     "preemption",
     "requeue",
+    # a GPU's hardware failed under the job (OUTSIDE_EVENTS)
+    "gpu_fault",
     # a user's Ctrl-C (SIGINT): what other ranks print after it follows from it
     "interrupted",
     # the job's own errors
     "config_error",
     "rendezvous_error",
+    "port_in_use",
     # printed when the step ends, after the collective errors it causes (PRINTED_LATE)
     "host_oom",
     "cuda_oom",
+    # the job's resources: what its workers and writes ran out of
+    "shared_memory",
+    "disk_full",
     # ranks that called different collectives (uneven data: one ran more steps): a bug of the
     # job, which the other ranks see as a closed connection or a timeout
     "collective_mismatch",
@@ -63,7 +69,7 @@ CAUSAL_ORDER = (
 logs) or equal (one line, two readings: the more specific one comes first here). Within one
 log the earliest is the cause, but for :data:`OUTSIDE_EVENTS` and :data:`PRINTED_LATE`."""
 
-OUTSIDE_EVENTS = frozenset({"node_failure", "preemption", "requeue"})
+OUTSIDE_EVENTS = frozenset({"node_failure", "preemption", "requeue", "gpu_fault"})
 """Events from outside the job: nothing it printed can have caused them, so in a log they win
 over every earlier line of another kind (the ranks' watchdog timeouts and tracebacks while a
 node was failing, a harmless traceback long before a preemption). Of two, the earliest."""

@@ -25,6 +25,16 @@ REASONS: dict[str, str] = {
     "config_error": "configuration error",
     "rendezvous_error": "rendezvous host not resolvable or reachable",
     "rendezvous_timeout": "rendezvous timeout",
+    "port_in_use": (
+        "rendezvous port already in use on rank 0's node (another job or a stale process "
+        "holds it: give the job a port of its own, MASTER_PORT)"
+    ),
+    "gpu_fault": "GPU hardware fault (the node's, not the job's: leave the node out, --exclude)",
+    "shared_memory": (
+        "DataLoader workers out of shared memory (/dev/shm too small: fewer workers, or a "
+        "larger /dev/shm)"
+    ),
+    "disk_full": "disk full or over quota",
     "collective_mismatch": (
         "collective mismatch across ranks (ranks ran different collectives, e.g. different "
         "numbers of steps or batches)"
@@ -119,6 +129,33 @@ _RENDEZVOUS_HOST = re.compile(
     r"(?P<what>does not resolve|rank 0 cannot bind|not reachable)"
 )
 _CLIENTS = re.compile(r"(?P<joined>\d+)/(?P<total>\d+) clients joined")
+# rank 0's store could not listen on the rendezvous port: torch 2.2+ "The server socket has
+# failed to listen on any local network address. port: 29500, useIpv6: 0, code: -98, name:
+# EADDRINUSE, message: address already in use"; older "... failed to bind to [::]:29500
+# (errno: 98 - Address already in use)", printed as a warning for each address tried too
+_PORT_IN_USE = re.compile(r"\bEADDRINUSE\b|errno: 98 - Address already in use", re.IGNORECASE)
+_PORT = re.compile(r"\bport: (?P<port>\d+)|:(?P<at>\d+) \(errno: 98\b")
+# a GPU that failed under the job: CUDA's cudaErrorECCUncorrectable ("CUDA error:
+# uncorrectable ECC error encountered", also in NCCL's "Cuda failure '...'"), NVML's "GPU is
+# lost. Reboot the system to recover this GPU", the driver's "GPU has fallen off the bus"
+_GPU_FAULT = re.compile(
+    r"uncorrectable ECC error encountered|\bGPU is lost\b|fallen off the bus", re.IGNORECASE
+)
+# a DataLoader worker short of shared memory: its own "ERROR: Unexpected bus error encountered
+# in worker. This might be caused by insufficient shared memory (shm).", the main process's
+# "DataLoader worker (pid 3527) is killed by signal: Bus error. It is possible that
+# dataloader's workers are out of shared memory. ...", and a batch's failed write into
+# /dev/shm: "RuntimeError: unable to write to file </torch_3531_3962650647>" (newer: ":
+# No space left on device (28)")
+_SHARED_MEMORY = re.compile(
+    r"insufficient shared memory|out of shared memory|killed by signal: Bus error"
+    r"|unable to write to file </torch_",
+    re.IGNORECASE,
+)
+# a DataLoader worker killed outright (torch names the signal as strsignal does: SIGKILL's
+# "Killed"): the kernel's OOM killer, most often
+_WORKER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed")
+_DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|\[Errno 122\]", re.IGNORECASE)
 # A collective that failed rather than timed out: a peer process died (its sockets closed)
 # or the network failed. gloo (CPU): "[.../gloo/transport/tcp/pair.cc:534] Connection closed
 # by peer [10.0.0.2]:4321", "Read error [...]: Connection reset by peer"; NCCL through
@@ -168,6 +205,8 @@ KEYWORDS = re.compile(
     rb"|Requeued|memory limit|srun: error|by peer|by remote peer|completion from peer"
     rb"|collective mismatch|mismatch between collectives|exhausted inputs|MEMORY ERROR|FAILED \("
     rb"|exitcode|\(local_rank: "
+    rb"|EADDRINUSE|Address already in use|ECC error|GPU is lost|fallen off the bus"
+    rb"|shared memory|/torch_|No space left on device|Disk quota exceeded|Errno 122"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -249,6 +288,47 @@ def _slurm_step_end(line: str) -> list[tuple[str, str]]:
     return found
 
 
+def _shared_memory_detail(said: str, line: str) -> str:
+    """Which of a DataLoader's wordings of shared memory running out the line is."""
+    if said.startswith("insufficient"):
+        return "a DataLoader worker's bus error (SIGBUS)"
+    if said.startswith("killed"):
+        m = re.search(r"pid (\d+)", line)
+        return f"DataLoader worker{f' (pid {m.group(1)})' if m else ''} killed by SIGBUS"
+    if said.startswith("unable"):
+        return "a batch's write into /dev/shm failed"
+    return "out of shared memory"
+
+
+def _environment(line: str) -> list[tuple[str, str]]:
+    """What the node or the job's resources failed it with: a GPU's hardware fault, the
+    rendezvous port taken, a DataLoader worker short of shared memory or killed, a disk full."""
+    found: list[tuple[str, str]] = []
+    m = _GPU_FAULT.search(line)
+    if m:
+        found.append(("gpu_fault", m.group(0)))
+    if _PORT_IN_USE.search(line):
+        m = _PORT.search(line)
+        port = f"port {m.group('port') or m.group('at')}" if m else "the port"
+        found.append(("port_in_use", f"{port} (EADDRINUSE)"))
+    m = _SHARED_MEMORY.search(line)
+    if m:
+        found.append(("shared_memory", _shared_memory_detail(m.group(0).lower(), line)))
+    elif _DISK_FULL.search(line):  # a full /dev/shm says "No space left on device" too
+        quota = "quota" in line.lower() or "Errno 122" in line
+        found.append(("disk_full", "disk quota exceeded" if quota else "no space left on device"))
+    m = _WORKER_KILLED.search(line)
+    if m:
+        found.append(
+            (
+                "host_oom",
+                f"DataLoader worker (pid {m.group('pid')}) killed by SIGKILL: the kernel's OOM "
+                "killer, most often",
+            )
+        )
+    return found
+
+
 def classify_line(line: str) -> list[tuple[str, str]]:
     """Every (reason code, detail) the line shows, exceptions excepted (they need context)."""
     found: list[tuple[str, str]] = []
@@ -276,6 +356,7 @@ def classify_line(line: str) -> list[tuple[str, str]]:
     if m:
         found.append(("node_failure", f"node failure on {m.group('host')}"))
     found += _slurm_step_end(line)
+    found += _environment(line)
     if _CUDA_OOM.search(line):
         m2 = re.search(r"Tried to allocate [\d.]+ \w+", line)
         found.append(("cuda_oom", m2.group(0) if m2 else "CUDA out of memory"))
