@@ -41,6 +41,21 @@ _CHILD_RANK = re.compile(r"^\s*rank\s*: (?P<rank>\d+) \(local_rank: \d+\)")
 _CHILD_EXIT = re.compile(
     r"^\s*exitcode\s*: (?P<code>-?\d+) \(pid: \d+\)(?:\s*\((?P<name>SIG\w+)\))?"
 )
+# "  traceback : Traceback (most recent call last):": the worker's own traceback, which the
+# summary carries where the worker's entry point is wrapped in torch's @record (its error file
+# read back), each of its lines indented two more
+_CHILD_TRACEBACK = re.compile(r"^\s*traceback\s*: Traceback \(most recent call last\):")
+_CHILD_INDENT = "  "
+_CHILD_FIELD = re.compile(r"^\s*(?:time|host|rank|exitcode|error_file|traceback)\s*: ")
+"""A field of a worker's entry in the summary: it ends the traceback before it (a log read
+through the keyword filter skips the lines between)."""
+# torchrun's agent, when a worker fails, before its summary (or alone, where torchrun was
+# stopped before printing one): "E1201 10:00:00.123000 4242 torch/distributed/elastic/
+# multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 0 (pid: 1234) of binary: ...";
+# older "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) ..."
+_AGENT_FAILED = re.compile(
+    r"\bfailed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: \d+\) of binary"
+)
 _SIGNAL_EXCEPTION = "SignalException"
 """torchrun's exception when it is sent a signal (SIGTERM, SIGINT, SIGHUP): it stops its workers
 and raises this; the job did not fail of its own."""
@@ -64,10 +79,14 @@ def _signal_words(code: int, senders: dict[str, str], name: str | None = None) -
     return f"signal {code} ({name}{said})"
 
 
-def _child_exit(code: int, name: str | None, rank: str | None) -> str:
-    """How torchrun's summary says a worker ended: killed by a signal (a negative exit code;
-    :func:`_signal_words`) or exited."""
-    who = f"torchrun: rank {rank}" if rank is not None else "torchrun: a worker"
+def _child_exit(code: int, name: str | None, rank: str | None, local: bool = False) -> str:
+    """How torchrun's summary (or its agent's line, ``local``: the rank on its node) says a
+    worker ended: killed by a signal (a negative exit code; :func:`_signal_words`) or exited."""
+    who = (
+        "torchrun: a worker"
+        if rank is None
+        else f"torchrun: {'local rank' if local else 'rank'} {rank}"
+    )
     if code >= 0:
         return f"{who} exited with exit code {code}"
     return f"{who} killed by {_signal_words(-code, _KILLERS, name)}"
@@ -105,6 +124,10 @@ class EvidenceCollector:
     """The rank of the worker the first summary tells of (its last ``rank :`` line)."""
     child_exit: Evidence | None = None
     """How the first summary's root cause (printed last) ended, as a task's exit."""
+    child_traceback: bool = False
+    """In a worker's traceback that a summary carries (torch's ``@record``)."""
+    child_exception: Evidence | None = None
+    """The exception line of the traceback the first summary carries for its root cause."""
 
     def _in_ignored(self, rank: str, line: str, line_no: int) -> bool:
         """Is the line part of an exception report Python ignored? The report ends at its
@@ -153,13 +176,46 @@ class EvidenceCollector:
             return True
         if not self.child_summaries:
             return False
+        if self._child_traceback(raw, line, line_no, offset):
+            return True
         rank, end = _CHILD_RANK.match(line), _CHILD_EXIT.match(line)
         if self.child_summaries == 1 and rank is not None:
-            self.child_rank = rank.group("rank")
+            self.child_rank, self.child_exception = rank.group("rank"), None
         elif self.child_summaries == 1 and end is not None:
             detail = _child_exit(int(end.group("code")), end.group("name"), self.child_rank)
             self.child_exit = Evidence("exit_code", detail, _trim(raw), self.file, line_no, offset)
         return rank is not None or end is not None
+
+    def _child_traceback(self, raw: str, line: str, line_no: int, offset: int) -> bool:
+        """Is the line part of a worker's traceback that a summary carries? Its exception
+        lines are indented once (a frame's lines more); the first summary's last one, of the
+        last worker (the root cause), is kept (:attr:`child_exception`)."""
+        if _CHILD_TRACEBACK.match(line):
+            self.child_traceback = True
+            return True
+        if not self.child_traceback:
+            return False
+        if not line.startswith(_CHILD_INDENT) or _CHILD_FIELD.match(line):
+            self.child_traceback = False
+            return False
+        m = _EXCEPTION.match(line.strip())
+        if m is not None and self.child_summaries == 1 and line[len(_CHILD_INDENT)] != " ":
+            said = _trim(line.strip())
+            self.child_exception = Evidence(
+                "exception", said, _trim(raw), self.file, line_no, offset
+            )
+        return True
+
+    def _agent_failed(self, raw: str, line: str, line_no: int, offset: int) -> bool:
+        """Is the line torchrun's agent saying a worker failed? Kept as a task's exit, the
+        first summary's (:attr:`child_exit`) said over it."""
+        m = _AGENT_FAILED.search(line)
+        if m is None:
+            return False
+        detail = _child_exit(int(m.group("code")), None, m.group("local"), local=True)
+        ev = Evidence("exit_code", detail, _trim(raw), self.file, line_no, offset)
+        self.first.setdefault("exit_code", ev)
+        return True
 
     def feed(self, raw: str, line_no: int, offset: int = -1) -> None:
         text = raw.rstrip("\r\n")
@@ -169,6 +225,8 @@ class EvidenceCollector:
         if self._in_ignored(rank, line, line_no):
             return
         if self._child_summary(raw, line, line_no, offset):
+            return
+        if self._agent_failed(raw, line, line_no, offset):
             return
         if _TRACEBACK in line:
             if self.last_exception is not None and not self.chained:
@@ -213,8 +271,10 @@ class EvidenceCollector:
             self.first if self.child_exit is None else {**self.first, "exit_code": self.child_exit}
         )
         out = list(first.values())
-        if self.last_exception is not None:
-            out.append(self.last_exception)
+        # the worker's own traceback, where printed, else the one torchrun's summary carries
+        said = self.last_exception or self.child_exception
+        if said is not None:
+            out.append(said)
         return sorted(out, key=lambda e: e.line_no)
 
 

@@ -1039,3 +1039,79 @@ def test_torchruns_signal_exception_is_the_signal_it_got_not_an_error_of_the_job
     # a worker's own error before it is still the job's
     d = diagnose(_file_evidence(tmp_path, [*RANK_ERROR, *TORCHRUN_SIGTERM]))
     assert (d.code, d.detail) == ("exception", "ValueError: shard 7 is empty")
+
+
+RECORDED = [
+    # a worker's entry point wrapped in torch's @record: torchrun's summary carries its
+    # traceback, read back from its error file, each line indented two more
+    *EXITED[:-3],
+    "  error_file: /tmp/torchelastic_x1/none_y2/attempt_0/1/error.json",
+    "  traceback : Traceback (most recent call last):",
+    '    File "/usr/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/'
+    'errors/__init__.py", line 355, in wrapper',
+    "      return f(*args, **kwargs)",
+    '    File "scalescope/train.py", line 9, in main',
+    '      raise ValueError("shard 7 is empty")',
+    "  ValueError: shard 7 is empty",
+    "  ",
+    "============================================================",
+]
+
+
+@pytest.mark.parametrize("prefix", ["", "0: "], ids=["plain", "srun-label"])
+def test_the_traceback_torchruns_summary_carries_is_the_workers_error(
+    tmp_path: Path, prefix: str
+) -> None:
+    """Where the worker's own output is not in the log (torchrun's --redirects, or a log of
+    torchrun's alone), the traceback its summary carries is the worker's exception."""
+    lines = [prefix + line for line in RECORDED]
+    d = diagnose(_file_evidence(tmp_path, lines))
+    assert (d.code, d.detail) == ("exception", "ValueError: shard 7 is empty")
+    assert d.evidence is not None and d.evidence.line_no == len(lines) - 2
+    assert d.also_seen == ("exit_code",)
+    # the worker's traceback printed itself is the one said; a frame's line is not the error
+    d = diagnose(_file_evidence(tmp_path, [*RANK_ERROR[:2], "[default1]:KeyError: 'x'", *RECORDED]))
+    assert d.detail == "KeyError: 'x'"
+
+
+def test_a_traceback_carried_for_another_worker_than_the_root_cause_is_not_its_error(
+    tmp_path: Path,
+) -> None:
+    """The summary lists the other failures first, the root cause last: a traceback carried
+    for another worker does not speak for the root cause, which exited without one."""
+    lines = [
+        *EXITED[:15],
+        "  error_file: /tmp/torchelastic_x1/none_y2/attempt_0/0/error.json",
+        "  traceback : Traceback (most recent call last):",
+        '    File "scalescope/train.py", line 9, in main',
+        "  RuntimeError: peer went away",
+        *EXITED[17:],
+    ]
+    d = diagnose(_file_evidence(tmp_path, lines))
+    assert (d.code, d.detail) == ("exit_code", "torchrun: rank 1 exited with exit code 1")
+
+
+AGENT_KILLED = (
+    "E1201 10:00:00.123000 4242 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+    "(exitcode: -9) local_rank: 0 (pid: 1234) of binary: /usr/bin/python3"
+)
+
+
+def test_torchruns_agent_line_says_how_a_worker_ended_where_no_summary_follows(
+    tmp_path: Path,
+) -> None:
+    """torchrun stopped before its summary (killed itself, or the log cut off) leaves only
+    its agent's line: the worker's end, named by its rank on the node."""
+    d = diagnose(_file_evidence(tmp_path, ["Epoch 1: 20%", AGENT_KILLED]))
+    assert (d.code, d.detail) == (
+        "exit_code",
+        "torchrun: local rank 0 killed by signal 9 (SIGKILL: the kernel's OOM killer or the "
+        "scheduler, most often)",
+    )
+    older = "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 3"
+    d = diagnose(_file_evidence(tmp_path, [older + " (pid: 99) of binary: /usr/bin/python"]))
+    assert d.detail == "torchrun: local rank 3 exited with exit code 1"
+    # the summary after it says which rank of the job, and is the task's end said
+    d = diagnose(_file_evidence(tmp_path, [AGENT_KILLED, *SIGKILLED]))
+    assert d.detail.startswith("torchrun: rank 1 killed by signal 9")
+    assert d.consequences == ()
