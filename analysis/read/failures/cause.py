@@ -8,10 +8,10 @@ kill, reported when the step ends, after the peers' collective errors and timeou
 (:data:`PRINTED_LATE`). Everything else the job printed is listed as a consequence with its
 file and line. srun's task exits are always consequences: they only say that a task ended,
 after whatever ended it; so is Slurm's note that a step reached its memory limit at some point
-(printed at its end whether or not anything was killed). Slurm's kill at a time limit makes
-the ranks still in a collective see their peers go: their collective errors, in their own
-logs, are the limit's consequences unless something shows a rank failed before the cancel
-(:func:`_killed_at_limit`).
+(printed at its end whether or not anything was killed). Slurm's kill at a time limit, or at a
+cancel, makes the ranks still in a collective see their peers go: their collective errors, in
+their own logs, are the kill's consequences unless something shows a rank failed before it
+(:func:`_killed_by`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ CAUSAL_ORDER = (
     "exception",
     "rendezvous_timeout",
     # what the other ranks see when one of them died or hangs (or when Slurm's kill at a
-    # time limit took a peer first: _killed_at_limit)
+    # time limit or a cancel took a peer first: _killed_by)
     "collective_error",
     "collective_timeout",
     # what ends a hung job
@@ -92,8 +92,9 @@ when it ends, whether or not anything was killed."""
 _RANK = {code: i for i, code in enumerate(CAUSAL_ORDER)}
 
 CLOCK_SLACK_S = 5.0
-"""How much earlier than a time limit's cancel a line's own time must be to count as before
-it: the cancel is stamped to the second, and another node's clock may differ by a little."""
+"""How much earlier than Slurm's cancel (at a time limit, or a user's) a line's own time must
+be to count as before it: the cancel is stamped to the second, and another node's clock may
+differ by a little."""
 
 # An ISO date and time: Slurm's "CANCELLED AT 2026-01-01T10:00:00", submitit's and Python
 # logging's "2026-01-01 10:00:00,000"; and PyTorch's c10 (glog) prefix "[E0101 10:00:00.000000
@@ -153,36 +154,41 @@ def _clock(line: str, near: datetime | None = None) -> datetime | None:
         return None
 
 
-def _killed_at_limit(ev: Evidence, limit: Evidence, evidence: Sequence[Evidence]) -> bool:
-    """Is ``ev``, a log's cause, what Slurm's kill at the time limit (``limit``, another
-    log's cause, with nothing printed before it there) made a peer print?
+KILLS = frozenset({"time_limit", "cancelled"})
+"""How Slurm ends a job from outside while its ranks run: at the time limit, and at a cancel
+(scancel, or an administrator's). Either way it signals every task at once (:func:`_killed_by`)."""
 
-    At the limit Slurm signals every task; the first to die closes its connections, and the
-    ranks still in a collective report a lost peer (gloo's closed connection, NCCL's remote
-    error) in their own logs, whose lines cannot be ordered against the cancel's. The same
-    error ends a job in which a rank died first and the rest hung until the limit; that
+
+def _killed_by(ev: Evidence, kill: Evidence, evidence: Sequence[Evidence]) -> bool:
+    """Is ``ev``, a log's cause, what Slurm's kill (``kill``, another log's cause, with nothing
+    printed before it there: :data:`KILLS`) made a peer print?
+
+    At the limit, or at a cancel, Slurm signals every task; the first to die closes its
+    connections, and the ranks still in a collective report a lost peer (gloo's closed
+    connection, NCCL's remote error) in their own logs, whose lines cannot be ordered against
+    the cancel's. The same error ends a job in which a rank died first and the rest hung until
+    the kill; that
     rank then says so: its own error (which outranks both), srun's report of its exit before
-    the cancel line (then ``limit`` is not the first line of its log), or a watchdog timeout
+    the cancel line (then ``kill`` is not the first line of its log), or a watchdog timeout
     (a hang of minutes). Otherwise the logs say one thing only: the job ran until Slurm ended
     it. So a collective error is the kill's, unless its own line says it came first: a time
     before the cancel's (:data:`CLOCK_SLACK_S`; PyTorch's c10 lines carry one, gloo's do
-    not), or the time limit after it in its own log."""
-    if ev.code != "collective_error" or ev.file == limit.file:
+    not), or the kill after it in its own log."""
+    if ev.code != "collective_error" or ev.file == kill.file:
         return False
-    if any(
-        e.code == "time_limit" and e.file == ev.file and _order(e) > _order(ev) for e in evidence
-    ):
+    if any(e.code in KILLS and e.file == ev.file and _order(e) > _order(ev) for e in evidence):
         return False
-    cancel = _clock(limit.line)
+    cancel = _clock(kill.line)
     at = _clock(ev.line, cancel) if cancel is not None else None
     return at is None or cancel is None or at > cancel - timedelta(seconds=CLOCK_SLACK_S)
 
 
-def _limit_alone(causes: Sequence[Evidence], evidence: Sequence[Evidence]) -> Evidence | None:
-    """A log's cause that is a time limit with no line of any kind before it in that log (not
-    even a task's exit): as far as that log says, the job ran until Slurm ended it."""
+def _kill_alone(causes: Sequence[Evidence], evidence: Sequence[Evidence]) -> Evidence | None:
+    """A log's cause that is Slurm's kill (:data:`KILLS`) with no line of any kind before it
+    in that log (not even a task's exit): as far as that log says, the job ran until Slurm
+    ended it."""
     for cause in causes:
-        if cause.code == "time_limit" and not any(
+        if cause.code in KILLS and not any(
             e.file == cause.file and _order(e) < _order(cause) for e in evidence
         ):
             return cause
@@ -215,7 +221,7 @@ def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
     but an outside event wins over any earlier line and a host OOM kill over earlier
     collective errors, timeouts and exits (:func:`_cause_in_log`); between logs, the more
     causal kind of each log's cause (:data:`CAUSAL_ORDER`), less the collective errors that
-    Slurm's kill at a time limit made the peers print (:func:`_killed_at_limit`).
+    Slurm's kill at a time limit or a cancel made the peers print (:func:`_killed_by`).
     :data:`CONSEQUENCE_ONLY` kinds, and a step srun aborted after a task exited, win only
     when nothing else is known. One line that reads
     two ways (``torch.OutOfMemoryError`` is also a Python exception) is listed once.
@@ -241,9 +247,9 @@ def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
     for ev in candidates:
         per_log.setdefault(ev.file, []).append(ev)
     causes = [_cause_in_log(events) for events in per_log.values()]
-    limit = _limit_alone(causes, unique)
-    if limit is not None:
-        causes = [c for c in causes if not _killed_at_limit(c, limit, unique)]
+    kill = _kill_alone(causes, unique)
+    if kill is not None:
+        causes = [c for c in causes if not _killed_by(c, kill, unique)]
     top = min(causes, key=lambda e: (_RANK.get(e.code, len(_RANK)), e.file, _order(e)))
     rest = sorted(
         (e for e in unique if e is not top),

@@ -417,7 +417,15 @@ NCCL_ASYNC = (
 )
 
 
-@pytest.mark.parametrize("limit", [STEP_LIMIT, JOB_LIMIT], ids=["step", "job"])
+JOB_CANCEL = "slurmstepd: error: *** JOB 7003 ON node1 CANCELLED AT 2026-01-01T10:00:00 ***"
+"""scancel's (a user's or an administrator's): Slurm signals every task, as at the limit."""
+
+
+@pytest.mark.parametrize(
+    ("limit", "kill"),
+    [(STEP_LIMIT, "time_limit"), (JOB_LIMIT, "time_limit"), (JOB_CANCEL, "cancelled")],
+    ids=["step", "job", "scancel"],
+)
 @pytest.mark.parametrize(
     "peer",
     [
@@ -432,18 +440,18 @@ NCCL_ASYNC = (
     ids=["gloo-closed", "nccl-stamped-after", "reset", "nccl-remote"],
 )
 def test_a_peer_lost_to_the_time_limits_kill_is_a_consequence_of_the_limit(
-    limit: str, peer: list[str]
+    limit: str, kill: str, peer: list[str]
 ) -> None:
-    """Slurm kills every task at the time limit; the first to die closes its connections
-    and the peers still in a collective say so, in their own logs. Nothing says a rank died
-    before the cancel (no error of its own, no task exit before it, no time on the peer's
-    line before the cancel's): the time limit is the cause."""
+    """Slurm kills every task at the time limit, or at a cancel; the first to die closes its
+    connections and the peers still in a collective say so, in their own logs. Nothing says
+    a rank died before the cancel (no error of its own, no task exit before it, no time on
+    the peer's line before the cancel's): the limit, or the cancel, is the cause."""
     evidence = [
         *_ev(["Epoch 3: 40%", limit], "7003_0_log.err"),
         *_ev(peer, "7003_1_log.err"),
     ]
     d = diagnose(evidence)
-    assert d.code == "time_limit", d
+    assert d.code == kill, d
     assert d.evidence is not None and d.evidence.where == "7003_0_log.err:2"
     assert d.also_seen == ("collective_error",)
 
@@ -476,6 +484,17 @@ def test_a_peer_lost_to_the_time_limits_kill_is_a_consequence_of_the_limit(
             {"7003_1_log.err": [*GLOO_CLOSED, JOB_LIMIT]},
             "collective_error",
         ),
+        # a user's cancel the same: a task's exit before it, or the peer stamped long before
+        (
+            ["srun: error: node2: task 1: Exited with exit code 1", JOB_CANCEL],
+            {"7003_1_log.err": GLOO_CLOSED},
+            "collective_error",
+        ),
+        (
+            [JOB_CANCEL],
+            {"7003_1_log.err": [NCCL_ASYNC.format(at="09:12:00.000000")]},
+            "collective_error",
+        ),
         # a rank's own error wins over what its peers saw and over the limit
         (
             [STEP_LIMIT],
@@ -495,7 +514,16 @@ def test_a_peer_lost_to_the_time_limits_kill_is_a_consequence_of_the_limit(
             "collective_timeout",
         ),
     ],
-    ids=["task-exit-first", "stamped-before", "new-year", "limit-after-it", "own-error", "hang"],
+    ids=[
+        "task-exit-first",
+        "stamped-before",
+        "new-year",
+        "limit-after-it",
+        "cancel-after-a-task-exit",
+        "stamped-before-a-cancel",
+        "own-error",
+        "hang",
+    ],
 )
 def test_what_a_rank_showed_before_the_time_limit_stays_the_cause(
     rank0: list[str], others: dict[str, list[str]], expected: str
