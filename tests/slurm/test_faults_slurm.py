@@ -17,6 +17,7 @@ from slurm_helpers import (
     EarlyJobs,
     job_env,
     make_submit_dir,
+    sweep_argv,
     wait_for_job,
     wait_until_started,
 )
@@ -148,3 +149,66 @@ def test_a_killed_rank_fails_the_two_node_job_fast(sbatch, tmp_path: Path) -> No
     else:
         assert row["reason"] == "exit_code", row
         assert "task 1 on node2: killed" in str(row["detail"]).lower(), row
+
+
+CANCEL_SWEEP = """\
+name: slurm-cancel
+train_config: {train_config}
+overrides:
+  trainer.accelerator: cpu
+  workload.num_samples: 1000
+  trainer.max_epochs: 1000
+  faults.step_sleep_s: 0.25
+  tracking.mode: "off"
+shapes:
+  - {{nodes: 2, devices_per_node: 1}}
+repeats: 1
+timeout_min: 10
+"""
+
+
+@pytest.mark.timeout(900)  # up to 420 s in the queue behind the session's slow jobs
+def test_a_cancelled_two_node_sweep_job_is_shown_as_cancelled(
+    slurm_cluster: object, tmp_path: Path
+) -> None:
+    """scancel signals both tasks of a submitit job, each with its own log: whatever the rank
+    that outlived the other printed of its lost peer, the job's row says it was cancelled."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(CANCEL_SWEEP.format(train_config=REPO / "configs" / "spiral.yaml"))
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "scalescope.cli", *sweep_argv(sweep, "cancel")],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    job_id = None
+    for line in proc.stdout:
+        if line.strip().startswith("submitted "):
+            job_id = line.split()[1]
+            break
+    assert job_id is not None, "the sweep never said 'submitted'"
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "cancel"
+    try:
+        deadline = time.monotonic() + 420
+        while not any(isinstance(e, StartEvent) for e in _events_in(sweep_dir / job_id)):
+            assert time.monotonic() < deadline, "the job never printed its start event"
+            time.sleep(1)
+        time.sleep(5)  # into training, both ranks in their collectives
+        subprocess.run(["scancel", job_id], check=True, timeout=30)
+        out = proc.communicate(timeout=300)[0]
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_for_job(job_id, timeout_s=120).state == "CANCELLED", out
+    summary = _summary(sweep_dir)
+    assert not summary["runs"]
+    (row,) = summary["failures"]  # type: ignore[misc]
+    assert row["reason"] == "cancelled", row
+    print(f"cancelled: {row['detail']}; also seen: {row['also_seen']}")
+
+
+def _events_in(folder: Path) -> list[StartEvent | ResultRecord]:
+    return [e for log in sorted(folder.glob("*_log.out")) for e in _events(log)]
