@@ -185,6 +185,36 @@ def test_a_module_that_raises_gives_a_failed_row_with_its_exception(
     assert "RuntimeError: boom: the loss went NaN in step 0" in text, text
 
 
+def test_a_module_written_against_pytorch_lightning_trains_unmodified(tmp_path: Path) -> None:
+    """The example as many users' code is written, ``import pytorch_lightning as pl`` (the
+    standalone copy that ``lightning`` installs beside itself): trained at 2 processes by
+    scalescope's trainer, built from ``lightning``, it is counted as the example is."""
+    source = (REPO / "examples" / "my_project" / "model.py").read_text()
+    assert "import lightning as L" in source
+    write_package(
+        tmp_path,
+        "plproject",
+        source.replace("import lightning as L", "import pytorch_lightning as L"),
+    )
+    run = run_train(
+        tmp_path,
+        *QUIET,
+        *SHORT_LAST,
+        "trainer.devices=2",
+        "workload.name=plproject.model:MyModel",
+        "workload.datamodule=plproject.model:MyData",
+        output_dir=tmp_path / "out",
+        module_args=("--config", str(REPO / EXAMPLE)),
+    )
+    assert run.returncode == 0, run.describe()
+    (r,) = run.results()
+    assert r.identity.workload == "plproject.model:MyModel"
+    assert r.identity.world_size == 2 and r.identity.per_device_batch_size == 32
+    assert r.steps == 2 * 47 and r.train_samples == 3000
+    assert r.model_flops_per_sample == EXAMPLE_FLOPS
+    assert r.val_loss_final is not None and r.val_acc_final is not None
+
+
 MANUAL = """\
 import torch.nn.functional as F
 

@@ -36,6 +36,8 @@ attribute. :mod:`scalescope.workloads.tokens` gives the answer every side uses.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import inspect
 import os
 import re
@@ -103,10 +105,64 @@ def add_import_root(path: str | os.PathLike[str] | None = None) -> None:
         sys.path.insert(0, root)
 
 
+MIRRORED = {"pytorch_lightning": "lightning.pytorch", "lightning_fabric": "lightning.fabric"}
+"""Lightning's standalone packages, by the namespace of the unified package they copy. The
+two are separate copies (both installed with ``lightning``): a module written against
+``pytorch_lightning`` is not a LightningModule of ``lightning``, and the trainer scalescope
+builds, its callbacks and its strategies would refuse it. Imported through
+:class:`_Mirror`, ``import pytorch_lightning as pl`` gives ``lightning.pytorch``: the user's
+module trains unmodified."""
+
+
+def _mirrored(name: str) -> str | None:
+    """The unified package's module a standalone package's module ``name`` copies, or None."""
+    for standalone, unified in MIRRORED.items():
+        if name == standalone or name.startswith(standalone + "."):
+            return unified + name[len(standalone) :]
+    return None
+
+
+class _Mirror(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers an import of a standalone Lightning package's module with the unified
+    package's module itself (:data:`MIRRORED`): one module under both names, so a class is the
+    same class whichever name imported it."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, Any] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        real = _mirrored(fullname)
+        if real is None:
+            return None
+        module = importlib.import_module(real)
+        return importlib.util.spec_from_loader(
+            fullname, self, is_package=hasattr(module, "__path__")
+        )
+
+    def create_module(self, spec: Any) -> Any:
+        real = _mirrored(spec.name)
+        assert real is not None  # find_spec answered for it
+        module = importlib.import_module(real)
+        self._specs[spec.name] = module.__spec__
+        return module
+
+    def exec_module(self, module: Any) -> None:
+        # the import system gave the module the standalone name's spec: it keeps its own
+        module.__spec__ = self._specs.pop(module.__spec__.name)
+
+
+def mirror_lightning() -> None:
+    """Install :class:`_Mirror` first on the import path, once. Where a standalone package
+    was imported already (before any user module), its own copy stays."""
+    if not any(isinstance(f, _Mirror) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Mirror())
+
+
 def load(key: str, path: str) -> Any:
     """The object ``path`` names; ConfigError naming ``key`` and what failed."""
     check_syntax(key, path)
     add_import_root()
+    mirror_lightning()
     module_name, attr = path.split(":")
     try:
         obj: Any = importlib.import_module(module_name)
