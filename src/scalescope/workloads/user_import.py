@@ -187,7 +187,9 @@ def load(key: str, path: str) -> Any:
 
 def _kind(obj: Any) -> str:
     if inspect.isclass(obj):
-        return f"a class deriving from {', '.join(b.__name__ for b in obj.__bases__)}"
+        # each base by its module too: another copy's LightningModule is not lightning's
+        bases = (f"{b.__module__}.{b.__qualname__}" for b in obj.__bases__)
+        return f"a class deriving from {', '.join(bases)}"
     if inspect.isfunction(obj):
         return "a function"
     if inspect.ismodule(obj):

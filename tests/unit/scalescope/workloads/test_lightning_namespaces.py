@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from user_module_helpers import write_package
 
+from scalescope.errors import ConfigError
 from scalescope.workloads import user_import
 
 PL_MODULE = """\
@@ -95,3 +96,25 @@ def test_names_outside_the_standalone_packages_are_left_to_the_import_system() -
     assert user_import._mirrored("lightning_fabric") == "lightning.fabric"
     assert user_import._mirrored("pytorch_lightning_bolts") is None
     assert user_import._mirrored("lightning.pytorch") is None
+
+
+def test_a_standalone_copy_imported_before_is_named_in_the_refusal(
+    tmp_path: Path, fresh_imports: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where something imported pytorch_lightning's own copy before the user's module, its
+    classes stay that copy's: the refusal says which LightningModule the class derives from."""
+    mirrors = [f for f in sys.meta_path if isinstance(f, user_import._Mirror)]
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if f not in mirrors])
+    import pytorch_lightning  # the standalone copy itself
+
+    assert pytorch_lightning.__spec__ is not None
+    assert pytorch_lightning.__spec__.name == "pytorch_lightning"
+    write_package(tmp_path, "plmod", PL_MODULE)
+    with pytest.raises(ConfigError) as err:
+        user_import.check(
+            "plmod.model:Tiny", user_import.UserParams(datamodule="plmod.model:TinyData")
+        )
+    assert str(err.value) == (
+        "workload.name: plmod.model:Tiny is not a LightningModule subclass (it is a class "
+        "deriving from pytorch_lightning.core.module.LightningModule)"
+    )
