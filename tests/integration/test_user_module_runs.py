@@ -215,6 +215,47 @@ def test_a_module_written_against_pytorch_lightning_trains_unmodified(tmp_path: 
     assert r.val_loss_final is not None and r.val_acc_final is not None
 
 
+WITH_LOGGER = """\
+from lightning.pytorch.callbacks import LearningRateMonitor
+
+from examples.my_project.model import MyModel
+
+
+class Logged(MyModel):
+    \"\"\"Reaches for a logger: its own callback logs the learning rate, and it logs its
+    hyperparameters through self.logger, as under a Trainer of its author's.\"\"\"
+
+    def configure_callbacks(self):
+        return [LearningRateMonitor(logging_interval="step")]
+
+    def on_fit_start(self):
+        self.logger.log_hyperparams({"note": "from the module"})
+"""
+
+
+def test_a_module_that_needs_a_logger_trains_and_its_logs_are_kept(tmp_path: Path) -> None:
+    write_package(tmp_path, "loggedpkg", WITH_LOGGER)
+    run = run_train(
+        tmp_path,
+        *QUIET,
+        *SHORT_LAST,
+        "trainer.log_every_n_steps=10",
+        "workload.name=loggedpkg.model:Logged",
+        f"workload.datamodule={MODEL}:MyData",
+        output_dir=tmp_path / "out",
+        module_args=("--config", str(REPO / EXAMPLE)),
+        env={"PYTHONPATH": str(REPO)},
+    )
+    assert run.returncode == 0, run.describe()
+    (r,) = run.results()
+    assert r.steps == 2 * 47
+    logs = Path(r.identity.run_dir) / "module_logs"
+    rows = (logs / "metrics.csv").read_text().splitlines()
+    assert "lr-AdamW" in rows[0].split(","), rows[0]
+    assert len(rows) - 1 >= 2 * 47 // 10  # a row every 10 steps, and the epochs' own
+    assert "note: from the module" in (logs / "hparams.yaml").read_text()
+
+
 MANUAL = """\
 import torch.nn.functional as F
 

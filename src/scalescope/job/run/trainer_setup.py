@@ -121,9 +121,13 @@ def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -
         ],
         started=job.started,
         # A user's module brings plain DataLoaders: Lightning gives each rank its shard,
-        # and accumulates its gradients (built-ins accumulate in their own step loop).
+        # and accumulates its gradients (built-ins accumulate in their own step loop). It may
+        # need a logger (self.logger, a LearningRateMonitor of its configure_callbacks): what
+        # it logs is kept beside the record (MODULE_LOGS).
         **(
             {
+                "logger": module_logger(run_dir),
+                "log_every_n_steps": cfg.trainer.log_every_n_steps,
                 "use_distributed_sampler": True,
                 "accumulate_grad_batches": job.batch.accumulate_grad_batches,
                 "gradient_clip_val": cfg.trainer.gradient_clip_val,
@@ -133,6 +137,21 @@ def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -
             else {}
         ),
     )
+
+
+MODULE_LOGS = "module_logs"
+"""Where a user's module's logger writes, in its run directory: ``metrics.csv`` (what it logs
+with ``self.log``, every ``log_every_n_steps`` of Lightning's, and what its callbacks log)
+and ``hparams.yaml`` (its ``save_hyperparameters``)."""
+
+
+def module_logger(run_dir: Path) -> Any:
+    """The logger a user's module trains with: Lightning's CSVLogger into
+    ``run_dir/``:data:`MODULE_LOGS` (rank 0 writes; a module that reaches for
+    ``self.logger`` or logs through a callback finds one, as under its own Trainer)."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    return CSVLogger(save_dir=str(run_dir), name=MODULE_LOGS, version="")
 
 
 def build_trainer(
@@ -147,9 +166,9 @@ def build_trainer(
 ) -> Any:
     """The Lightning Trainer scalescope trains with (also timed by benchmarks/overhead.py).
 
-    Everything that costs per step and measures nothing is off: logger, progress bar,
-    checkpointing, model summary, sanity validation, the distributed sampler (each rank's
-    slice comes from the data module).
+    Everything that costs per step and measures nothing is off: logger (a user's module gets
+    one, :func:`module_logger`), progress bar, checkpointing, model summary, sanity
+    validation, the distributed sampler (each rank's slice comes from the data module).
     """
     import lightning as L
     from lightning.pytorch.plugins.environments import SLURMEnvironment
