@@ -206,7 +206,7 @@ KEYWORDS = re.compile(
     rb"|collective mismatch|mismatch between collectives|exhausted inputs|MEMORY ERROR|FAILED \("
     rb"|exitcode|\(local_rank: "
     rb"|EADDRINUSE|Address already in use|ECC error|GPU is lost|fallen off the bus"
-    rb"|shared memory|/torch_|No space left on device|Disk quota exceeded|Errno 122"
+    rb"|shared memory|</torch_|No space left on device|Disk quota exceeded|Errno 122"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
