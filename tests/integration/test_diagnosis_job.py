@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from core_helpers import REPO, TINY, TrainRun, run_train
 from diagnosis_helpers import diag, only_result, summarize_in_process
+from time_limits import TIMEOUT_SCALE
 
 from analysis.compute.waterfall import LABELS, waterfall
 from analysis.read.frame import load_all
@@ -35,6 +36,16 @@ from scalescope.allreduce_model import predicted_step_s
 from scalescope.record import ResultRecord, encode
 
 pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="session")
+def slowness(request: pytest.FixtureRequest) -> float:
+    """How many times slower than the machine the injected effects below were sized on this
+    one runs (tests/time_limits.py: the factor its time limits stretch by). An effect sized
+    in seconds grows with it, so that it stays as many times the run's noise, which grows
+    with the machine's step, as where it was set."""
+    return float(request.config.stash.get(TIMEOUT_SCALE, 1.0))
+
 
 REPEATS = 2
 """Runs at 2 processes per cause: attributions are asserted on their mean, never one draw."""
@@ -364,26 +375,28 @@ def test_a_communication_heavy_model_shows_exposed_communication(
 
 
 BURN_S = 0.015
+"""The overlap burn on the machine the test was sized on (:func:`slowness` scales it)."""
 
 
 def test_communication_that_slows_backward_is_taken_out_of_compute(
-    tmp_path: Path, comm_heavy_baseline: ResultRecord
+    tmp_path: Path, comm_heavy_baseline: ResultRecord, slowness: float
 ) -> None:
     """A communication hook that busy-loops BURN_S for the first bucket, while backward
     still has gradients to compute: backward is that much slower in every synced step.
     The calibration recovers it as the overlap slowdown, and the waterfall moves it out of
     compute into its own part instead of counting it twice."""
-    args = ("workload.num_samples=600", f"faults.overlap_burn_s={BURN_S}")
+    burn = BURN_S * slowness
+    args = ("workload.num_samples=600", f"faults.overlap_burn_s={burn}")
     folder = _folder_with(tmp_path, comm_heavy_baseline, args, COMM_HEAVY)
     wf = waterfall(load_all(folder).runs)
     row = _scaled_row(wf)
     overlap = [p.overlap_step_s for _, world, _, p, _ in wf.runs if world == 2]
     print(
-        f"overlap burn {BURN_S}: recovered {overlap}; parts "
+        f"overlap burn {burn:.4f}: recovered {overlap}; parts "
         f"{ {c: round(row[f'{c}_pts_mean'], 1) for c in ('comm', 'overlap', 'compute')} }"
     )
     assert len(overlap) == REPEATS
-    assert statistics.mean(overlap) == pytest.approx(BURN_S, rel=0.35), overlap
+    assert statistics.mean(overlap) == pytest.approx(burn, rel=0.35), overlap
     assert row["overlap_pts_mean"] > row["comm_pts_mean"], row.to_dict()
     # not counted twice: the remainder stays small beside the part
     assert abs(row["remainder_pts_mean"]) < 0.5 * row["overlap_pts_mean"], row.to_dict()
@@ -410,29 +423,34 @@ class BnModel(MyModel):
         )
 """
 BN_DELAY_S = 0.03
-BN_CAUSES: dict[str, tuple[str, ...]] = {
-    # rank 1's loader is slower: rank 0 waits for it in the next buffer broadcast
-    "slow loader": (
-        "faults.slow_rank=1",
-        f"faults.slow_rank_sleep_s={BN_DELAY_S}",
-        "faults.slow_rank_at=input",
-        *NO_BASELINE,
-    ),
-    # rank 1's forward is slower: rank 0 waits for it in the gradient all-reduce
-    "slow forward": (
-        "faults.slow_rank=1",
-        f"faults.slow_rank_sleep_s={BN_DELAY_S}",
-        "faults.slow_rank_at=forward",
-        *NO_BASELINE,
-    ),
-    "delayed all-reduce": (f"faults.allreduce_delay_s={BN_DELAY_S}", *STEPS_ONLY),
-}
+"""The batch-norm causes' delay on the machine the tests were sized on (:func:`slowness`
+scales it)."""
+
+
+def _bn_causes(delay: float) -> dict[str, tuple[str, ...]]:
+    return {
+        # rank 1's loader is slower: rank 0 waits for it in the next buffer broadcast
+        "slow loader": (
+            "faults.slow_rank=1",
+            f"faults.slow_rank_sleep_s={delay}",
+            "faults.slow_rank_at=input",
+            *NO_BASELINE,
+        ),
+        # rank 1's forward is slower: rank 0 waits for it in the gradient all-reduce
+        "slow forward": (
+            "faults.slow_rank=1",
+            f"faults.slow_rank_sleep_s={delay}",
+            "faults.slow_rank_at=forward",
+            *NO_BASELINE,
+        ),
+        "delayed all-reduce": (f"faults.allreduce_delay_s={delay}", *STEPS_ONLY),
+    }
 
 
 @pytest.fixture(scope="module")
-def batch_norm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def batch_norm(tmp_path_factory: pytest.TempPathFactory, slowness: float) -> dict[str, Any]:
     """The batch-norm module at 1 process, and each cause REPEATS times at 2; one waterfall
-    per cause, all against the same 1-process baseline."""
+    per cause, all against the same 1-process baseline; the delay under ``delay_s``."""
     work = tmp_path_factory.mktemp("batch-norm")
     shutil.copytree(REPO / "examples", work / "examples")
     (work / "bn_model.py").write_text(BATCH_NORM)
@@ -448,8 +466,9 @@ def batch_norm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         return only_result(run_train(work, *args, output_dir=folder, module_args=common))
 
     baseline = train(tmp_path_factory.mktemp("bn-one"), *NO_BASELINE)
-    out = {}
-    for cause, args in BN_CAUSES.items():
+    delay = BN_DELAY_S * slowness
+    out: dict[str, Any] = {"delay_s": delay}
+    for cause, args in _bn_causes(delay).items():
         folder = tmp_path_factory.mktemp(f"bn-{cause.replace(' ', '-')}")
         (folder / "slurm-baseline.out").write_text(encode(baseline) + "\n")
         for _ in range(REPEATS):
@@ -473,17 +492,19 @@ def test_a_slow_rank_is_skew_whichever_collective_its_peers_wait_in(
     as much as a wait in the all-reduce for a rank whose forward is slower; communication
     stays what is left once the last rank arrived."""
     lost, parts = _bn_parts(batch_norm[cause])
-    print(f"batch norm, {cause} {BN_DELAY_S * 1000:.0f} ms on rank 1: lost {lost:.1f}, {parts}")
+    delay_ms = batch_norm["delay_s"] * 1000
+    print(f"batch norm, {cause} {delay_ms:.0f} ms on rank 1: lost {lost:.1f}, {parts}")
     assert lost > 30, parts
     assert parts["skew"] + parts["input"] >= 0.5 * lost, (lost, parts)
     assert parts["comm"] < 0.25 * lost, (lost, parts)
 
 
 def test_a_delayed_all_reduce_with_buffers_is_communication(batch_norm: dict[str, Any]) -> None:
-    """The all-reduce held back BN_DELAY_S on every rank: communication takes most of the
-    loss, and its exposed time rises over the runs without the delay by BN_DELAY_S."""
+    """The all-reduce held back the delay on every rank: communication takes most of the
+    loss, and its exposed time rises over the runs without the delay by the delay."""
     lost, parts = _bn_parts(batch_norm["delayed all-reduce"])
-    print(f"batch norm, all-reduce delayed {BN_DELAY_S * 1000:.0f} ms: lost {lost:.1f}, {parts}")
+    delay = batch_norm["delay_s"]
+    print(f"batch norm, all-reduce delayed {delay * 1000:.0f} ms: lost {lost:.1f}, {parts}")
     assert parts["comm"] > 0.5 * lost, (lost, parts)
 
     def exposed(cause: str) -> float:
@@ -493,4 +514,4 @@ def test_a_delayed_all_reduce_with_buffers_is_communication(batch_norm: dict[str
 
     plain = statistics.mean(exposed(c) for c in ("slow loader", "slow forward"))
     added = exposed("delayed all-reduce") - plain
-    assert added == pytest.approx(BN_DELAY_S, rel=0.25), (added, plain)
+    assert added == pytest.approx(delay, rel=0.25), (added, plain)
