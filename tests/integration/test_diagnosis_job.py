@@ -14,7 +14,9 @@ Every injected effect is several times the noise of a 2-core machine with a busy
 (a spiral step takes 2-4 ms there): under such a neighbour the causes below gave input wait
 36-40 of 56-61 lost points (50 ms a fetch), rank skew 86-88 of 99 (40 ms) and exposed
 communication 91-93 of 98 (20 ms), and the comm-heavy model 32-41 of 68 (figures of the
-calibration-based estimate; docs/diagnosis.md's table has the current ones).
+calibration-based estimate; docs/diagnosis.md's table has the current ones). The overlap
+burn and the batch-norm delays, sized nearer the noise, grow with the machine's slowness
+(:func:`slowness`).
 """
 
 from __future__ import annotations
