@@ -125,30 +125,27 @@ def _mirrored(name: str) -> str | None:
 class _Mirror(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Answers an import of a standalone Lightning package's module with the unified
     package's module itself (:data:`MIRRORED`): one module under both names, so a class is the
-    same class whichever name imported it."""
-
-    def __init__(self) -> None:
-        self._specs: dict[str, Any] = {}
+    same class whichever name imported it. The standalone name's spec carries the module's
+    own spec (``loader_state``), which the module keeps."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         real = _mirrored(fullname)
         if real is None:
             return None
         module = importlib.import_module(real)
-        return importlib.util.spec_from_loader(
+        spec = importlib.util.spec_from_loader(
             fullname, self, is_package=hasattr(module, "__path__")
         )
+        if spec is not None:
+            spec.loader_state = module.__spec__
+        return spec
 
     def create_module(self, spec: Any) -> Any:
-        real = _mirrored(spec.name)
-        assert real is not None  # find_spec answered for it
-        module = importlib.import_module(real)
-        self._specs[spec.name] = module.__spec__
-        return module
+        return sys.modules[spec.loader_state.name]
 
     def exec_module(self, module: Any) -> None:
         # the import system gave the module the standalone name's spec: it keeps its own
-        module.__spec__ = self._specs.pop(module.__spec__.name)
+        module.__spec__ = module.__spec__.loader_state
 
 
 def mirror_lightning() -> None:
