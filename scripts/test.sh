@@ -91,7 +91,8 @@ banner "unit tier (in-process; stops at the first failure)"
 # workers); the integration tier below measures time and attribution, so it runs one test
 # at a time.
 unit_rc=0
-python -m pytest tests/unit -x -q -n logical --maxprocesses 4 --junitxml="$reports/unit.xml" \
+python -m pytest tests/unit -x -q -n logical --maxprocesses 4 --durations=25 \
+  --junitxml="$reports/unit.xml" \
   "${pytest_args[@]}" || unit_rc=$?
 if [ "$unit_rc" != 0 ] && ! no_tests_ok "$unit_rc"; then
   if [ -n "$slurm_pid" ]; then
