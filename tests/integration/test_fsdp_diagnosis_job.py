@@ -13,8 +13,8 @@ their part.
 
 The effects are 300 ms: several times the noise of a 2-core machine beside a busy loop,
 where a plain run's exposed communication (9 collectives a step, each needing both ranks on
-a core) read 10-45 ms from run to run, and beside the Slurm tier, where a 100 ms delay's
-calibrated estimate read 149 ms. On the idle machine a 20 ms delay added 17.6 ms.
+a core) read 10-45 ms from run to run, and in a CI run with nothing beside it, where a
+100 ms delay's calibrated estimate read 149 ms. On the idle machine a 20 ms delay added 17.6 ms.
 """
 
 from __future__ import annotations
