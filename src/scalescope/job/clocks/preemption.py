@@ -23,7 +23,11 @@ others blocked in a collective. :class:`StopOnSignal` replaces all of that:
   :data:`CHECK_INTERVAL_S`; when steps take longer than that the check runs every step,
   where its cost (about a millisecond) is negligible next to the step. It grows at most
   twofold per check, so a run that slows down after fast steps is late by at most the
-  steps it had agreed to when they were fast.
+  steps it had agreed to when they were fast;
+* the check runs before every other callback's ``on_before_optimizer_step`` (the job puts
+  this callback first), so the ranks reach it together, straight from the gradient sync: a
+  rank delayed by a hook after it is waited for in the next step's timed collective, not in
+  this untimed one, which would hide the wait in compute.
 
 Validation is not interrupted: a signal during validation is acted on at the first training
 step after it.

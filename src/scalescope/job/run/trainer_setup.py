@@ -93,9 +93,13 @@ def _gradient_clip(trainer_cfg: TrainerConfig) -> tuple[float, str] | None:
 
 
 def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -> Any:
-    """This job's Trainer. Callbacks run in list order: what must not be timed (the
-    diagnosis' baseline and sampler, the FLOPs probe, compilation) before the TimingCallback,
-    what reads its stamps after it, the stop at SIGTERM last. The profiler's capture comes
+    """This job's Trainer. Callbacks run in list order: the stop at SIGTERM first, what must
+    not be timed (the diagnosis' baseline and sampler, the FLOPs probe, compilation) before
+    the TimingCallback, what reads its stamps after it. The stop's check (an all-reduce in
+    ``on_before_optimizer_step``) meets the ranks as the gradient sync leaves them, before any
+    other callback's hook there: a rank that a later hook delays (the faults' sleeps, a
+    user's callback) is waited for in the next step's timed collective, where the diagnosis
+    counts the wait, never in the check, whose time is compute's. The profiler's capture comes
     just before the TimingCallback: its trace is written before the warm-up may end at the
     same step boundary."""
     from ..clocks.compiling import CompileForward
@@ -108,6 +112,7 @@ def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -
         accelerator=job.accelerator,
         run_dir=run_dir,
         callbacks=[
+            measures.stop,
             *(diag.before_timing() if diag else []),
             *(user.before_timing() if user else []),
             *([CompileForward(cfg.trainer.compile_backend)] if cfg.trainer.compile else []),
@@ -117,7 +122,6 @@ def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -
             measures.compile_clock,
             *(user.after_timing() if user else []),
             *(diag.after_timing() if diag else []),
-            measures.stop,
         ],
         started=job.started,
         # A user's module brings plain DataLoaders: Lightning gives each rank its shard,
@@ -179,7 +183,7 @@ def build_trainer(
     plugins: Any = [SLURMEnvironment(auto_requeue=False)] if topo.launcher == "slurm" else None
     strategy, callbacks = _strategy(trainer_cfg, topo, callbacks, started)
     if not any(isinstance(cb, StopOnSignal) for cb in callbacks):
-        callbacks = [*callbacks, StopOnSignal()]
+        callbacks = [StopOnSignal(), *callbacks]  # first: see job_trainer
     precision = trainer_cfg.precision
     kwargs: dict[str, Any] = {
         "accelerator": accelerator,
