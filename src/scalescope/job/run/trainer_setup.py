@@ -182,8 +182,10 @@ def build_trainer(
     # Requeue has one owner: submitit or the sbatch script, never Lightning's USR1 handler.
     plugins: Any = [SLURMEnvironment(auto_requeue=False)] if topo.launcher == "slurm" else None
     strategy, callbacks = _strategy(trainer_cfg, topo, callbacks, started)
-    if not any(isinstance(cb, StopOnSignal) for cb in callbacks):
-        callbacks = [StopOnSignal(), *callbacks]  # first: see job_trainer
+    # The stop at SIGTERM first, whoever built the list (its check must meet the ranks before
+    # any other callback's on_before_optimizer_step: see job_trainer); one where none is given.
+    stops = [cb for cb in callbacks if isinstance(cb, StopOnSignal)] or [StopOnSignal()]
+    callbacks = [*stops, *(cb for cb in callbacks if not isinstance(cb, StopOnSignal))]
     precision = trainer_cfg.precision
     kwargs: dict[str, Any] = {
         "accelerator": accelerator,
