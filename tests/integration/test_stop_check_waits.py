@@ -45,7 +45,7 @@ def test_a_straggler_is_waited_for_in_the_timed_collective_not_in_the_stop_check
     ranks = diag(record)["ranks"]
     waits = [row["wait_s"] for row in ranks]
     print(f"waits {[round(1e3 * w) for w in waits]} ms for a {1e3 * SLEEP_S:.0f} ms straggler")
-    # each step, one rank waits for the other's sleep: the waits add up to it (old: half)
+    # each step, one rank waits for the other's sleep: the waits add up to it (old: 1 ms each)
     assert sum(waits) == pytest.approx(SLEEP_S, rel=0.15), ranks
     for row in ranks:  # and each rank's compute holds its own sleeps alone (half the steps)
         assert row["compute_s"] < 0.5 * SLEEP_S + 0.15 * SLEEP_S, row
