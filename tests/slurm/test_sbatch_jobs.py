@@ -116,21 +116,24 @@ def _failure_rows(folder: Path) -> list[dict]:
     return json.loads(out.getvalue())["failures"]
 
 
-def test_a_profile_without_a_reachable_rendezvous_host_fails_within_30_s(
+def test_a_profile_without_a_reachable_rendezvous_host_fails_long_before_the_start_up_wait(
     sbatch, tmp_path: Path
 ) -> None:
     """A profile written as the docs show, but without MASTER_ADDR, on nodes whose names do
     not resolve: every rank says so in one line within seconds, where before every
-    multi-rank job hung until the start-up wait expired; the summary's failure row says it."""
+    multi-rank job hung until the start-up wait expired; the summary's failure row says it.
+
+    The time is the job's own run time as Slurm counts it (not the queue), against half the
+    start-up wait: alone here it is ~15 s, beside the other tiers ~30 s; a hang is >= 120 s."""
     import shutil
-    import time
+
+    from scalescope.job.run.trainer_setup import STARTUP_TIMEOUT_S
 
     repo = make_submit_dir(tmp_path / "repo", links=("slurm_jobs", "src"))
     shutil.copytree(Path(__file__).resolve().parents[2] / "configs", repo / "configs")
     profile = repo / "configs" / "clusters" / "site.yaml"
     text = (repo / "configs" / "clusters" / "local.yaml").read_text()
     profile.write_text(text.replace("export MASTER_ADDR=127.0.0.1", "").replace("local", "site"))
-    started = time.monotonic()
     job_id = sbatch(
         "--nodes=2",
         "--ntasks-per-node=1",
@@ -139,12 +142,12 @@ def test_a_profile_without_a_reachable_rendezvous_host_fails_within_30_s(
         cwd=repo,
         env={**job_env(), "SCALESCOPE_OVERRIDES": TINY, "SCALESCOPE_CLUSTER": str(profile)},
     )
-    job = wait_for_job(job_id, timeout_s=120)
-    took = time.monotonic() - started
+    job = wait_for_job(job_id, timeout_s=420)
+    took = _seconds(job.fields["RunTime"])
     log = repo / "outputs" / f"slurm-{job_id}.out"
     text = log.read_text(errors="replace")
     assert job.state == "FAILED", f"{job.state}\n{text[-3000:]}"
-    assert took < 30, f"{took:.0f} s\n{text[-3000:]}"
+    assert took < STARTUP_TIMEOUT_S / 2, f"{took:.0f} s\n{text[-3000:]}"
     lines = [line for line in text.splitlines() if "scalescope train: error: rendezvous" in line]
     assert lines, text[-3000:]
     assert "rendezvous host 'node1'" in lines[0] and "does not resolve" in lines[0]
@@ -152,7 +155,14 @@ def test_a_profile_without_a_reachable_rendezvous_host_fails_within_30_s(
     (row,) = _failure_rows(repo / "outputs")
     assert row["reason"] == "rendezvous_error", row
     assert "does not resolve" in row["detail"], row
-    print(f"unresolvable rendezvous host: failed in {took:.1f} s: {lines[0][:160]}")
+    print(f"unresolvable rendezvous host: failed after {took:.0f} s running: {lines[0][:160]}")
+
+
+def _seconds(runtime: str) -> float:
+    """Slurm's [days-]HH:MM:SS as seconds."""
+    days, _, clock = runtime.rpartition("-")
+    h, m, s = (int(part) for part in clock.split(":"))
+    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + s
 
 
 def test_a_typo_through_sbatch_is_named_with_its_route_in_the_failure_row(
