@@ -40,6 +40,9 @@ CAUSAL_ORDER = (
     # printed when the step ends, after the collective errors it causes (PRINTED_LATE)
     "host_oom",
     "cuda_oom",
+    # a GPU kernel's fault, or a torch build or driver that does not fit the GPU: the job's
+    # (the peers then see a collective error)
+    "cuda_error",
     # the job's resources: what its workers and writes ran out of
     "shared_memory",
     "disk_full",

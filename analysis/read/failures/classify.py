@@ -22,6 +22,10 @@ REASONS: dict[str, str] = {
     "cancelled": "cancelled",
     "host_oom": "host out of memory (OOM kill)",
     "cuda_oom": "CUDA out of memory",
+    "cuda_error": (
+        "CUDA error (a GPU kernel faulted, or the torch build or the driver does not fit the "
+        "node's GPU)"
+    ),
     "config_error": "configuration error",
     "rendezvous_error": "rendezvous host not resolvable or reachable",
     "rendezvous_timeout": "rendezvous timeout",
@@ -106,6 +110,45 @@ _CUDA_OOM = re.compile(
     r"CUDA out of memory|CUDA error: out of memory|torch(?:\.cuda)?\.OutOfMemoryError",
     re.IGNORECASE,
 )
+# A CUDA error of the job's own (not a GPU's hardware fault, not memory running out), as
+# torch raises it ("RuntimeError: CUDA error: an illegal memory access was encountered") and
+# NCCL prints it ("NCCL WARN Cuda failure 'an illegal memory access was encountered'"): a
+# kernel that faulted, a torch build without kernels for the GPU, a driver older than the
+# CUDA torch was built with (torch's "The NVIDIA driver on your system is too old")
+_CUDA_ERROR = re.compile(
+    r"(?P<image>no kernel image is available for execution on the device)"
+    r"|(?P<driver>CUDA driver version is insufficient for CUDA runtime version"
+    r"|NVIDIA driver on your system is too old)"
+    r"|(?P<assert>device-side assert triggered)"
+    r"|(?P<fault>an illegal memory access was encountered|misaligned address"
+    r"|an illegal instruction was encountered|unspecified launch failure)",
+    re.IGNORECASE,
+)
+# the kernel's own line of a device-side assert, printed before torch raises it:
+# ".../Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [5,0,0]
+# Assertion `t >= 0 && t < n_classes` failed."
+_DEVICE_ASSERT = re.compile(
+    r"(?P<kernel>\w+): block: \[[\d,]+\], thread: \[[\d,]+\] Assertion `(?P<cond>.*?)` failed"
+)
+_ASSERT_HINT = (
+    "(most often an index out of range: a label >= the classes, a token id >= the "
+    "vocabulary); CUDA_LAUNCH_BLOCKING=1 names the operation"
+)
+_CUDA_ERROR_DETAIL = {
+    "image": (
+        "no kernel image for the node's GPU: this torch build lacks its compute capability "
+        "(torch.cuda.get_arch_list()); install a torch build for that GPU"
+    ),
+    "driver": (
+        "the node's NVIDIA driver is older than the CUDA this torch was built with: install "
+        "a torch build for an older CUDA, or a newer driver"
+    ),
+    "assert": "a device-side assert in a GPU kernel " + _ASSERT_HINT,
+    "fault": (
+        "a GPU kernel faulted ({what}): the job's code or an extension's, or the GPU where it "
+        "happens on one node only; CUDA_LAUNCH_BLOCKING=1 names the operation"
+    ),
+}
 _COLLECTIVE = re.compile(
     r"Watchdog caught collective operation timeout"
     r"|ran for \d+ milliseconds before timing out"
@@ -207,6 +250,9 @@ KEYWORDS = re.compile(
     rb"|exitcode|\(local_rank: "
     rb"|EADDRINUSE|Address already in use|ECC error|GPU is lost|fallen off the bus"
     rb"|shared memory|</torch_|No space left on device|Disk quota exceeded|Errno 122"
+    rb"|kernel image|driver version is insufficient|driver on your system is too old"
+    rb"|device-side assert|illegal memory access|illegal instruction|misaligned address"
+    rb"|launch failure|Assertion `"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -329,6 +375,19 @@ def _environment(line: str) -> list[tuple[str, str]]:
     return found
 
 
+def _cuda_error(line: str) -> list[tuple[str, str]]:
+    """A CUDA error of the job's own: which kind, and what fixes it or finds it."""
+    m = _DEVICE_ASSERT.search(line)
+    if m:
+        where = f"`{m.group('cond')}` failed in {m.group('kernel')}"
+        return [("cuda_error", f"a device-side assert: {where} " + _ASSERT_HINT)]
+    m = _CUDA_ERROR.search(line)
+    if not m:
+        return []
+    kind = m.lastgroup or "fault"
+    return [("cuda_error", _CUDA_ERROR_DETAIL[kind].format(what=m.group(0).lower()))]
+
+
 def classify_line(line: str) -> list[tuple[str, str]]:
     """Every (reason code, detail) the line shows, exceptions excepted (they need context)."""
     found: list[tuple[str, str]] = []
@@ -360,6 +419,7 @@ def classify_line(line: str) -> list[tuple[str, str]]:
     if _CUDA_OOM.search(line):
         m2 = re.search(r"Tried to allocate [\d.]+ \w+", line)
         found.append(("cuda_oom", m2.group(0) if m2 else "CUDA out of memory"))
+    found += _cuda_error(line)
     if _COLLECTIVE.search(line):
         m2 = _COLLECTIVE_OP.search(line)
         detail = (

@@ -1,0 +1,109 @@
+"""CUDA errors of the job's own, on their real wordings: a kernel that faulted, a
+device-side assert, a torch build without kernels for the node's GPU, a driver older than
+the CUDA torch was built with. Each is its cause with what finds or fixes it, over the
+Python exception that raises it and the collective errors the other ranks then see; a GPU's
+hardware fault stays the node's."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.read.failures.cause import diagnose
+from analysis.read.failures.classify import KEYWORDS, classify_line
+from analysis.read.failures.collect import scan_lines
+
+WORDINGS = [
+    # torch's, then the two hints it prints below the message
+    ("image", "RuntimeError: CUDA error: no kernel image is available for execution on the device"),
+    (
+        "driver",
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 11040). "
+        "Please update your GPU driver by downloading and installing a new version from the "
+        "URL: http://www.nvidia.com/Download/index.aspx",
+    ),
+    (
+        "driver",
+        "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version",
+    ),
+    ("assert", "RuntimeError: CUDA error: device-side assert triggered"),
+    (
+        "assert",
+        "/opt/pytorch/aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d"
+        ": block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.",
+    ),
+    ("fault", "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"),
+    ("fault", "[rank1]: RuntimeError: CUDA error: unspecified launch failure"),
+    # NCCL's own report of a CUDA call that failed under it
+    (
+        "fault",
+        "node2:4242:4301 [1] NCCL WARN Cuda failure 'an illegal memory access was encountered'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "line"), WORDINGS, ids=[f"{k}-{i}" for i, (k, _) in enumerate(WORDINGS)]
+)
+def test_each_wording_is_a_cuda_error_with_its_remedy(kind: str, line: str) -> None:
+    assert KEYWORDS.search(line.encode()), "the byte prefilter would skip the line"
+    detail = dict(classify_line(line))["cuda_error"]
+    remedy = {
+        "image": "install a torch build for that GPU",
+        "driver": "older than the CUDA this torch was built with",
+        "assert": "CUDA_LAUNCH_BLOCKING=1 names the operation",
+        "fault": "CUDA_LAUNCH_BLOCKING=1 names the operation",
+    }[kind]
+    assert remedy in detail, detail
+    lines = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', line]
+    d = diagnose(scan_lines(enumerate(lines, 1), "slurm-21.out"))
+    assert (d.code, d.detail) == ("cuda_error", detail)
+
+
+def test_the_kernels_assert_line_names_its_condition_and_is_the_cause() -> None:
+    """The kernel prints the failed condition first; torch raises its generic message after:
+    the earlier line, with the condition a user can act on, is the cause."""
+    lines = [
+        WORDINGS[4][1],
+        "Traceback (most recent call last):",
+        '  File "train.py", line 9, in <module>',
+        WORDINGS[3][1],
+    ]
+    d = diagnose(scan_lines(enumerate(lines, 1), "slurm-22.out"))
+    assert d.code == "cuda_error" and d.evidence is not None and d.evidence.line_no == 1
+    assert "`t >= 0 && t < n_classes` failed in nll_loss_forward_reduce_cuda_kernel_2d" in (
+        d.detail
+    )
+
+
+def test_the_fault_names_what_faulted() -> None:
+    detail = dict(classify_line(WORDINGS[5][1]))["cuda_error"]
+    assert detail.startswith("a GPU kernel faulted (an illegal memory access was encountered)")
+
+
+def test_an_ecc_error_is_still_the_nodes_hardware_not_the_jobs() -> None:
+    codes = [c for c, _ in classify_line("RuntimeError: CUDA error: uncorrectable ECC error")]
+    assert "cuda_error" not in codes
+
+
+def test_between_logs_a_ranks_cuda_error_is_the_cause_of_the_peers_collective_error() -> None:
+    faulted = scan_lines(
+        enumerate(["Traceback (most recent call last):", WORDINGS[5][1]], 1), "rank0.out"
+    )
+    peer = scan_lines(
+        enumerate(
+            [
+                "[rank1]: torch.distributed.DistBackendError: NCCL error in: "
+                "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network "
+                "error, NCCL version 2.21.5",
+                "ncclRemoteError: A call failed possibly due to a network error or a remote "
+                "process exiting prematurely.",
+            ],
+            1,
+        ),
+        "rank1.out",
+    )
+    for logs in ([*peer, *faulted], [*faulted, *peer]):
+        d = diagnose(logs)
+        assert d.code == "cuda_error" and d.evidence is not None
+        assert d.evidence.file == "rank0.out"
+        assert "collective_error" in d.also_seen
