@@ -154,6 +154,11 @@ _COLLECTIVE = re.compile(
     r"|ran for \d+ milliseconds before timing out"
     r"|Timed out waiting \d+ ?ms for (?:recv|send) operation to complete"
 )
+# gloo's monitored_barrier, which names the ranks that did not arrive: "[Rank 0]: Rank 1
+# failed to pass monitoredBarrier in 1000 ms" (with wait_all_ranks: "Ranks 1, 3 failed ...")
+_MONITORED = re.compile(
+    r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms"
+)
 _COLLECTIVE_OP = re.compile(r"OpType=(?P<op>\w+).*?Timeout\(ms\)=(?P<ms>\d+)")
 _RENDEZVOUS = re.compile(
     r"DistStoreError"
@@ -252,7 +257,7 @@ KEYWORDS = re.compile(
     rb"|shared memory|</torch_|No space left on device|Disk quota exceeded|Errno 122"
     rb"|kernel image|driver version is insufficient|driver on your system is too old"
     rb"|device-side assert|illegal memory access|illegal instruction|misaligned address"
-    rb"|launch failure|Assertion `"
+    rb"|launch failure|Assertion `|monitoredBarrier"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -420,14 +425,7 @@ def classify_line(line: str) -> list[tuple[str, str]]:
         m2 = re.search(r"Tried to allocate [\d.]+ \w+", line)
         found.append(("cuda_oom", m2.group(0) if m2 else "CUDA out of memory"))
     found += _cuda_error(line)
-    if _COLLECTIVE.search(line):
-        m2 = _COLLECTIVE_OP.search(line)
-        detail = (
-            f"{m2.group('op')} timed out after {int(m2.group('ms')) / 1000:g} s"
-            if m2
-            else "a collective operation timed out"
-        )
-        found.append(("collective_timeout", detail))
+    found += _collective_timeout(line)
     if _RENDEZVOUS.search(line):
         m2 = _CLIENTS.search(line)
         detail = (
@@ -457,6 +455,27 @@ def classify_line(line: str) -> list[tuple[str, str]]:
     if failed:
         found.append(("collective_error", failed))
     return found
+
+
+def _collective_timeout(line: str) -> list[tuple[str, str]]:
+    """A collective that timed out: which, after how long; for gloo's monitored barrier,
+    which ranks did not arrive."""
+    m = _MONITORED.search(line)
+    if m:
+        ranks, s = m.group("ranks"), int(m.group("ms")) / 1000
+        who = f"rank{'s' if ',' in ranks else ''} {ranks}"
+        return [("collective_timeout", f"{who} did not reach the monitored barrier in {s:g} s")]
+    if not _COLLECTIVE.search(line):
+        return []
+    m = _COLLECTIVE_OP.search(line)
+    return [
+        (
+            "collective_timeout",
+            f"{m.group('op')} timed out after {int(m.group('ms')) / 1000:g} s"
+            if m
+            else "a collective operation timed out",
+        )
+    ]
 
 
 def _mismatch_detail(line: str) -> str:
