@@ -130,6 +130,7 @@ _CUDA_ERROR = re.compile(
 _DEVICE_ASSERT = re.compile(
     r"(?P<kernel>\w+): block: \[[\d,]+\], thread: \[[\d,]+\] Assertion `(?P<cond>.*?)` failed"
 )
+_WARNING = re.compile(r"Warning: |CUDA initialization: ")
 _ASSERT_HINT = (
     "(most often an index out of range: a label >= the classes, a token id >= the "
     "vocabulary); CUDA_LAUNCH_BLOCKING=1 names the operation"
@@ -390,6 +391,8 @@ def _cuda_error(line: str) -> list[tuple[str, str]]:
     if not m:
         return []
     kind = m.lastgroup or "fault"
+    if kind == "driver" and _WARNING.search(line):
+        return []  # torch's warning at CUDA's start-up: a job on the CPU goes on without it
     return [("cuda_error", _CUDA_ERROR_DETAIL[kind].format(what=m.group(0).lower()))]
 
 

@@ -107,3 +107,20 @@ def test_between_logs_a_ranks_cuda_error_is_the_cause_of_the_peers_collective_er
         assert d.code == "cuda_error" and d.evidence is not None
         assert d.evidence.file == "rank0.out"
         assert "collective_error" in d.also_seen
+
+
+def test_torchs_warning_of_an_old_driver_is_not_a_cause() -> None:
+    """torch warns at CUDA's start-up and goes on (a job on the CPU finishes): only the error
+    it raises where a GPU is needed is the cause."""
+    warning = (
+        "/opt/venv/lib/python3.11/site-packages/torch/cuda/__init__.py:129: UserWarning: CUDA "
+        "initialization: The NVIDIA driver on your system is too old (found version 11040). "
+        "Please update your GPU driver (Triggered internally at c10/cuda/CUDAFunctions.cpp:108.)"
+    )
+    assert "cuda_error" not in [c for c, _ in classify_line(warning)]
+    lines = [
+        warning,
+        "slurmstepd: error: *** JOB 77 ON node1 CANCELLED AT 2026-01-01T10:00:00 "
+        "DUE TO TIME LIMIT ***",
+    ]
+    assert diagnose(scan_lines(enumerate(lines, 1), "slurm-77.out")).code == "time_limit"
