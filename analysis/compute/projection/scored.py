@@ -57,7 +57,20 @@ class Scored:
         (NaN), and the centre is the median of those near the typical share (within
         :data:`TYPICAL_WINDOW`; of all kept where none is, or where the draws were weighed by
         the case's measured scales, :attr:`evidenced`); else the point's own centre and
-        draws."""
+        draws.
+
+        One fit asks each point for its view under one band three or four times (the mean,
+        the spreads, ``kappa``, ``sd_m``), and the nested cross-validation fits thousands of
+        times: the last band's view is kept (outside the fields: ``replace`` starts afresh;
+        the draws returned are not to be written to)."""
+        last = self.__dict__.get("_last_view")
+        if last is not None and last[0] == band:
+            return last[1]
+        got = self._view(band)
+        self.__dict__["_last_view"] = (band, got)
+        return got
+
+    def _view(self, band: tuple[float, float, float] | None) -> tuple[float, np.ndarray]:
         if band is None or self.share is None or not np.isfinite(self.share).any():
             return self.centre, self.base
         low, typical, high = band
@@ -82,7 +95,15 @@ speak for its share of the line rate (:func:`learn_share_band`)."""
 def _share_of(point: Scored) -> float:
     """The share of its stated line rate a published point's cluster achieved: the median of
     its draws' shares, each weighted by how near its efficiency comes to the published one
-    (NaN where the case states no line rate, or no draw comes near)."""
+    (NaN where the case states no line rate, or no draw comes near). Kept on the point (it
+    depends on its fields alone, and every fit of the cross-validation asks again)."""
+    got = point.__dict__.get("_share_of")
+    if got is None:
+        got = point.__dict__["_share_of"] = _compute_share_of(point)
+    return got
+
+
+def _compute_share_of(point: Scored) -> float:
     if point.share is None:
         return math.nan
     ok = np.isfinite(point.share) & np.isfinite(point.base) & (point.base > 0)
