@@ -14,6 +14,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from analysis.read.failures.collective_lines import (
+    collective_error_detail,
+    collective_mismatch,
+    collective_timeout,
+)
+from analysis.read.failures.cuda_lines import cuda_error, cuda_oom
+
 REASONS: dict[str, str] = {
     "time_limit": "time limit",
     "preemption": "preempted",
@@ -106,61 +113,6 @@ _SRUN_TASK = re.compile(
     r"srun: error: (?P<host>\S+): (?P<tasks>tasks? [\d,\-]+): (?P<what>[^\r\n]+?)\s*$"
 )
 _EXIT_CODE = re.compile(r"Exited with exit code (?P<code>\d+)", re.IGNORECASE)
-_CUDA_OOM = re.compile(
-    r"CUDA out of memory|CUDA error: out of memory|torch(?:\.cuda)?\.OutOfMemoryError",
-    re.IGNORECASE,
-)
-# A CUDA error of the job's own (not a GPU's hardware fault, not memory running out), as
-# torch raises it ("RuntimeError: CUDA error: an illegal memory access was encountered") and
-# NCCL prints it ("NCCL WARN Cuda failure 'an illegal memory access was encountered'"): a
-# kernel that faulted, a torch build without kernels for the GPU, a driver older than the
-# CUDA torch was built with (torch's "The NVIDIA driver on your system is too old")
-_CUDA_ERROR = re.compile(
-    r"(?P<image>no kernel image is available for execution on the device)"
-    r"|(?P<driver>CUDA driver version is insufficient for CUDA runtime version"
-    r"|NVIDIA driver on your system is too old)"
-    r"|(?P<assert>device-side assert triggered)"
-    r"|(?P<fault>an illegal memory access was encountered|misaligned address"
-    r"|an illegal instruction was encountered|unspecified launch failure)",
-    re.IGNORECASE,
-)
-# the kernel's own line of a device-side assert, printed before torch raises it:
-# ".../Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [5,0,0]
-# Assertion `t >= 0 && t < n_classes` failed."
-_DEVICE_ASSERT = re.compile(
-    r"(?P<kernel>\w+): block: \[[\d,]+\], thread: \[[\d,]+\] Assertion `(?P<cond>.*?)` failed"
-)
-_WARNING = re.compile(r"Warning: |CUDA initialization: ")
-_ASSERT_HINT = (
-    "(most often an index out of range: a label >= the classes, a token id >= the "
-    "vocabulary); CUDA_LAUNCH_BLOCKING=1 names the operation"
-)
-_CUDA_ERROR_DETAIL = {
-    "image": (
-        "no kernel image for the node's GPU: this torch build lacks its compute capability "
-        "(torch.cuda.get_arch_list()); install a torch build for that GPU"
-    ),
-    "driver": (
-        "the node's NVIDIA driver is older than the CUDA this torch was built with: install "
-        "a torch build for an older CUDA, or a newer driver"
-    ),
-    "assert": "a device-side assert in a GPU kernel " + _ASSERT_HINT,
-    "fault": (
-        "a GPU kernel faulted ({what}): the job's code or an extension's, or the GPU where it "
-        "happens on one node only; CUDA_LAUNCH_BLOCKING=1 names the operation"
-    ),
-}
-_COLLECTIVE = re.compile(
-    r"Watchdog caught collective operation timeout"
-    r"|ran for \d+ milliseconds before timing out"
-    r"|Timed out waiting \d+ ?ms for (?:recv|send) operation to complete"
-)
-# gloo's monitored_barrier, which names the ranks that did not arrive: "[Rank 0]: Rank 1
-# failed to pass monitoredBarrier in 1000 ms" (with wait_all_ranks: "Ranks 1, 3 failed ...")
-_MONITORED = re.compile(
-    r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms"
-)
-_COLLECTIVE_OP = re.compile(r"OpType=(?P<op>\w+).*?Timeout\(ms\)=(?P<ms>\d+)")
 _RENDEZVOUS = re.compile(
     r"DistStoreError"
     r"|Timed out after \d+ seconds waiting for clients"
@@ -205,45 +157,6 @@ _SHARED_MEMORY = re.compile(
 # "Killed"): the kernel's OOM killer, most often
 _WORKER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed")
 _DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|\[Errno 122\]", re.IGNORECASE)
-# A collective that failed rather than timed out: a peer process died (its sockets closed)
-# or the network failed. gloo (CPU): "[.../gloo/transport/tcp/pair.cc:534] Connection closed
-# by peer [10.0.0.2]:4321", "Read error [...]: Connection reset by peer"; NCCL through
-# torch: "DistBackendError: NCCL error in: ...ProcessGroupNCCL.cpp:1970, remote process
-# exited or there was a network error, NCCL version 2.19.3", then "ncclRemoteError: A call
-# failed possibly due to a network error or a remote process exiting prematurely.";
-# "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or
-# device error."; "ncclInternalError: Internal check failed."; NCCL's own warnings
-# "NET/IB : Got completion from peer ... with error 12", "Net : Connection closed by remote
-# peer host<1234>"; older torch "RuntimeError: NCCL error: unhandled system error".
-_COLLECTIVE_ERROR = re.compile(
-    r"Connection (?:closed|reset) by (?:remote )?peer"
-    r"|\bnccl(?:Remote|System|Internal)Error\b"
-    r"|NCCL error"
-    r"|DistBackendError"
-    r"|NET/\w+ : Got completion from peer"
-    # printed after a watchdog timeout and before an NCCL error alike: the line that says
-    # which comes next to it
-    r"|Some NCCL operations have failed or timed out"
-)
-# Ranks that called different collectives, or different numbers of them (a rank with more
-# batches than another, uneven data): gloo's size check "[enforce fail at .../pair.cc:446]
-# op.preamble.length <= op.nbytes. 8 vs 4. Is there a distributed collective mismatch in your
-# code?"; TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected mismatch between collectives on ranks.
-# Rank 0 is running collective: CollectiveFingerPrint(..., OpType=ALLREDUCE, ...), but Rank 1
-# is running collective: ..."; DDP's join (throw_on_early_termination) "Detected at least one
-# rank that exhausted inputs. Throwing across all ranks."
-_MISMATCH = re.compile(
-    r"distributed collective mismatch"
-    r"|mismatch between collectives"
-    r"|rank that exhausted inputs"
-)
-_MISMATCH_RANK = re.compile(
-    r"Rank (?P<rank>\d+) is running (?:\w+ )?collective: CollectiveFingerPrint\([^)]*?"
-    r"OpType=(?P<op>\w+)"
-)
-_NCCL_CODE = re.compile(r"\b(?P<code>nccl(?:Remote|System|Internal)Error)\b")
-_NCCL_WHAT = re.compile(r"NCCL error(?: in: [^,]*)?[,:]\s*(?P<what>[^,]+?)(?:,\s*NCCL version|$)")
-_NCCL_GENERIC = "NCCL operations failed or timed out; the process is taken down"
 _INTERRUPTED = re.compile(r"^scalescope [\w-]+: interrupted$")
 """What ``scalescope train`` prints on a KeyboardInterrupt (Ctrl-C, SIGINT) instead of a
 traceback."""
@@ -381,21 +294,6 @@ def _environment(line: str) -> list[tuple[str, str]]:
     return found
 
 
-def _cuda_error(line: str) -> list[tuple[str, str]]:
-    """A CUDA error of the job's own: which kind, and what fixes it or finds it."""
-    m = _DEVICE_ASSERT.search(line)
-    if m:
-        where = f"`{m.group('cond')}` failed in {m.group('kernel')}"
-        return [("cuda_error", f"a device-side assert: {where} " + _ASSERT_HINT)]
-    m = _CUDA_ERROR.search(line)
-    if not m:
-        return []
-    kind = m.lastgroup or "fault"
-    if kind == "driver" and _WARNING.search(line):
-        return []  # torch's warning at CUDA's start-up: a job on the CPU goes on without it
-    return [("cuda_error", _CUDA_ERROR_DETAIL[kind].format(what=m.group(0).lower()))]
-
-
 def classify_line(line: str) -> list[tuple[str, str]]:
     """Every (reason code, detail) the line shows, exceptions excepted (they need context)."""
     found: list[tuple[str, str]] = []
@@ -424,11 +322,9 @@ def classify_line(line: str) -> list[tuple[str, str]]:
         found.append(("node_failure", f"node failure on {m.group('host')}"))
     found += _slurm_step_end(line)
     found += _environment(line)
-    if _CUDA_OOM.search(line):
-        m2 = re.search(r"Tried to allocate [\d.]+ \w+", line)
-        found.append(("cuda_oom", m2.group(0) if m2 else "CUDA out of memory"))
-    found += _cuda_error(line)
-    found += _collective_timeout(line)
+    found += cuda_oom(line)
+    found += cuda_error(line)
+    found += collective_timeout(line)
     if _RENDEZVOUS.search(line):
         m2 = _CLIENTS.search(line)
         detail = (
@@ -449,69 +345,11 @@ def classify_line(line: str) -> list[tuple[str, str]]:
             # unreadable, a value out of range, the launch's variables, a rejected tracking
             # key) is the configuration's; a run stopped early says why elsewhere
             found.append(("config_error", _trim(msg)))
-    if _MISMATCH.search(line):
-        found.append(("collective_mismatch", _mismatch_detail(line)))
+    found += collective_mismatch(line)
     # a watchdog timeout is re-raised as DistBackendError: that line is the timeout; gloo
     # adds its mismatch hint to the closed connection: that line is the mismatch
     said = ("collective_timeout", "rendezvous_timeout", "collective_mismatch")
-    failed = None if any(c in said for c, _ in found) else _collective_error_detail(line)
+    failed = None if any(c in said for c, _ in found) else collective_error_detail(line)
     if failed:
         found.append(("collective_error", failed))
     return found
-
-
-def _collective_timeout(line: str) -> list[tuple[str, str]]:
-    """A collective that timed out: which, after how long; for gloo's monitored barrier,
-    which ranks did not arrive."""
-    m = _MONITORED.search(line)
-    if m:
-        ranks, s = m.group("ranks"), int(m.group("ms")) / 1000
-        who = f"rank{'s' if ',' in ranks else ''} {ranks}"
-        return [("collective_timeout", f"{who} did not reach the monitored barrier in {s:g} s")]
-    if not _COLLECTIVE.search(line):
-        return []
-    m = _COLLECTIVE_OP.search(line)
-    return [
-        (
-            "collective_timeout",
-            f"{m.group('op')} timed out after {int(m.group('ms')) / 1000:g} s"
-            if m
-            else "a collective operation timed out",
-        )
-    ]
-
-
-def _mismatch_detail(line: str) -> str:
-    """What each rank ran, where the message says (TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
-    ranks = [f"rank {m.group('rank')} runs {m.group('op')}" for m in _MISMATCH_RANK.finditer(line)]
-    if len(ranks) >= 2:
-        return ", ".join(ranks)
-    if "exhausted inputs" in line:
-        return "a rank ran out of data before the others (uneven data per rank)"
-    return "ranks called different collectives (or different numbers of them)"
-
-
-def _collective_error_detail(line: str) -> str | None:
-    """What a failed (not timed-out) collective says, or None if the line is not one."""
-    if not _COLLECTIVE_ERROR.search(line):
-        return None
-    low = line.lower()
-    m = _NCCL_CODE.search(line)
-    if m:
-        code = m.group("code")
-        if code == "ncclRemoteError":
-            return "a peer process exited or the network failed (ncclRemoteError)"
-        if code == "ncclSystemError":
-            return "a system call or the network failed (ncclSystemError)"
-        return "NCCL internal check failed (ncclInternalError)"
-    if "closed by" in low or "reset by" in low:
-        how = "closed" if "closed by" in low else "reset"
-        return f"connection {how} by a peer: another process exited or the network failed"
-    if "completion from peer" in low:
-        return "network error: a transfer from a peer failed"
-    if "have failed or timed out" in low:
-        return _NCCL_GENERIC
-    m = _NCCL_WHAT.search(line)
-    if m:
-        return f"NCCL error: {m.group('what').strip()}"
-    return "a collective failed (DistBackendError)" if "DistBackendError" in line else "NCCL error"

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field, replace
 
 from analysis.read.failures.classify import (
     _INTERRUPT_DETAIL,
-    _NCCL_GENERIC,
     _PREFIX,
     Evidence,
     _trim,
     classify_line,
 )
+from analysis.read.failures.collective_lines import NCCL_GENERIC
 
 _TRACEBACK = "Traceback (most recent call last):"
 _IGNORED = "Exception ignored in"
@@ -239,7 +239,7 @@ class EvidenceCollector:
         for code, detail in classify_line(line):
             known = self.first.get(code)
             # the first of each kind, unless it only said "failed or timed out" and this says how
-            if known is None or (known.detail == _NCCL_GENERIC and detail != _NCCL_GENERIC):
+            if known is None or (known.detail == NCCL_GENERIC and detail != NCCL_GENERIC):
                 self.first[code] = Evidence(code, detail, _trim(raw), self.file, line_no, offset)
         m = _EXCEPTION.match(line.rstrip())
         if m is not None and m.group("name").endswith(_SIGNAL_EXCEPTION):
