@@ -80,8 +80,16 @@ class Scored:
         for pick in (kept,) if self.evidenced else (near, kept):
             finite = self.base[pick & np.isfinite(self.base)]
             if len(finite):
-                return float(np.median(finite)), base
+                return _median(finite), base
         return math.nan, base
+
+
+def _median(values: np.ndarray) -> float:
+    """``np.median`` of finite ``values`` (1-D, not empty), to the bit, without its checks
+    and dispatch: the views of the cross-validation ask hundreds of thousands of times."""
+    a = np.sort(values)
+    mid = len(a) // 2
+    return float(a[mid]) if len(a) % 2 else float((a[mid - 1] + a[mid]) / 2)
 
 
 TYPICAL_WINDOW = math.log(1.25)

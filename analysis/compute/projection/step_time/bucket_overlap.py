@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 
 def ready_shares(
@@ -86,16 +87,28 @@ def exposed_after_backward(
     predecessor is done; what ends after backward is exposed. So one bucket holding every
     gradient is exposed whole, a large bucket that is ready near backward's end is exposed
     nearly whole, and many tiny buckets queue up behind their latencies."""
-    total = math.fsum(sizes)
-    if not times_s or total <= 0:
+    by_bytes = _byte_shares(tuple(sizes))
+    if not times_s or not by_bytes:
         return 0.0
-    done = end = 0.0
-    if ready is not None:
-        for t, share in zip(times_s, ready, strict=True):
-            end = max(end, backward_s * min(1.0, share)) + t
-        return max(0.0, end - backward_s)
-    for t, nbytes in zip(times_s, sizes, strict=True):
-        done += nbytes
-        at = backward_s * min(1.0, done / total)
-        end = max(end, at) + t
+    shares = by_bytes if ready is None else [min(1.0, share) for share in ready]
+    end = 0.0
+    for t, share in zip(times_s, shares, strict=True):
+        at = backward_s * share
+        end = (at if at > end else end) + t  # max(end, at), as fast as the step model asks
     return max(0.0, end - backward_s)
+
+
+@lru_cache(maxsize=1024)
+def _byte_shares(sizes: tuple[float, ...]) -> tuple[float, ...]:
+    """When each bucket of ``sizes`` is ready in proportion to bytes: the share of all bytes
+    up to and including it (the same buckets for every draw of a case); empty where there
+    are no bytes."""
+    total = math.fsum(sizes)
+    if total <= 0:
+        return ()
+    out = []
+    done = 0.0
+    for nbytes in sizes:
+        done += nbytes
+        out.append(min(1.0, done / total))
+    return tuple(out)

@@ -54,7 +54,7 @@ from analysis.compute.projection.step_time.step_model import (
     BACKWARD_SHARE,
     CommTerm,
     StepModel,
-    collective_s,
+    collective_times,
 )
 from analysis.read.strategy import FsdpSharding
 from scalescope.collectives import (
@@ -181,10 +181,9 @@ def hybrid_times(
     )
     reduce = as_run_by(FSDP_REPLICA_ALL_REDUCE, backend)
     per_group = bw_factor / max(1, sharing)
-    shards = [
-        collective_s(replica_level, reduce, b * scatter_factor / shard, replicas, per_group)
-        for b in units
-    ]
+    shards = collective_times(
+        replica_level, reduce, [b * scatter_factor / shard for b in units], replicas, per_group
+    )
     return gathers, [a + b for a, b in zip(scatters, shards, strict=True)]
 
 
@@ -199,8 +198,10 @@ def _collective_times(
     """Each unit's all-gather and reduce-scatter seconds, as ``backend`` runs them."""
     gather = as_run_by(FSDP_ALL_GATHER, backend)
     scatter = as_run_by(FSDP_REDUCE_SCATTER, backend)
-    gathers = [collective_s(level, gather, b, world, bw_factor) for b in units]
-    scatters = [collective_s(level, scatter, b * scatter_factor, world, bw_factor) for b in units]
+    gathers = collective_times(level, gather, units, world, bw_factor)
+    scatters = collective_times(
+        level, scatter, [b * scatter_factor for b in units], world, bw_factor
+    )
     return gathers, scatters
 
 

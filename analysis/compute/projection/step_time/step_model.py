@@ -93,13 +93,28 @@ def collective_s(
     """One ``collective`` of ``nbytes`` at ``world`` ranks on ``level``: the latency as a
     tree's, log2 N, and the collective's bytes over the busiest link (0 on one rank; NaN
     without a bandwidth, which is unknown, never infinite)."""
+    return collective_times(level, collective, (nbytes,), world, bw_factor)[0]
+
+
+def collective_times(
+    level: Level,
+    collective: Collective,
+    sizes: Sequence[float],
+    world: int,
+    bw_factor: float = 1.0,
+) -> list[float]:
+    """:func:`collective_s` of each message of ``sizes``, the terms they share worked out
+    once (the step model asks for every bucket of thousands of draws)."""
     if world <= 1:
-        return 0.0
+        return [0.0] * len(sizes)
     scale = math.log2(world) / math.log2(level.at_world) if level.at_world > 1 else 1.0
     bw = level.busbw_gbps * bw_factor
     if not bw > 0:
-        return math.nan
-    return level.alpha_s * scale + link_bytes(collective, nbytes, world) / (bw * 1e9)
+        return [math.nan] * len(sizes)
+    latency = level.alpha_s * scale
+    per_byte = link_bytes(collective, 1.0, world)
+    rate = bw * 1e9
+    return [latency + nbytes * per_byte / rate for nbytes in sizes]
 
 
 def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0) -> float:
@@ -183,7 +198,7 @@ class StepModel:
         (:meth:`syncs`)."""
         level = self.network.level(nodes)
         assert level is not None
-        times = [allreduce_s(level, b, world, bw) for b in buckets]
+        times = collective_times(level, NETWORK_TERM, buckets, world, bw)
         backward = BACKWARD_SHARE * self.compute_s(batch, k) / k  # one micro-batch's
         ready = None
         if self.bucket_ready:
@@ -281,7 +296,7 @@ class StepModel:
             return math.nan if level is None else 0.0
         bw = self.network.factor(nodes)
         k = self.accumulate if k is None else k
-        return self.syncs(k) * math.fsum(allreduce_s(level, b, world, bw) for b in buckets)
+        return self.syncs(k) * math.fsum(collective_times(level, NETWORK_TERM, buckets, world, bw))
 
     def anchor_step_s(self) -> float:
         return (
