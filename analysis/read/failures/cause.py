@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from analysis.read.failures.classify import REASONS, Evidence
+from analysis.read.failures.collective_lines import names_late_ranks
 
 CAUSAL_ORDER = (
     # outside events: nothing the job printed can have caused them (they win within a log
@@ -93,6 +94,17 @@ buffer on its way to the log; Slurm notes that a step reached its memory limit a
 when it ends, whether or not anything was killed."""
 
 _RANK = {code: i for i, code in enumerate(CAUSAL_ORDER)}
+
+
+def _causal_rank(ev: Evidence) -> tuple[int, int]:
+    """Where a log's cause stands between logs (:data:`CAUSAL_ORDER`). A monitored barrier's
+    timeout names the ranks that did not arrive, so it stands just before the collective
+    errors: the late rank's own "Connection closed by peer" is the barrier's peer giving up
+    on it (torch 2.13, gloo: a rank three seconds late for a one-second barrier)."""
+    if names_late_ranks(ev.code, ev.detail):
+        return (_RANK["collective_error"], 0)
+    return (_RANK.get(ev.code, len(_RANK)), 1)
+
 
 CLOCK_SLACK_S = 5.0
 """How much earlier than Slurm's cancel (at a time limit, or a user's) a line's own time must
@@ -223,7 +235,8 @@ def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
     Within one log the earliest line wins (of two readings of one line, the more specific),
     but an outside event wins over any earlier line and a host OOM kill over earlier
     collective errors, timeouts and exits (:func:`_cause_in_log`); between logs, the more
-    causal kind of each log's cause (:data:`CAUSAL_ORDER`), less the collective errors that
+    causal kind of each log's cause (:data:`CAUSAL_ORDER`; a monitored barrier's timeout
+    before the collective errors, :func:`_causal_rank`), less the collective errors that
     Slurm's kill at a time limit or a cancel made the peers print (:func:`_killed_by`).
     :data:`CONSEQUENCE_ONLY` kinds, and a step srun aborted after a task exited, win only
     when nothing else is known. One line that reads
@@ -253,7 +266,7 @@ def diagnose(evidence: Sequence[Evidence]) -> Diagnosis:
     kill = _kill_alone(causes, unique)
     if kill is not None:
         causes = [c for c in causes if not _killed_by(c, kill, unique)]
-    top = min(causes, key=lambda e: (_RANK.get(e.code, len(_RANK)), e.file, _order(e)))
+    top = min(causes, key=lambda e: (_causal_rank(e), e.file, _order(e)))
     rest = sorted(
         (e for e in unique if e is not top),
         key=lambda e: (e.file != top.file, e.file, _order(e)),

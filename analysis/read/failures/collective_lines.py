@@ -17,6 +17,8 @@ _COLLECTIVE = re.compile(
 _MONITORED = re.compile(
     r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms"
 )
+LATE_FOR_BARRIER = "did not reach the monitored barrier"
+"""How a monitored barrier's timeout names the ranks that were late (:func:`names_late_ranks`)."""
 _COLLECTIVE_OP = re.compile(r"OpType=(?P<op>\w+).*?Timeout\(ms\)=(?P<ms>\d+)")
 # A collective that failed rather than timed out: a peer process died (its sockets closed)
 # or the network failed. gloo (CPU): "[.../gloo/transport/tcp/pair.cc:534] Connection closed
@@ -71,7 +73,7 @@ def collective_timeout(line: str) -> list[tuple[str, str]]:
     if m:
         ranks, s = m.group("ranks"), int(m.group("ms")) / 1000
         who = f"rank{'s' if ',' in ranks else ''} {ranks}"
-        return [("collective_timeout", f"{who} did not reach the monitored barrier in {s:g} s")]
+        return [("collective_timeout", f"{who} {LATE_FOR_BARRIER} in {s:g} s")]
     if not _COLLECTIVE.search(line):
         return []
     m = _COLLECTIVE_OP.search(line)
@@ -119,3 +121,10 @@ def collective_error_detail(line: str) -> str | None:
     if m:
         return f"NCCL error: {m.group('what').strip()}"
     return "a collective failed (DistBackendError)" if "DistBackendError" in line else "NCCL error"
+
+
+def names_late_ranks(code: str, detail: str) -> bool:
+    """Is this reading a monitored barrier's timeout, which names the ranks that did not
+    arrive? The late rank, arriving after the barrier gave up, finds its peer gone and says
+    "Connection closed by peer": a consequence of its own lateness (:mod:`.cause`)."""
+    return code == "collective_timeout" and LATE_FOR_BARRIER in detail

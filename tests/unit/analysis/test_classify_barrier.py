@@ -19,6 +19,16 @@ RANK0 = [
     "waiting 999ms for recv operation to complete",
 ]
 
+# the late rank's own log, the same run: it arrives after rank 0 gave up and left
+RANK1 = [
+    "[rank1]: Traceback (most recent call last):",
+    '[rank1]:   File "train.py", line 7, in <module>',
+    "[rank1]:     dist.monitored_barrier(timeout=datetime.timedelta(seconds=1))",
+    "[rank1]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]"
+    " Connection closed by peer [127.0.0.1]:30611. This is typically caused by a remote worker "
+    "crashing. Check the logs of the remote worker before reporting an error. GLHF!",
+]
+
 
 def test_the_ranks_that_did_not_arrive_are_the_timeouts_detail() -> None:
     assert KEYWORDS.search(RANK0[0].encode())
@@ -33,3 +43,26 @@ def test_several_late_ranks_are_all_named() -> None:
     assert classify_line(line) == [
         ("collective_timeout", "ranks 1, 3 did not reach the monitored barrier in 30 s")
     ]
+
+
+def test_the_late_ranks_closed_connection_is_the_barriers_consequence() -> None:
+    """Between two logs, whose lines cannot be ordered, a closed connection outranks a
+    timeout (a peer that died leaves the others waiting); but the barrier names rank 1 as
+    late, and rank 1's closed connection is rank 0 leaving after it gave up."""
+    evidence = [
+        *scan_lines(enumerate(RANK0, 1), "rank0.out"),
+        *scan_lines(enumerate(RANK1, 1), "rank1.out"),
+    ]
+    d = diagnose(evidence)
+    assert (d.code, d.detail) == (
+        "collective_timeout",
+        "rank 1 did not reach the monitored barrier in 1 s",
+    )
+    assert d.evidence is not None and d.evidence.file == "rank0.out"
+    assert "collective_error" in d.also_seen
+    # a timeout that names no rank still yields to the closed connection
+    plain = scan_lines(enumerate(RANK0[-1:], 1), "rank0.out")
+    assert [e.code for e in plain] == ["collective_timeout"]
+    assert diagnose([*plain, *scan_lines(enumerate(RANK1, 1), "rank1.out")]).code == (
+        "collective_error"
+    )
