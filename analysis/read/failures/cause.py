@@ -47,6 +47,9 @@ CAUSAL_ORDER = (
     # the job's resources: what its workers and writes ran out of
     "shared_memory",
     "disk_full",
+    # a DataLoader worker that crashed or exited: its error went with it (the main process
+    # then raises "exited unexpectedly")
+    "worker_died",
     # ranks that called different collectives (uneven data: one ran more steps): a bug of the
     # job, which the other ranks see as a closed connection or a timeout
     "collective_mismatch",

@@ -46,6 +46,7 @@ REASONS: dict[str, str] = {
         "larger /dev/shm)"
     ),
     "disk_full": "disk full or over quota",
+    "worker_died": "DataLoader worker died (crashed or exited: its own error is lost with it)",
     "collective_mismatch": (
         "collective mismatch across ranks (ranks ran different collectives, e.g. different "
         "numbers of steps or batches)"
@@ -156,6 +157,17 @@ _SHARED_MEMORY = re.compile(
 # a DataLoader worker killed outright (torch names the signal as strsignal does: SIGKILL's
 # "Killed"): the kernel's OOM killer, most often
 _WORKER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed")
+# a DataLoader worker that died of another signal, or exited, taking its error with it: the
+# main process's "DataLoader worker (pid 14300) is killed by signal: Aborted.", "... exited
+# unexpectedly with exit code 3. Details are lost due to multiprocessing.", and the worker's own
+# "ERROR: Unexpected segmentation fault encountered in worker." (torch 2.13); then, the
+# exception the job ends with, "DataLoader worker (pid(s) 14300) exited unexpectedly"
+_WORKER_DIED = re.compile(
+    r"DataLoader worker \(pid (?P<pid>\d+)\) (?:is killed by signal: (?P<sig>[^.]+)"
+    r"|exited unexpectedly with exit code (?P<code>-?\d+))"
+    r"|Unexpected (?P<fault>segmentation fault|floating-point exception) encountered in worker"
+    r"|DataLoader worker \(pid\(s\) (?P<pids>[\d, ]+)\) exited unexpectedly"
+)
 _DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|\[Errno 122\]", re.IGNORECASE)
 _INTERRUPTED = re.compile(r"^scalescope [\w-]+: interrupted$")
 """What ``scalescope train`` prints on a KeyboardInterrupt (Ctrl-C, SIGINT) instead of a
@@ -171,7 +183,7 @@ KEYWORDS = re.compile(
     rb"|shared memory|</torch_|No space left on device|Disk quota exceeded|Errno 122"
     rb"|kernel image|driver version is insufficient|driver on your system is too old"
     rb"|device-side assert|illegal memory access|illegal instruction|misaligned address"
-    rb"|launch failure|Assertion `|monitoredBarrier"
+    rb"|launch failure|Assertion `|monitoredBarrier|DataLoader worker|encountered in worker"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -253,6 +265,23 @@ def _slurm_step_end(line: str) -> list[tuple[str, str]]:
     return found
 
 
+def _worker_died(line: str) -> list[tuple[str, str]]:
+    """A DataLoader worker that died of a signal other than SIGKILL's and SIGBUS's (read as
+    the OOM killer's and shared memory's), or exited: how, where the line says."""
+    m = _WORKER_DIED.search(line)
+    if not m or m.group("sig") in ("Killed", "Bus error"):
+        return []
+    if m.group("fault"):
+        how = f"a {m.group('fault')} in a DataLoader worker"
+    elif m.group("pids"):
+        how = f"DataLoader worker (pid(s) {m.group('pids')}) exited unexpectedly"
+    else:
+        end = f"killed by signal: {m.group('sig')}" if m.group("sig") else None
+        end = end or f"exited with exit code {m.group('code')}"
+        how = f"DataLoader worker (pid {m.group('pid')}) {end}"
+    return [("worker_died", f"{how}: num_workers=0 shows its error")]
+
+
 def _shared_memory_detail(said: str, line: str) -> str:
     """Which of a DataLoader's wordings of shared memory running out the line is."""
     if said.startswith("insufficient"):
@@ -282,6 +311,7 @@ def _environment(line: str) -> list[tuple[str, str]]:
     elif _DISK_FULL.search(line):  # a full /dev/shm says "No space left on device" too
         quota = "quota" in line.lower() or "Errno 122" in line
         found.append(("disk_full", "disk quota exceeded" if quota else "no space left on device"))
+    found += _worker_died(line)
     m = _WORKER_KILLED.search(line)
     if m:
         found.append(
