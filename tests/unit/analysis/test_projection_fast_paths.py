@@ -5,9 +5,12 @@ Bit for bit, since the backtest's figures and the folds' choices are compared by
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +21,7 @@ from analysis.compute.projection.step_time.network import Level
 from analysis.compute.projection.step_time.step_model import NETWORK_TERM, collective_times
 from scalescope.collectives import link_bytes
 
+CASES = Path(__file__).resolve().parents[3] / "benchmarks" / "projection_cases.yaml"
 FINITE = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False)
 ODD = st.sampled_from([math.nan, math.inf, -math.inf])
 
@@ -114,3 +118,58 @@ def test_the_bucket_timeline_is_the_one_a_bucket_at_a_time(
     ready = [r for _, _, r in buckets] if recorded else None
     got = exposed_after_backward(times, sizes, backward, ready)
     assert got == _timeline(times, sizes, backward, ready)
+
+
+def test_a_step_model_with_new_fields_is_the_one_replace_makes() -> None:
+    """Of every shipped case's model (DDP's and FSDP's): the same fields and type as
+    ``dataclasses.replace`` gives, nothing cached of the old fields, an unknown field refused."""
+    from analysis.compute.projection.published.scoring import case_model
+    from analysis.read.cases import read_cases
+
+    kinds = set()
+    for case in read_cases(str(CASES)):
+        model = case_model(case)
+        _ = model.modelled_at_anchor  # cached on the old model
+        changes = {"compute_per_sample_s": 2 * model.compute_per_sample_s, "anchor_world": 1}
+        got = model.with_fields(**changes)
+        want = dataclasses.replace(model, **changes)
+        assert type(got) is type(want) and got == want
+        assert "modelled_at_anchor" not in got.__dict__
+        assert got.modelled_at_anchor == want.modelled_at_anchor or math.isnan(
+            want.modelled_at_anchor
+        )
+        kinds.add(type(model).__name__)
+        with pytest.raises(TypeError, match="no field 'nope'"):
+            model.with_fields(nope=1)
+    assert kinds == {"StepModel", "FsdpStepModel"}
+
+
+def _one_pass(gathers: list[float], compute: list[float], scatters: list[float]) -> float:
+    """FSDP's pass over the blocks as the module doc tells it, with ``max`` spelled out."""
+    n = len(compute)
+    done = [0.0] * n
+    channel = done[0] = gathers[0]
+    compute_end = 0.0
+    for i in range(n):
+        start = max(compute_end, done[i])
+        if i + 1 < n and gathers[i + 1] != 0.0:
+            channel = done[i + 1] = max(channel, start) + gathers[i + 1]
+        compute_end = start + compute[i]
+        if scatters[i] > 0:
+            channel = max(channel, compute_end) + scatters[i]
+    return max(compute_end, channel) - math.fsum(compute)
+
+
+TIME = st.one_of(st.floats(0, 2.0), st.just(0.0), st.just(math.nan))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(TIME, st.floats(0, 2.0), TIME), min_size=1, max_size=12))
+def test_fsdps_pass_over_the_blocks_is_the_one_max_gives(
+    blocks: list[tuple[float, float, float]],
+) -> None:
+    from analysis.compute.projection.step_time.fsdp_comm import _phase
+
+    gathers, compute, scatters = (list(x) for x in zip(*blocks, strict=True))
+    got, want = _phase(gathers, compute, scatters), _one_pass(gathers, compute, scatters)
+    assert got == want or (math.isnan(got) and math.isnan(want))

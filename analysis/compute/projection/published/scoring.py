@@ -135,9 +135,9 @@ def case_model(
     t_node = b / (one_node or ref).throughput_per_device
     draft = _draft(case, ref, sigma_share, carry, band_u, hidden, pattern)
     compute = _compute_step(case, draft, one_gpu, t_node)
-    model = replace(draft, compute_per_sample_s=compute / b)
+    model = draft.with_fields(compute_per_sample_s=compute / b)
     if one_node is None:  # only 1 GPU measured: it is the anchor, nothing to offset
-        return replace(model, anchor_world=1, anchor_nodes=1)
+        return model.with_fields(anchor_world=1, anchor_nodes=1)
     return _anchored(case, model, t_node)
 
 
@@ -238,7 +238,7 @@ def _compute_step(case: Case, draft: StepModel, one_gpu: Point | None, t_node: f
     # a fixed point: the model hides less when compute is shorter
     compute = t_node
     for _ in range(20):
-        trial = replace(draft, compute_per_sample_s=compute / b)
+        trial = draft.with_fields(compute_per_sample_s=compute / b)
         exposed = trial.modelled_exposed(d, 1, draft.bucket_bytes, k, 1.0, b)
         compute = max((t_node - exposed) / (1 + draft.sigma_share * expected_max(d)), 0.1 * t_node)
     return compute
@@ -258,8 +258,7 @@ def _anchored(case: Case, model: StepModel, t_node: float) -> StepModel:
         # its accumulation shrinking first (the micro-batch kept)
         b_a = b * d / world if strong else b
         k_a = max(1, math.floor(k * d / world + 1e-9)) if strong else k
-        model = replace(
-            model,
+        model = model.with_fields(
             per_device_batch=b_a,
             accumulate=k_a,
             anchor_world=world,

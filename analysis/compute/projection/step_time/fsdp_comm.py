@@ -80,16 +80,19 @@ def _phase(gathers: Sequence[float], compute: Sequence[float], scatters: Sequenc
     done = [0.0] * n  # when each block's gather ends
     channel = done[0] = gathers[0]  # when the network is free
     compute_end = 0.0
+    # max(a, b) written out as b if b > a else a (the same, NaN too): the draws of a fit
+    # ask for tens of millions
     for i in range(n):
-        start = max(compute_end, done[i])
+        ready = done[i]
+        start = ready if ready > compute_end else compute_end
         # the next block's gather, issued as this block's compute starts; a block with
         # nothing to gather issues none and waits behind nothing on the channel
         if i + 1 < n and gathers[i + 1] != 0.0:
-            channel = done[i + 1] = max(channel, start) + gathers[i + 1]
+            channel = done[i + 1] = (start if start > channel else channel) + gathers[i + 1]
         compute_end = start + compute[i]
         if scatters[i] > 0:
-            channel = max(channel, compute_end) + scatters[i]
-    return max(compute_end, channel) - math.fsum(compute)
+            channel = (compute_end if compute_end > channel else channel) + scatters[i]
+    return (channel if channel > compute_end else compute_end) - math.fsum(compute)
 
 
 def microbatch_exposed(

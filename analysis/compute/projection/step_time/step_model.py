@@ -54,8 +54,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from functools import cached_property, lru_cache
+from dataclasses import dataclass, fields, replace
+from functools import cache, cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -122,6 +122,11 @@ def allreduce_s(level: Level, nbytes: float, world: int, bw_factor: float = 1.0)
     return collective_s(level, NETWORK_TERM, nbytes, world, bw_factor)
 
 
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
 @lru_cache(maxsize=4096)
 def expected_max(n: int) -> float:
     """E[max of n independent standard normals] (0 for n = 1), by quadrature."""
@@ -170,6 +175,21 @@ class StepModel:
     """Whether every micro-batch of an accumulating step syncs its gradients (a published
     case's ``grad_sync: micro-batch``); False: the last one alone, as a sweep's runs do (DDP's
     ``no_sync``, FSDP's gradient sync switched off while accumulating)."""
+
+    def with_fields(self, **changes: Any) -> StepModel:
+        """This model with ``changes`` to its fields, as ``dataclasses.replace`` makes it (the
+        same fields; nothing a property computed of the old ones is kept), without its work
+        per call: a case's fit makes one for each of thousands of draws and fixed-point steps
+        (no field of a step model has a default factory or a ``__post_init__``)."""
+        names = _field_names(type(self))
+        unknown = changes.keys() - set(names)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(type(self))
+        state, old = new.__dict__, self.__dict__
+        for name in names:
+            state[name] = changes[name] if name in changes else old[name]
+        return new
 
     def syncs(self, k: int) -> int:
         """How many of a step's ``k`` micro-batches sync their gradients."""
@@ -336,9 +356,9 @@ class StepModel:
         ``other`` the rest of the measured step ``step_s``, never below 0 (a step faster
         than its parts is noise, not a speed to carry to every scale)."""
         offset = exposed_s - self.modelled_at_anchor if math.isfinite(exposed_s) else 0.0
-        model = replace(self, exposed_offset_s=offset, other_s=0.0)
+        model = self.with_fields(exposed_offset_s=offset, other_s=0.0)
         other = step_s - model.anchor_step_s()
-        return replace(model, other_s=max(0.0, other) if math.isfinite(other) else 0.0)
+        return model.with_fields(other_s=max(0.0, other) if math.isfinite(other) else 0.0)
 
     def baseline_step(self, batch: float) -> float:
         """The baseline's step with another per-device batch: its compute and input change
