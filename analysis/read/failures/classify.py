@@ -265,11 +265,17 @@ def _slurm_step_end(line: str) -> list[tuple[str, str]]:
     return found
 
 
+_NOT_THE_WORKERS = ("Killed", "Bus error", "Terminated", "Interrupt", "Hangup")
+"""Signals a worker dies of without a fault of its own: SIGKILL (the OOM killer's, most often)
+and SIGBUS (shared memory) have readings of their own; SIGTERM, SIGINT and SIGHUP come from
+outside, a cancel, a time limit or a user, and the worker's death is their consequence."""
+
+
 def _worker_died(line: str) -> list[tuple[str, str]]:
-    """A DataLoader worker that died of a signal other than SIGKILL's and SIGBUS's (read as
-    the OOM killer's and shared memory's), or exited: how, where the line says."""
+    """A DataLoader worker that crashed or exited (not :data:`_NOT_THE_WORKERS`): how, where
+    the line says."""
     m = _WORKER_DIED.search(line)
-    if not m or m.group("sig") in ("Killed", "Bus error"):
+    if not m or m.group("sig") in _NOT_THE_WORKERS:
         return []
     if m.group("fault"):
         how = f"a {m.group('fault')} in a DataLoader worker"

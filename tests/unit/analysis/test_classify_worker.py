@@ -90,6 +90,10 @@ def test_sigkill_and_sigbus_keep_their_own_readings() -> None:
     bus = "RuntimeError: DataLoader worker (pid 9) is killed by signal: Bus error. It is possible"
     assert [c for c, _ in classify_line(killed)] == ["host_oom"]
     assert [c for c, _ in classify_line(bus)] == ["shared_memory"]
+    # signals from outside (a cancel, a time limit, a user) are not the worker's fault
+    for sig in ("Terminated", "Interrupt", "Hangup"):
+        line = f"RuntimeError: DataLoader worker (pid 9) is killed by signal: {sig}. "
+        assert "worker_died" not in [c for c, _ in classify_line(line)]
     # and the job's closing line after a SIGKILL does not outrank it
     lines = [*HEAD, killed, *TAIL]
     assert diagnose(scan_lines(enumerate(lines, 1), "slurm-8.out")).code == "host_oom"
