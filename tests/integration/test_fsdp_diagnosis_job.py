@@ -159,10 +159,14 @@ def test_an_error_inside_a_calibration_window_ends_every_rank_with_the_record(
     cal = d["calibration"]
     assert cal["status"] == "failed" and cal["exposed_comm_s"] is None, cal
     windows = DiagnosisConfig().calibration_windows
-    assert cal["reason"] == (
-        f"calibration window 2 of {2 * windows} (synced) failed on rank {rank}: "
+    # the second synced pass raises: in ABBA order (no sync, sync, sync, no sync, ...) that is
+    # window 2 where a window holds two passes or more, and window 3 where the plan took the
+    # passes down to one to keep within its budget on a slow or busy machine
+    assert cal["reason"] in [
+        f"calibration window {n} of {2 * windows} (synced) failed on rank {rank}: "
         "RuntimeError: injected by faults.window_error_rank"
-    ), cal
+        for n in (2, 3)
+    ], cal
 
 
 def test_a_delayed_all_gather_is_exposed_communication(
