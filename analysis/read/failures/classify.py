@@ -154,10 +154,8 @@ _SHARED_MEMORY = re.compile(
     r"|unable to write to file </torch_",
     re.IGNORECASE,
 )
-# a DataLoader worker killed outright (torch names the signal as strsignal does: SIGKILL's
-# "Killed"): the kernel's OOM killer, most often
-_WORKER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Killed")
-# a DataLoader worker that died of another signal, or exited, taking its error with it: the
+# a DataLoader worker that died of a signal (torch names it as strsignal does: SIGKILL's
+# "Killed", the kernel's OOM killer most often), or exited, taking its error with it: the
 # main process's "DataLoader worker (pid 14300) is killed by signal: Aborted.", "... exited
 # unexpectedly with exit code 3. Details are lost due to multiprocessing.", and the worker's own
 # "ERROR: Unexpected segmentation fault encountered in worker." (torch 2.13); then, the
@@ -265,16 +263,25 @@ def _slurm_step_end(line: str) -> list[tuple[str, str]]:
     return found
 
 
-_NOT_THE_WORKERS = ("Killed", "Bus error", "Terminated", "Interrupt", "Hangup")
-"""Signals a worker dies of without a fault of its own: SIGKILL (the OOM killer's, most often)
-and SIGBUS (shared memory) have readings of their own; SIGTERM, SIGINT and SIGHUP come from
-outside, a cancel, a time limit or a user, and the worker's death is their consequence."""
+_NOT_THE_WORKERS = ("Bus error", "Terminated", "Interrupt", "Hangup")
+"""Signals a worker dies of without a fault of its own: SIGBUS (shared memory) has a reading
+of its own; SIGTERM, SIGINT and SIGHUP come from outside, a cancel, a time limit or a user,
+and the worker's death is their consequence."""
 
 
 def _worker_died(line: str) -> list[tuple[str, str]]:
-    """A DataLoader worker that crashed or exited (not :data:`_NOT_THE_WORKERS`): how, where
-    the line says."""
+    """A DataLoader worker that died: killed by SIGKILL (read as a host OOM kill, the kernel's
+    OOM killer most often sending it), or crashed or exited (not :data:`_NOT_THE_WORKERS`):
+    how, where the line says."""
     m = _WORKER_DIED.search(line)
+    if m and (m.group("sig") or "").startswith("Killed"):
+        return [
+            (
+                "host_oom",
+                f"DataLoader worker (pid {m.group('pid')}) killed by SIGKILL: the kernel's OOM "
+                "killer, most often",
+            )
+        ]
     if not m or m.group("sig") in _NOT_THE_WORKERS:
         return []
     if m.group("fault"):
@@ -318,15 +325,6 @@ def _environment(line: str) -> list[tuple[str, str]]:
         quota = "quota" in line.lower() or "Errno 122" in line
         found.append(("disk_full", "disk quota exceeded" if quota else "no space left on device"))
     found += _worker_died(line)
-    m = _WORKER_KILLED.search(line)
-    if m:
-        found.append(
-            (
-                "host_oom",
-                f"DataLoader worker (pid {m.group('pid')}) killed by SIGKILL: the kernel's OOM "
-                "killer, most often",
-            )
-        )
     return found
 
 
