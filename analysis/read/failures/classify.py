@@ -263,18 +263,39 @@ def _slurm_step_end(line: str) -> list[tuple[str, str]]:
     return found
 
 
-_NOT_THE_WORKERS = ("Bus error", "Terminated", "Interrupt", "Hangup")
-"""Signals a worker dies of without a fault of its own: SIGBUS (shared memory) has a reading
-of its own; SIGTERM, SIGINT and SIGHUP come from outside, a cancel, a time limit or a user,
-and the worker's death is their consequence."""
+SIGTERM_SENDERS = "Slurm's cancel, time limit or preemption, most often"
+"""What usually sends a job's processes SIGTERM."""
+
+_SENT_FROM_OUTSIDE = {
+    "Terminated": f"SIGTERM: {SIGTERM_SENDERS}",
+    "Interrupt": "SIGINT: Ctrl-C, most often",
+    "Hangup": "SIGHUP: a closed session or a user's kill",
+}
+"""Signals a DataLoader worker dies of without a fault of its own: sent from outside, to every
+process of the step at once (a cancel, a time limit, a user), so its death is a task's end,
+a consequence of what sent it (read as ``exit_code``, as srun's report of a task's end is)."""
+
+
+def dead_workers(line: str) -> tuple[frozenset[str], bool]:
+    """The pids of the DataLoader workers the line says died, and whether it is the main
+    process's closing line ("DataLoader worker (pid(s) ...) exited unexpectedly"), which
+    torch prints after the line that says how (where it knows)."""
+    m = _WORKER_DIED.search(line)
+    if m is None or m.group("fault"):
+        return frozenset(), False
+    if m.group("pids"):
+        return frozenset(p.strip() for p in m.group("pids").split(",") if p.strip()), True
+    return frozenset({m.group("pid")}), False
 
 
 def _worker_died(line: str) -> list[tuple[str, str]]:
     """A DataLoader worker that died: killed by SIGKILL (read as a host OOM kill, the kernel's
-    OOM killer most often sending it), or crashed or exited (not :data:`_NOT_THE_WORKERS`):
-    how, where the line says."""
+    OOM killer most often sending it), by a signal sent from outside (a task's end:
+    :data:`_SENT_FROM_OUTSIDE`), or crashed or exited: how, where the line says. SIGBUS is
+    shared memory's (:func:`_shared_memory_detail`)."""
     m = _WORKER_DIED.search(line)
-    if m and (m.group("sig") or "").startswith("Killed"):
+    sig = (m.group("sig") or "") if m else ""
+    if m and sig.startswith("Killed"):
         return [
             (
                 "host_oom",
@@ -282,14 +303,22 @@ def _worker_died(line: str) -> list[tuple[str, str]]:
                 "killer, most often",
             )
         ]
-    if not m or m.group("sig") in _NOT_THE_WORKERS:
+    if not m or sig == "Bus error":
         return []
+    if sig in _SENT_FROM_OUTSIDE:
+        return [
+            (
+                "exit_code",
+                f"DataLoader worker (pid {m.group('pid')}) killed by signal: {sig} "
+                f"({_SENT_FROM_OUTSIDE[sig]})",
+            )
+        ]
     if m.group("fault"):
         how = f"a {m.group('fault')} in a DataLoader worker"
     elif m.group("pids"):
         how = f"DataLoader worker (pid(s) {m.group('pids')}) exited unexpectedly"
     else:
-        end = f"killed by signal: {m.group('sig')}" if m.group("sig") else None
+        end = f"killed by signal: {sig}" if sig else None
         end = end or f"exited with exit code {m.group('code')}"
         how = f"DataLoader worker (pid {m.group('pid')}) {end}"
     return [("worker_died", f"{how}: num_workers=0 shows its error")]

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field, replace
 from analysis.read.failures.classify import (
     _INTERRUPT_DETAIL,
     _PREFIX,
+    SIGTERM_SENDERS,
     Evidence,
     _trim,
     classify_line,
+    dead_workers,
 )
 from analysis.read.failures.collective_lines import NCCL_GENERIC
 
@@ -62,7 +64,7 @@ and raises this; the job did not fail of its own."""
 _GOT_SIGNAL = re.compile(r"got signal: (?P<code>\d+)")
 _KILLERS = {"SIGKILL": "the kernel's OOM killer or the scheduler, most often"}
 """What usually sends the signal that killed a worker (torchrun's summary)."""
-_SENDERS = {**_KILLERS, "SIGTERM": "Slurm's cancel, time limit or preemption, most often"}
+_SENDERS = {**_KILLERS, "SIGTERM": SIGTERM_SENDERS}
 """What usually sends the signal torchrun got (its SignalException)."""
 
 
@@ -128,6 +130,8 @@ class EvidenceCollector:
     """In a worker's traceback that a summary carries (torch's ``@record``)."""
     child_exception: Evidence | None = None
     """The exception line of the traceback the first summary carries for its root cause."""
+    dead_workers: frozenset[str] = frozenset()
+    """The pids of the DataLoader workers a line said died, and how."""
 
     def _in_ignored(self, rank: str, line: str, line_no: int) -> bool:
         """Is the line part of an exception report Python ignored? The report ends at its
@@ -217,6 +221,19 @@ class EvidenceCollector:
         self.first.setdefault("exit_code", ev)
         return True
 
+    def _closes_dead_workers(self, line: str) -> bool:
+        """Is the line the main process's "DataLoader worker (pid(s) ...) exited unexpectedly"
+        for workers whose death an earlier line told, and how? Then it says nothing more: that
+        line is the cause's (a signal from outside, a fault, an exit code). The chained
+        traceback it closes ends with it."""
+        pids, closing = dead_workers(line)
+        if closing and pids and pids <= self.dead_workers:
+            self.chained = False
+            return True
+        if not closing:
+            self.dead_workers |= pids
+        return False
+
     def feed(self, raw: str, line_no: int, offset: int = -1) -> None:
         text = raw.rstrip("\r\n")
         prefix = _PREFIX.match(text)
@@ -235,6 +252,8 @@ class EvidenceCollector:
             return
         if any(c in line for c in _CHAINED):
             self.chained = True
+            return
+        if self._closes_dead_workers(line):
             return
         for code, detail in classify_line(line):
             known = self.first.get(code)

@@ -5,11 +5,19 @@ faults in a worker (two workers)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from analysis.read.failures.cause import diagnose
 from analysis.read.failures.classify import KEYWORDS, classify_line
 from analysis.read.failures.collect import scan_lines
+
+
+def tail(pid: str) -> list[str]:
+    """What the main process prints after the line that says how worker ``pid`` died."""
+    return [line.replace("14481", pid) for line in TAIL]
+
 
 TAIL = [
     "",
@@ -63,14 +71,16 @@ HEAD = [
     ],
 )
 def test_how_the_worker_died_is_the_cause(said: list[str], detail: str) -> None:
-    lines = [*said, *TAIL] if said[0].startswith("ERROR") else [*HEAD, *said, *TAIL]
+    pid = re.search(r"\(pid (\d+)\)", said[-1]).group(1)
+    lines = [*said, *tail(pid)] if said[0].startswith("ERROR") else [*HEAD, *said, *tail(pid)]
     for line in lines:
         if classify_line(line):
             assert KEYWORDS.search(line.encode()), line
     d = diagnose(scan_lines(enumerate(lines, 1), "slurm-7.out"))
     assert d.code == "worker_died"
     assert d.detail == f"{detail}: num_workers=0 shows its error"
-    assert "exception" in d.also_seen
+    # the closing "exited unexpectedly" is the same death told again, not another symptom
+    assert len(lines) not in {e.line_no for e in d.consequences}
 
 
 def test_the_closing_line_alone_still_names_the_worker() -> None:
@@ -90,10 +100,43 @@ def test_sigkill_and_sigbus_keep_their_own_readings() -> None:
     bus = "RuntimeError: DataLoader worker (pid 9) is killed by signal: Bus error. It is possible"
     assert [c for c, _ in classify_line(killed)] == ["host_oom"]
     assert [c for c, _ in classify_line(bus)] == ["shared_memory"]
-    # signals from outside (a cancel, a time limit, a user) are not the worker's fault
-    for sig in ("Terminated", "Interrupt", "Hangup"):
-        line = f"RuntimeError: DataLoader worker (pid 9) is killed by signal: {sig}. "
-        assert "worker_died" not in [c for c, _ in classify_line(line)]
     # and the job's closing line after a SIGKILL does not outrank it
-    lines = [*HEAD, killed, *TAIL]
+    lines = [*HEAD, killed, *tail("9")]
     assert diagnose(scan_lines(enumerate(lines, 1), "slurm-8.out")).code == "host_oom"
+
+
+TIME_LIMIT = (
+    "slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-12-01T20:00:05 DUE TO TIME LIMIT ***"
+)
+CANCEL = "slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-12-01T20:00:05 ***"
+
+
+@pytest.mark.parametrize(
+    ("sig", "sender"),
+    [
+        ("Terminated", "SIGTERM: Slurm's cancel, time limit or preemption, most often"),
+        ("Hangup", "SIGHUP: a closed session or a user's kill"),
+        ("Interrupt", "SIGINT: Ctrl-C, most often"),
+    ],
+)
+def test_a_worker_killed_from_outside_is_a_task_end_that_slurms_kill_explains(
+    sig: str, sender: str
+) -> None:
+    """Slurm signals every process of a step at a time limit or a cancel, the workers too: the
+    main process then raises that a worker was killed by SIGTERM, and closes with "exited
+    unexpectedly". That is the kill's consequence wherever its line lands in the log, and
+    where the log says nothing else, a task's end sent from outside (torch 2.13's lines for a
+    worker killed by SIGTERM or SIGHUP)."""
+    said = f"RuntimeError: DataLoader worker (pid 10946) is killed by signal: {sig}. "
+    job = [*HEAD, said, *tail("10946")]
+    alone = diagnose(scan_lines(enumerate(job, 1), "slurm-41.out"))
+    assert (alone.code, alone.detail) == (
+        "exit_code",
+        f"DataLoader worker (pid 10946) killed by signal: {sig} ({sender})",
+    )
+    assert alone.evidence is not None and alone.evidence.line_no == len(HEAD) + 1
+    for kill, code in ((TIME_LIMIT, "time_limit"), (CANCEL, "cancelled")):
+        for lines in ([kill, *job], [*job, kill]):
+            d = diagnose(scan_lines(enumerate(lines, 1), "slurm-41.out"))
+            assert d.code == code, lines
+            assert d.also_seen == ("exit_code",)
