@@ -223,11 +223,13 @@ class EvidenceCollector:
 
     def _closes_dead_workers(self, line: str) -> bool:
         """Is the line the main process's "DataLoader worker (pid(s) ...) exited unexpectedly"
-        for workers whose death an earlier line told, and how? Then it says nothing more: that
-        line is the cause's (a signal from outside, a fault, an exit code). The chained
+        after an earlier line told how one of those workers died? Then it says nothing more:
+        that line is the cause's (a signal from outside, a fault, an exit code). It lists
+        every worker gone by then, where torch told of the first it found (at a time limit,
+        "pid(s) 11551, 11552" after "pid 11552 is killed by signal: Terminated"). The chained
         traceback it closes ends with it."""
         pids, closing = dead_workers(line)
-        if closing and pids and pids <= self.dead_workers:
+        if closing and pids & self.dead_workers:
             self.chained = False
             return True
         if not closing:

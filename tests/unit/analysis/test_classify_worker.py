@@ -14,9 +14,10 @@ from analysis.read.failures.classify import KEYWORDS, classify_line
 from analysis.read.failures.collect import scan_lines
 
 
-def tail(pid: str) -> list[str]:
-    """What the main process prints after the line that says how worker ``pid`` died."""
-    return [line.replace("14481", pid) for line in TAIL]
+def tail(pids: str) -> list[str]:
+    """What the main process prints after the line that says how a worker died: the pids of
+    every worker gone by then."""
+    return [line.replace("14481", pids) for line in TAIL]
 
 
 TAIL = [
@@ -126,13 +127,15 @@ def test_a_worker_killed_from_outside_is_a_task_end_that_slurms_kill_explains(
     main process then raises that a worker was killed by SIGTERM, and closes with "exited
     unexpectedly". That is the kill's consequence wherever its line lands in the log, and
     where the log says nothing else, a task's end sent from outside (torch 2.13's lines for a
-    worker killed by SIGTERM or SIGHUP)."""
-    said = f"RuntimeError: DataLoader worker (pid 10946) is killed by signal: {sig}. "
-    job = [*HEAD, said, *tail("10946")]
+    worker killed by SIGTERM or SIGHUP; SIGTERM's at a time limit on the local Slurm cluster,
+    where the main process handled SIGTERM and went on)."""
+    said = f"RuntimeError: DataLoader worker (pid 11552) is killed by signal: {sig}. "
+    # at a time limit on the local Slurm cluster, torch told of one worker and closed with both
+    job = [*HEAD, said, *tail("11551, 11552")]
     alone = diagnose(scan_lines(enumerate(job, 1), "slurm-41.out"))
     assert (alone.code, alone.detail) == (
         "exit_code",
-        f"DataLoader worker (pid 10946) killed by signal: {sig} ({sender})",
+        f"DataLoader worker (pid 11552) killed by signal: {sig} ({sender})",
     )
     assert alone.evidence is not None and alone.evidence.line_no == len(HEAD) + 1
     for kill, code in ((TIME_LIMIT, "time_limit"), (CANCEL, "cancelled")):
