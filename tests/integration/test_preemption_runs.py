@@ -7,7 +7,9 @@ import signal
 import time
 from pathlib import Path
 
+import psutil
 from core_helpers import slow_exit_env, two_rank_run
+from resnet_helpers import RESNET
 
 from scalescope.job.clocks.timing import READY_LINE
 from scalescope.job.run.fitting import EXIT_STOPPED
@@ -58,3 +60,39 @@ def test_sigterm_with_slow_steps_stops_both_ranks_and_records_why(tmp_path: Path
     assert all("step_time_s" not in r for r in d["ranks"]), d["ranks"]
     assert d["calibration"]["status"] == "skipped"
     assert d["calibration"]["reason"] == "training stopped before its end"
+
+
+def test_sigterm_to_the_loader_workers_too_stops_and_records(tmp_path: Path) -> None:
+    """Slurm signals every process of the step, a rank's DataLoader workers with it. torch's
+    worker dies of a SIGTERM its parent did not send, and its rank raised "DataLoader worker
+    ... is killed by signal: Terminated" at once: no record, the job read as a crash. The
+    workers now live through it, and the ranks stop as they do without workers."""
+    with two_rank_run(
+        tmp_path,
+        *RESNET,
+        f"workload.cache_dir={tmp_path / 'cache'}",
+        "workload.num_workers=2",
+        "trainer.max_epochs=1000",
+        ready=READY_LINE,
+        settle_s=3,
+    ) as (proc, log):
+        workers = _workers_under(proc.pid)
+        assert workers, "no DataLoader workers under the ranks"
+        os.killpg(proc.pid, signal.SIGTERM)  # every process of the group, as slurmstepd's
+        rc = proc.wait(timeout=90)
+    text = log.read_text()
+    assert "killed by signal" not in text, text[-3000:]
+    assert rc == EXIT_STOPPED, text[-3000:]
+    (path,) = tmp_path.rglob("result.json")
+    record = read_result_json(path)
+    assert record.stop_reason == "sigterm" and record.identity.world_size == 2
+    assert record.config["workload"]["num_workers"] == 2
+    # the ranks ended their workers on the way out
+    assert not [pid for pid in workers if psutil.pid_exists(pid)]
+
+
+def _workers_under(launcher: int) -> list[int]:
+    """The pids of the DataLoader workers under the ranks: torch names each worker's main
+    thread, and so the process, ``pt_data_worker``."""
+    below = psutil.Process(launcher).children(recursive=True)
+    return [p.pid for p in below if p.name() == "pt_data_worker"]

@@ -31,10 +31,20 @@ others blocked in a collective. :class:`StopOnSignal` replaces all of that:
 
 Validation is not interrupted: a signal during validation is acted on at the first training
 step after it.
+
+Slurm signals every process of the step, a rank's DataLoader workers too, and torch's worker
+dies of a SIGTERM its parent did not send; the rank's SIGCHLD handler then raises "DataLoader
+worker ... is killed by signal: Terminated" wherever the rank is, before any check, and no
+record is written. :func:`keep_workers_through_sigterm` lets the workers a rank forks live
+through such a SIGTERM, so the rank stops as above and ends them itself.
 """
 
 from __future__ import annotations
 
+import multiprocessing.util
+import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -50,6 +60,47 @@ most of it for agreeing on the timings and writing the record."""
 
 STOP_SIGTERM = "sigterm"
 """``stop_reason`` of a run stopped by SIGTERM (time limit, preemption, scancel)."""
+
+
+class _Forks:
+    """What :func:`multiprocessing.util.register_after_fork` keys its hook on (a weak
+    reference: this module keeps the one instance alive)."""
+
+
+_FORKS = _Forks()
+_shielding = False
+
+
+def keep_workers_through_sigterm() -> None:
+    """From now on, a process this one forks with :mod:`multiprocessing` (a DataLoader's
+    workers, under the default ``fork`` start method) lives through a SIGTERM from anyone but
+    its parent: Slurm's at a time limit, a preemption or ``scancel``, which reaches every
+    process of the step at once. Its parent ends it as before: torch's worker exits quietly at
+    its parent's SIGTERM, and so does this one. Slurm's SIGKILL after ``KillWait`` ends it in
+    any case. A worker started with ``spawn`` or ``forkserver`` keeps torch's handling."""
+    global _shielding
+    if not _shielding:
+        multiprocessing.util.register_after_fork(_FORKS, _shield_this_process)
+        _shielding = True
+
+
+def _shield_this_process(_: _Forks) -> None:
+    """In the forked child, before its target runs: SIGTERM is blocked (torch's worker sets its
+    own handler later, which a blocked signal never reaches; threads started later inherit
+    the mask) and taken by a thread that reads who sent it."""
+    parent = os.getppid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    threading.Thread(
+        target=_sigterm_from, args=(parent,), name="scalescope-sigterm", daemon=True
+    ).start()
+
+
+def _sigterm_from(parent: int) -> None:
+    """Exit at the parent's SIGTERM (as torch's worker does: quietly, with status 0); let any
+    other go by."""
+    while True:
+        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+            os._exit(0)
 
 
 class StopOnSignal(L.Callback):
@@ -75,6 +126,7 @@ class StopOnSignal(L.Callback):
         connector = trainer._signal_connector
         connector._sigterm_notifier_fn = self._on_sigterm  # type: ignore[method-assign,assignment]
         self._trainer = trainer
+        keep_workers_through_sigterm()  # before Lightning builds the loaders and their workers
 
     def _on_sigterm(self, signum: Any, frame: Any) -> None:
         if not self.signalled:
