@@ -77,7 +77,9 @@ def keep_workers_through_sigterm() -> None:
     its parent: Slurm's at a time limit, a preemption or ``scancel``, which reaches every
     process of the step at once. Its parent ends it as before: torch's worker exits quietly at
     its parent's SIGTERM, and so does this one. Slurm's SIGKILL after ``KillWait`` ends it in
-    any case. A worker started with ``spawn`` or ``forkserver`` keeps torch's handling."""
+    any case. A worker started with ``spawn`` or ``forkserver`` keeps torch's handling. A
+    program a worker runs (``subprocess``) inherits the blocked signal, as every child does a
+    signal mask: it too lives until its parent ends it or Slurm's SIGKILL."""
     global _shielding
     if not _shielding:
         multiprocessing.util.register_after_fork(_FORKS, _shield_this_process)
