@@ -80,6 +80,10 @@ def test_sigterm_to_the_loader_workers_too_stops_and_records(tmp_path: Path) -> 
         assert workers, "no DataLoader workers under the ranks"
         os.killpg(proc.pid, signal.SIGTERM)  # every process of the group, as slurmstepd's
         rc = proc.wait(timeout=90)
+        # the ranks ended their workers on the way out (checked before the run's context
+        # SIGKILLs whatever is left of the group)
+        _, left = psutil.wait_procs(workers, timeout=30)
+        assert not left, left
     text = log.read_text()
     assert "killed by signal" not in text, text[-3000:]
     assert rc == EXIT_STOPPED, text[-3000:]
@@ -87,12 +91,10 @@ def test_sigterm_to_the_loader_workers_too_stops_and_records(tmp_path: Path) -> 
     record = read_result_json(path)
     assert record.stop_reason == "sigterm" and record.identity.world_size == 2
     assert record.config["workload"]["num_workers"] == 2
-    # the ranks ended their workers on the way out
-    assert not [pid for pid in workers if psutil.pid_exists(pid)]
 
 
-def _workers_under(launcher: int) -> list[int]:
-    """The pids of the DataLoader workers under the ranks: torch names each worker's main
-    thread, and so the process, ``pt_data_worker``."""
+def _workers_under(launcher: int) -> list[psutil.Process]:
+    """The DataLoader workers under the ranks: torch names each worker's main thread, and so
+    the process, ``pt_data_worker``."""
     below = psutil.Process(launcher).children(recursive=True)
-    return [p.pid for p in below if p.name() == "pt_data_worker"]
+    return [p for p in below if p.name() == "pt_data_worker"]
