@@ -24,6 +24,7 @@ from user_module_helpers import (
 )
 
 from scalescope import cli
+from scalescope.job.run.trainer_setup import TENSORBOARD_LOGS
 from scalescope.job.tracking.comet import read_offline_archive
 from scalescope.record import ResultRecord, decode_line
 
@@ -240,6 +241,7 @@ def test_a_module_that_needs_a_logger_trains_and_its_logs_are_kept(tmp_path: Pat
         *QUIET,
         *SHORT_LAST,
         "trainer.log_every_n_steps=10",
+        "trainer.logger=csv",  # the CSV file alone: self.logger is it
         "workload.name=loggedpkg.model:Logged",
         f"workload.datamodule={MODEL}:MyData",
         output_dir=tmp_path / "out",
@@ -254,6 +256,52 @@ def test_a_module_that_needs_a_logger_trains_and_its_logs_are_kept(tmp_path: Pat
     assert "lr-AdamW" in rows[0].split(","), rows[0]
     assert len(rows) - 1 >= 2 * 47 // 10  # a row every 10 steps, and the epochs' own
     assert "note: from the module" in (logs / "hparams.yaml").read_text()
+    assert not (logs / TENSORBOARD_LOGS).exists()
+
+
+WITH_TENSORBOARD = """\
+from examples.my_project.model import MyModel
+
+
+class Boarded(MyModel):
+    \"\"\"Written under Lightning's default logger, TensorBoard's: it calls the SummaryWriter's
+    own API through self.logger.experiment.\"\"\"
+
+    def on_train_epoch_end(self):
+        for name, p in self.named_parameters():
+            self.logger.experiment.add_histogram(name, p, self.current_epoch)
+        self.logger.experiment.add_text("note", "from the module", self.current_epoch)
+"""
+
+
+def test_a_module_written_for_tensorboard_trains_and_writes_its_events(tmp_path: Path) -> None:
+    """Under trainer.logger=auto, with tensorboardX installed (the test tools install it), the
+    module gets Lightning's default, TensorBoard's logger, first: before it, the CSVLogger
+    alone, and the module's add_histogram failed rank 0 ("'ExperimentWriter' object has no
+    attribute 'add_histogram'")."""
+    write_package(tmp_path, "boardpkg", WITH_TENSORBOARD)
+    run = run_train(
+        tmp_path,
+        *QUIET,
+        *SHORT_LAST,
+        "trainer.devices=2",
+        "trainer.log_every_n_steps=10",
+        "workload.name=boardpkg.model:Boarded",
+        f"workload.datamodule={MODEL}:MyData",
+        output_dir=tmp_path / "out",
+        module_args=("--config", str(REPO / EXAMPLE)),
+        env={"PYTHONPATH": str(REPO)},
+    )
+    assert run.returncode == 0, run.describe()
+    assert "has no attribute" not in run.stderr + run.stdout
+    (r,) = run.results()
+    logs = Path(r.identity.run_dir) / "module_logs"
+    (events,) = (logs / TENSORBOARD_LOGS).glob("events.out.tfevents.*")  # rank 0's alone
+    # every epoch's histograms and text, beside what self.log wrote every 10 steps
+    assert events.stat().st_size > 1000
+    assert events.read_bytes().count(b"from the module") == 2
+    rows = (logs / "metrics.csv").read_text().splitlines()
+    assert len(rows) - 1 >= 2 * 47 // 10 // 2  # the CSV file is still written beside it
 
 
 MANUAL = """\

@@ -158,6 +158,15 @@ class TrainerConfig:
     log_every_n_steps: int = option(
         50, help="training loss is read (a host sync) and logged every N steps", check=positive
     )
+    logger: Literal["auto", "csv", "tensorboard"] = option(
+        "auto",
+        help="the logger a user's module trains with (the built-in workloads train without "
+        "one): auto = Lightning's own default, TensorBoard's where the tensorboard or "
+        "tensorboardX package is installed (so that self.logger.experiment.add_histogram "
+        "and the like work as under the module's own Trainer), else a CSV file; tensorboard "
+        "= TensorBoard's (refused where neither package is installed); csv = the CSV file "
+        "alone. The CSV file (module_logs/metrics.csv) is written either way",
+    )
     val_every_n_epochs: int = option(1, help="validate every N epochs", check=positive)
     warmup_steps: int | Literal["auto"] = option(
         "auto",
@@ -462,6 +471,7 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
             from ..workloads import user_sharding
 
             user_sharding.check(resolved, cfg.workload_name, cfg.fsdp.wrap, cfg.trainer.strategy)
+        check_logger(cfg.trainer.logger)
         asked = automatic_asks(cfg.trainer, batch.accumulate_grad_batches)
         if asked and user_import.may_optimize_manually(resolved.module_cls):
             module = user_import.on_meta(resolved.module_cls, resolved.module_kwargs)
@@ -476,6 +486,27 @@ def check_workload(cfg: TrainConfig, batch: Resolved) -> Any:
         )
     batch.check_micro_batch()
     return None
+
+
+def tensorboard_installed() -> bool:
+    """Whether Lightning's TensorBoardLogger can write here: the ``tensorboard`` or the
+    ``tensorboardX`` package is installed (Lightning's own test for its default logger)."""
+    from importlib.util import find_spec
+
+    return any(find_spec(name) is not None for name in ("tensorboard", "tensorboardX"))
+
+
+def check_logger(choice: str, installed: bool | None = None) -> None:
+    """Refuse ``trainer.logger: tensorboard`` where neither package it writes with is
+    ``installed`` (looked up where not given), before anything starts."""
+    if choice == "tensorboard" and not (
+        tensorboard_installed() if installed is None else installed
+    ):
+        raise ConfigError(
+            "trainer.logger: tensorboard needs the tensorboard or tensorboardX package, which "
+            "this Python lacks; install one (pip install tensorboardX), or use "
+            "trainer.logger=auto or csv"
+        )
 
 
 def automatic_asks(trainer: TrainerConfig, accumulate_grad_batches: int) -> dict[str, Any]:

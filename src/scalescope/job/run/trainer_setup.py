@@ -9,7 +9,15 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...config import SHARDED, TrainConfig, TrainerConfig, automatic_asks, shard_size
+from ...config import (
+    SHARDED,
+    TrainConfig,
+    TrainerConfig,
+    automatic_asks,
+    check_logger,
+    shard_size,
+    tensorboard_installed,
+)
 from ...errors import SameOnEveryRankError
 from .children import StartedRanks, adopting_ddp
 from .topology import Topology
@@ -130,7 +138,7 @@ def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -
         # it logs is kept beside the record (MODULE_LOGS).
         **(
             {
-                "logger": module_logger(run_dir),
+                "logger": module_loggers(run_dir, cfg.trainer.logger),
                 "log_every_n_steps": cfg.trainer.log_every_n_steps,
                 "use_distributed_sampler": True,
                 "accumulate_grad_batches": job.batch.accumulate_grad_batches,
@@ -144,18 +152,32 @@ def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -
 
 
 MODULE_LOGS = "module_logs"
-"""Where a user's module's logger writes, in its run directory: ``metrics.csv`` (what it logs
+"""Where a user's module's loggers write, in its run directory: ``metrics.csv`` (what it logs
 with ``self.log``, every ``log_every_n_steps`` of Lightning's, and what its callbacks log)
-and ``hparams.yaml`` (its ``save_hyperparameters``)."""
+and ``hparams.yaml`` (its ``save_hyperparameters``); TensorBoard's files in
+:data:`TENSORBOARD_LOGS` within it, where it has TensorBoard's logger."""
+TENSORBOARD_LOGS = "tensorboard"
 
 
-def module_logger(run_dir: Path) -> Any:
-    """The logger a user's module trains with: Lightning's CSVLogger into
-    ``run_dir/``:data:`MODULE_LOGS` (rank 0 writes; a module that reaches for
-    ``self.logger`` or logs through a callback finds one, as under its own Trainer)."""
-    from lightning.pytorch.loggers import CSVLogger
+def module_loggers(run_dir: Path, choice: str, installed: bool | None = None) -> list[Any]:
+    """The loggers a user's module trains with (``trainer.logger``; rank 0 writes): a module
+    that reaches for ``self.logger`` or logs through a callback finds the one it would
+    under its own Trainer. Lightning's default is TensorBoard's logger where the
+    tensorboard or tensorboardX package is ``installed`` (looked up where not given), so
+    ``auto`` puts it first there, into ``run_dir/``:data:`MODULE_LOGS`/:data:`TENSORBOARD_LOGS`
+    (``self.logger.experiment`` is then its SummaryWriter, as a module written under that
+    default expects); the CSVLogger into ``run_dir/``:data:`MODULE_LOGS` comes after it,
+    or alone (``csv``, or ``auto`` without either package)."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-    return CSVLogger(save_dir=str(run_dir), name=MODULE_LOGS, version="")
+    check_logger(choice, installed)
+    csv = CSVLogger(save_dir=str(run_dir), name=MODULE_LOGS, version="")
+    if choice == "csv" or (
+        choice == "auto" and not (tensorboard_installed() if installed is None else installed)
+    ):
+        return [csv]
+    board = TensorBoardLogger(save_dir=str(run_dir), name=MODULE_LOGS, version=TENSORBOARD_LOGS)
+    return [board, csv]
 
 
 def build_trainer(
@@ -171,7 +193,7 @@ def build_trainer(
     """The Lightning Trainer scalescope trains with (also timed by benchmarks/overhead.py).
 
     Everything that costs per step and measures nothing is off: logger (a user's module gets
-    one, :func:`module_logger`), progress bar, checkpointing, model summary, sanity
+    one, :func:`module_loggers`), progress bar, checkpointing, model summary, sanity
     validation, the distributed sampler (each rank's slice comes from the data module).
     """
     import lightning as L
