@@ -152,11 +152,13 @@ def job_trainer(cfg: TrainConfig, job: Job, run_dir: Path, measures: Measures) -
 
 
 MODULE_LOGS = "module_logs"
-"""Where a user's module's loggers write, in its run directory: ``metrics.csv`` (what it logs
-with ``self.log``, every ``log_every_n_steps`` of Lightning's, and what its callbacks log)
-and ``hparams.yaml`` (its ``save_hyperparameters``); TensorBoard's files in
-:data:`TENSORBOARD_LOGS` within it, where it has TensorBoard's logger."""
+"""Where a user's module's CSV logger writes, in its run directory: ``metrics.csv`` (what it
+logs with ``self.log``, every ``log_every_n_steps`` of Lightning's, and what its callbacks
+log) and ``hparams.yaml`` (its ``save_hyperparameters``)."""
 TENSORBOARD_LOGS = "tensorboard"
+"""Where TensorBoard's logger writes its event files and ``hparams.yaml``, in the run
+directory, where the module has one: beside :data:`MODULE_LOGS`, not in it (the CSV logger
+warns that it will delete what it finds in its own folder)."""
 
 
 def module_loggers(run_dir: Path, choice: str, installed: bool | None = None) -> list[Any]:
@@ -164,7 +166,7 @@ def module_loggers(run_dir: Path, choice: str, installed: bool | None = None) ->
     that reaches for ``self.logger`` or logs through a callback finds the one it would
     under its own Trainer. Lightning's default is TensorBoard's logger where the
     tensorboard or tensorboardX package is ``installed`` (looked up where not given), so
-    ``auto`` puts it first there, into ``run_dir/``:data:`MODULE_LOGS`/:data:`TENSORBOARD_LOGS`
+    ``auto`` puts it first there, into ``run_dir/``:data:`TENSORBOARD_LOGS`
     (``self.logger.experiment`` is then its SummaryWriter, as a module written under that
     default expects); the CSVLogger into ``run_dir/``:data:`MODULE_LOGS` comes after it,
     or alone (``csv``, or ``auto`` without either package)."""
@@ -176,7 +178,7 @@ def module_loggers(run_dir: Path, choice: str, installed: bool | None = None) ->
         choice == "auto" and not (tensorboard_installed() if installed is None else installed)
     ):
         return [csv]
-    board = TensorBoardLogger(save_dir=str(run_dir), name=MODULE_LOGS, version=TENSORBOARD_LOGS)
+    board = TensorBoardLogger(save_dir=str(run_dir), name=TENSORBOARD_LOGS, version="")
     return [board, csv]
 
 

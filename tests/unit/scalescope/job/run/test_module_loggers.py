@@ -34,7 +34,7 @@ def test_the_module_gets_the_logger_its_own_trainer_would_give_it_first(
     csv = loggers[-1]
     assert Path(csv.log_dir) == tmp_path / MODULE_LOGS
     if kinds[0] is TensorBoardLogger:
-        assert Path(loggers[0].log_dir) == tmp_path / MODULE_LOGS / TENSORBOARD_LOGS
+        assert Path(loggers[0].log_dir) == tmp_path / TENSORBOARD_LOGS
 
 
 def test_tensorboard_where_it_cannot_write_is_refused_in_one_line(tmp_path: Path) -> None:
