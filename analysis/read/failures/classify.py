@@ -30,8 +30,8 @@ REASONS: dict[str, str] = {
     "host_oom": "host out of memory (OOM kill)",
     "cuda_oom": "CUDA out of memory",
     "cuda_error": (
-        "CUDA error (a GPU kernel faulted, or the torch build or the driver does not fit the "
-        "node's GPU)"
+        "CUDA error (a GPU kernel faulted, the torch build or the driver does not fit the "
+        "node's GPU, or another process holds it)"
     ),
     "config_error": "configuration error",
     "rendezvous_error": "rendezvous host not resolvable or reachable",
@@ -182,6 +182,7 @@ KEYWORDS = re.compile(
     rb"|kernel image|driver version is insufficient|driver on your system is too old"
     rb"|device-side assert|illegal memory access|illegal instruction|misaligned address"
     rb"|launch failure|Assertion `|monitoredBarrier|DataLoader worker|encountered in worker"
+    rb"|busy or unavailable"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 

@@ -1,7 +1,8 @@
 """The lines of a failed job that say CUDA failed it: memory running out on a GPU, and a
 CUDA error of the job's own (a kernel that faulted, a device-side assert, a torch build or a
-driver that does not fit the node's GPU). A GPU's hardware fault is the node's, not the
-job's: :mod:`.classify` reads it with the rest of the environment."""
+driver that does not fit the node's GPU, a GPU another of its processes holds). A GPU's
+hardware fault is the node's, not the job's: :mod:`.classify` reads it with the rest of the
+environment."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ CUDA_OOM = re.compile(
 # torch raises it ("RuntimeError: CUDA error: an illegal memory access was encountered") and
 # NCCL prints it ("NCCL WARN Cuda failure 'an illegal memory access was encountered'"): a
 # kernel that faulted, a torch build without kernels for the GPU, a driver older than the
-# CUDA torch was built with (torch's "The NVIDIA driver on your system is too old")
+# CUDA torch was built with (torch's "The NVIDIA driver on your system is too old"), a GPU
+# that another process holds in exclusive-process mode (most often a second rank given it)
 _CUDA_ERROR = re.compile(
     r"(?P<image>no kernel image is available for execution on the device)"
     r"|(?P<driver>CUDA driver version is insufficient for CUDA runtime version"
     r"|NVIDIA driver on your system is too old)"
     r"|(?P<assert>device-side assert triggered)"
+    r"|(?P<busy>all CUDA-capable devices are busy or unavailable)"
     r"|(?P<fault>an illegal memory access was encountered|misaligned address"
     r"|an illegal instruction was encountered|unspecified launch failure)",
     re.IGNORECASE,
@@ -46,6 +49,12 @@ _CUDA_ERROR_DETAIL = {
         "a torch build for an older CUDA, or a newer driver"
     ),
     "assert": "a device-side assert in a GPU kernel " + _ASSERT_HINT,
+    "busy": (
+        "the GPU is held by another process (cudaErrorDevicesUnavailable: a GPU in "
+        "exclusive-process compute mode takes one process): two ranks given one GPU (each "
+        "rank's CUDA_VISIBLE_DEVICES, and how the job maps ranks to GPUs: --gpus-per-task, "
+        "devices per node) or a stale process of an earlier job on the node (nvidia-smi)"
+    ),
     "fault": (
         "a GPU kernel faulted ({what}): the job's code or an extension's, or the GPU where it "
         "happens on one node only; CUDA_LAUNCH_BLOCKING=1 names the operation"

@@ -31,6 +31,12 @@ WORDINGS = [
         "/opt/pytorch/aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d"
         ": block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.",
     ),
+    # two ranks on one GPU in exclusive-process mode (torch 2.x, and as torch.AcceleratorError)
+    ("busy", "RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable"),
+    (
+        "busy",
+        "torch.AcceleratorError: CUDA error: all CUDA-capable devices are busy or unavailable",
+    ),
     ("fault", "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"),
     ("fault", "[rank1]: RuntimeError: CUDA error: unspecified launch failure"),
     # NCCL's own report of a CUDA call that failed under it
@@ -39,6 +45,10 @@ WORDINGS = [
         "node2:4242:4301 [1] NCCL WARN Cuda failure 'an illegal memory access was encountered'",
     ),
 ]
+
+
+ASSERT, KERNEL_ASSERT = WORDINGS[3][1], WORDINGS[4][1]
+FAULT = WORDINGS[7][1]
 
 
 @pytest.mark.parametrize(
@@ -52,6 +62,7 @@ def test_each_wording_is_a_cuda_error_with_its_remedy(kind: str, line: str) -> N
         "driver": "older than the CUDA this torch was built with",
         "assert": "CUDA_LAUNCH_BLOCKING=1 names the operation",
         "fault": "CUDA_LAUNCH_BLOCKING=1 names the operation",
+        "busy": "two ranks given one GPU",
     }[kind]
     assert remedy in detail, detail
     lines = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', line]
@@ -63,10 +74,10 @@ def test_the_kernels_assert_line_names_its_condition_and_is_the_cause() -> None:
     """The kernel prints the failed condition first; torch raises its generic message after:
     the earlier line, with the condition a user can act on, is the cause."""
     lines = [
-        WORDINGS[4][1],
+        KERNEL_ASSERT,
         "Traceback (most recent call last):",
         '  File "train.py", line 9, in <module>',
-        WORDINGS[3][1],
+        ASSERT,
     ]
     d = diagnose(scan_lines(enumerate(lines, 1), "slurm-22.out"))
     assert d.code == "cuda_error" and d.evidence is not None and d.evidence.line_no == 1
@@ -76,7 +87,7 @@ def test_the_kernels_assert_line_names_its_condition_and_is_the_cause() -> None:
 
 
 def test_the_fault_names_what_faulted() -> None:
-    detail = dict(classify_line(WORDINGS[5][1]))["cuda_error"]
+    detail = dict(classify_line(FAULT))["cuda_error"]
     assert detail.startswith("a GPU kernel faulted (an illegal memory access was encountered)")
 
 
@@ -86,9 +97,7 @@ def test_an_ecc_error_is_still_the_nodes_hardware_not_the_jobs() -> None:
 
 
 def test_between_logs_a_ranks_cuda_error_is_the_cause_of_the_peers_collective_error() -> None:
-    faulted = scan_lines(
-        enumerate(["Traceback (most recent call last):", WORDINGS[5][1]], 1), "rank0.out"
-    )
+    faulted = scan_lines(enumerate(["Traceback (most recent call last):", FAULT], 1), "rank0.out")
     peer = scan_lines(
         enumerate(
             [
