@@ -86,6 +86,12 @@ PRINTED_LATE: dict[str, frozenset[str]] = {
     # the step ends: after the peers of the killed task saw their connections close or timed
     # out, and after srun reported the tasks' exits
     "host_oom": frozenset({"collective_error", "collective_timeout", "exit_code"}),
+    # NCCL explains its error below it ("NCCL error in: ..., unhandled cuda error" then "Last
+    # error: Cuda failure 'out of memory'", or "invalid usage" then "Duplicate GPU detected");
+    # and in a log that all ranks share, the failing rank's traceback may reach the log after
+    # its peers' collective errors
+    "cuda_oom": frozenset({"collective_error"}),
+    "cuda_error": frozenset({"collective_error"}),
 }
 """Kinds printed after the symptoms they cause: in a log, each wins over an earlier line of
 the kinds it lists."""

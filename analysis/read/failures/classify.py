@@ -114,6 +114,19 @@ _SRUN_TASK = re.compile(
     r"srun: error: (?P<host>\S+): (?P<tasks>tasks? [\d,\-]+): (?P<what>[^\r\n]+?)\s*$"
 )
 _EXIT_CODE = re.compile(r"Exited with exit code (?P<code>\d+)", re.IGNORECASE)
+# the batch script's shell, when a program it ran in the foreground (not through srun) died of
+# a signal: "/var/spool/slurmd/job123/slurm_script: line 12: 34567 Killed    python train.py"
+_SHELL_SIGNAL = re.compile(
+    r": line \d+: +(?P<pid>\d+) (?P<sig>Killed|Terminated|Segmentation fault|Aborted|Bus error)"
+    r"(?: +\(core dumped\))? +(?P<cmd>\S[^\r\n]*?)\s*$"
+)
+_SHELL_SIGNALS = {
+    "Killed": "SIGKILL: the kernel's OOM killer or the scheduler, most often",
+    "Terminated": None,  # SIGTERM_SENDERS, below
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+}
 _RENDEZVOUS = re.compile(
     r"DistStoreError"
     r"|Timed out after \d+ seconds waiting for clients"
@@ -182,7 +195,7 @@ KEYWORDS = re.compile(
     rb"|kernel image|driver version is insufficient|driver on your system is too old"
     rb"|device-side assert|illegal memory access|illegal instruction|misaligned address"
     rb"|launch failure|Assertion `|monitoredBarrier|DataLoader worker|encountered in worker"
-    rb"|busy or unavailable"
+    rb"|busy or unavailable|Duplicate GPU| Killed | Terminated |Segmentation fault|Aborted"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -249,6 +262,17 @@ def _slurm_step_end(line: str) -> list[tuple[str, str]]:
                 "node_failure",
                 f"uncorrectable memory error on {m.group('host')}{when} "
                 f"({m.group('what').lower()} {m.group('id')})",
+            )
+        )
+    m = _SHELL_SIGNAL.search(line)
+    if m:
+        sig = m.group("sig")
+        why = _SHELL_SIGNALS[sig] or f"SIGTERM: {SIGTERM_SENDERS}"
+        found.append(
+            (
+                "exit_code",
+                f"{_trim(m.group('cmd'))} (pid {m.group('pid')}, run by the batch script) "
+                f"{sig.lower()} ({why})",
             )
         )
     m = _SRUN_TASK.search(line)

@@ -9,8 +9,27 @@ from __future__ import annotations
 import re
 
 CUDA_OOM = re.compile(
-    r"CUDA out of memory|CUDA error: out of memory|torch(?:\.cuda)?\.OutOfMemoryError",
+    r"CUDA out of memory|CUDA error: out of memory|torch(?:\.cuda)?\.OutOfMemoryError"
+    r"|(?P<nccl>Cuda failure '?out of memory)|(?P<cublas>CUBLAS_STATUS_ALLOC_FAILED)",
     re.IGNORECASE,
+)
+_OOM_DETAIL = {
+    # NCCL's report of its own buffers' allocation ("Last error: Cuda failure 'out of memory'")
+    "nccl": "NCCL could not allocate its buffers (Cuda failure 'out of memory')",
+    # cuBLAS's handle and workspace, allocated at the first matrix product
+    "cublas": (
+        "cuBLAS could not allocate its workspace (CUBLAS_STATUS_ALLOC_FAILED): the GPU's "
+        "memory ran out, most often"
+    ),
+}
+# NCCL's check that no two ranks of a communicator share a GPU (ncclInvalidUsage)
+_SHARED_GPU = re.compile(
+    r"Duplicate GPU detected ?: rank (?P<a>\d+) and rank (?P<b>\d+) both on CUDA device "
+    r"(?P<device>\w+)"
+)
+_MAPPING_HINT = (
+    "how the job maps ranks to GPUs: each rank's CUDA_VISIBLE_DEVICES, --gpus-per-task, "
+    "devices per node"
 )
 # A CUDA error of the job's own (not a GPU's hardware fault, not memory running out), as
 # torch raises it ("RuntimeError: CUDA error: an illegal memory access was encountered") and
@@ -51,9 +70,8 @@ _CUDA_ERROR_DETAIL = {
     "assert": "a device-side assert in a GPU kernel " + _ASSERT_HINT,
     "busy": (
         "the GPU is held by another process (cudaErrorDevicesUnavailable: a GPU in "
-        "exclusive-process compute mode takes one process): two ranks given one GPU (each "
-        "rank's CUDA_VISIBLE_DEVICES, and how the job maps ranks to GPUs: --gpus-per-task, "
-        "devices per node) or a stale process of an earlier job on the node (nvidia-smi)"
+        "exclusive-process compute mode takes one process): two ranks given one GPU "
+        f"({_MAPPING_HINT}) or a stale process of an earlier job on the node (nvidia-smi)"
     ),
     "fault": (
         "a GPU kernel faulted ({what}): the job's code or an extension's, or the GPU where it "
@@ -63,9 +81,13 @@ _CUDA_ERROR_DETAIL = {
 
 
 def cuda_oom(line: str) -> list[tuple[str, str]]:
-    """CUDA memory running out, with the allocation that failed where the line says."""
-    if not CUDA_OOM.search(line):
+    """CUDA memory running out, with the allocation that failed where the line says (or the
+    library whose allocation failed: NCCL's buffers, cuBLAS's workspace)."""
+    m = CUDA_OOM.search(line)
+    if m is None:
         return []
+    if m.lastgroup in _OOM_DETAIL:
+        return [("cuda_oom", _OOM_DETAIL[m.lastgroup])]
     m = re.search(r"Tried to allocate [\d.]+ \w+", line)
     return [("cuda_oom", m.group(0) if m else "CUDA out of memory")]
 
@@ -76,6 +98,15 @@ def cuda_error(line: str) -> list[tuple[str, str]]:
     if m:
         where = f"`{m.group('cond')}` failed in {m.group('kernel')}"
         return [("cuda_error", f"a device-side assert: {where} " + _ASSERT_HINT)]
+    m = _SHARED_GPU.search(line)
+    if m:
+        return [
+            (
+                "cuda_error",
+                f"ranks {m.group('a')} and {m.group('b')} on one GPU (CUDA device "
+                f"{m.group('device')}, NCCL's Duplicate GPU detected): {_MAPPING_HINT}",
+            )
+        ]
     m = _CUDA_ERROR.search(line)
     if not m:
         return []

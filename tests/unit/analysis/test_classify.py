@@ -1143,3 +1143,54 @@ def test_torchruns_agent_line_says_how_a_worker_ended_where_no_summary_follows(
     d = diagnose(_file_evidence(tmp_path, [AGENT_KILLED, *SIGKILLED]))
     assert d.detail.startswith("torchrun: rank 1 killed by signal 9")
     assert d.consequences == ()
+
+
+SHELL_KILLED = (
+    "/var/spool/slurmd/job123456/slurm_script: line 12: 34567 Killed                  "
+    "python train.py --config big.yaml"
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        (SHELL_KILLED, "killed (SIGKILL: the kernel's OOM killer or the scheduler"),
+        (
+            "/var/spool/slurmd/job7/slurm_script: line 3: 812 Terminated              python t.py",
+            "terminated (SIGTERM: Slurm's cancel, time limit or preemption",
+        ),
+        (
+            "slurm_script: line 9:  4242 Segmentation fault      (core dumped) python t.py",
+            "segmentation fault (SIGSEGV)",
+        ),
+    ],
+)
+def test_a_program_the_batch_script_ran_that_died_of_a_signal_is_a_tasks_end(
+    line: str, words: str
+) -> None:
+    """Run in the batch script's foreground (not through srun), a program that dies of a
+    signal is reported by the script's shell alone: before, the job read as killed without
+    a word. It is a task's end (a consequence wherever anything else is known), with the
+    program, its pid and who sends that signal, most often."""
+    assert KEYWORDS.search(line.encode()), "the byte prefilter would skip the line"
+    detail = dict(classify_line(line))["exit_code"]
+    assert words in detail and "(pid " in detail, detail
+    assert detail.startswith("python t") or detail.startswith("python train.py")
+    # alone it is the cause; after Slurm's OOM kill report it is that kill's consequence
+    alone = diagnose(scan_lines(enumerate([SHELL_KILLED], 1), "slurm-5.out"))
+    assert alone.code == "exit_code"
+    oom = "slurmstepd: error: Detected 1 oom_kill event in StepId=123456.batch."
+    both = diagnose(scan_lines(enumerate([SHELL_KILLED, oom], 1), "slurm-5.out"))
+    assert both.code == "host_oom" and both.also_seen == ("exit_code",)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch 2: loss 0.31 Killed the process pool early",
+        "INFO: line 12: 400 items Terminated early by the sampler",
+        "Aborted by the user? no: resuming from checkpoint",
+    ],
+)
+def test_text_like_a_shells_report_is_not_one(line: str) -> None:
+    assert [c for c, _ in classify_line(line) if c == "exit_code"] == []

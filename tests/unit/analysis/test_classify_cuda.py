@@ -133,3 +133,72 @@ def test_torchs_warning_of_an_old_driver_is_not_a_cause() -> None:
         "DUE TO TIME LIMIT ***",
     ]
     assert diagnose(scan_lines(enumerate(lines, 1), "slurm-77.out")).code == "time_limit"
+
+
+NCCL_BLOCKS = [
+    # NCCL's check that no two ranks share a GPU: two ranks given one GPU
+    (
+        [
+            "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+            "ProcessGroupNCCL.cpp:1970, invalid usage (run with NCCL_DEBUG=WARN for details), "
+            "NCCL version 2.20.5",
+            "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+            "Last error:",
+            "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1c000",
+        ],
+        "cuda_error",
+        "ranks 1 and 0 on one GPU (CUDA device 1c000",
+    ),
+    # NCCL's buffers that did not fit the GPU's memory
+    (
+        [
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+            "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1",
+            "ncclUnhandledCudaError: Call to CUDA function failed.",
+            "Last error:",
+            "Cuda failure 'out of memory'",
+        ],
+        "cuda_oom",
+        "NCCL could not allocate its buffers",
+    ),
+    # cuBLAS's workspace, at the first matrix product
+    (
+        [
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+            "`cublasCreate(handle)`"
+        ],
+        "cuda_oom",
+        "cuBLAS could not allocate its workspace",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("block", "code", "words"), NCCL_BLOCKS, ids=["duplicate-gpu", "nccl-oom", "cublas-oom"]
+)
+def test_what_nccl_or_cublas_says_below_its_error_is_the_cause(
+    block: list[str], code: str, words: str
+) -> None:
+    """NCCL explains its error below it (``Last error:``): read alone, its first line was a
+    collective error, a peer exited or the network failed; the explanation is the cause
+    (two ranks on one GPU; the GPU's memory), with the NCCL error its consequence. And
+    cuBLAS's failed allocation is the GPU's memory running out, not a bare exception."""
+    assert KEYWORDS.search(block[-1].encode()), "the byte prefilter would skip the cause"
+    lines = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>']
+    d = diagnose(scan_lines(enumerate([*lines, *block], 1), "slurm-23.out"))
+    assert d.code == code and words in d.detail, (d.code, d.detail)
+    if len(block) > 1:
+        assert "collective_error" in d.also_seen
+
+
+def test_a_peers_collective_error_printed_first_in_a_shared_log_is_still_a_consequence() -> None:
+    """In a log every rank writes to, a rank's CUDA failure may reach the file after the
+    collective error its peer saw when it died: the CUDA failure is the cause."""
+    lines = [
+        "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+        "Connection closed by peer [10.0.0.5]:23456",
+        "[rank0]: Traceback (most recent call last):",
+        f"[rank0]: {FAULT}",
+    ]
+    d = diagnose(scan_lines(enumerate(lines, 1), "slurm-24.out"))
+    assert d.code == "cuda_error" and d.also_seen == ("collective_error",)
