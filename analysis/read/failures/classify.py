@@ -179,6 +179,13 @@ _WORKER_DIED = re.compile(
     r"|Unexpected (?P<fault>segmentation fault|floating-point exception) encountered in worker"
     r"|DataLoader worker \(pid\(s\) (?P<pids>[\d, ]+)\) exited unexpectedly"
 )
+# the program a step or the batch script starts is not on the node: slurmstepd's "error:
+# execve(): python: No such file or directory", the shell's "line 5: python: command not
+# found" (for the programs a job starts; another missing tool, nvidia-smi say, need not end it)
+_NOT_ON_NODE = re.compile(
+    r"execve\(\): (?P<exec>[^:\s]+): No such file or directory"
+    r"|: (?P<cmd>(?:\S*/)?(?:python[\d.]*|torchrun|scalescope|srun)): command not found"
+)
 _DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|\[Errno 122\]", re.IGNORECASE)
 _INTERRUPTED = re.compile(r"^scalescope [\w-]+: interrupted$")
 """What ``scalescope train`` prints on a KeyboardInterrupt (Ctrl-C, SIGINT) instead of a
@@ -196,6 +203,7 @@ KEYWORDS = re.compile(
     rb"|device-side assert|illegal memory access|illegal instruction|misaligned address"
     rb"|launch failure|Assertion `|monitoredBarrier|DataLoader worker|encountered in worker"
     rb"|busy or unavailable|Duplicate GPU| Killed | Terminated |Segmentation fault|Aborted"
+    rb"|execve|command not found"
 )
 """A cheap byte-level pre-filter: every line any rule can match contains one of these."""
 
@@ -379,6 +387,17 @@ def _environment(line: str) -> list[tuple[str, str]]:
         quota = "quota" in line.lower() or "Errno 122" in line
         found.append(("disk_full", "disk quota exceeded" if quota else "no space left on device"))
     found += _worker_died(line)
+    m = _NOT_ON_NODE.search(line)
+    if m:
+        program = m.group("exec") or m.group("cmd")
+        found.append(
+            (
+                "config_error",
+                f"{program} not found on the node: the job's environment is not active "
+                "there (load it in the batch script: its modules, its virtual environment), "
+                "or give the program's full path",
+            )
+        )
     return found
 
 

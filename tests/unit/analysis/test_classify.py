@@ -1194,3 +1194,27 @@ def test_a_program_the_batch_script_ran_that_died_of_a_signal_is_a_tasks_end(
 )
 def test_text_like_a_shells_report_is_not_one(line: str) -> None:
     assert [c for c, _ in classify_line(line) if c == "exit_code"] == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "slurmstepd: error: execve(): python: No such file or directory",
+        "/var/spool/slurmd/job9/slurm_script: line 5: python3: command not found",
+        "bash: /opt/venv/bin/torchrun: command not found",
+    ],
+)
+def test_a_program_not_on_the_node_is_the_jobs_environment(line: str) -> None:
+    """The program a step starts is missing on the node: before, srun's exit code 2 alone
+    (or nothing) said so. It is the configuration's, over the task's exit."""
+    assert KEYWORDS.search(line.encode())
+    exit_line = "srun: error: gpu017: task 0: Exited with exit code 2"
+    d = diagnose(scan_lines(enumerate([line, exit_line], 1), "slurm-6.out"))
+    assert d.code == "config_error" and "not found on the node" in d.detail, d
+    assert "virtual environment" in d.detail
+
+
+def test_another_missing_tool_is_not_the_cause() -> None:
+    """A job script's diagnostics may call a tool a node lacks (nvidia-smi on a CPU node)
+    and go on: only the programs a job starts are read."""
+    assert classify_line("slurm_script: line 7: nvidia-smi: command not found") == []
