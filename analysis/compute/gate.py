@@ -88,7 +88,7 @@ def key_mapping(key: Sequence[Any]) -> dict[str, Any]:
     return {name: _canon(v) for name, v in zip(SERIES_KEYS, key, strict=True)}
 
 
-KEY_DEFAULTS: dict[str, Any] = {"accumulate_grad_batches": 1, "strategy": "ddp"}
+KEY_DEFAULTS: dict[str, Any] = {"accumulate_grad_batches": 1, "strategy": "ddp", "max_steps": None}
 """Key fields added after reference files and tracker names existed, and the value they had
 then: absent from a reference file means that value, and a series at it is named as before."""
 

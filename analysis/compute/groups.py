@@ -17,6 +17,7 @@ import pandas as pd
 from analysis.compute.stats import Summary, summarize
 from analysis.read.frame import (
     SCALE_KEYS,
+    SERIES_KEY_COLUMNS,
     SERIES_KEY_DEFAULTS,
     SERIES_KEYS,
     STAT_COLUMNS,
@@ -81,6 +82,7 @@ def series_labels(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]
             ("cluster", "on {}"),
             ("held_batch_size", "batch {}"),
             ("epochs", "{} epochs"),
+            ("max_steps", "at most {} steps"),
         ):
             i = SERIES_KEYS.index(field_name)
             if len({c[i] for c in clash}) > 1:
@@ -175,15 +177,20 @@ def positive_quantity(column: str) -> bool:
 
 
 def series_keys(runs: pd.DataFrame) -> list[tuple[Any, ...]]:
-    """The series key of every row, missing values as None (column-wise: no row objects)."""
-    n = len(runs)
-    columns = [
-        runs[k].tolist()
-        if k in runs or k not in SERIES_KEY_DEFAULTS
-        else [SERIES_KEY_DEFAULTS[k]] * n
-        for k in SERIES_KEYS
-    ]
+    """The series key of every row, missing values as None (column-wise: no row objects).
+    A field is read from its column of :data:`SERIES_KEY_COLUMNS` where the frame has it (the
+    runs frame; a groups frame holds the key's own values)."""
+    columns = [_key_column(runs, k) for k in SERIES_KEYS]
     return [tuple(key_value(v) for v in values) for values in zip(*columns, strict=True)]
+
+
+def _key_column(runs: pd.DataFrame, field_name: str) -> list[Any]:
+    source = SERIES_KEY_COLUMNS.get(field_name, field_name)
+    if source in runs:
+        return list(runs[source].tolist())
+    if field_name in runs or field_name not in SERIES_KEY_DEFAULTS:
+        return list(runs[field_name].tolist())
+    return [SERIES_KEY_DEFAULTS[field_name]] * len(runs)
 
 
 def _grouped(runs: pd.DataFrame) -> list[tuple[tuple[Any, int, int, int], pd.DataFrame]]:

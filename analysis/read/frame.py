@@ -34,14 +34,20 @@ SERIES_KEYS = (
     "accelerator",
     "held_batch_size",
     "epochs",
+    "max_steps",
     "workload_params",
     "device_name",
     "cluster",
     "strategy",
 )
-SERIES_KEY_DEFAULTS: dict[str, Any] = {"strategy": "ddp"}
+SERIES_KEY_DEFAULTS: dict[str, Any] = {"strategy": "ddp", "max_steps": None}
 """Key columns added after frames were first built: a frame without one (made before, or
 by hand) means this value in every row."""
+SERIES_KEY_COLUMNS: dict[str, str] = {"epochs": "planned_epochs"}
+"""The runs frame's column each series key field is read from where it is not its own: a
+series' ``epochs`` are the epochs its runs were set to train (:func:`planned_epochs`), not
+the epochs each trained, an outcome (a module's early stop, a step budget reached sooner at
+one world size than another), which would split one configuration's runs into series."""
 SCALE_KEYS = ("nodes", "devices_per_node", "world_size")
 STAT_COLUMNS = (
     "train_time_s",
@@ -132,6 +138,8 @@ RUN_COLUMNS: dict[str, str] = {
     "train_samples": "Int64",
     "val_samples": "Int64",
     "epochs": "Int64",
+    "planned_epochs": "Int64",
+    "max_steps": "Int64",
     "steps": "Int64",
     "steps_per_epoch": "Int64",
     "setup_time_s": "float64",
@@ -244,6 +252,23 @@ def _identity_row(identity: Identity | None) -> dict[str, Any]:
     return {k: getattr(identity, k) for k in _IDENTITY_COLUMNS}
 
 
+def _trainer_int(config: Any, key: str) -> int | None:
+    """A whole number the record's config gives under ``trainer`` (None where it gives none)."""
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    value = trainer.get(key) if isinstance(trainer, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def planned_epochs(config: Any, trained: Any) -> Any:
+    """The epochs a run was set to train: its config's ``trainer.max_epochs``; the epochs it
+    ``trained`` where the record says none (older records, a config without it) or fewer
+    than it trained (a config that cannot be the run's)."""
+    planned = _trainer_int(config, "max_epochs")
+    if planned is None or not isinstance(trained, int) or planned < trained:
+        return trained
+    return planned
+
+
 def warmup_share(train_time_s: Any, steady_time_s: Any) -> float | None:
     """Share of the training time spent in the warm-up; None without a steady state."""
     numbers = all(isinstance(v, (int, float)) for v in (train_time_s, steady_time_s))
@@ -320,6 +345,8 @@ def _run_row(run: Run) -> dict[str, Any]:
         epoch_times_s=tuple(r.epoch_times_s),
         versions=dict(r.versions),
         config=dict(r.config) if isinstance(r.config, dict) else {},
+        planned_epochs=planned_epochs(r.config, r.epochs),
+        max_steps=_trainer_int(r.config, "max_steps"),
         warmup_share=warmup_share(r.train_time_s, r.steady_time_s),
         restart_reasons="; ".join(run.restart_reasons),
         sources=";".join(run.sources),

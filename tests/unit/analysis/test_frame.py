@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -136,3 +137,59 @@ def test_a_record_that_rounded_a_short_last_batch_into_its_batch_keys_on_the_ful
     assert by_world["held_batch_size"].to_dict() == {1: 64, 2: 64}  # one series
     assert by_world["global_batch_size"].to_dict() == {1: 64, 2: 64}
     assert by_world["per_device_batch_size"].to_dict() == {1: 64, 2: 32}
+
+
+def _trained(job: str, world: tuple[int, int], epochs: int, **trainer: Any) -> Any:
+    """A run of one config (trainer.max_epochs 10 unless ``trainer`` says) that trained
+    ``epochs``: fewer than set where the module stopped itself or a step budget ended it."""
+    r = make_result(job, world=world, epochs=epochs, train_time_s=10.0 * epochs)
+    return replace(r, config={"trainer": {"max_epochs": 10, "max_steps": None, **trainer}})
+
+
+def _series(tmp_path: Path, *records: Any) -> dict[str, list[str]]:
+    for r in records:
+        write_log(tmp_path / f"slurm-{r.identity.job_id}.out", r)
+    runs, _, _ = load_all(tmp_path)
+    groups = group_stats(runs)
+    return {
+        str(s): sorted(
+            f"{n}x{d}" for n, d in zip(part["nodes"], part["devices_per_node"], strict=True)
+        )
+        for s, part in groups.groupby("series", sort=True)
+    }
+
+
+def test_runs_that_trained_fewer_epochs_than_set_stay_in_their_configs_series(
+    tmp_path: Path,
+) -> None:
+    """A module's early stop (EarlyStopping) ends its runs at different epochs, a shape or a
+    repeat at a time: before, each epoch count was a series of its own, and the 1x2 run had
+    no 1-device baseline. The series is the config's (the epochs it was set to train)."""
+    got = _series(
+        tmp_path,
+        _trained("1", (1, 1), epochs=2),
+        _trained("2", (1, 2), epochs=3),
+        _trained("3", (1, 2), epochs=4),
+    )
+    assert list(got.values()) == [["1x1", "1x2"]], got
+    runs, _, _ = load_all(tmp_path)
+    # each run's own epochs are kept as it trained them
+    assert sorted(runs["epochs"].tolist()) == [2, 3, 4]
+    assert set(runs["planned_epochs"].tolist()) == {10}
+
+
+def test_configs_set_to_train_differently_are_still_apart(tmp_path: Path) -> None:
+    """Another epoch count set, or another step budget, is another configuration."""
+    got = _series(
+        tmp_path,
+        _trained("1", (1, 1), epochs=4, max_epochs=4),
+        _trained("2", (1, 1), epochs=8, max_epochs=8),
+        _trained("3", (1, 1), epochs=1, max_steps=30),
+        _trained("4", (1, 1), epochs=2, max_steps=60),
+    )
+    assert len(got) == 4, got
+
+
+def test_a_record_without_its_config_keys_on_the_epochs_it_trained(tmp_path: Path) -> None:
+    old = [replace(_trained(str(i), (1, 1), epochs=e), config={}) for i, e in ((1, 2), (2, 3))]
+    assert len(_series(tmp_path, *old)) == 2
