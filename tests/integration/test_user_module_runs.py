@@ -234,19 +234,30 @@ class Logged(MyModel):
 """
 
 
-def test_a_module_that_needs_a_logger_trains_and_its_logs_are_kept(tmp_path: Path) -> None:
-    write_package(tmp_path, "loggedpkg", WITH_LOGGER)
-    run = run_train(
+def _logging_module(tmp_path: Path, source: str, name: str, *overrides: str) -> TrainRun:
+    """The example project's module subclassed by ``source`` (package ``name``'s), trained
+    on the example's data, logging every 10 steps."""
+    write_package(tmp_path, name.split(".")[0], source)
+    return run_train(
         tmp_path,
         *QUIET,
         *SHORT_LAST,
         "trainer.log_every_n_steps=10",
-        "trainer.logger=csv",  # the CSV file alone: self.logger is it
-        "workload.name=loggedpkg.model:Logged",
+        *overrides,
+        f"workload.name={name}",
         f"workload.datamodule={MODEL}:MyData",
         output_dir=tmp_path / "out",
         module_args=("--config", str(REPO / EXAMPLE)),
         env={"PYTHONPATH": str(REPO)},
+    )
+
+
+def test_a_module_that_needs_a_logger_trains_and_its_logs_are_kept(tmp_path: Path) -> None:
+    run = _logging_module(
+        tmp_path,
+        WITH_LOGGER,
+        "loggedpkg.model:Logged",
+        "trainer.logger=csv",  # the CSV file alone: self.logger is it
     )
     assert run.returncode == 0, run.describe()
     (r,) = run.results()
@@ -279,19 +290,7 @@ def test_a_module_written_for_tensorboard_trains_and_writes_its_events(tmp_path:
     module gets Lightning's default, TensorBoard's logger, first: before it, the CSVLogger
     alone, and the module's add_histogram failed rank 0 ("'ExperimentWriter' object has no
     attribute 'add_histogram'")."""
-    write_package(tmp_path, "boardpkg", WITH_TENSORBOARD)
-    run = run_train(
-        tmp_path,
-        *QUIET,
-        *SHORT_LAST,
-        "trainer.devices=2",
-        "trainer.log_every_n_steps=10",
-        "workload.name=boardpkg.model:Boarded",
-        f"workload.datamodule={MODEL}:MyData",
-        output_dir=tmp_path / "out",
-        module_args=("--config", str(REPO / EXAMPLE)),
-        env={"PYTHONPATH": str(REPO)},
-    )
+    run = _logging_module(tmp_path, WITH_TENSORBOARD, "boardpkg.model:Boarded", "trainer.devices=2")
     assert run.returncode == 0, run.describe()
     # nor the CSV logger's warning that it will delete what it found in its folder
     assert "has no attribute" not in run.combined and "not empty" not in run.combined
