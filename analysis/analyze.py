@@ -17,7 +17,13 @@ import pandas as pd
 from analysis.compute.amdahl import amdahl_table, serial_fraction_notes
 from analysis.compute.batch_notes import batch_notes
 from analysis.compute.findings import diagnosis_notes
-from analysis.compute.groups import DEFAULT_CONFIDENCE, DEFAULT_CV_THRESHOLD, STEADY, group_stats
+from analysis.compute.groups import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_CV_THRESHOLD,
+    STEADY,
+    group_stats,
+    series_scale_groups,
+)
 from analysis.compute.metrics import (
     DEFAULT_ACC_TOLERANCE,
     DEFAULT_LOSS_TOLERANCE,
@@ -100,6 +106,7 @@ def analyze(
         *cpu_load_notes(runs, overlaps),
         *_series_notes(scaling),
         *batch_notes(runs, confidence),
+        *_early_stop_notes(runs, confidence),
         *_scale_notes(scaling, cv_threshold),
         *serial_fraction_notes(scaling, amdahl),
         *_repeat_notes(groups),
@@ -187,6 +194,41 @@ def _series_notes(scaling: pd.DataFrame) -> list[str]:
             notes.append(
                 f"{series}: runs used different versions ({mixed}); a speedup between them "
                 "may be a software change, not scaling."
+            )
+    return notes
+
+
+def _stopped_itself(row: Mapping[str, Any]) -> bool:
+    """Whether a run trained fewer epochs than it was set to (``planned_epochs``) without
+    reaching its step budget: the module stopped itself (an EarlyStopping, its own
+    ``trainer.should_stop``). Runs that scalescope stopped early are not in the frame."""
+    epochs, planned, steps, budget = (
+        row.get(k) for k in ("epochs", "planned_epochs", "steps", "max_steps")
+    )
+    if pd.isna(epochs) or pd.isna(planned) or not epochs < planned:
+        return False
+    return pd.isna(budget) or pd.isna(steps) or steps < budget
+
+
+def _early_stop_notes(runs: pd.DataFrame, confidence: float) -> list[str]:
+    """Per series and scale, the runs their module stopped before the epochs they were set
+    to train: they stay in their series (its key is the epochs set), and the note says so."""
+    if runs.empty or "planned_epochs" not in runs.columns:
+        return []
+    notes: list[str] = []
+    for _key, label, members in series_scale_groups(runs, confidence):
+        for g in members:
+            rows = g.rows.to_dict("records")
+            stopped = [r for r in rows if _stopped_itself(r)]
+            if not stopped:
+                continue
+            trained = ", ".join(str(int(r["epochs"])) for r in stopped)
+            planned = int(stopped[0]["planned_epochs"])
+            notes.append(
+                f"{label} at {shape_label(g.nodes, g.devices_per_node)}: {len(stopped)} of "
+                f"{len(rows)} run(s) stopped before the {planned} epochs set, after {trained}: "
+                "the module stopped itself (an EarlyStopping, or its own trainer.should_stop). "
+                "Their throughput stands; their warm-up is a larger share of a shorter training."
             )
     return notes
 

@@ -193,3 +193,24 @@ def test_configs_set_to_train_differently_are_still_apart(tmp_path: Path) -> Non
 def test_a_record_without_its_config_keys_on_the_epochs_it_trained(tmp_path: Path) -> None:
     old = [replace(_trained(str(i), (1, 1), epochs=e), config={}) for i, e in ((1, 2), (2, 3))]
     assert len(_series(tmp_path, *old)) == 2
+
+
+def test_runs_their_module_stopped_are_said_to_be(tmp_path: Path) -> None:
+    """The early-stopped runs of one config: one note per scale, with the epochs set and those
+    trained; none for a run that trained what was set, or that reached its step budget."""
+    from analysis.analyze import analyze
+
+    records = [
+        _trained("1", (1, 1), epochs=2),
+        _trained("2", (1, 2), epochs=3),
+        _trained("3", (1, 2), epochs=10),
+        # a step budget that ends training before the epochs set is not the module's stop
+        replace(_trained("4", (1, 1), epochs=1, max_steps=30), steps=30),
+    ]
+    for r in records:
+        write_log(tmp_path / f"slurm-{r.identity.job_id}.out", r)
+    runs, _, _ = load_all(tmp_path)
+    notes = [n for n in analyze(runs).notes if "stopped itself" in n]
+    assert len(notes) == 2, notes
+    assert "at 1x1: 1 of 1 run(s) stopped before the 10 epochs set, after 2" in notes[0]
+    assert "at 1x2: 1 of 2 run(s) stopped before the 10 epochs set, after 3" in notes[1]
