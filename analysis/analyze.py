@@ -215,6 +215,8 @@ def _early_stop_notes(runs: pd.DataFrame, confidence: float) -> list[str]:
     to train: they stay in their series (its key is the epochs set), and the note says so."""
     if runs.empty or "planned_epochs" not in runs.columns:
         return []
+    if not any(_stopped_itself(r) for r in runs.to_dict("records")):
+        return []  # most summaries: no need to group the runs again
     notes: list[str] = []
     for _key, label, members in series_scale_groups(runs, confidence):
         for g in members:

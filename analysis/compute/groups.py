@@ -187,9 +187,9 @@ def series_keys(runs: pd.DataFrame) -> list[tuple[Any, ...]]:
 def _key_column(runs: pd.DataFrame, field_name: str) -> list[Any]:
     source = SERIES_KEY_COLUMNS.get(field_name, field_name)
     if source in runs:
-        return list(runs[source].tolist())
+        return runs[source].tolist()
     if field_name in runs or field_name not in SERIES_KEY_DEFAULTS:
-        return list(runs[field_name].tolist())
+        return runs[field_name].tolist()
     return [SERIES_KEY_DEFAULTS[field_name]] * len(runs)
 
 

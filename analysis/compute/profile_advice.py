@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.read.frame import whole_number
 from scalescope.run_length import RunLength, capture_misfit, resolve_warmup
 
 PROFILE_STEPS = 5
@@ -42,10 +43,6 @@ class ProfileAdvice:
     """Why there is no command although the sweep's command is known ('' otherwise)."""
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _section(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = mapping.get(key)
     return value if isinstance(value, dict) else {}
@@ -60,7 +57,7 @@ def run_length(row: Mapping[str, Any]) -> RunLength | None:
     if per_epoch is None or per_epoch is pd.NA or int(per_epoch) <= 0 or not trainer:
         return None
     per_epoch = int(per_epoch)
-    max_steps = _int(trainer.get("max_steps"))
+    max_steps = whole_number(trainer.get("max_steps"))
     max_steps = max_steps if max_steps and max_steps > 0 else None
     warmup = resolve_warmup(trainer.get("warmup_steps", "auto"), per_epoch, max_steps)
     if warmup is None:
@@ -71,9 +68,11 @@ def run_length(row: Mapping[str, Any]) -> RunLength | None:
     several = world is not None and world is not pd.NA and int(world) > 1
     return RunLength(
         steps_per_epoch=per_epoch,
-        epochs=max(1, _int(trainer.get("max_epochs")) or 1),
+        epochs=max(1, whole_number(trainer.get("max_epochs")) or 1),
         max_steps=max_steps,
-        steps_per_call=1 if user_module else max(1, _int(trainer.get("steps_per_call")) or 1),
+        steps_per_call=1
+        if user_module
+        else max(1, whole_number(trainer.get("steps_per_call")) or 1),
         warmup_steps=warmup,
         measures=profile.get("ranks", "auto") == "auto"
         and several

@@ -252,11 +252,15 @@ def _identity_row(identity: Identity | None) -> dict[str, Any]:
     return {k: getattr(identity, k) for k in _IDENTITY_COLUMNS}
 
 
+def whole_number(value: Any) -> int | None:
+    """``value`` where a record's JSON gives a whole number there (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _trainer_int(config: Any, key: str) -> int | None:
     """A whole number the record's config gives under ``trainer`` (None where it gives none)."""
     trainer = config.get("trainer") if isinstance(config, dict) else None
-    value = trainer.get(key) if isinstance(trainer, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return whole_number(trainer.get(key)) if isinstance(trainer, dict) else None
 
 
 def planned_epochs(config: Any, trained: Any) -> Any:

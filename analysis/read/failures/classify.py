@@ -120,9 +120,13 @@ _SHELL_SIGNAL = re.compile(
     r": line \d+: +(?P<pid>\d+) (?P<sig>Killed|Terminated|Segmentation fault|Aborted|Bus error)"
     r"(?: +\(core dumped\))? +(?P<cmd>\S[^\r\n]*?)\s*$"
 )
+SIGTERM_SENDERS = "Slurm's cancel, time limit or preemption, most often"
+"""What usually sends a job's processes SIGTERM."""
+SIGKILL_SENDERS = "the kernel's OOM killer or the scheduler, most often"
+"""What usually sends a job's processes SIGKILL."""
 _SHELL_SIGNALS = {
-    "Killed": "SIGKILL: the kernel's OOM killer or the scheduler, most often",
-    "Terminated": None,  # SIGTERM_SENDERS, below
+    "Killed": f"SIGKILL: {SIGKILL_SENDERS}",
+    "Terminated": f"SIGTERM: {SIGTERM_SENDERS}",
     "Segmentation fault": "SIGSEGV",
     "Aborted": "SIGABRT",
     "Bus error": "SIGBUS",
@@ -275,12 +279,11 @@ def _slurm_step_end(line: str) -> list[tuple[str, str]]:
     m = _SHELL_SIGNAL.search(line)
     if m:
         sig = m.group("sig")
-        why = _SHELL_SIGNALS[sig] or f"SIGTERM: {SIGTERM_SENDERS}"
         found.append(
             (
                 "exit_code",
                 f"{_trim(m.group('cmd'))} (pid {m.group('pid')}, run by the batch script) "
-                f"{sig.lower()} ({why})",
+                f"{sig.lower()} ({_SHELL_SIGNALS[sig]})",
             )
         )
     m = _SRUN_TASK.search(line)
@@ -295,9 +298,6 @@ def _slurm_step_end(line: str) -> list[tuple[str, str]]:
             found.append(("exit_code", f"{where}: {detail}"))
     return found
 
-
-SIGTERM_SENDERS = "Slurm's cancel, time limit or preemption, most often"
-"""What usually sends a job's processes SIGTERM."""
 
 _SENT_FROM_OUTSIDE = {
     "Terminated": f"SIGTERM: {SIGTERM_SENDERS}",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from analysis.read.failures.classify import (
     _INTERRUPT_DETAIL,
     _PREFIX,
+    SIGKILL_SENDERS,
     SIGTERM_SENDERS,
     Evidence,
     _trim,
@@ -62,7 +63,7 @@ _SIGNAL_EXCEPTION = "SignalException"
 """torchrun's exception when it is sent a signal (SIGTERM, SIGINT, SIGHUP): it stops its workers
 and raises this; the job did not fail of its own."""
 _GOT_SIGNAL = re.compile(r"got signal: (?P<code>\d+)")
-_KILLERS = {"SIGKILL": "the kernel's OOM killer or the scheduler, most often"}
+_KILLERS = {"SIGKILL": SIGKILL_SENDERS}
 """What usually sends the signal that killed a worker (torchrun's summary)."""
 _SENDERS = {**_KILLERS, "SIGTERM": SIGTERM_SENDERS}
 """What usually sends the signal torchrun got (its SignalException)."""

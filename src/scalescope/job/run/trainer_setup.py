@@ -172,11 +172,10 @@ def module_loggers(run_dir: Path, choice: str, installed: bool | None = None) ->
     or alone (``csv``, or ``auto`` without either package)."""
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
+    installed = tensorboard_installed() if installed is None else installed
     check_logger(choice, installed)
     csv = CSVLogger(save_dir=str(run_dir), name=MODULE_LOGS, version="")
-    if choice == "csv" or (
-        choice == "auto" and not (tensorboard_installed() if installed is None else installed)
-    ):
+    if choice == "csv" or (choice == "auto" and not installed):
         return [csv]
     board = TensorBoardLogger(save_dir=str(run_dir), name=TENSORBOARD_LOGS, version="")
     return [board, csv]
